@@ -1,0 +1,1 @@
+//! Chain: contract bindings and revert decoding.

@@ -1,0 +1,1 @@
+//! Devnet: local chain helpers.

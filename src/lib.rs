@@ -1,0 +1,16 @@
+//! cresolver: a resolution orchestrator for AI-resolved prediction markets.
+//!
+//! The modules follow the pipeline of a round:
+//! `chain` (bindings, revert decoding) → `workers` (protocol, client, fan-out) →
+//! `evaluate` (LLM or rubric scores) → `resolve` (quorum, tally, report bytes), with
+//! `workflow` holding the declarative workflow files and `round` driving one round.
+//! `devnet` deploys the contracts on a local chain for tests and the demo.
+
+pub mod chain;
+pub mod devnet;
+pub mod evaluate;
+pub mod resolve;
+pub mod round;
+pub mod tally_cli;
+pub mod workers;
+pub mod workflow;

@@ -1,0 +1,280 @@
+//! A round, end to end without the chain: fan out the question under quorum, challenge
+//! the responders, evaluate, tally, encode the report. The node, replay and dry-run all
+//! drive rounds through [`Engine::run`].
+
+use crate::evaluate::{
+    EvalError, EvalInput, EvalWorker, Evaluation, Evaluator, LlmConfig, LlmEvaluator,
+    RubricEvaluator,
+};
+use crate::resolve::tally::Vote;
+use crate::resolve::{Dimensions, Reputation, TallyError, TallyOutcome, TallyWorker, tally};
+use crate::workers::fanout::{ResolveStage, WorkerSlot, challenge_stage, resolve_stage};
+use crate::workers::{ChallengeOutcome, ResolveRequest, StageClient, StageLimits, WorkerFailure};
+use crate::workflow::{EvaluatorKind, Workflow};
+use alloy::primitives::{Address, Bytes, U256};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// What a round is asked to resolve.
+#[derive(Debug, Clone)]
+pub struct RoundInput {
+    pub market_id: u64,
+    pub question: String,
+    pub deadline: Option<u64>,
+    /// Unix seconds the round is judged at (the request's block time).
+    pub reference_time: u64,
+    /// Every registered worker, in registration order.
+    pub workers: Vec<WorkerSlot>,
+    /// Reputation per worker, aligned with `workers`.
+    pub reputations: Vec<Reputation>,
+}
+
+/// Everything a finished round saw and decided.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundOutcome {
+    pub resolve: ResolveStage,
+    /// Per worker (slot order): its defence, or `None` when it was not challenged.
+    pub challenges: Vec<Option<ChallengeOutcome>>,
+    /// Scores per worker (slot order); `None` for non-responders.
+    pub scores: Vec<Option<Dimensions>>,
+    pub evaluation: Evaluation,
+    pub tally: TallyOutcome,
+    pub report: Bytes,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RoundError {
+    #[error("the market has no registered workers")]
+    NoWorkers,
+    #[error("{}", quorum_message(.0))]
+    QuorumNotMet(Box<ResolveStage>),
+    #[error(transparent)]
+    Evaluation(#[from] EvalError),
+    #[error("tally failed: {0}")]
+    Tally(#[from] TallyError),
+    #[error("worker list and reputation list differ in length ({workers} vs {reputations})")]
+    Misaligned { workers: usize, reputations: usize },
+}
+
+fn quorum_message(stage: &ResolveStage) -> String {
+    let mut s = format!(
+        "quorum not met: {} of {} registered workers answered validly, {} required",
+        stage.valid, stage.registered, stage.required
+    );
+    for r in &stage.results {
+        if let Err(f) = &r.outcome {
+            let _ = write!(s, "; {}: {f}", r.address);
+        }
+    }
+    s
+}
+
+/// Failures of a stage, per worker, for reports.
+pub fn failures(stage: &ResolveStage) -> Vec<(Address, WorkerFailure)> {
+    stage
+        .results
+        .iter()
+        .filter_map(|r| r.outcome.clone().err().map(|f| (r.address, f)))
+        .collect()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(
+        "environment variable {0} (named by evaluator.llm.api_key_env) is not set: export it, or remove api_key_env for an endpoint without auth"
+    )]
+    MissingApiKey(String),
+    #[error("evaluator.llm.base_url: {0}")]
+    BadUrl(String),
+}
+
+/// Runs rounds of one workflow. Cheap to share across tasks (`Arc`).
+pub struct Engine {
+    pub workflow: Workflow,
+    resolve_client: StageClient,
+    challenge_client: StageClient,
+    evaluator: Arc<dyn Evaluator>,
+}
+
+impl Engine {
+    /// Builds the engine and its evaluator from the workflow.
+    pub fn new(workflow: Workflow) -> Result<Self, EngineError> {
+        let http = StageClient::default_http();
+        let evaluator: Arc<dyn Evaluator> = match workflow.evaluator.kind {
+            EvaluatorKind::Rubric => Arc::new(RubricEvaluator),
+            EvaluatorKind::Llm => {
+                let llm = workflow.evaluator.llm.clone().unwrap_or_default();
+                let api_key = match &llm.api_key_env {
+                    Some(var) => Some(
+                        std::env::var(var).map_err(|_| EngineError::MissingApiKey(var.clone()))?,
+                    ),
+                    None => None,
+                };
+                let base_url = url::Url::parse(&llm.base_url)
+                    .map_err(|e| EngineError::BadUrl(e.to_string()))?;
+                Arc::new(LlmEvaluator::new(
+                    LlmConfig {
+                        base_url,
+                        model: llm.model,
+                        api_key,
+                        timeout: Duration::from_millis(llm.timeout_ms),
+                        retries: llm.retries,
+                        retry_backoff: Duration::from_millis(llm.retry_backoff_ms),
+                        max_tokens: llm.max_tokens,
+                        max_reply_bytes: llm.max_reply_bytes,
+                        fallback: workflow.evaluator.fallback,
+                    },
+                    http.clone(),
+                ))
+            }
+        };
+        Ok(Self::with_evaluator(workflow, http, evaluator))
+    }
+
+    /// Builds the engine with a given evaluator and HTTP client.
+    pub fn with_evaluator(
+        workflow: Workflow,
+        http: reqwest::Client,
+        evaluator: Arc<dyn Evaluator>,
+    ) -> Self {
+        let permits = Arc::new(Semaphore::new(workflow.resolve.concurrency));
+        let resolve_client = StageClient::new(
+            http.clone(),
+            StageLimits {
+                timeout: workflow.resolve_timeout(),
+                max_body_bytes: workflow.resolve.max_body_bytes,
+                connect_retries: workflow.resolve.connect_retries,
+                retry_backoff: Duration::from_millis(workflow.resolve.retry_backoff_ms),
+            },
+            permits.clone(),
+        );
+        let challenge_client = StageClient::new(
+            http,
+            StageLimits {
+                timeout: Duration::from_millis(workflow.challenge.timeout_ms),
+                max_body_bytes: workflow.challenge.max_body_bytes,
+                connect_retries: workflow.resolve.connect_retries,
+                retry_backoff: Duration::from_millis(workflow.resolve.retry_backoff_ms),
+            },
+            permits,
+        );
+        Self {
+            workflow,
+            resolve_client,
+            challenge_client,
+            evaluator,
+        }
+    }
+
+    pub fn evaluator_name(&self) -> &'static str {
+        self.evaluator.name()
+    }
+
+    /// Runs one round.
+    pub async fn run(&self, input: &RoundInput) -> Result<RoundOutcome, RoundError> {
+        if input.workers.is_empty() {
+            return Err(RoundError::NoWorkers);
+        }
+        if input.workers.len() != input.reputations.len() {
+            return Err(RoundError::Misaligned {
+                workers: input.workers.len(),
+                reputations: input.reputations.len(),
+            });
+        }
+        let wf = &self.workflow;
+        let request = ResolveRequest {
+            market_id: input.market_id,
+            question: input.question.clone(),
+            deadline: input.deadline,
+            context: None,
+        };
+        let stage = resolve_stage(
+            &self.resolve_client,
+            &input.workers,
+            &request,
+            wf.quorum.rule,
+            wf.grace(),
+        )
+        .await;
+        tracing::info!(
+            market = input.market_id,
+            valid = stage.valid,
+            registered = stage.registered,
+            required = stage.required,
+            "resolve stage done"
+        );
+        if !stage.quorum_met {
+            return Err(RoundError::QuorumNotMet(Box::new(stage)));
+        }
+        let challenges = if wf.challenge.enabled {
+            challenge_stage(
+                &self.challenge_client,
+                &wf.challenge.templates(),
+                &input.question,
+                &input.workers,
+                &stage,
+            )
+            .await
+        } else {
+            vec![None; input.workers.len()]
+        };
+
+        let mut eval_workers = Vec::new();
+        let mut slot_of = Vec::new();
+        for (i, r) in stage.results.iter().enumerate() {
+            if let Some(answer) = r.answer() {
+                let (ch, resp) = match &challenges[i] {
+                    Some(c) => (c.challenges.clone(), c.responses.clone()),
+                    None => (vec![], vec![]),
+                };
+                eval_workers.push(EvalWorker {
+                    label: format!("W{}", eval_workers.len() + 1),
+                    address: r.address,
+                    answer: answer.clone(),
+                    challenges: ch,
+                    responses: resp,
+                });
+                slot_of.push(i);
+            }
+        }
+        let eval_input = EvalInput {
+            market_id: input.market_id,
+            question: input.question.clone(),
+            workers: eval_workers,
+            reference_time: input.reference_time,
+        };
+        let evaluation = self.evaluator.evaluate(&eval_input).await?;
+        let mut scores: Vec<Option<Dimensions>> = vec![None; input.workers.len()];
+        for (k, &i) in slot_of.iter().enumerate() {
+            scores[i] = evaluation.scores.get(k).copied();
+        }
+        let tally_workers: Vec<TallyWorker> = stage
+            .results
+            .iter()
+            .zip(&scores)
+            .zip(&input.reputations)
+            .map(|((r, s), rep)| TallyWorker {
+                address: r.address,
+                vote: r.answer().map(|a| Vote {
+                    determination: a.determination,
+                    confidence: a.confidence,
+                }),
+                scores: s.unwrap_or_default(),
+                reputation: *rep,
+            })
+            .collect();
+        let outcome = tally(U256::from(input.market_id), &tally_workers, wf.tally.tie)?;
+        let report = outcome.report();
+        Ok(RoundOutcome {
+            resolve: stage,
+            challenges,
+            scores,
+            evaluation,
+            tally: outcome,
+            report,
+        })
+    }
+}

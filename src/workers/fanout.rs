@@ -1,0 +1,169 @@
+//! Fan-out: a round's resolve calls go to every discovered worker at once; quorum is
+//! counted over the *registered* set (discarded workers count in n). With a grace
+//! period, stragglers are cut off once quorum is met and the grace has run out. Then
+//! every valid responder is challenged, again concurrently.
+
+use super::challenge::{ChallengeTemplates, challenges_for};
+use super::client::StageClient;
+use super::protocol::{
+    ChallengeOutcome, ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,
+};
+use crate::resolve::QuorumRule;
+use alloy::primitives::Address;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use url::Url;
+
+/// Where and how to reach a discovered worker.
+#[derive(Debug, Clone)]
+pub struct WorkerTarget {
+    pub endpoint: Url,
+    pub protocol: Arc<dyn WorkerProtocol>,
+}
+
+/// One registered worker of the market, in registration order.
+#[derive(Debug, Clone)]
+pub struct WorkerSlot {
+    pub address: Address,
+    /// `Err(reason)` when discovery discarded the worker.
+    pub target: Result<WorkerTarget, String>,
+}
+
+/// What one worker's resolve call produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResolveResult {
+    pub address: Address,
+    pub outcome: Result<ResolveAnswer, WorkerFailure>,
+    pub elapsed_ms: u64,
+}
+
+impl ResolveResult {
+    pub fn answer(&self) -> Option<&ResolveAnswer> {
+        self.outcome.as_ref().ok()
+    }
+}
+
+/// The resolve stage's results, in slot order, and the quorum verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResolveStage {
+    pub results: Vec<ResolveResult>,
+    pub registered: usize,
+    pub required: usize,
+    pub valid: usize,
+    pub quorum_met: bool,
+}
+
+/// Calls `/resolve` on every discovered worker concurrently.
+pub async fn resolve_stage(
+    client: &StageClient,
+    slots: &[WorkerSlot],
+    request: &ResolveRequest,
+    rule: QuorumRule,
+    grace: Option<Duration>,
+) -> ResolveStage {
+    let n = slots.len();
+    let mut results: Vec<Option<ResolveResult>> = vec![None; n];
+    let mut pending = FuturesUnordered::new();
+    for (i, slot) in slots.iter().enumerate() {
+        match &slot.target {
+            Ok(target) => pending.push(async move {
+                let started = Instant::now();
+                let outcome = target
+                    .protocol
+                    .resolve(client, &target.endpoint, request)
+                    .await;
+                (i, outcome, started.elapsed().as_millis() as u64)
+            }),
+            Err(reason) => {
+                results[i] = Some(ResolveResult {
+                    address: slot.address,
+                    outcome: Err(WorkerFailure::NotDiscovered {
+                        reason: reason.clone(),
+                    }),
+                    elapsed_ms: 0,
+                })
+            }
+        }
+    }
+    let mut valid = 0usize;
+    let mut cutoff: Option<tokio::time::Instant> = None;
+    loop {
+        let next = match cutoff {
+            Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+            None => pending.next().await,
+        };
+        let Some((i, outcome, elapsed_ms)) = next else {
+            break;
+        };
+        if outcome.is_ok() {
+            valid += 1;
+        }
+        results[i] = Some(ResolveResult {
+            address: slots[i].address,
+            outcome,
+            elapsed_ms,
+        });
+        if let (Some(g), None) = (grace, cutoff)
+            && rule.is_met(valid, n)
+        {
+            cutoff = Some(tokio::time::Instant::now() + g);
+        }
+    }
+    drop(pending);
+    let results: Vec<ResolveResult> = results
+        .into_iter()
+        .zip(slots)
+        .map(|(r, slot)| {
+            r.unwrap_or(ResolveResult {
+                address: slot.address,
+                outcome: Err(WorkerFailure::CutAfterQuorum),
+                elapsed_ms: 0,
+            })
+        })
+        .collect();
+    ResolveStage {
+        registered: n,
+        required: rule.required(n),
+        valid,
+        quorum_met: rule.is_met(valid, n),
+        results,
+    }
+}
+
+/// Challenges every valid responder concurrently; `None` for workers without a valid
+/// answer. Results are in slot order.
+pub async fn challenge_stage(
+    client: &StageClient,
+    templates: &ChallengeTemplates,
+    question: &str,
+    slots: &[WorkerSlot],
+    stage: &ResolveStage,
+) -> Vec<Option<ChallengeOutcome>> {
+    let determinations: Vec<bool> = stage
+        .results
+        .iter()
+        .filter_map(|r| r.answer().map(|a| a.determination))
+        .collect();
+    let calls = slots.iter().zip(&stage.results).map(|(slot, result)| {
+        let determinations = &determinations;
+        async move {
+            let (Ok(target), Some(answer)) = (&slot.target, result.answer()) else {
+                return None;
+            };
+            let challenges = challenges_for(templates, question, answer, determinations);
+            Some(
+                target
+                    .protocol
+                    .challenge(client, &target.endpoint, &challenges)
+                    .await,
+            )
+        }
+    });
+    futures::future::join_all(calls).await
+}

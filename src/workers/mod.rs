@@ -1,0 +1,15 @@
+//! Workers: the protocol a worker speaks (typed, strictly validated messages behind the
+//! [`WorkerProtocol`] trait), the bounded HTTP client that carries it, the challenge
+//! texts, and the concurrent fan-out of a round's two worker stages under a quorum.
+
+pub mod a2a;
+pub mod challenge;
+pub mod client;
+pub mod fanout;
+pub mod protocol;
+
+pub use a2a::A2aProtocol;
+pub use client::{StageClient, StageLimits};
+pub use protocol::{
+    ChallengeOutcome, ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,
+};

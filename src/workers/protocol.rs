@@ -1,0 +1,358 @@
+//! The worker protocol layer: typed requests and answers of the two round stages, their
+//! strict validation, the typed reasons a worker call fails, and the trait every agent
+//! protocol implements (A2A is the first; other protocols plug in beside it).
+
+use super::client::StageClient;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use url::Url;
+
+/// Evidence longer than this (bytes) is a schema violation.
+pub const MAX_EVIDENCE_BYTES: usize = 64 * 1024;
+/// At most this many sources are accepted.
+pub const MAX_SOURCES: usize = 64;
+/// A single source longer than this (bytes) is a schema violation.
+pub const MAX_SOURCE_BYTES: usize = 2048;
+/// A single challenge response longer than this (bytes) is a schema violation.
+pub const MAX_RESPONSE_BYTES: usize = 32 * 1024;
+
+/// `POST /a2a/resolve` request body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolveRequest {
+    pub market_id: u64,
+    pub question: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub deadline: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub context: Option<String>,
+}
+
+/// A validated resolve answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolveAnswer {
+    pub determination: bool,
+    pub confidence: f64,
+    pub evidence: String,
+    pub sources: Vec<String>,
+}
+
+/// What a worker's challenge stage produced. Responses are matched to challenges by
+/// position; a short or failed defence keeps what arrived and records why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChallengeOutcome {
+    pub challenges: Vec<String>,
+    pub responses: Vec<String>,
+    pub failure: Option<WorkerFailure>,
+}
+
+/// Why a worker call produced no (complete) valid answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WorkerFailure {
+    #[error("timed out after {after_ms} ms")]
+    Timeout { after_ms: u64 },
+    #[error("connection failed: {detail}")]
+    Connect { detail: String },
+    #[error("HTTP status {status}: {excerpt}")]
+    HttpStatus { status: u16, excerpt: String },
+    #[error("invalid JSON: {detail}")]
+    InvalidJson { detail: String },
+    #[error("schema violation: {detail}")]
+    Schema { detail: String },
+    #[error("response body exceeds {limit} bytes")]
+    Oversize { limit: usize },
+    #[error("request failed: {detail}")]
+    Request { detail: String },
+    #[error("not awaited: quorum was met and the grace period ended")]
+    CutAfterQuorum,
+    #[error("not called: {reason}")]
+    NotDiscovered { reason: String },
+}
+
+impl WorkerFailure {
+    /// A short stable label for metrics and tables.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WorkerFailure::Timeout { .. } => "timeout",
+            WorkerFailure::Connect { .. } => "connect",
+            WorkerFailure::HttpStatus { .. } => "http_status",
+            WorkerFailure::InvalidJson { .. } => "invalid_json",
+            WorkerFailure::Schema { .. } => "schema",
+            WorkerFailure::Oversize { .. } => "oversize",
+            WorkerFailure::Request { .. } => "request",
+            WorkerFailure::CutAfterQuorum => "cut_after_quorum",
+            WorkerFailure::NotDiscovered { .. } => "not_discovered",
+        }
+    }
+
+    pub(crate) fn schema(detail: impl Into<String>) -> Self {
+        WorkerFailure::Schema {
+            detail: detail.into(),
+        }
+    }
+}
+
+/// An agent protocol: how the two stages of a round are put to a worker and how its
+/// replies are validated. Implementations turn every problem into a [`WorkerFailure`].
+pub trait WorkerProtocol: Send + Sync + std::fmt::Debug {
+    /// A short name (`a2a`, …) for logs and transcripts.
+    fn name(&self) -> &'static str;
+
+    /// The investigation stage.
+    fn resolve<'a>(
+        &'a self,
+        client: &'a StageClient,
+        endpoint: &'a Url,
+        request: &'a ResolveRequest,
+    ) -> BoxFuture<'a, Result<ResolveAnswer, WorkerFailure>>;
+
+    /// The defence stage.
+    fn challenge<'a>(
+        &'a self,
+        client: &'a StageClient,
+        endpoint: &'a Url,
+        challenges: &'a [String],
+    ) -> BoxFuture<'a, ChallengeOutcome>;
+}
+
+/// Parses a resolve answer from raw bytes: invalid JSON and schema violations are
+/// told apart; unknown fields are ignored.
+pub fn parse_resolve_answer(body: &[u8]) -> Result<ResolveAnswer, WorkerFailure> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| WorkerFailure::InvalidJson {
+        detail: e.to_string(),
+    })?;
+    validate_resolve_answer(&v)
+}
+
+/// Validates a resolve answer given as JSON.
+pub fn validate_resolve_answer(v: &Value) -> Result<ResolveAnswer, WorkerFailure> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| WorkerFailure::schema("answer is not a JSON object"))?;
+    let determination = match obj.get("determination") {
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(WorkerFailure::schema(format!(
+                "`determination` must be a boolean, got {}",
+                type_name(other)
+            )));
+        }
+        None => return Err(WorkerFailure::schema("`determination` is missing")),
+    };
+    let confidence = match obj.get("confidence") {
+        Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
+        Some(other) => {
+            return Err(WorkerFailure::schema(format!(
+                "`confidence` must be a number, got {}",
+                type_name(other)
+            )));
+        }
+        None => return Err(WorkerFailure::schema("`confidence` is missing")),
+    };
+    if !(confidence.is_finite() && (0.0..=1.0).contains(&confidence)) {
+        return Err(WorkerFailure::schema(format!(
+            "`confidence` = {confidence} is outside [0, 1]"
+        )));
+    }
+    let evidence = match obj.get("evidence") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            return Err(WorkerFailure::schema(format!(
+                "`evidence` must be a string, got {}",
+                type_name(other)
+            )));
+        }
+        None => return Err(WorkerFailure::schema("`evidence` is missing")),
+    };
+    if evidence.trim().is_empty() {
+        return Err(WorkerFailure::schema("`evidence` is empty"));
+    }
+    if evidence.len() > MAX_EVIDENCE_BYTES {
+        return Err(WorkerFailure::schema(format!(
+            "`evidence` is {} bytes; the limit is {MAX_EVIDENCE_BYTES}",
+            evidence.len()
+        )));
+    }
+    let sources = match obj.get("sources") {
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(WorkerFailure::schema(format!(
+                "`sources` must be an array of strings, got {}",
+                type_name(other)
+            )));
+        }
+        None => return Err(WorkerFailure::schema("`sources` is missing")),
+    };
+    if sources.len() > MAX_SOURCES {
+        return Err(WorkerFailure::schema(format!(
+            "`sources` has {} entries; the limit is {MAX_SOURCES}",
+            sources.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(sources.len());
+    for (i, s) in sources.iter().enumerate() {
+        match s {
+            Value::String(s) if s.len() <= MAX_SOURCE_BYTES => out.push(s.clone()),
+            Value::String(s) => {
+                return Err(WorkerFailure::schema(format!(
+                    "`sources[{i}]` is {} bytes; the limit is {MAX_SOURCE_BYTES}",
+                    s.len()
+                )));
+            }
+            other => {
+                return Err(WorkerFailure::schema(format!(
+                    "`sources[{i}]` must be a string, got {}",
+                    type_name(other)
+                )));
+            }
+        }
+    }
+    Ok(ResolveAnswer {
+        determination,
+        confidence,
+        evidence,
+        sources: out,
+    })
+}
+
+/// Parses a defence and matches it to `challenges` by position.
+pub fn parse_challenge_responses(body: &[u8], challenges: &[String]) -> ChallengeOutcome {
+    let fail = |failure| ChallengeOutcome {
+        challenges: challenges.to_vec(),
+        responses: vec![],
+        failure: Some(failure),
+    };
+    let v: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return fail(WorkerFailure::InvalidJson {
+                detail: e.to_string(),
+            });
+        }
+    };
+    let items = match v.get("responses") {
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return fail(WorkerFailure::schema(format!(
+                "`responses` must be an array of strings, got {}",
+                type_name(other)
+            )));
+        }
+        None => return fail(WorkerFailure::schema("`responses` is missing")),
+    };
+    let mut responses = Vec::with_capacity(challenges.len());
+    for (i, item) in items.iter().take(challenges.len()).enumerate() {
+        match item {
+            Value::String(s) if s.len() <= MAX_RESPONSE_BYTES => responses.push(s.clone()),
+            Value::String(s) => {
+                return ChallengeOutcome {
+                    challenges: challenges.to_vec(),
+                    responses,
+                    failure: Some(WorkerFailure::schema(format!(
+                        "`responses[{i}]` is {} bytes; the limit is {MAX_RESPONSE_BYTES}",
+                        s.len()
+                    ))),
+                };
+            }
+            other => {
+                return ChallengeOutcome {
+                    challenges: challenges.to_vec(),
+                    responses,
+                    failure: Some(WorkerFailure::schema(format!(
+                        "`responses[{i}]` must be a string, got {}",
+                        type_name(other)
+                    ))),
+                };
+            }
+        }
+    }
+    let failure = (items.len() != challenges.len()).then(|| {
+        WorkerFailure::schema(format!(
+            "`responses` has {} entries for {} challenges (matched by position)",
+            items.len(),
+            challenges.len()
+        ))
+    });
+    ChallengeOutcome {
+        challenges: challenges.to_vec(),
+        responses,
+        failure,
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn good() -> Value {
+        json!({"determination": true, "confidence": 0.8, "evidence": "e", "sources": ["a"], "extra": 1})
+    }
+
+    #[test]
+    fn accepts_valid_and_ignores_unknown_fields() {
+        let a = validate_resolve_answer(&good()).unwrap();
+        assert!(a.determination);
+        assert_eq!(a.sources, vec!["a"]);
+    }
+
+    #[test]
+    fn rejects_each_violation_by_name() {
+        let cases = [
+            ("confidence", json!(1.7), "outside [0, 1]"),
+            ("confidence", json!(-0.1), "outside [0, 1]"),
+            ("confidence", json!("0.5"), "must be a number"),
+            ("determination", json!("yes"), "must be a boolean"),
+            ("evidence", json!("   "), "is empty"),
+            ("sources", json!("http://x"), "array of strings"),
+            ("sources", json!([1]), "sources[0]"),
+        ];
+        for (field, value, needle) in cases {
+            let mut v = good();
+            v[field] = value;
+            let err = validate_resolve_answer(&v).unwrap_err();
+            assert!(
+                matches!(err, WorkerFailure::Schema { .. }),
+                "{field}: {err}"
+            );
+            assert!(err.to_string().contains(needle), "{field}: {err}");
+        }
+        let mut v = good();
+        v.as_object_mut().unwrap().remove("sources");
+        assert!(
+            validate_resolve_answer(&v)
+                .unwrap_err()
+                .to_string()
+                .contains("`sources` is missing")
+        );
+        assert!(matches!(
+            parse_resolve_answer(b"{not json"),
+            Err(WorkerFailure::InvalidJson { .. })
+        ));
+    }
+
+    #[test]
+    fn responses_matched_by_position() {
+        let ch: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
+        let out = parse_challenge_responses(br#"{"responses":["x","y"]}"#, &ch);
+        assert_eq!(out.responses, vec!["x", "y"]);
+        assert!(matches!(out.failure, Some(WorkerFailure::Schema { .. })));
+        let out = parse_challenge_responses(br#"{"responses":["x","y","z"]}"#, &ch);
+        assert_eq!(out.failure, None);
+        let out = parse_challenge_responses(br#"{"responses":["x","y","z","w"]}"#, &ch);
+        assert_eq!(out.responses.len(), 3);
+        assert!(out.failure.is_some());
+    }
+}
