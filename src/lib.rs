@@ -6,6 +6,7 @@
 //! `workflow` holding the declarative workflow files and `round` driving one round.
 //! `devnet` deploys the contracts on a local chain for tests and the demo.
 
+pub mod agent;
 pub mod chain;
 pub mod devnet;
 pub mod evaluate;

@@ -1,0 +1,1 @@
+//! anvil harness (filled in with the contracts).

@@ -1,0 +1,155 @@
+//! Shared test helpers: real HTTP workers on 127.0.0.1, a scripted OpenAI-compatible
+//! server, and (in `chain`) the anvil harness.
+#![allow(dead_code)]
+
+pub mod chain;
+
+use alloy::primitives::Address;
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
+use cresolver::workers::A2aProtocol;
+use cresolver::workers::fanout::{WorkerSlot, WorkerTarget};
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Starts a reference agent with the given behaviour; returns its base URL.
+pub async fn agent(behaviour: AgentBehaviour) -> String {
+    cresolver::agent::spawn("127.0.0.1:0", behaviour)
+        .await
+        .expect("bind agent")
+        .0
+}
+
+pub fn behaviour(det: DeterminationMode, confidence: f64) -> AgentBehaviour {
+    AgentBehaviour {
+        name: "test".into(),
+        determination: det,
+        confidence: Some(confidence),
+        latency: Duration::ZERO,
+        failure: None,
+    }
+}
+
+pub fn failing(mode: FailureMode) -> AgentBehaviour {
+    AgentBehaviour {
+        failure: Some(mode),
+        ..behaviour(DeterminationMode::Yes, 0.8)
+    }
+}
+
+/// A URL on which nothing listens (bound, then closed).
+pub fn closed_port_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    format!("http://127.0.0.1:{port}")
+}
+
+/// A listener that never accepts: the kernel queues the connection, nobody answers.
+pub fn never_accepting() -> (std::net::TcpListener, String) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    (l, url)
+}
+
+pub fn addr(i: u8) -> Address {
+    Address::repeat_byte(i)
+}
+
+pub fn slot(i: u8, url: &str) -> WorkerSlot {
+    WorkerSlot {
+        address: addr(i),
+        target: Ok(WorkerTarget {
+            endpoint: url.parse().unwrap(),
+            protocol: Arc::new(A2aProtocol),
+        }),
+    }
+}
+
+/// One scripted reply of the fake LLM server.
+#[derive(Clone)]
+pub struct Scripted {
+    pub status: u16,
+    pub body: String,
+    pub delay: Duration,
+}
+
+impl Scripted {
+    pub fn content(content: &str) -> Self {
+        let body = serde_json::json!({
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        });
+        Self {
+            status: 200,
+            body: body.to_string(),
+            delay: Duration::ZERO,
+        }
+    }
+    pub fn status(status: u16) -> Self {
+        Self {
+            status,
+            body: r#"{"error":{"message":"scripted"}}"#.into(),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Clone, Default)]
+pub struct LlmServer {
+    pub script: Arc<Mutex<VecDeque<Scripted>>>,
+    pub requests: Arc<Mutex<Vec<(Option<String>, Value)>>>,
+}
+
+/// Starts an OpenAI-compatible `/v1/chat/completions` server that answers from a
+/// script (the last entry repeats). Returns its base URL (`…/v1`) and the handle.
+pub async fn llm_server(script: Vec<Scripted>) -> (String, LlmServer) {
+    let server = LlmServer {
+        script: Arc::new(Mutex::new(script.into())),
+        requests: Default::default(),
+    };
+    let app = Router::new()
+        .route("/v1/chat/completions", post(completions))
+        .with_state(server.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, server)
+}
+
+async fn completions(
+    State(s): State<LlmServer>,
+    headers: axum::http::HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    s.requests.lock().unwrap().push((auth, body));
+    let next = {
+        let mut q = s.script.lock().unwrap();
+        if q.len() > 1 {
+            q.pop_front().unwrap()
+        } else {
+            q.front().cloned().unwrap()
+        }
+    };
+    tokio::time::sleep(next.delay).await;
+    (
+        StatusCode::from_u16(next.status).unwrap(),
+        [("content-type", "application/json")],
+        next.body,
+    )
+        .into_response()
+}
