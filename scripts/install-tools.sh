@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Installs the pinned local-chain tooling. Idempotent; each step is skipped when already present.
+#   - anvil (Foundry) from the npm registry, into .tools/ (git-ignored):
+#       .tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
+#   - solc-js + OpenZeppelin contracts for scripts/compile-contracts.mjs, into contracts-abi/node_modules
+#     (versions pinned by contracts-abi/package.json + package-lock.json).
+# Usage: scripts/install-tools.sh            (prints the anvil path on success)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ANVIL_VERSION="1.7.1"
+ANVIL_PKG="@foundry-rs/anvil-linux-amd64"
+TOOLS_DIR="$ROOT/.tools"
+ANVIL_DIR="$TOOLS_DIR/node_modules/$ANVIL_PKG"
+ANVIL_BIN="$ANVIL_DIR/bin/anvil"
+CONTRACTS_DIR="$ROOT/contracts-abi"
+
+die() { echo "install-tools: $*" >&2; exit 1; }
+log() { echo "install-tools: $*" >&2; }
+
+command -v node >/dev/null 2>&1 || die "node not found: install Node.js 18+"
+command -v npm >/dev/null 2>&1 || die "npm not found: install Node.js 18+ (with npm)"
+NODE_MAJOR="$(node -p 'process.versions.node.split(".")[0]')"
+[ "$NODE_MAJOR" -ge 18 ] || die "Node.js $(node --version) is too old: install Node.js 18+"
+
+case "$(uname -s)-$(uname -m)" in
+  Linux-x86_64|Linux-amd64) ;;
+  *) die "anvil package $ANVIL_PKG only fits linux x86_64, this is $(uname -s)-$(uname -m); install anvil $ANVIL_VERSION yourself and set ANVIL_BIN" ;;
+esac
+
+# Version recorded in the installed package.json, or empty.
+pkg_version() {
+  [ -f "$1/package.json" ] || return 0
+  node -p "require('$1/package.json').version" 2>/dev/null || true
+}
+
+# ── anvil ────────────────────────────────────────────────────────────────
+if [ "$(pkg_version "$ANVIL_DIR")" = "$ANVIL_VERSION" ] && [ -x "$ANVIL_BIN" ]; then
+  log "anvil $ANVIL_VERSION already installed"
+else
+  log "installing $ANVIL_PKG@$ANVIL_VERSION into .tools/"
+  mkdir -p "$TOOLS_DIR"
+  [ -f "$TOOLS_DIR/package.json" ] || echo '{ "name": "cresolver-tools", "private": true }' > "$TOOLS_DIR/package.json"
+  npm install --prefix "$TOOLS_DIR" --no-audit --no-fund --save-exact "$ANVIL_PKG@$ANVIL_VERSION" >&2 \
+    || die "npm install $ANVIL_PKG@$ANVIL_VERSION failed"
+  [ -f "$ANVIL_BIN" ] || die "anvil binary missing after install: $ANVIL_BIN"
+  chmod +x "$ANVIL_BIN"
+fi
+ANVIL_REPORTED="$("$ANVIL_BIN" --version 2>&1 | head -n 1)" || die "anvil does not run: $ANVIL_REPORTED"
+case "$ANVIL_REPORTED" in
+  *"$ANVIL_VERSION"*) log "$ANVIL_REPORTED" ;;
+  *) die "unexpected anvil version: '$ANVIL_REPORTED' (want $ANVIL_VERSION); remove .tools and re-run" ;;
+esac
+
+# ── solc-js + OpenZeppelin (contracts-abi) ───────────────────────────────
+contracts_deps_ok() {
+  node -e '
+    const path = require("path");
+    const dir = process.argv[1];
+    const want = require(path.join(dir, "package.json")).dependencies;
+    for (const [name, version] of Object.entries(want)) {
+      let have;
+      try { have = require(path.join(dir, "node_modules", name, "package.json")).version; } catch { process.exit(1); }
+      if (have !== version) process.exit(1);
+    }' "$CONTRACTS_DIR" 2>/dev/null
+}
+if contracts_deps_ok; then
+  log "contracts-abi dependencies already installed"
+elif [ -f "$CONTRACTS_DIR/package-lock.json" ]; then
+  log "installing contracts-abi dependencies (npm ci)"
+  npm ci --prefix "$CONTRACTS_DIR" --no-audit --no-fund >&2 || die "npm ci --prefix contracts-abi failed"
+else
+  log "installing contracts-abi dependencies (npm install, no lock file)"
+  npm install --prefix "$CONTRACTS_DIR" --no-audit --no-fund >&2 || die "npm install --prefix contracts-abi failed"
+fi
+contracts_deps_ok || die "contracts-abi dependencies do not match contracts-abi/package.json after install"
+
+echo "$ANVIL_BIN"
