@@ -3,7 +3,9 @@
 
 use alloy::primitives::{Address, U256};
 use cresolver::resolve::tally::Vote;
-use cresolver::resolve::{Dimensions, Reputation, TallyError, TallyWorker, TieRule, decode_report, tally};
+use cresolver::resolve::{
+    Dimensions, Reputation, TallyError, TallyWorker, TieRule, decode_report, tally,
+};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -16,14 +18,22 @@ fn dims(v: [f64; 8]) -> Dimensions {
 fn w(i: u8, vote: Option<bool>, scores: Dimensions, rep: Reputation) -> TallyWorker {
     TallyWorker {
         address: Address::repeat_byte(i),
-        vote: vote.map(|d| Vote { determination: d, confidence: 0.7 }),
+        vote: vote.map(|d| Vote {
+            determination: d,
+            confidence: 0.7,
+        }),
         scores,
         reputation: rep,
     }
 }
 
 fn rep(r: f64, s: f64, a: f64, count: u64) -> Reputation {
-    Reputation { res_quality: r, src_quality: s, analysis_depth: a, count }
+    Reputation {
+        res_quality: r,
+        src_quality: s,
+        analysis_depth: a,
+        count,
+    }
 }
 
 // Dimension order: resolutionQuality, sourceQuality, analysisDepth, reasoningClarity,
@@ -34,7 +44,12 @@ const C: [f64; 8] = [91.0, 77.0, 66.0, 85.0, 72.0, 58.0, 64.0, 49.0];
 #[test]
 fn hand_checked_vector_with_reputation_history() {
     let workers = vec![
-        w(1, Some(true), Dimensions::uniform(80.0), Reputation::default()),
+        w(
+            1,
+            Some(true),
+            Dimensions::uniform(80.0),
+            Reputation::default(),
+        ),
         // res (60*20+70*15+30*10)/45 = 56.67 -> 57; src (50*15+90*10)/25 = 66;
         // depth (40*15+20*10+100*5)/30 = 43.33 -> 43; q = round(166/3) = 55; rep 1.1
         w(2, Some(false), dims(B), rep(70.0, 60.0, 50.0, 3)),
@@ -45,15 +60,27 @@ fn hand_checked_vector_with_reputation_history() {
     ];
     let out = tally(U256::from(9), &workers, TieRule::Yes).unwrap();
     assert!(out.resolution);
-    assert_eq!(out.dim_scores(), vec![80, 80, 80, 57, 66, 43, 85, 72, 61, 0, 0, 0]);
+    assert_eq!(
+        out.dim_scores(),
+        vec![80, 80, 80, 57, 66, 43, 85, 72, 61, 0, 0, 0]
+    );
     // 80*200*1; round(55*50*1.1 = 3025.0000000000005); round(73*200*1.27333… = 18590.67); 0
-    assert_eq!(out.weights(), [16000u64, 3025, 18591, 0].map(U256::from).to_vec());
+    assert_eq!(
+        out.weights(),
+        [16000u64, 3025, 18591, 0].map(U256::from).to_vec()
+    );
     assert_eq!(out.no_weight, 55.0 * 1.1);
-    assert_eq!(out.workers.iter().map(|w| w.quality).collect::<Vec<_>>(), vec![80.0, 55.0, 73.0, 0.0]);
+    assert_eq!(
+        out.workers.iter().map(|w| w.quality).collect::<Vec<_>>(),
+        vec![80.0, 55.0, 73.0, 0.0]
+    );
     // the report decodes back to the same arrays, in registration order
     let r = decode_report(&out.report()).unwrap();
     assert_eq!(r.market_id, U256::from(9));
-    assert_eq!(r.workers, (1..=4).map(Address::repeat_byte).collect::<Vec<_>>());
+    assert_eq!(
+        r.workers,
+        (1..=4).map(Address::repeat_byte).collect::<Vec<_>>()
+    );
     assert_eq!(r.weights, out.weights());
     assert_eq!(r.dim_scores, out.dim_scores());
     assert!(r.resolution);
@@ -62,8 +89,18 @@ fn hand_checked_vector_with_reputation_history() {
 #[test]
 fn tie_follows_the_rule() {
     let workers = vec![
-        w(1, Some(true), Dimensions::uniform(50.0), Reputation::default()),
-        w(2, Some(false), Dimensions::uniform(50.0), Reputation::default()),
+        w(
+            1,
+            Some(true),
+            Dimensions::uniform(50.0),
+            Reputation::default(),
+        ),
+        w(
+            2,
+            Some(false),
+            Dimensions::uniform(50.0),
+            Reputation::default(),
+        ),
     ];
     let yes = tally(U256::ZERO, &workers, TieRule::Yes).unwrap();
     assert!(yes.resolution && yes.tie);
@@ -71,13 +108,21 @@ fn tie_follows_the_rule() {
     let no = tally(U256::ZERO, &workers, TieRule::No).unwrap();
     assert!(!no.resolution);
     assert_eq!(no.weights(), vec![U256::from(2500), U256::from(10000)]);
-    assert_eq!(tally(U256::ZERO, &workers, TieRule::Fail), Err(TallyError::Tie { weight: 50.0 }));
+    assert_eq!(
+        tally(U256::ZERO, &workers, TieRule::Fail),
+        Err(TallyError::Tie { weight: 50.0 })
+    );
 }
 
 #[test]
 fn all_no_round() {
     let workers = vec![
-        w(1, Some(false), Dimensions::uniform(70.0), Reputation::default()),
+        w(
+            1,
+            Some(false),
+            Dimensions::uniform(70.0),
+            Reputation::default(),
+        ),
         w(2, Some(false), dims(B), Reputation::default()),
     ];
     let out = tally(U256::from(1), &workers, TieRule::Yes).unwrap();
@@ -89,13 +134,46 @@ fn all_no_round() {
 #[test]
 fn degenerate_rounds_fail_clearly() {
     let none = vec![w(1, None, Dimensions::default(), Reputation::default())];
-    assert_eq!(tally(U256::ZERO, &none, TieRule::Yes), Err(TallyError::NoResponders));
-    let zero = vec![w(1, Some(true), Dimensions::uniform(0.0), Reputation::default())];
-    assert_eq!(tally(U256::ZERO, &zero, TieRule::Yes), Err(TallyError::ZeroTotalWeight));
-    let dup = vec![w(1, Some(true), Dimensions::uniform(10.0), Reputation::default()), w(1, None, Dimensions::default(), Reputation::default())];
-    assert!(matches!(tally(U256::ZERO, &dup, TieRule::Yes), Err(TallyError::DuplicateWorker { .. })));
-    let bad = vec![w(1, Some(true), dims([101.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), Reputation::default())];
-    assert!(matches!(tally(U256::ZERO, &bad, TieRule::Yes), Err(TallyError::ScoreOutOfRange { field: "resolutionQuality", .. })));
+    assert_eq!(
+        tally(U256::ZERO, &none, TieRule::Yes),
+        Err(TallyError::NoResponders)
+    );
+    let zero = vec![w(
+        1,
+        Some(true),
+        Dimensions::uniform(0.0),
+        Reputation::default(),
+    )];
+    assert_eq!(
+        tally(U256::ZERO, &zero, TieRule::Yes),
+        Err(TallyError::ZeroTotalWeight)
+    );
+    let dup = vec![
+        w(
+            1,
+            Some(true),
+            Dimensions::uniform(10.0),
+            Reputation::default(),
+        ),
+        w(1, None, Dimensions::default(), Reputation::default()),
+    ];
+    assert!(matches!(
+        tally(U256::ZERO, &dup, TieRule::Yes),
+        Err(TallyError::DuplicateWorker { .. })
+    ));
+    let bad = vec![w(
+        1,
+        Some(true),
+        dims([101.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+        Reputation::default(),
+    )];
+    assert!(matches!(
+        tally(U256::ZERO, &bad, TieRule::Yes),
+        Err(TallyError::ScoreOutOfRange {
+            field: "resolutionQuality",
+            ..
+        })
+    ));
 }
 
 fn arb_worker(i: u8) -> impl Strategy<Value = TallyWorker> {
@@ -105,7 +183,12 @@ fn arb_worker(i: u8) -> impl Strategy<Value = TallyWorker> {
         (0u8..=100, 0u8..=100, 0u8..=100, 0u64..5),
     )
         .prop_map(move |(vote, s, (r, sq, a, c))| {
-            w(i, vote, Dimensions::from_array(s.map(f64::from)), rep(f64::from(r), f64::from(sq), f64::from(a), c))
+            w(
+                i,
+                vote,
+                Dimensions::from_array(s.map(f64::from)),
+                rep(f64::from(r), f64::from(sq), f64::from(a), c),
+            )
         })
 }
 
@@ -148,9 +231,18 @@ fn cli(input: &str) -> (i32, String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    (out.status.code().unwrap(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
 }
 
 fn scores_json(v: [f64; 8]) -> Value {
@@ -179,10 +271,19 @@ fn cli_matches_the_library_and_rejects_bad_fields() {
     let out: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(out["resolution"], json!(true));
     assert_eq!(out["weights"], json!(["16000", "3025", "18591", "0"]));
-    assert_eq!(out["dimScores"], json!([80, 80, 80, 57, 66, 43, 85, 72, 61, 0, 0, 0]));
-    assert_eq!(out["workers"][3], json!(Address::repeat_byte(4).to_string()));
+    assert_eq!(
+        out["dimScores"],
+        json!([80, 80, 80, 57, 66, 43, 85, 72, 61, 0, 0, 0])
+    );
+    assert_eq!(
+        out["workers"][3],
+        json!(Address::repeat_byte(4).to_string())
+    );
     let report = alloy::hex::decode(out["report"].as_str().unwrap()).unwrap();
-    assert_eq!(decode_report(&report).unwrap().weights[2], U256::from(18591));
+    assert_eq!(
+        decode_report(&report).unwrap().weights[2],
+        U256::from(18591)
+    );
 
     let mut bad = input.clone();
     bad["workers"][1]["confidence"] = json!("high");
@@ -197,7 +298,10 @@ fn cli_matches_the_library_and_rejects_bad_fields() {
     assert!(err.contains("workers[2].scores.timeliness"), "{err}");
 
     let mut bad = input.clone();
-    bad["workers"][0].as_object_mut().unwrap().remove("determination");
+    bad["workers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("determination");
     let (code, _, err) = cli(&bad.to_string());
     assert_eq!(code, 2);
     assert!(err.contains("workers[0].determination"), "{err}");
