@@ -90,7 +90,7 @@ impl AgentBehaviour {
         let determination = match self.determination {
             DeterminationMode::Yes => true,
             DeterminationMode::No => false,
-            DeterminationMode::Hash => h % 2 == 0,
+            DeterminationMode::Hash => h.is_multiple_of(2),
         };
         let confidence = self.confidence.unwrap_or(0.5 + f64::from(h % 40) / 100.0);
         (determination, confidence)

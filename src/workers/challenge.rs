@@ -41,9 +41,7 @@ pub fn unknown_placeholder(template: &str) -> Option<String> {
     let mut rest = template;
     while let Some(start) = rest.find('{') {
         let after = &rest[start + 1..];
-        let Some(end) = after.find('}') else {
-            return None;
-        };
+        let end = after.find('}')?;
         let name = &after[..end];
         if !PLACEHOLDERS.contains(&name) {
             return Some(name.to_string());

@@ -103,10 +103,13 @@ impl Scripted {
     }
 }
 
+/// Requests the fake LLM server received: (authorization header, JSON body).
+pub type Recorded = Arc<Mutex<Vec<(Option<String>, Value)>>>;
+
 #[derive(Clone, Default)]
 pub struct LlmServer {
     pub script: Arc<Mutex<VecDeque<Scripted>>>,
-    pub requests: Arc<Mutex<Vec<(Option<String>, Value)>>>,
+    pub requests: Recorded,
 }
 
 /// Starts an OpenAI-compatible `/v1/chat/completions` server that answers from a
