@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs the pinned tools (anvil, solc-js),
+# checks the committed contract artifacts are current, lints, and runs every test.
+#   scripts/test.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+command -v cargo >/dev/null 2>&1 || { echo "test: cargo not found: install Rust (rustup) first" >&2; exit 1; }
+
+echo "== tools"
+scripts/install-tools.sh >/dev/null
+echo "== contract artifacts are current"
+node scripts/compile-contracts.mjs --check
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --locked --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --locked --all-targets
