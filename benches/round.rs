@@ -1,1 +1,409 @@
-fn main() {}
+//! Round benchmark (`cargo bench --bench round`): concurrent fan-out versus the
+//! reference workflow's one-worker-at-a-time calls, the engine's per-round overhead, and
+//! 1,000 concurrent rounds. Every worker is a real reference agent (axum) on 127.0.0.1,
+//! reached over HTTP through the same tower stack the node uses. Prints a Markdown table
+//! and writes it to `target/bench-round.md`.
+
+use alloy::primitives::{Address, U256};
+use cresolver::agent::{AgentBehaviour, DeterminationMode};
+use cresolver::evaluate::{EvalInput, EvalWorker, Evaluator, RubricEvaluator};
+use cresolver::resolve::tally::Vote;
+use cresolver::resolve::{Reputation, TallyWorker};
+use cresolver::round::{Engine, RoundInput};
+use cresolver::workers::challenge::challenges_for;
+use cresolver::workers::fanout::{WorkerSlot, WorkerTarget};
+use cresolver::workers::{A2aProtocol, ResolveRequest, StageClient, StageLimits, WorkerProtocol};
+use cresolver::workflow::Workflow;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+const WORKERS: usize = 10;
+const SLOW_LATENCY: Duration = Duration::from_millis(200);
+const LATENCY_RUNS: usize = 5;
+const OVERHEAD_WARMUP: usize = 30;
+const OVERHEAD_ROUNDS: usize = 200;
+const CONCURRENT_ROUNDS: usize = 1_000;
+const CONCURRENCY: usize = 512;
+const QUESTION: &str = "Will the reference feed report YES for market 7 by 2026-06-30?";
+const REFERENCE_TIME: u64 = 1_780_272_000;
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let table = rt.block_on(run());
+    print!("{table}");
+    let dir = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").to_string());
+    let path = std::path::Path::new(&dir).join("bench-round.md");
+    match std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, &table)) {
+        Ok(()) => eprintln!("wrote {}", path.display()),
+        Err(e) => eprintln!("could not write {}: {e}", path.display()),
+    }
+}
+
+/// Starts `WORKERS` reference agents answering after `latency`; returns their slots.
+async fn start_workers(latency: Duration) -> Vec<WorkerSlot> {
+    let mut slots = Vec::with_capacity(WORKERS);
+    for i in 0..WORKERS {
+        let behaviour = AgentBehaviour {
+            name: format!("bench-worker-{i}"),
+            // a 7/3 split, so both challenge variants (unanimity/disagreement) are rendered
+            determination: if i % 3 == 2 {
+                DeterminationMode::No
+            } else {
+                DeterminationMode::Yes
+            },
+            confidence: None,
+            latency,
+            failure: None,
+        };
+        let (url, _handle) = cresolver::agent::spawn("127.0.0.1:0", behaviour)
+            .await
+            .expect("bind reference agent");
+        slots.push(WorkerSlot {
+            address: Address::repeat_byte(i as u8 + 1),
+            target: Ok(WorkerTarget {
+                endpoint: url.parse().expect("agent url"),
+                protocol: Arc::new(A2aProtocol),
+            }),
+        });
+    }
+    slots
+}
+
+fn round_input(market_id: u64, workers: &[WorkerSlot]) -> RoundInput {
+    RoundInput {
+        market_id,
+        question: QUESTION.into(),
+        deadline: None,
+        reference_time: REFERENCE_TIME,
+        workers: workers.to_vec(),
+        reputations: vec![Reputation::default(); workers.len()],
+    }
+}
+
+fn engine(wf: Workflow) -> Engine {
+    Engine::with_evaluator(wf, StageClient::default_http(), Arc::new(RubricEvaluator))
+}
+
+/// One `Engine::run`, checked: every worker answered and the report was produced.
+async fn engine_round(engine: &Engine, input: &RoundInput) -> Duration {
+    let t = Instant::now();
+    let out = engine.run(input).await.expect("round");
+    let took = t.elapsed();
+    assert_eq!(out.resolve.valid, WORKERS, "every worker must answer");
+    assert!(
+        out.challenges
+            .iter()
+            .all(|c| c.as_ref().is_some_and(|c| c.failure.is_none()))
+    );
+    assert!(!out.report.is_empty());
+    took
+}
+
+/// The two stage clients of a sequential round, with the engine's limits.
+struct SequentialClients {
+    resolve: StageClient,
+    challenge: StageClient,
+}
+
+impl SequentialClients {
+    fn new(wf: &Workflow) -> Self {
+        let http = StageClient::default_http();
+        let permits = Arc::new(Semaphore::new(wf.resolve.concurrency));
+        let retry_backoff = Duration::from_millis(wf.resolve.retry_backoff_ms);
+        let resolve = StageClient::new(
+            http.clone(),
+            StageLimits {
+                timeout: wf.resolve_timeout(),
+                max_body_bytes: wf.resolve.max_body_bytes,
+                connect_retries: wf.resolve.connect_retries,
+                retry_backoff,
+            },
+            permits.clone(),
+        );
+        let challenge = StageClient::new(
+            http,
+            StageLimits {
+                timeout: Duration::from_millis(wf.challenge.timeout_ms),
+                max_body_bytes: wf.challenge.max_body_bytes,
+                connect_retries: wf.resolve.connect_retries,
+                retry_backoff,
+            },
+            permits,
+        );
+        Self { resolve, challenge }
+    }
+}
+
+/// The reference workflow's shape: resolve each worker in turn, then challenge each
+/// responder in turn, then evaluate (rubric) and tally. Same protocol, client stack,
+/// templates, evaluator and tally as the engine; only the calls are not concurrent.
+async fn sequential_round(
+    wf: &Workflow,
+    clients: &SequentialClients,
+    market_id: u64,
+    workers: &[WorkerSlot],
+) -> Duration {
+    let t = Instant::now();
+    let request = ResolveRequest {
+        market_id,
+        question: QUESTION.into(),
+        deadline: None,
+        context: None,
+    };
+    let mut answers = Vec::with_capacity(workers.len());
+    for slot in workers {
+        let target = slot.target.as_ref().expect("discovered");
+        let answer = A2aProtocol
+            .resolve(&clients.resolve, &target.endpoint, &request)
+            .await;
+        answers.push(answer.ok());
+    }
+    let valid = answers.iter().filter(|a| a.is_some()).count();
+    assert_eq!(valid, WORKERS, "every worker must answer");
+    assert!(wf.quorum.rule.is_met(valid, workers.len()));
+    let templates = wf.challenge.templates();
+    let determinations: Vec<bool> = answers.iter().flatten().map(|a| a.determination).collect();
+    let mut eval_workers = Vec::new();
+    let mut slot_of = Vec::new();
+    for (i, (slot, answer)) in workers.iter().zip(&answers).enumerate() {
+        let Some(answer) = answer else { continue };
+        let target = slot.target.as_ref().expect("discovered");
+        let challenges = challenges_for(&templates, QUESTION, answer, &determinations);
+        let defence = A2aProtocol
+            .challenge(&clients.challenge, &target.endpoint, &challenges)
+            .await;
+        assert!(defence.failure.is_none());
+        eval_workers.push(EvalWorker {
+            label: format!("W{}", eval_workers.len() + 1),
+            address: slot.address,
+            answer: answer.clone(),
+            challenges: defence.challenges,
+            responses: defence.responses,
+        });
+        slot_of.push(i);
+    }
+    let eval_input = EvalInput {
+        market_id,
+        question: QUESTION.into(),
+        workers: eval_workers,
+        reference_time: REFERENCE_TIME,
+    };
+    let evaluation = RubricEvaluator.evaluate(&eval_input).await.expect("rubric");
+    let mut scores = vec![None; workers.len()];
+    for (k, &i) in slot_of.iter().enumerate() {
+        scores[i] = evaluation.scores.get(k).copied();
+    }
+    let tally_workers: Vec<TallyWorker> = workers
+        .iter()
+        .zip(&answers)
+        .zip(&scores)
+        .map(|((slot, answer), s)| TallyWorker {
+            address: slot.address,
+            vote: answer.as_ref().map(|a| Vote {
+                determination: a.determination,
+                confidence: a.confidence,
+            }),
+            scores: s.unwrap_or_default(),
+            reputation: Reputation::default(),
+        })
+        .collect();
+    let outcome = cresolver::resolve::tally(U256::from(market_id), &tally_workers, wf.tally.tie)
+        .expect("tally");
+    assert!(!outcome.report().is_empty());
+    t.elapsed()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    // nearest-rank
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// A `kB` field of /proc/self/status, in MiB.
+fn proc_status_mib(field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn mib(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".into(), |v| format!("{v:.1} MiB"))
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+async fn run() -> String {
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let profile = if cfg!(debug_assertions) {
+        "debug (debug_assertions on) — numbers are not representative"
+    } else {
+        "release (cargo bench profile, debug_assertions off)"
+    };
+    eprintln!(
+        "machine: nproc={nproc}, cpu={}, profile={profile}",
+        cpu_model()
+    );
+
+    // ---- 1. 10 workers × 200 ms: Engine::run (concurrent) vs sequential calls ----------
+    let wf = Workflow::default_named("bench");
+    let slow = start_workers(SLOW_LATENCY).await;
+    let slow_input = round_input(7, &slow);
+    let concurrent_engine = engine(wf.clone());
+    let clients = SequentialClients::new(&wf);
+    // one warm-up each (opens the keep-alive connections)
+    engine_round(&concurrent_engine, &slow_input).await;
+    sequential_round(&wf, &clients, 7, &slow).await;
+    let mut concurrent = Vec::new();
+    let mut sequential = Vec::new();
+    for run in 0..LATENCY_RUNS {
+        let c = engine_round(&concurrent_engine, &slow_input).await;
+        let s = sequential_round(&wf, &clients, 7, &slow).await;
+        eprintln!(
+            "latency run {run}: concurrent {:.1} ms, sequential {:.1} ms",
+            ms(c),
+            ms(s)
+        );
+        concurrent.push(c);
+        sequential.push(s);
+    }
+    let concurrent_med = median(&mut concurrent);
+    let sequential_med = median(&mut sequential);
+    let ratio = concurrent_med.as_secs_f64() / sequential_med.as_secs_f64();
+
+    // ---- 2. engine overhead: 10 instant workers, one round at a time -------------------
+    let instant = start_workers(Duration::ZERO).await;
+    let instant_input = round_input(8, &instant);
+    let overhead_engine = engine(wf.clone());
+    for _ in 0..OVERHEAD_WARMUP {
+        engine_round(&overhead_engine, &instant_input).await;
+    }
+    let mut overhead = Vec::with_capacity(OVERHEAD_ROUNDS);
+    for _ in 0..OVERHEAD_ROUNDS {
+        overhead.push(engine_round(&overhead_engine, &instant_input).await);
+    }
+    overhead.sort();
+    let overhead_med = median(&mut overhead);
+    let overhead_p90 = percentile(&overhead, 90.0);
+    let overhead_mean = overhead.iter().sum::<Duration>() / overhead.len() as u32;
+
+    // ---- 3. 1,000 concurrent rounds × 10 instant workers -------------------------------
+    let mut wf_many = wf.clone();
+    wf_many.resolve.concurrency = CONCURRENCY;
+    let many_engine = Arc::new(engine(wf_many));
+    let many_input = Arc::new(round_input(9, &instant));
+    let rss_before = proc_status_mib("VmRSS:");
+    // reset the peak (VmHWM) to the current RSS, so the peak is this scenario's
+    let hwm_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let t = Instant::now();
+    let tasks: Vec<_> = (0..CONCURRENT_ROUNDS)
+        .map(|_| {
+            let engine = many_engine.clone();
+            let input = many_input.clone();
+            tokio::spawn(async move { engine_round(&engine, &input).await })
+        })
+        .collect();
+    let per_round = futures::future::join_all(tasks).await;
+    let many_wall = t.elapsed();
+    let ok = per_round.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(ok, CONCURRENT_ROUNDS, "every round must succeed");
+    let mut per_round: Vec<Duration> = per_round.into_iter().flatten().collect();
+    per_round.sort();
+    let rss_peak = proc_status_mib("VmHWM:");
+    let rounds_per_s = CONCURRENT_ROUNDS as f64 / many_wall.as_secs_f64();
+
+    // ---- the table ----------------------------------------------------------------------
+    let mut s = String::new();
+    let _ = writeln!(s, "## cresolver round benchmark\n");
+    let _ = writeln!(
+        s,
+        "Machine: nproc = {nproc} ({}); tokio multi-thread runtime, {nproc} workers; \
+build profile: {profile}. Workers are reference agents (axum) on 127.0.0.1 in the same \
+process; workflow = `Workflow::default_named` (BFT quorum, challenges on, rubric \
+evaluator) except `resolve.concurrency` in scenario 3.\n",
+        cpu_model()
+    );
+    let _ = writeln!(s, "| # | Scenario | Metric | Value |");
+    let _ = writeln!(s, "|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| 1 | 10 workers × 200 ms, `Engine::run` (concurrent fan-out) | median round wall time ({LATENCY_RUNS} runs) | {:.1} ms |",
+        ms(concurrent_med)
+    );
+    let _ = writeln!(
+        s,
+        "| 1 | 10 workers × 200 ms, sequential A2A (resolve ×10, then challenge ×10) + rubric + tally | median round wall time ({LATENCY_RUNS} runs) | {:.1} ms |",
+        ms(sequential_med)
+    );
+    let _ = writeln!(
+        s,
+        "| 1 | | ratio concurrent / sequential | {ratio:.3} (1/{:.1}) |",
+        1.0 / ratio
+    );
+    let _ = writeln!(
+        s,
+        "| 2 | 10 instant workers, `Engine::run`, {OVERHEAD_ROUNDS} rounds one at a time ({OVERHEAD_WARMUP} warm-up) | median per round | {:.0} µs |",
+        us(overhead_med)
+    );
+    let _ = writeln!(s, "| 2 | | p90 per round | {:.0} µs |", us(overhead_p90));
+    let _ = writeln!(s, "| 2 | | mean per round | {:.0} µs |", us(overhead_mean));
+    let _ = writeln!(
+        s,
+        "| 3 | {CONCURRENT_ROUNDS} concurrent rounds × 10 instant workers (`resolve.concurrency` = {CONCURRENCY}) | total wall time | {:.0} ms |",
+        ms(many_wall)
+    );
+    let _ = writeln!(s, "| 3 | | throughput | {rounds_per_s:.0} rounds/s |");
+    let _ = writeln!(
+        s,
+        "| 3 | | per-round latency median / p90 / max | {:.0} / {:.0} / {:.0} ms |",
+        ms(median(&mut per_round.clone())),
+        ms(percentile(&per_round, 90.0)),
+        ms(*per_round.last().expect("rounds"))
+    );
+    let _ = writeln!(s, "| 3 | | RSS before (VmRSS) | {} |", mib(rss_before));
+    let _ = writeln!(
+        s,
+        "| 3 | | peak RSS (VmHWM{}) | {} |",
+        if hwm_reset {
+            ", reset before the run"
+        } else {
+            ", process lifetime"
+        },
+        mib(rss_peak)
+    );
+    s
+}
