@@ -12,6 +12,7 @@ pub mod devnet;
 pub mod evaluate;
 pub mod resolve;
 pub mod round;
+pub mod store;
 pub mod tally_cli;
 pub mod workers;
 pub mod workflow;

@@ -1,0 +1,440 @@
+//! The round store: an embedded SQLite database in the data dir that makes the node
+//! exactly-once. It remembers every trigger log seen (de-duplicated by tx hash and log
+//! index), one round per market with its state (requested → discovered → answered →
+//! challenged → evaluated → submitted → confirmed, or failed/skipped with a reason), the
+//! signed submission transaction *before* it is broadcast, and the watcher's checkpoint.
+
+use alloy::primitives::{Address, B256, Bytes, U256};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Where a round is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RoundState {
+    Requested,
+    Discovered,
+    Answered,
+    Challenged,
+    Evaluated,
+    /// The signed transaction is stored; it may or may not have been broadcast yet.
+    Submitted,
+    Confirmed,
+    Failed,
+    /// Nothing to do: the market was already resolved by someone else.
+    Skipped,
+}
+
+impl RoundState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoundState::Requested => "requested",
+            RoundState::Discovered => "discovered",
+            RoundState::Answered => "answered",
+            RoundState::Challenged => "challenged",
+            RoundState::Evaluated => "evaluated",
+            RoundState::Submitted => "submitted",
+            RoundState::Confirmed => "confirmed",
+            RoundState::Failed => "failed",
+            RoundState::Skipped => "skipped",
+        }
+    }
+
+    /// Final states: nothing more happens unless a new request reopens a failed round.
+    pub fn is_final(self) -> bool {
+        matches!(self, RoundState::Confirmed | RoundState::Failed | RoundState::Skipped)
+    }
+
+    pub const ALL: [RoundState; 9] = [
+        RoundState::Requested,
+        RoundState::Discovered,
+        RoundState::Answered,
+        RoundState::Challenged,
+        RoundState::Evaluated,
+        RoundState::Submitted,
+        RoundState::Confirmed,
+        RoundState::Failed,
+        RoundState::Skipped,
+    ];
+}
+
+impl FromStr for RoundState {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self, StoreError> {
+        RoundState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown round state {s:?}")))
+    }
+}
+
+/// A round as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoundRecord {
+    pub market: Address,
+    pub market_id: U256,
+    pub state: RoundState,
+    /// 1 for the first round of a market; a new request after a failure adds one.
+    pub attempt: u32,
+    pub workflow: String,
+    pub request_tx: Option<B256>,
+    pub request_block: Option<u64>,
+    pub reason: Option<String>,
+    pub submit_tx: Option<B256>,
+    #[serde(skip)]
+    pub raw_tx: Option<Bytes>,
+    /// The round's outcome/transcript as JSON, once evaluated.
+    pub outcome: Option<serde_json::Value>,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+/// What recording a request decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestDecision {
+    /// This exact log was seen before.
+    DuplicateLog,
+    /// A new round was created.
+    New,
+    /// The market's failed round was reopened for another attempt.
+    Reopened,
+    /// The market already has a round in progress or finished: nothing to do.
+    AlreadyHandled(RoundState),
+}
+
+impl RequestDecision {
+    /// Whether a round should be (re)started.
+    pub fn starts_round(self) -> bool {
+        matches!(self, RequestDecision::New | RequestDecision::Reopened)
+    }
+}
+
+/// A trigger log's identity and position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRef {
+    pub tx_hash: B256,
+    pub log_index: u64,
+    pub block_number: u64,
+    pub block_hash: B256,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create data dir {path}: {source}")]
+    DataDir { path: String, source: std::io::Error },
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("database holds unexpected data: {0}")]
+    Corrupt(String),
+    #[error("no round for market {0} / {1}")]
+    NoRound(Address, U256),
+}
+
+/// The store. Cheap operations behind a mutex; every write is durable when it returns.
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+const SCHEMA: &str = "
+PRAGMA journal_mode = WAL;
+PRAGMA synchronous = FULL;
+CREATE TABLE IF NOT EXISTS seen_logs (
+    tx_hash TEXT NOT NULL, log_index INTEGER NOT NULL, market TEXT NOT NULL, market_id TEXT NOT NULL,
+    block_number INTEGER NOT NULL, block_hash TEXT NOT NULL, PRIMARY KEY (tx_hash, log_index));
+CREATE TABLE IF NOT EXISTS rounds (
+    market TEXT NOT NULL, market_id TEXT NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL,
+    workflow TEXT NOT NULL, request_tx TEXT, request_block INTEGER, reason TEXT, submit_tx TEXT,
+    raw_tx BLOB, outcome TEXT, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+    PRIMARY KEY (market, market_id));
+CREATE TABLE IF NOT EXISTS checkpoints (
+    key TEXT PRIMARY KEY, block_number INTEGER NOT NULL, block_hash TEXT NOT NULL);
+";
+
+impl Store {
+    /// Opens (creating if needed) `cresolver.sqlite3` in `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|source| StoreError::DataDir { path: data_dir.display().to_string(), source })?;
+        let conn = Connection::open(data_dir.join("cresolver.sqlite3"))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self { conn: Mutex::new(conn) })
+    }
+
+    /// A throwaway in-memory store (tests, dry runs).
+    pub fn in_memory() -> Result<Self, StoreError> {
+        let conn = Connection::open_in_memory()?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self { conn: Mutex::new(conn) })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite inconsistent (each statement
+        // is atomic), so a poisoned lock is safe to reuse.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a trigger log and decides whether it starts a round. Idempotent.
+    pub fn record_request(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        log: &LogRef,
+    ) -> Result<RequestDecision, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let inserted = tx.execute(
+            "INSERT OR IGNORE INTO seen_logs (tx_hash, log_index, market, market_id, block_number, block_hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                log.tx_hash.to_string(),
+                log.log_index as i64,
+                market.to_string(),
+                market_id.to_string(),
+                log.block_number as i64,
+                log.block_hash.to_string()
+            ],
+        )?;
+        if inserted == 0 {
+            return Ok(RequestDecision::DuplicateLog);
+        }
+        let d = upsert_round(&tx, market, market_id, workflow, Some((log.tx_hash, log.block_number)))?;
+        tx.commit()?;
+        Ok(d)
+    }
+
+    /// Records a request that came without a log (HTTP trigger, CLI).
+    pub fn manual_request(&self, market: Address, market_id: U256, workflow: &str) -> Result<RequestDecision, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let d = upsert_round(&tx, market, market_id, workflow, None)?;
+        tx.commit()?;
+        Ok(d)
+    }
+
+    /// Moves a round to `state` (with an optional reason).
+    pub fn set_state(&self, market: Address, market_id: U256, state: RoundState, reason: Option<&str>) -> Result<(), StoreError> {
+        let n = self.conn().execute(
+            "UPDATE rounds SET state = ?3, reason = ?4, updated_at = ?5 WHERE market = ?1 AND market_id = ?2",
+            params![market.to_string(), market_id.to_string(), state.as_str(), reason, now() as i64],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NoRound(market, market_id));
+        }
+        Ok(())
+    }
+
+    /// Stores the round's outcome/transcript JSON.
+    pub fn set_outcome(&self, market: Address, market_id: U256, outcome: &serde_json::Value) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE rounds SET outcome = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2",
+            params![market.to_string(), market_id.to_string(), outcome.to_string(), now() as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Persists the signed submission before it is broadcast.
+    pub fn mark_submitted(&self, market: Address, market_id: U256, tx_hash: B256, raw_tx: &[u8]) -> Result<(), StoreError> {
+        let n = self.conn().execute(
+            "UPDATE rounds SET state = 'submitted', submit_tx = ?3, raw_tx = ?4, reason = NULL, updated_at = ?5
+             WHERE market = ?1 AND market_id = ?2",
+            params![market.to_string(), market_id.to_string(), tx_hash.to_string(), raw_tx, now() as i64],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NoRound(market, market_id));
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, market: Address, market_id: U256) -> Result<Option<RoundRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!("{SELECT} WHERE market = ?1 AND market_id = ?2"))?;
+        let row = stmt.query_row(params![market.to_string(), market_id.to_string()], read_row).optional()?;
+        row.transpose()
+    }
+
+    /// Rounds, most recently updated first.
+    pub fn list(&self, limit: usize) -> Result<Vec<RoundRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!("{SELECT} ORDER BY updated_at DESC, market_id DESC LIMIT ?1"))?;
+        let rows = stmt.query_map(params![limit as i64], read_row)?;
+        rows.map(|r| r.map_err(StoreError::from).and_then(|x| x)).collect()
+    }
+
+    /// Rounds that are not final (to resume after a restart).
+    pub fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
+            "{SELECT} WHERE state NOT IN ('confirmed', 'failed', 'skipped') ORDER BY created_at, market_id"
+        ))?;
+        let rows = stmt.query_map([], read_row)?;
+        rows.map(|r| r.map_err(StoreError::from).and_then(|x| x)).collect()
+    }
+
+    /// Number of rounds per state.
+    pub fn count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT state, COUNT(*) FROM rounds GROUP BY state")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+        rows.map(|r| {
+            let (s, n) = r?;
+            Ok((RoundState::from_str(&s)?, n as u64))
+        })
+        .collect()
+    }
+
+    pub fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
+        let conn = self.conn();
+        let row: Option<(i64, String)> = conn
+            .query_row("SELECT block_number, block_hash FROM checkpoints WHERE key = ?1", params![key], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        row.map(|(n, h)| Ok((n as u64, B256::from_str(&h).map_err(|e| StoreError::Corrupt(format!("checkpoint hash: {e}")))?)))
+            .transpose()
+    }
+
+    pub fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT INTO checkpoints (key, block_number, block_hash) VALUES (?1, ?2, ?3)
+             ON CONFLICT(key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash",
+            params![key, block as i64, hash.to_string()],
+        )?;
+        Ok(())
+    }
+}
+
+const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, raw_tx, outcome, created_at, updated_at FROM rounds";
+
+fn upsert_round(
+    tx: &rusqlite::Transaction<'_>,
+    market: Address,
+    market_id: U256,
+    workflow: &str,
+    request: Option<(B256, u64)>,
+) -> Result<RequestDecision, StoreError> {
+    let existing: Option<(String, i64)> = tx
+        .query_row(
+            "SELECT state, attempt FROM rounds WHERE market = ?1 AND market_id = ?2",
+            params![market.to_string(), market_id.to_string()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let (req_tx, req_block) = match request {
+        Some((h, b)) => (Some(h.to_string()), Some(b as i64)),
+        None => (None, None),
+    };
+    let t = now() as i64;
+    match existing {
+        None => {
+            tx.execute(
+                "INSERT INTO rounds (market, market_id, state, attempt, workflow, request_tx, request_block, created_at, updated_at)
+                 VALUES (?1, ?2, 'requested', 1, ?3, ?4, ?5, ?6, ?6)",
+                params![market.to_string(), market_id.to_string(), workflow, req_tx, req_block, t],
+            )?;
+            Ok(RequestDecision::New)
+        }
+        Some((state, _)) if state == "failed" => {
+            tx.execute(
+                "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = COALESCE(?4, request_tx),
+                 request_block = COALESCE(?5, request_block), reason = NULL, submit_tx = NULL, raw_tx = NULL, updated_at = ?6
+                 WHERE market = ?1 AND market_id = ?2",
+                params![market.to_string(), market_id.to_string(), workflow, req_tx, req_block, t],
+            )?;
+            Ok(RequestDecision::Reopened)
+        }
+        Some((state, _)) => Ok(RequestDecision::AlreadyHandled(RoundState::from_str(&state)?)),
+    }
+}
+
+type RowResult = Result<RoundRecord, StoreError>;
+
+fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RowResult> {
+    let market: String = r.get(0)?;
+    let market_id: String = r.get(1)?;
+    let state: String = r.get(2)?;
+    let attempt: i64 = r.get(3)?;
+    let workflow: String = r.get(4)?;
+    let request_tx: Option<String> = r.get(5)?;
+    let request_block: Option<i64> = r.get(6)?;
+    let reason: Option<String> = r.get(7)?;
+    let submit_tx: Option<String> = r.get(8)?;
+    let raw_tx: Option<Vec<u8>> = r.get(9)?;
+    let outcome: Option<String> = r.get(10)?;
+    let created_at: i64 = r.get(11)?;
+    let updated_at: i64 = r.get(12)?;
+    let corrupt = |what: &str, e: String| StoreError::Corrupt(format!("{what}: {e}"));
+    Ok((|| {
+        Ok(RoundRecord {
+            market: Address::from_str(&market).map_err(|e| corrupt("market", e.to_string()))?,
+            market_id: U256::from_str(&market_id).map_err(|e| corrupt("market_id", e.to_string()))?,
+            state: RoundState::from_str(&state)?,
+            attempt: attempt as u32,
+            workflow,
+            request_tx: request_tx.map(|h| B256::from_str(&h)).transpose().map_err(|e| corrupt("request_tx", e.to_string()))?,
+            request_block: request_block.map(|b| b as u64),
+            reason,
+            submit_tx: submit_tx.map(|h| B256::from_str(&h)).transpose().map_err(|e| corrupt("submit_tx", e.to_string()))?,
+            raw_tx: raw_tx.map(Bytes::from),
+            outcome: outcome.map(|o| serde_json::from_str(&o)).transpose().map_err(|e| corrupt("outcome", e.to_string()))?,
+            created_at: created_at as u64,
+            updated_at: updated_at as u64,
+        })
+    })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(i: u8) -> LogRef {
+        LogRef { tx_hash: B256::repeat_byte(i), log_index: 0, block_number: i as u64, block_hash: B256::repeat_byte(0xb0 + i) }
+    }
+
+    #[test]
+    fn one_round_per_market_and_log_dedupe() {
+        let s = Store::in_memory().unwrap();
+        let m = Address::repeat_byte(1);
+        let id = U256::from(7);
+        assert_eq!(s.record_request(m, id, "wf", &log(1)).unwrap(), RequestDecision::New);
+        assert_eq!(s.record_request(m, id, "wf", &log(1)).unwrap(), RequestDecision::DuplicateLog);
+        assert_eq!(s.record_request(m, id, "wf", &log(2)).unwrap(), RequestDecision::AlreadyHandled(RoundState::Requested));
+        s.set_state(m, id, RoundState::Failed, Some("quorum not met")).unwrap();
+        assert_eq!(s.record_request(m, id, "wf", &log(3)).unwrap(), RequestDecision::Reopened);
+        let r = s.get(m, id).unwrap().unwrap();
+        assert_eq!((r.state, r.attempt, r.reason.clone()), (RoundState::Requested, 2, None));
+        assert_eq!(r.request_tx, Some(B256::repeat_byte(3)));
+        s.mark_submitted(m, id, B256::repeat_byte(9), &[1, 2, 3]).unwrap();
+        let r = s.get(m, id).unwrap().unwrap();
+        assert_eq!(r.raw_tx.as_ref().map(|b| b.to_vec()), Some(vec![1u8, 2, 3]));
+        assert_eq!(s.unfinished().unwrap().len(), 1);
+        s.set_state(m, id, RoundState::Confirmed, None).unwrap();
+        assert!(s.unfinished().unwrap().is_empty());
+        assert_eq!(s.manual_request(m, id, "wf").unwrap(), RequestDecision::AlreadyHandled(RoundState::Confirmed));
+        assert_eq!(s.count_by_state().unwrap(), vec![(RoundState::Confirmed, 1)]);
+    }
+
+    #[test]
+    fn persists_across_reopen() {
+        let dir = std::env::temp_dir().join(format!("cresolver-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        {
+            let s = Store::open(&dir).unwrap();
+            s.set_checkpoint("k", 42, B256::repeat_byte(4)).unwrap();
+            s.manual_request(Address::ZERO, U256::from(1), "wf").unwrap();
+        }
+        let s = Store::open(&dir).unwrap();
+        assert_eq!(s.checkpoint("k").unwrap(), Some((42, B256::repeat_byte(4))));
+        assert_eq!(s.unfinished().unwrap().len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
