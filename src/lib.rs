@@ -7,12 +7,19 @@
 //! `devnet` deploys the contracts on a local chain for tests and the demo.
 
 pub mod agent;
+pub mod api;
 pub mod chain;
+pub mod config;
+pub mod demo;
 pub mod devnet;
+pub mod discovery;
 pub mod evaluate;
+pub mod metrics;
+pub mod node;
 pub mod resolve;
 pub mod round;
 pub mod store;
+pub mod submit;
 pub mod tally_cli;
 pub mod workers;
 pub mod workflow;

@@ -1,28 +1,102 @@
 //! The `cresolver` command line.
 
+use alloy::primitives::{Address, U256};
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
+use cresolver::config::{NodeConfig, Overrides};
+use cresolver::node::Node;
+use cresolver::store::RoundState;
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// cresolver — resolution orchestrator for AI-resolved prediction markets.
 ///
 /// Watches a market contract for ResolutionRequested, asks the market's registered
-/// workers (found through ERC-8004) to resolve the question, challenges them, scores
-/// them, and submits the weighted result on chain.
+/// workers (found through the ERC-8004 identity registry) to resolve the question,
+/// challenges them, scores them (LLM or offline rubric), and submits the weighted
+/// result on chain — directly with resolveMarket, or as a CRE report.
+///
+/// Start with `cresolver demo` (a whole round on a local anvil chain).
 #[derive(Debug, Parser)]
 #[command(name = "cresolver", version, about, long_about)]
 struct Cli {
-    /// Log format: `text` (default) or `json`.
+    /// Log format on stderr.
     #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
     #[command(subcommand)]
     command: Command,
 }
 
+/// Where the node configuration comes from (file < env CRESOLVER__SECTION__KEY < flags).
+#[derive(Debug, Args, Clone)]
+struct ConfigArgs {
+    /// Node config file (TOML). Every key can also be set as CRESOLVER__SECTION__KEY.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// RPC URL: http(s):// (polling) or ws(s):// (subscription).
+    #[arg(long)]
+    rpc_url: Option<String>,
+    /// The market contract.
+    #[arg(long)]
+    market_address: Option<Address>,
+    /// Where the round store lives.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Workflow files (repeatable); default workflows/cresolver-resolution.toml.
+    #[arg(long = "workflow", short = 'w')]
+    workflows: Vec<PathBuf>,
+}
+
+impl ConfigArgs {
+    fn load(&self) -> anyhow::Result<NodeConfig> {
+        let o = Overrides {
+            rpc_url: self.rpc_url.clone(),
+            market_address: self.market_address,
+            data_dir: self.data_dir.clone(),
+            workflows: self.workflows.clone(),
+        };
+        Ok(NodeConfig::load(self.config.as_deref(), &o)?)
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the resolver node: watch the chain, resolve every requested market once.
+    ///
+    /// Needs the resolver key in $CRESOLVER_PRIVATE_KEY (or signer.key_file). Serves
+    /// GET /health, /metrics, /rounds, /rounds/{id} and POST /resolve on api.listen.
+    Node {
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Resolve one market now (exit 0 only when the resolution is confirmed on chain).
+    Resolve {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Market id.
+        #[arg(long)]
+        market: U256,
+        /// Print a JSON summary instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Configuration.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Run the reference worker (an A2A agent with deterministic, configurable behaviour).
+    Agent(AgentArgs),
+    /// Run a whole resolution on a local anvil chain: deploy, workers, market, node, summary.
+    Demo {
+        /// Number of reference workers (1-10).
+        #[arg(long, default_value_t = 3)]
+        workers: usize,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Recompute a round's tally from JSON (audit tool): resolution, weights, scores, report bytes.
     ///
     /// Input: {"market_id":N,"tie":"yes|no|fail","workers":[{"address":"0x..","responded":bool,
@@ -39,6 +113,15 @@ enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Validate the node config and its workflow files, and reach the RPC.
+    Check {
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum WorkflowCmd {
     /// Validate workflow files and print the effective settings (defaults filled in).
     Check {
@@ -48,9 +131,31 @@ enum WorkflowCmd {
     },
 }
 
-fn init_logging(format: &str) {
+#[derive(Debug, Args)]
+struct AgentArgs {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:8700")]
+    listen: String,
+    /// Name shown in answers and /health.
+    #[arg(long, default_value = "reference-agent")]
+    name: String,
+    /// How to decide: yes, no, or hash (from the question, like the reference mock).
+    #[arg(long, value_enum, default_value_t = DeterminationMode::Hash)]
+    determination: DeterminationMode,
+    /// Fixed confidence in [0,1] (default: from the question hash).
+    #[arg(long)]
+    confidence: Option<f64>,
+    /// Delay before every answer, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Misbehave on purpose.
+    #[arg(long, value_enum)]
+    failure: Option<FailureMode>,
+}
+
+fn init_logging(format: &str, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CRESOLVER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -63,8 +168,20 @@ fn init_logging(format: &str) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log_format);
-    match run(cli) {
+    // The demo prints its own progress; its logs stay quiet unless CRESOLVER_LOG asks.
+    let default = match cli.command {
+        Command::Demo { .. } => "warn",
+        _ => "info,alloy=warn,hyper=warn,reqwest=warn",
+    };
+    init_logging(&cli.log_format, default);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -73,8 +190,163 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested");
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Node { config } => {
+            let cfg = config.load()?;
+            let signer = cfg.signer()?;
+            tracing::info!(resolver = %signer.address(), "starting node");
+            let node = Node::build(cfg, Some(signer)).await?;
+            node.run(shutdown_signal(), Duration::from_secs(30)).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Resolve {
+            config,
+            market,
+            json,
+        } => {
+            let cfg = config.load()?;
+            let signer = cfg.signer()?;
+            let node = Node::build(cfg, Some(signer)).await?;
+            let market_addr = node.pipelines[0].market;
+            node.request(market)?;
+            let mut report = node.run_round(market_addr, market).await?;
+            // Transient trouble: the node retries in the background; wait for a final state.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+            while !report.state.is_final() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                report = node.report(market_addr, market)?;
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "market {market}: {}{}{}",
+                    report.state.as_str(),
+                    report
+                        .reason
+                        .as_ref()
+                        .map(|r| format!(" — {r}"))
+                        .unwrap_or_default(),
+                    report
+                        .tx_hash
+                        .map(|t| format!(" (tx {t})"))
+                        .unwrap_or_default()
+                );
+            }
+            Ok(if report.state == RoundState::Confirmed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Config(ConfigCmd::Check { config }) => {
+            let cfg = config.load()?;
+            for w in &cfg.node.workflows {
+                cresolver::workflow::Workflow::load(w)?;
+                println!("workflow {}: ok", w.display());
+            }
+            let (provider, chain_id) =
+                cresolver::chain::connect_checked(&cfg.chain.rpc_url).await?;
+            use alloy::providers::Provider;
+            let head = provider
+                .get_block_number()
+                .await
+                .context("eth_blockNumber")?;
+            println!(
+                "rpc {}: chain {chain_id}, head block {head}",
+                cfg.chain.rpc_url
+            );
+            if let Some(m) = cfg.chain.market_address {
+                let code = provider.get_code_at(m).await.context("eth_getCode")?;
+                anyhow::ensure!(
+                    !code.is_empty(),
+                    "no contract at market address {m} on chain {chain_id}"
+                );
+                let market = cresolver::chain::bindings::ICREsolverMarket::new(m, provider.clone());
+                let count = market
+                    .marketCount()
+                    .call()
+                    .await
+                    .context("marketCount() on the market address")?;
+                println!("market {m}: {count} markets");
+            }
+            match cfg.signer() {
+                Ok(s) => println!("signer: {}", s.address()),
+                Err(e) => println!("signer: none ({e})"),
+            }
+            println!("config ok");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent(a) => {
+            if let Some(c) = a.confidence {
+                anyhow::ensure!(
+                    c.is_finite() && (0.0..=1.0).contains(&c),
+                    "--confidence must be in [0, 1]"
+                );
+            }
+            let behaviour = AgentBehaviour {
+                name: a.name,
+                determination: a.determination,
+                confidence: a.confidence,
+                latency: Duration::from_millis(a.latency_ms),
+                failure: a.failure,
+            };
+            let listener = tokio::net::TcpListener::bind(&a.listen)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot listen on {} (port in use? pick another with --listen)",
+                        a.listen
+                    )
+                })?;
+            eprintln!(
+                "reference agent listening on http://{}",
+                listener.local_addr()?
+            );
+            cresolver::agent::serve(listener, behaviour, shutdown_signal()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { workers, json } => {
+            let summary = cresolver::demo::run(cresolver::demo::DemoOptions {
+                workers,
+                progress: !json,
+                ..Default::default()
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", cresolver::demo::render(&summary));
+            }
+            Ok(if summary.state == RoundState::Confirmed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
         Command::Tally { input } => {
             let text = if input == "-" {
                 let mut s = String::new();

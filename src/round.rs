@@ -32,6 +32,15 @@ pub struct RoundInput {
     pub reputations: Vec<Reputation>,
 }
 
+/// Stages of a round, reported to an observer as they complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoundStage {
+    /// The resolve stage met quorum.
+    Answered,
+    Challenged,
+    Evaluated,
+}
+
 /// Everything a finished round saw and decided.
 #[derive(Debug, Clone, Serialize)]
 pub struct RoundOutcome {
@@ -175,6 +184,15 @@ impl Engine {
 
     /// Runs one round.
     pub async fn run(&self, input: &RoundInput) -> Result<RoundOutcome, RoundError> {
+        self.run_observed(input, &|_| {}).await
+    }
+
+    /// Runs one round, telling `observe` as each stage completes.
+    pub async fn run_observed(
+        &self,
+        input: &RoundInput,
+        observe: &(dyn Fn(RoundStage) + Sync),
+    ) -> Result<RoundOutcome, RoundError> {
         if input.workers.is_empty() {
             return Err(RoundError::NoWorkers);
         }
@@ -209,6 +227,7 @@ impl Engine {
         if !stage.quorum_met {
             return Err(RoundError::QuorumNotMet(Box::new(stage)));
         }
+        observe(RoundStage::Answered);
         let challenges = if wf.challenge.enabled {
             challenge_stage(
                 &self.challenge_client,
@@ -221,6 +240,7 @@ impl Engine {
         } else {
             vec![None; input.workers.len()]
         };
+        observe(RoundStage::Challenged);
 
         let mut eval_workers = Vec::new();
         let mut slot_of = Vec::new();
@@ -247,6 +267,7 @@ impl Engine {
             reference_time: input.reference_time,
         };
         let evaluation = self.evaluator.evaluate(&eval_input).await?;
+        observe(RoundStage::Evaluated);
         let mut scores: Vec<Option<Dimensions>> = vec![None; input.workers.len()];
         for (k, &i) in slot_of.iter().enumerate() {
             scores[i] = evaluation.scores.get(k).copied();

@@ -46,7 +46,10 @@ impl RoundState {
 
     /// Final states: nothing more happens unless a new request reopens a failed round.
     pub fn is_final(self) -> bool {
-        matches!(self, RoundState::Confirmed | RoundState::Failed | RoundState::Skipped)
+        matches!(
+            self,
+            RoundState::Confirmed | RoundState::Failed | RoundState::Skipped
+        )
     }
 
     pub const ALL: [RoundState; 9] = [
@@ -125,7 +128,10 @@ pub struct LogRef {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("cannot create data dir {path}: {source}")]
-    DataDir { path: String, source: std::io::Error },
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("database holds unexpected data: {0}")]
@@ -140,7 +146,10 @@ pub struct Store {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 const SCHEMA: &str = "
@@ -161,19 +170,25 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 impl Store {
     /// Opens (creating if needed) `cresolver.sqlite3` in `data_dir`.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(data_dir)
-            .map_err(|source| StoreError::DataDir { path: data_dir.display().to_string(), source })?;
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::DataDir {
+            path: data_dir.display().to_string(),
+            source,
+        })?;
         let conn = Connection::open(data_dir.join("cresolver.sqlite3"))?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
     }
 
     /// A throwaway in-memory store (tests, dry runs).
     pub fn in_memory() -> Result<Self, StoreError> {
         let conn = Connection::open_in_memory()?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -207,13 +222,24 @@ impl Store {
         if inserted == 0 {
             return Ok(RequestDecision::DuplicateLog);
         }
-        let d = upsert_round(&tx, market, market_id, workflow, Some((log.tx_hash, log.block_number)))?;
+        let d = upsert_round(
+            &tx,
+            market,
+            market_id,
+            workflow,
+            Some((log.tx_hash, log.block_number)),
+        )?;
         tx.commit()?;
         Ok(d)
     }
 
     /// Records a request that came without a log (HTTP trigger, CLI).
-    pub fn manual_request(&self, market: Address, market_id: U256, workflow: &str) -> Result<RequestDecision, StoreError> {
+    pub fn manual_request(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+    ) -> Result<RequestDecision, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let d = upsert_round(&tx, market, market_id, workflow, None)?;
@@ -222,7 +248,13 @@ impl Store {
     }
 
     /// Moves a round to `state` (with an optional reason).
-    pub fn set_state(&self, market: Address, market_id: U256, state: RoundState, reason: Option<&str>) -> Result<(), StoreError> {
+    pub fn set_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
         let n = self.conn().execute(
             "UPDATE rounds SET state = ?3, reason = ?4, updated_at = ?5 WHERE market = ?1 AND market_id = ?2",
             params![market.to_string(), market_id.to_string(), state.as_str(), reason, now() as i64],
@@ -234,16 +266,32 @@ impl Store {
     }
 
     /// Stores the round's outcome/transcript JSON.
-    pub fn set_outcome(&self, market: Address, market_id: U256, outcome: &serde_json::Value) -> Result<(), StoreError> {
+    pub fn set_outcome(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+    ) -> Result<(), StoreError> {
         self.conn().execute(
             "UPDATE rounds SET outcome = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2",
-            params![market.to_string(), market_id.to_string(), outcome.to_string(), now() as i64],
+            params![
+                market.to_string(),
+                market_id.to_string(),
+                outcome.to_string(),
+                now() as i64
+            ],
         )?;
         Ok(())
     }
 
     /// Persists the signed submission before it is broadcast.
-    pub fn mark_submitted(&self, market: Address, market_id: U256, tx_hash: B256, raw_tx: &[u8]) -> Result<(), StoreError> {
+    pub fn mark_submitted(
+        &self,
+        market: Address,
+        market_id: U256,
+        tx_hash: B256,
+        raw_tx: &[u8],
+    ) -> Result<(), StoreError> {
         let n = self.conn().execute(
             "UPDATE rounds SET state = 'submitted', submit_tx = ?3, raw_tx = ?4, reason = NULL, updated_at = ?5
              WHERE market = ?1 AND market_id = ?2",
@@ -258,16 +306,21 @@ impl Store {
     pub fn get(&self, market: Address, market_id: U256) -> Result<Option<RoundRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(&format!("{SELECT} WHERE market = ?1 AND market_id = ?2"))?;
-        let row = stmt.query_row(params![market.to_string(), market_id.to_string()], read_row).optional()?;
+        let row = stmt
+            .query_row(params![market.to_string(), market_id.to_string()], read_row)
+            .optional()?;
         row.transpose()
     }
 
     /// Rounds, most recently updated first.
     pub fn list(&self, limit: usize) -> Result<Vec<RoundRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(&format!("{SELECT} ORDER BY updated_at DESC, market_id DESC LIMIT ?1"))?;
+        let mut stmt = conn.prepare(&format!(
+            "{SELECT} ORDER BY updated_at DESC, market_id DESC LIMIT ?1"
+        ))?;
         let rows = stmt.query_map(params![limit as i64], read_row)?;
-        rows.map(|r| r.map_err(StoreError::from).and_then(|x| x)).collect()
+        rows.map(|r| r.map_err(StoreError::from).and_then(|x| x))
+            .collect()
     }
 
     /// Rounds that are not final (to resume after a restart).
@@ -277,7 +330,8 @@ impl Store {
             "{SELECT} WHERE state NOT IN ('confirmed', 'failed', 'skipped') ORDER BY created_at, market_id"
         ))?;
         let rows = stmt.query_map([], read_row)?;
-        rows.map(|r| r.map_err(StoreError::from).and_then(|x| x)).collect()
+        rows.map(|r| r.map_err(StoreError::from).and_then(|x| x))
+            .collect()
     }
 
     /// Number of rounds per state.
@@ -295,12 +349,20 @@ impl Store {
     pub fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
         let conn = self.conn();
         let row: Option<(i64, String)> = conn
-            .query_row("SELECT block_number, block_hash FROM checkpoints WHERE key = ?1", params![key], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                "SELECT block_number, block_hash FROM checkpoints WHERE key = ?1",
+                params![key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .optional()?;
-        row.map(|(n, h)| Ok((n as u64, B256::from_str(&h).map_err(|e| StoreError::Corrupt(format!("checkpoint hash: {e}")))?)))
-            .transpose()
+        row.map(|(n, h)| {
+            Ok((
+                n as u64,
+                B256::from_str(&h)
+                    .map_err(|e| StoreError::Corrupt(format!("checkpoint hash: {e}")))?,
+            ))
+        })
+        .transpose()
     }
 
     pub fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
@@ -352,7 +414,9 @@ fn upsert_round(
             )?;
             Ok(RequestDecision::Reopened)
         }
-        Some((state, _)) => Ok(RequestDecision::AlreadyHandled(RoundState::from_str(&state)?)),
+        Some((state, _)) => Ok(RequestDecision::AlreadyHandled(RoundState::from_str(
+            &state,
+        )?)),
     }
 }
 
@@ -376,16 +440,26 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RowResult> {
     Ok((|| {
         Ok(RoundRecord {
             market: Address::from_str(&market).map_err(|e| corrupt("market", e.to_string()))?,
-            market_id: U256::from_str(&market_id).map_err(|e| corrupt("market_id", e.to_string()))?,
+            market_id: U256::from_str(&market_id)
+                .map_err(|e| corrupt("market_id", e.to_string()))?,
             state: RoundState::from_str(&state)?,
             attempt: attempt as u32,
             workflow,
-            request_tx: request_tx.map(|h| B256::from_str(&h)).transpose().map_err(|e| corrupt("request_tx", e.to_string()))?,
+            request_tx: request_tx
+                .map(|h| B256::from_str(&h))
+                .transpose()
+                .map_err(|e| corrupt("request_tx", e.to_string()))?,
             request_block: request_block.map(|b| b as u64),
             reason,
-            submit_tx: submit_tx.map(|h| B256::from_str(&h)).transpose().map_err(|e| corrupt("submit_tx", e.to_string()))?,
+            submit_tx: submit_tx
+                .map(|h| B256::from_str(&h))
+                .transpose()
+                .map_err(|e| corrupt("submit_tx", e.to_string()))?,
             raw_tx: raw_tx.map(Bytes::from),
-            outcome: outcome.map(|o| serde_json::from_str(&o)).transpose().map_err(|e| corrupt("outcome", e.to_string()))?,
+            outcome: outcome
+                .map(|o| serde_json::from_str(&o))
+                .transpose()
+                .map_err(|e| corrupt("outcome", e.to_string()))?,
             created_at: created_at as u64,
             updated_at: updated_at as u64,
         })
@@ -397,7 +471,12 @@ mod tests {
     use super::*;
 
     fn log(i: u8) -> LogRef {
-        LogRef { tx_hash: B256::repeat_byte(i), log_index: 0, block_number: i as u64, block_hash: B256::repeat_byte(0xb0 + i) }
+        LogRef {
+            tx_hash: B256::repeat_byte(i),
+            log_index: 0,
+            block_number: i as u64,
+            block_hash: B256::repeat_byte(0xb0 + i),
+        }
     }
 
     #[test]
@@ -405,22 +484,45 @@ mod tests {
         let s = Store::in_memory().unwrap();
         let m = Address::repeat_byte(1);
         let id = U256::from(7);
-        assert_eq!(s.record_request(m, id, "wf", &log(1)).unwrap(), RequestDecision::New);
-        assert_eq!(s.record_request(m, id, "wf", &log(1)).unwrap(), RequestDecision::DuplicateLog);
-        assert_eq!(s.record_request(m, id, "wf", &log(2)).unwrap(), RequestDecision::AlreadyHandled(RoundState::Requested));
-        s.set_state(m, id, RoundState::Failed, Some("quorum not met")).unwrap();
-        assert_eq!(s.record_request(m, id, "wf", &log(3)).unwrap(), RequestDecision::Reopened);
+        assert_eq!(
+            s.record_request(m, id, "wf", &log(1)).unwrap(),
+            RequestDecision::New
+        );
+        assert_eq!(
+            s.record_request(m, id, "wf", &log(1)).unwrap(),
+            RequestDecision::DuplicateLog
+        );
+        assert_eq!(
+            s.record_request(m, id, "wf", &log(2)).unwrap(),
+            RequestDecision::AlreadyHandled(RoundState::Requested)
+        );
+        s.set_state(m, id, RoundState::Failed, Some("quorum not met"))
+            .unwrap();
+        assert_eq!(
+            s.record_request(m, id, "wf", &log(3)).unwrap(),
+            RequestDecision::Reopened
+        );
         let r = s.get(m, id).unwrap().unwrap();
-        assert_eq!((r.state, r.attempt, r.reason.clone()), (RoundState::Requested, 2, None));
+        assert_eq!(
+            (r.state, r.attempt, r.reason.clone()),
+            (RoundState::Requested, 2, None)
+        );
         assert_eq!(r.request_tx, Some(B256::repeat_byte(3)));
-        s.mark_submitted(m, id, B256::repeat_byte(9), &[1, 2, 3]).unwrap();
+        s.mark_submitted(m, id, B256::repeat_byte(9), &[1, 2, 3])
+            .unwrap();
         let r = s.get(m, id).unwrap().unwrap();
         assert_eq!(r.raw_tx.as_ref().map(|b| b.to_vec()), Some(vec![1u8, 2, 3]));
         assert_eq!(s.unfinished().unwrap().len(), 1);
         s.set_state(m, id, RoundState::Confirmed, None).unwrap();
         assert!(s.unfinished().unwrap().is_empty());
-        assert_eq!(s.manual_request(m, id, "wf").unwrap(), RequestDecision::AlreadyHandled(RoundState::Confirmed));
-        assert_eq!(s.count_by_state().unwrap(), vec![(RoundState::Confirmed, 1)]);
+        assert_eq!(
+            s.manual_request(m, id, "wf").unwrap(),
+            RequestDecision::AlreadyHandled(RoundState::Confirmed)
+        );
+        assert_eq!(
+            s.count_by_state().unwrap(),
+            vec![(RoundState::Confirmed, 1)]
+        );
     }
 
     #[test]
@@ -430,7 +532,8 @@ mod tests {
         {
             let s = Store::open(&dir).unwrap();
             s.set_checkpoint("k", 42, B256::repeat_byte(4)).unwrap();
-            s.manual_request(Address::ZERO, U256::from(1), "wf").unwrap();
+            s.manual_request(Address::ZERO, U256::from(1), "wf")
+                .unwrap();
         }
         let s = Store::open(&dir).unwrap();
         assert_eq!(s.checkpoint("k").unwrap(), Some((42, B256::repeat_byte(4))));

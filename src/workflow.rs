@@ -39,6 +39,9 @@ pub struct Trigger {
     pub contract: String,
     /// The trigger event's signature.
     pub event: String,
+    /// The market contract this workflow watches; defaults to the node's
+    /// `chain.market_address`. Two workflows of one node must not watch the same market.
+    pub address: Option<Address>,
 }
 
 impl Default for Trigger {
@@ -46,6 +49,7 @@ impl Default for Trigger {
         Self {
             contract: "market".into(),
             event: "ResolutionRequested(uint256,string)".into(),
+            address: None,
         }
     }
 }

@@ -2,6 +2,50 @@
 //! the JSON ABIs in `contracts-abi/`) and the decoding of reverts into readable reasons.
 
 pub mod bindings;
+pub mod reader;
 pub mod revert;
+pub mod watcher;
 
 pub use revert::{RevertReason, decode_revert, revert_data};
+
+use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::rpc::client::ClientBuilder;
+use alloy::transports::layers::RetryBackoffLayer;
+
+/// Connects to an RPC URL (`http(s)://` or `ws(s)://`) with retry and backoff at the
+/// transport (rate limits and transient errors are retried there, not at call sites).
+pub async fn connect(rpc_url: &str) -> Result<DynProvider, ConnectError> {
+    let url = url::Url::parse(rpc_url)
+        .map_err(|e| ConnectError(format!("{rpc_url} is not a URL: {e}")))?;
+    let builder = ClientBuilder::default().layer(RetryBackoffLayer::new(8, 250, 10_000));
+    let client = match url.scheme() {
+        "ws" | "wss" => builder
+            .ws(alloy::providers::WsConnect::new(rpc_url))
+            .await
+            .map_err(|e| ConnectError(format!("cannot open websocket {rpc_url}: {e}")))?,
+        "http" | "https" => builder.http(url),
+        other => {
+            return Err(ConnectError(format!(
+                "unsupported RPC scheme {other}: use http(s):// or ws(s)://"
+            )));
+        }
+    };
+    let provider = ProviderBuilder::new().connect_client(client).erased();
+    Ok(provider)
+}
+
+/// Connects and checks the RPC answers (returns its chain id).
+pub async fn connect_checked(rpc_url: &str) -> Result<(DynProvider, u64), ConnectError> {
+    let p = connect(rpc_url).await?;
+    let id = p.get_chain_id().await.map_err(|e| {
+        ConnectError(format!(
+            "RPC {rpc_url} does not answer eth_chainId: {e}; is the node running and the URL right?"
+        ))
+    })?;
+    Ok((p, id))
+}
+
+/// The RPC could not be reached or used.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConnectError(pub String);

@@ -1,0 +1,300 @@
+//! The chain watcher: turns `ResolutionRequested` logs into durable round requests.
+//! It scans with `eth_getLogs` from the checkpoint (or the start block) up to the head
+//! minus the confirmation depth, in chunks that are halved when the provider says the
+//! range is too large; every log is recorded in the store (de-duplicated by tx hash and
+//! log index) *before* the checkpoint moves past it. A changed block hash at the
+//! checkpoint rewinds the scan by the reorg window. On a `ws(s)://` RPC, an
+//! `eth_subscribe` log subscription wakes the scanner immediately; polling stays as the
+//! fallback when the subscription drops.
+
+use crate::chain::bindings::ICREsolverMarket;
+use crate::store::{LogRef, RequestDecision, Store, StoreError};
+use alloy::eips::BlockNumberOrTag;
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::{DynProvider, Provider};
+use alloy::rpc::types::{Filter, Log};
+use alloy::sol_types::SolEvent;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// A recorded trigger that starts (or restarts) a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trigger {
+    pub market: Address,
+    pub market_id: U256,
+    pub question: String,
+    pub log: Option<LogRef>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WatcherConfig {
+    pub market: Address,
+    pub workflow: String,
+    pub confirmations: u64,
+    /// First block when there is no checkpoint.
+    pub start_block: u64,
+    pub poll_interval: Duration,
+    pub max_range: u64,
+    /// Blocks to rescan when the checkpoint's block hash changed.
+    pub reorg_window: u64,
+    /// Whether to subscribe to logs (the RPC is a websocket).
+    pub subscribe: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("RPC error: {0}")]
+    Rpc(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What one scan did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanReport {
+    pub from: u64,
+    pub to: Option<u64>,
+    pub head: u64,
+    pub logs: usize,
+    pub triggers: usize,
+    pub rewound_to: Option<u64>,
+    /// The range size in use at the end (after any halving).
+    pub range: u64,
+}
+
+pub struct Watcher {
+    provider: DynProvider,
+    store: Arc<Store>,
+    cfg: WatcherConfig,
+    range: u64,
+}
+
+/// Whether an RPC error says the queried block range (or result set) is too large.
+pub fn is_range_error(msg: &str) -> bool {
+    let m = msg.to_lowercase();
+    [
+        "range",
+        "too many",
+        "limit exceeded",
+        "exceed",
+        "response size",
+        "too large",
+        "10000 results",
+        "query timeout",
+    ]
+    .iter()
+    .any(|k| m.contains(k))
+}
+
+impl Watcher {
+    pub fn new(provider: DynProvider, store: Arc<Store>, cfg: WatcherConfig) -> Self {
+        let range = cfg.max_range.max(1);
+        Self {
+            provider,
+            store,
+            cfg,
+            range,
+        }
+    }
+
+    fn checkpoint_key(&self) -> String {
+        format!("watch:{}:{}", self.cfg.market, self.cfg.workflow)
+    }
+
+    fn filter(&self) -> Filter {
+        Filter::new()
+            .address(self.cfg.market)
+            .event_signature(ICREsolverMarket::ResolutionRequested::SIGNATURE_HASH)
+    }
+
+    async fn block_hash(&self, n: u64) -> Result<Option<B256>, WatchError> {
+        let b = self
+            .provider
+            .get_block_by_number(BlockNumberOrTag::Number(n))
+            .await
+            .map_err(|e| WatchError::Rpc(e.to_string()))?;
+        Ok(b.map(|b| b.header.hash))
+    }
+
+    /// One pass from the checkpoint to the safe head. Triggers that start a round are
+    /// sent on `out` after they are durably recorded.
+    pub async fn scan_once(
+        &mut self,
+        out: &mpsc::Sender<Trigger>,
+    ) -> Result<ScanReport, WatchError> {
+        let key = self.checkpoint_key();
+        let head = self
+            .provider
+            .get_block_number()
+            .await
+            .map_err(|e| WatchError::Rpc(e.to_string()))?;
+        let safe = head.saturating_sub(self.cfg.confirmations);
+        let mut report = ScanReport {
+            head,
+            range: self.range,
+            ..Default::default()
+        };
+        let mut from = match self.store.checkpoint(&key)? {
+            Some((n, hash)) => match self.block_hash(n).await? {
+                Some(h) if h == hash => n + 1,
+                other => {
+                    let back = n.saturating_sub(self.cfg.reorg_window);
+                    tracing::warn!(checkpoint = n, stored = %hash, now = ?other, rewind_to = back, "block hash at checkpoint changed: rewinding");
+                    report.rewound_to = Some(back);
+                    back
+                }
+            },
+            None => self.cfg.start_block,
+        };
+        report.from = from;
+        while from <= safe {
+            let to = from.saturating_add(self.range - 1).min(safe);
+            let logs = match self
+                .provider
+                .get_logs(&self.filter().from_block(from).to_block(to))
+                .await
+            {
+                Ok(l) => l,
+                Err(e) if is_range_error(&e.to_string()) && self.range > 1 => {
+                    self.range = (self.range / 2).max(1);
+                    tracing::info!(from, to, new_range = self.range, error = %e, "provider refused the range: halving");
+                    continue;
+                }
+                Err(e) => return Err(WatchError::Rpc(e.to_string())),
+            };
+            report.logs += logs.len();
+            for log in &logs {
+                if let Some(t) = self.record(log)? {
+                    report.triggers += 1;
+                    // The request is durable; a closed channel only means shutdown.
+                    let _ = out.send(t).await;
+                }
+            }
+            let hash = self.block_hash(to).await?.unwrap_or_default();
+            self.store.set_checkpoint(&key, to, hash)?;
+            report.to = Some(to);
+            from = to + 1;
+        }
+        report.range = self.range;
+        Ok(report)
+    }
+
+    fn record(&self, log: &Log) -> Result<Option<Trigger>, WatchError> {
+        let (Some(tx_hash), Some(log_index), Some(block_number), Some(block_hash)) = (
+            log.transaction_hash,
+            log.log_index,
+            log.block_number,
+            log.block_hash,
+        ) else {
+            tracing::warn!(?log, "log without position (pending?): skipped");
+            return Ok(None);
+        };
+        let ev = match ICREsolverMarket::ResolutionRequested::decode_log(&log.inner) {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(%tx_hash, log_index, error = %e, "undecodable ResolutionRequested log: skipped");
+                return Ok(None);
+            }
+        };
+        let log_ref = LogRef {
+            tx_hash,
+            log_index,
+            block_number,
+            block_hash,
+        };
+        let market_id = ev.data.marketId;
+        let decision =
+            self.store
+                .record_request(self.cfg.market, market_id, &self.cfg.workflow, &log_ref)?;
+        tracing::info!(market_id = %market_id, block = block_number, %tx_hash, ?decision, "ResolutionRequested");
+        Ok(match decision {
+            RequestDecision::New | RequestDecision::Reopened => Some(Trigger {
+                market: self.cfg.market,
+                market_id,
+                question: ev.data.question.clone(),
+                log: Some(log_ref),
+            }),
+            _ => None,
+        })
+    }
+
+    /// Scans until `shutdown` turns true: on every poll tick, and on every log
+    /// notification when subscribed.
+    pub async fn run(
+        mut self,
+        out: mpsc::Sender<Trigger>,
+        mut shutdown: watch::Receiver<bool>,
+        on_scan: impl Fn(&ScanReport) + Send,
+    ) {
+        let mut wake = self.subscribe().await;
+        let mut backoff = self.cfg.poll_interval;
+        loop {
+            match self.scan_once(&out).await {
+                Ok(r) => {
+                    on_scan(&r);
+                    backoff = self.cfg.poll_interval;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "scan failed; retrying");
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                }
+            }
+            let tick = tokio::time::sleep(backoff);
+            tokio::select! {
+                _ = tick => {}
+                _ = shutdown.changed() => return,
+                got = async { match wake.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } } => {
+                    if got.is_none() {
+                        tracing::warn!("log subscription ended: falling back to polling");
+                        wake = None;
+                    }
+                }
+            }
+            if *shutdown.borrow() {
+                return;
+            }
+        }
+    }
+
+    async fn subscribe(&self) -> Option<mpsc::Receiver<()>> {
+        if !self.cfg.subscribe {
+            return None;
+        }
+        let sub = match self.provider.subscribe_logs(&self.filter()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "eth_subscribe failed: polling only");
+                return None;
+            }
+        };
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let mut stream = sub.into_stream();
+            use futures::StreamExt;
+            while stream.next().await.is_some() {
+                if tx.send(()).await.is_err() {
+                    break;
+                }
+            }
+        });
+        tracing::info!("subscribed to ResolutionRequested logs");
+        Some(rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn range_errors() {
+        for m in [
+            "query returned more than 10000 results",
+            "eth_getLogs block range too large, range: 100001, max: 100000",
+            "Log response size exceeded",
+            "exceed maximum block range: 5000",
+        ] {
+            assert!(super::is_range_error(m), "{m}");
+        }
+        assert!(!super::is_range_error("connection refused"));
+    }
+}

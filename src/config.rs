@@ -1,0 +1,351 @@
+//! Node configuration: a TOML file, every key overridable by environment variables
+//! (`CRESOLVER__SECTION__KEY`), the common ones by command-line flags. Secrets (the
+//! signing key, the API token) are only ever named here, never stored: they are read from
+//! the environment or a key file and never logged.
+
+use alloy::primitives::Address;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeConfig {
+    pub chain: ChainCfg,
+    pub node: NodeCfg,
+    pub signer: SignerCfg,
+    pub submit: SubmitTargets,
+    pub discovery: DiscoveryCfg,
+    pub api: ApiCfg,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChainCfg {
+    /// `http(s)://` (polling with eth_getLogs) or `ws(s)://` (eth_subscribe, polling as fallback).
+    pub rpc_url: String,
+    /// Expected chain id; checked at start when set.
+    pub chain_id: Option<u64>,
+    pub market_address: Option<Address>,
+    /// Multicall3 address for batched reads (none: concurrent calls).
+    pub multicall_address: Option<Address>,
+    /// Act only on logs at least this deep; default per chain id (0 on anvil/hardhat).
+    pub confirmations: Option<u64>,
+    /// First block to scan when there is no checkpoint (default: 0 on a dev chain, else the head).
+    pub start_block: Option<u64>,
+    pub poll_interval_ms: u64,
+    /// Largest eth_getLogs range; halved on "range too large" errors.
+    pub max_block_range: u64,
+}
+
+impl Default for ChainCfg {
+    fn default() -> Self {
+        Self {
+            rpc_url: "http://127.0.0.1:8545".into(),
+            chain_id: None,
+            market_address: None,
+            multicall_address: None,
+            confirmations: None,
+            start_block: None,
+            poll_interval_ms: 2_000,
+            max_block_range: 5_000,
+        }
+    }
+}
+
+/// Default confirmation depth for a chain.
+pub fn default_confirmations(chain_id: u64) -> u64 {
+    match chain_id {
+        31337 | 1337 => 0,
+        1 => 12,
+        11155111 | 17000 | 560048 => 3,
+        _ => 5,
+    }
+}
+
+/// Whether a chain id is a local development chain.
+pub fn is_dev_chain(chain_id: u64) -> bool {
+    matches!(chain_id, 31337 | 1337)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeCfg {
+    pub data_dir: PathBuf,
+    /// Workflow files to run (the first one drives rounds of the configured market).
+    pub workflows: Vec<PathBuf>,
+    /// Rounds running at once, across markets.
+    pub max_concurrent_rounds: usize,
+}
+
+impl Default for NodeCfg {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./cresolver-data"),
+            workflows: vec![PathBuf::from("workflows/cresolver-resolution.toml")],
+            max_concurrent_rounds: 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SignerCfg {
+    /// Env var holding the hex private key.
+    pub private_key_env: String,
+    /// Or a file holding it (first line, hex).
+    pub key_file: Option<PathBuf>,
+}
+
+impl Default for SignerCfg {
+    fn default() -> Self {
+        Self {
+            private_key_env: "CRESOLVER_PRIVATE_KEY".into(),
+            key_file: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SubmitTargets {
+    /// Forwarder for `report` mode.
+    pub forwarder: Option<Address>,
+    /// Receiver for `report` mode.
+    pub receiver: Option<Address>,
+    /// Added to the gas estimate, in percent.
+    pub gas_margin_percent: u64,
+    /// Broadcast attempts on transient errors.
+    pub max_send_attempts: u32,
+    pub receipt_timeout_ms: u64,
+}
+
+impl Default for SubmitTargets {
+    fn default() -> Self {
+        Self {
+            forwarder: None,
+            receiver: None,
+            gas_margin_percent: 25,
+            max_send_attempts: 3,
+            receipt_timeout_ms: 120_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoveryCfg {
+    /// Allow worker endpoints on loopback/private/link-local addresses (demo and tests only).
+    pub allow_private_endpoints: bool,
+    pub ipfs_gateway: String,
+    pub fetch_timeout_ms: u64,
+    pub max_metadata_bytes: usize,
+}
+
+impl Default for DiscoveryCfg {
+    fn default() -> Self {
+        Self {
+            allow_private_endpoints: false,
+            ipfs_gateway: "https://ipfs.io/ipfs/".into(),
+            fetch_timeout_ms: 5_000,
+            max_metadata_bytes: 64 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiCfg {
+    /// Listen address of the HTTP API; empty disables it.
+    pub listen: String,
+    /// Env var holding the bearer token of `POST /resolve` (unset: the trigger is disabled).
+    pub token_env: String,
+}
+
+impl Default for ApiCfg {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9464".into(),
+            token_env: "CRESOLVER_API_TOKEN".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config: {0}")]
+    Load(String),
+    #[error("config: `{key}` {message}")]
+    Invalid { key: &'static str, message: String },
+    #[error(
+        "no signing key: set the env var {env} to the resolver's hex private key, or set signer.key_file (dry-run and replay need no key)"
+    )]
+    NoKey { env: String },
+    #[error("signing key from {source_name} is not a valid hex private key")]
+    BadKey { source_name: String },
+    #[error("cannot read key file {path}: {error}")]
+    KeyFile { path: String, error: String },
+}
+
+/// Flags that override the file and the environment.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub rpc_url: Option<String>,
+    pub market_address: Option<Address>,
+    pub data_dir: Option<PathBuf>,
+    pub workflows: Vec<PathBuf>,
+}
+
+impl NodeConfig {
+    /// Loads `file` (optional), then `CRESOLVER__SECTION__KEY` env vars, then the flags.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let mut b = config::Config::builder();
+        if let Some(f) = file {
+            if !f.is_file() {
+                return Err(ConfigError::Load(format!(
+                    "config file {} not found",
+                    f.display()
+                )));
+            }
+            b = b.add_source(config::File::from(f).format(config::FileFormat::Toml));
+        }
+        b = b.add_source(
+            config::Environment::with_prefix("CRESOLVER")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("node.workflows"),
+        );
+        let raw = b.build().map_err(|e| ConfigError::Load(e.to_string()))?;
+        let mut cfg: NodeConfig = raw
+            .try_deserialize()
+            .map_err(|e| ConfigError::Load(e.to_string()))?;
+        if let Some(u) = &overrides.rpc_url {
+            cfg.chain.rpc_url = u.clone();
+        }
+        if let Some(m) = overrides.market_address {
+            cfg.chain.market_address = Some(m);
+        }
+        if let Some(d) = &overrides.data_dir {
+            cfg.node.data_dir = d.clone();
+        }
+        if !overrides.workflows.is_empty() {
+            cfg.node.workflows = overrides.workflows.clone();
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url = url::Url::parse(&self.chain.rpc_url).map_err(|e| ConfigError::Invalid {
+            key: "chain.rpc_url",
+            message: format!("is not a URL: {e}"),
+        })?;
+        if !matches!(url.scheme(), "http" | "https" | "ws" | "wss") {
+            return Err(ConfigError::Invalid {
+                key: "chain.rpc_url",
+                message: "must be http(s):// or ws(s)://".into(),
+            });
+        }
+        if self.chain.max_block_range == 0 {
+            return Err(ConfigError::Invalid {
+                key: "chain.max_block_range",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.chain.poll_interval_ms == 0 {
+            return Err(ConfigError::Invalid {
+                key: "chain.poll_interval_ms",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.node.max_concurrent_rounds == 0 {
+            return Err(ConfigError::Invalid {
+                key: "node.max_concurrent_rounds",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.node.workflows.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "node.workflows",
+                message: "must list at least one workflow file".into(),
+            });
+        }
+        if url::Url::parse(&self.discovery.ipfs_gateway).is_err() {
+            return Err(ConfigError::Invalid {
+                key: "discovery.ipfs_gateway",
+                message: "is not a URL".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The market address, or an error saying how to set it.
+    pub fn market(&self) -> Result<Address, ConfigError> {
+        self.chain.market_address.ok_or(ConfigError::Invalid {
+            key: "chain.market_address",
+            message: "is not set: pass --market-address, set it in the config file, or CRESOLVER__CHAIN__MARKET_ADDRESS".into(),
+        })
+    }
+
+    /// Reads the signing key (env var first, then key file). The key never leaves the signer.
+    pub fn signer(&self) -> Result<alloy::signers::local::PrivateKeySigner, ConfigError> {
+        let (text, source_name) = match std::env::var(&self.signer.private_key_env) {
+            Ok(v) if !v.trim().is_empty() => {
+                (v, format!("env var {}", self.signer.private_key_env))
+            }
+            _ => match &self.signer.key_file {
+                Some(p) => (
+                    std::fs::read_to_string(p).map_err(|e| ConfigError::KeyFile {
+                        path: p.display().to_string(),
+                        error: e.to_string(),
+                    })?,
+                    format!("key file {}", p.display()),
+                ),
+                None => {
+                    return Err(ConfigError::NoKey {
+                        env: self.signer.private_key_env.clone(),
+                    });
+                }
+            },
+        };
+        let line = text.lines().next().unwrap_or("").trim().to_string();
+        line.parse()
+            .map_err(|_| ConfigError::BadKey { source_name })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_env_and_flags_layer() {
+        let dir = std::env::temp_dir().join(format!("cresolver-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("node.toml");
+        std::fs::write(&f, "[chain]\nrpc_url = \"http://127.0.0.1:1\"\npoll_interval_ms = 500\n[node]\nmax_concurrent_rounds = 3\n").unwrap();
+        let cfg = NodeConfig::load(Some(&f), &Overrides::default()).unwrap();
+        assert_eq!(cfg.chain.poll_interval_ms, 500);
+        assert_eq!(cfg.node.max_concurrent_rounds, 3);
+        let o = Overrides {
+            rpc_url: Some("ws://127.0.0.1:2".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            NodeConfig::load(Some(&f), &o).unwrap().chain.rpc_url,
+            "ws://127.0.0.1:2"
+        );
+        std::fs::write(&f, "[chain]\nrpc_urll = \"x\"\n").unwrap();
+        let e = NodeConfig::load(Some(&f), &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rpc_urll"), "{e}");
+        std::fs::write(&f, "[chain]\nrpc_url = \"ftp://x\"\n").unwrap();
+        let e = NodeConfig::load(Some(&f), &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("chain.rpc_url"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,1082 @@
+//! Endpoint discovery: from a market's registered workers to the URLs the round calls.
+//!
+//! Per worker (ERC-8004): `tokenURI(agentId)` on the identity registry → the registration
+//! file (a `data:` URI, an `https://` URL or an `ipfs://` CID fetched through a gateway) →
+//! the `services` (or legacy `endpoints`) entry named `A2A` → its `endpoint`, which must be
+//! a public http(s) URL. A worker that fails any step is kept, with a [`DiscardReason`],
+//! so the round still counts it in the registered set.
+//!
+//! Everything here is untrusted input: fetches are size- and time-bounded, redirects are
+//! not followed, and — unless `allow_private_endpoints` — URLs whose host is or resolves
+//! to a loopback, private, link-local, metadata or otherwise non-public address are
+//! refused, both for worker endpoints and for the metadata fetch itself (including the
+//! IPFS gateway). `http://` is only accepted with `allow_private_endpoints`, for local
+//! development; otherwise metadata URLs must be `https://`.
+//!
+//! Limits: the address check resolves the host once; the HTTP client resolves it again
+//! when connecting, so a DNS answer that changes between the two (rebinding) is not
+//! caught here. The `reqwest::Client` passed in should not follow redirects
+//! ([`crate::workers::StageClient::default_http`] does not); a followed redirect is still
+//! detected and the fetch discarded.
+
+use crate::chain::bindings::IIdentityRegistry;
+use crate::chain::decode_revert;
+use crate::chain::reader::WorkerInfo;
+use crate::workers::A2aProtocol;
+use crate::workers::fanout::{WorkerSlot, WorkerTarget};
+use alloy::eips::BlockId;
+use alloy::primitives::{Address, U256};
+use alloy::providers::{DynProvider, Provider};
+use alloy::rpc::types::TransactionRequest;
+use alloy::sol_types::SolCall;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::Duration;
+use url::{Host, Url};
+
+/// How long resolving an endpoint's host may take.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Host names refused without resolving them (unless private endpoints are allowed).
+const REFUSED_HOSTS: &[&str] = &[
+    "localhost",
+    "metadata",
+    "metadata.google.internal",
+    "instance-data",
+    "instance-data.ec2.internal",
+];
+
+/// Discovery settings.
+#[derive(Debug, Clone)]
+pub struct DiscoveryConfig {
+    /// Accept loopback/private endpoints and `http://` metadata URLs (local development).
+    pub allow_private_endpoints: bool,
+    /// Gateway for `ipfs://` URIs; `ipfs://CID/path` becomes `{gateway}CID/path`. The
+    /// gateway URL is subject to the same rules as any metadata URL.
+    pub ipfs_gateway: Url,
+    /// Bound on one metadata fetch (connect, headers and body).
+    pub fetch_timeout: Duration,
+    /// Bound on a registration file's size.
+    pub max_metadata_bytes: usize,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        Self {
+            allow_private_endpoints: false,
+            ipfs_gateway: Url::parse("https://ipfs.io/ipfs/").expect("static gateway URL"),
+            fetch_timeout: Duration::from_secs(5),
+            max_metadata_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Why a worker was discarded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DiscardReason {
+    #[error("tokenURI call failed: {detail}")]
+    TokenUriCallFailed { detail: String },
+    #[error("agent has no token URI")]
+    NoTokenUri,
+    #[error("fetching the registration file failed: {detail}")]
+    FetchFailed { detail: String },
+    #[error("invalid registration file: {detail}")]
+    InvalidMetadata { detail: String },
+    #[error("registration has no A2A service endpoint")]
+    NoA2aEndpoint,
+    #[error("registration is marked inactive")]
+    Inactive,
+    #[error("endpoint refused: {detail}")]
+    RefusedEndpoint { detail: String },
+}
+
+fn fetch_failed(detail: impl Into<String>) -> DiscardReason {
+    DiscardReason::FetchFailed {
+        detail: detail.into(),
+    }
+}
+
+fn invalid(detail: impl Into<String>) -> DiscardReason {
+    DiscardReason::InvalidMetadata {
+        detail: detail.into(),
+    }
+}
+
+fn refused(detail: impl Into<String>) -> DiscardReason {
+    DiscardReason::RefusedEndpoint {
+        detail: detail.into(),
+    }
+}
+
+/// The outcome of discovery for one registered worker.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiscoveredWorker {
+    pub address: Address,
+    pub agent_id: U256,
+    /// The registration's `name`, when the file could be read.
+    pub name: Option<String>,
+    pub endpoint: Result<Url, DiscardReason>,
+    /// `protocol` of the chosen A2A service.
+    pub protocol: Option<String>,
+}
+
+/// A registration file (ERC-8004 registration-v1), read leniently.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Registration {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    /// `active`; `true` when absent.
+    pub active: bool,
+    /// `services`, or the legacy `endpoints` array.
+    pub services: Vec<Service>,
+}
+
+/// One entry of a registration's `services`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Service {
+    pub name: String,
+    pub endpoint: Option<String>,
+    pub protocol: Option<String>,
+}
+
+/// Discovers every worker's endpoint concurrently; one entry per worker, in the order
+/// of `workers`. `tokenURI` is read at `block` (`None`: latest).
+pub async fn discover(
+    provider: &DynProvider,
+    identity: Address,
+    workers: &[WorkerInfo],
+    block: Option<u64>,
+    cfg: &DiscoveryConfig,
+    http: &reqwest::Client,
+) -> Vec<DiscoveredWorker> {
+    let block = block.map_or(BlockId::latest(), BlockId::number);
+    futures::future::join_all(
+        workers
+            .iter()
+            .map(|w| discover_one(provider, identity, w, block, cfg, http)),
+    )
+    .await
+}
+
+async fn discover_one(
+    provider: &DynProvider,
+    identity: Address,
+    worker: &WorkerInfo,
+    block: BlockId,
+    cfg: &DiscoveryConfig,
+    http: &reqwest::Client,
+) -> DiscoveredWorker {
+    let mut found = DiscoveredWorker {
+        address: worker.address,
+        agent_id: worker.agent_id,
+        name: None,
+        endpoint: Err(DiscardReason::NoTokenUri),
+        protocol: None,
+    };
+    let result = async {
+        let uri = token_uri(provider, identity, worker.agent_id, block).await?;
+        if uri.trim().is_empty() {
+            return Err(DiscardReason::NoTokenUri);
+        }
+        let bytes = fetch_token_uri(uri.trim(), cfg, http).await?;
+        let reg = parse_registration(&bytes)?;
+        found.name = reg.name.clone();
+        if !reg.active {
+            return Err(DiscardReason::Inactive);
+        }
+        let (endpoint, protocol) = a2a_service(&reg).ok_or(DiscardReason::NoA2aEndpoint)?;
+        found.protocol = protocol;
+        validate_endpoint(&endpoint, cfg.allow_private_endpoints).await
+    }
+    .await;
+    if let Err(reason) = &result {
+        tracing::warn!(
+            worker = %worker.address,
+            agent_id = %worker.agent_id,
+            reason = %reason,
+            "worker discarded by discovery"
+        );
+    }
+    found.endpoint = result;
+    found
+}
+
+/// `tokenURI(agentId)` on the identity registry at `block`.
+async fn token_uri(
+    provider: &DynProvider,
+    identity: Address,
+    agent_id: U256,
+    block: BlockId,
+) -> Result<String, DiscardReason> {
+    let call = IIdentityRegistry::tokenURICall { tokenId: agent_id };
+    let tx = TransactionRequest::default()
+        .to(identity)
+        .input(call.abi_encode().into());
+    let failed = |detail: String| DiscardReason::TokenUriCallFailed { detail };
+    let raw = provider
+        .call(tx)
+        .block(block)
+        .await
+        .map_err(|e| match e.as_error_resp() {
+            Some(p) => match p.as_revert_data() {
+                Some(data) => failed(format!("reverted: {}", decode_revert(&data))),
+                None => failed(p.message.to_string()),
+            },
+            None => failed(e.to_string()),
+        })?;
+    if raw.is_empty() {
+        return Err(failed(format!("no contract at {identity}")));
+    }
+    IIdentityRegistry::tokenURICall::abi_decode_returns_validate(&raw)
+        .map_err(|e| failed(format!("undecodable return data: {e}")))
+}
+
+/// Worker slots for the fan-out: the A2A protocol for every worker with an endpoint,
+/// the discard reason for the others.
+pub fn to_slots(found: &[DiscoveredWorker]) -> Vec<WorkerSlot> {
+    found
+        .iter()
+        .map(|w| WorkerSlot {
+            address: w.address,
+            target: match &w.endpoint {
+                Ok(url) => Ok(WorkerTarget {
+                    endpoint: url.clone(),
+                    protocol: Arc::new(A2aProtocol),
+                }),
+                Err(reason) => Err(reason.to_string()),
+            },
+        })
+        .collect()
+}
+
+// ─── Fetching the registration file ──────────────────────────────────────────────
+
+/// The bytes a token URI points at: a `data:` URI (base64 or percent-encoded, any JSON
+/// media type), an `https://` URL (`http://` only with `allow_private_endpoints`), or
+/// `ipfs://CID[/path]` through the configured gateway. Bounded by `max_metadata_bytes`
+/// and `fetch_timeout`; redirects are not followed.
+pub async fn fetch_token_uri(
+    uri: &str,
+    cfg: &DiscoveryConfig,
+    http: &reqwest::Client,
+) -> Result<Vec<u8>, DiscardReason> {
+    let scheme = uri
+        .split_once(':')
+        .map(|(s, _)| s.to_ascii_lowercase())
+        .unwrap_or_default();
+    match scheme.as_str() {
+        "data" => decode_data_uri(uri, cfg.max_metadata_bytes),
+        "ipfs" => {
+            let url = ipfs_url(uri, &cfg.ipfs_gateway)?;
+            fetch_http(url, cfg, http).await
+        }
+        "http" | "https" => {
+            let url = Url::parse(uri).map_err(|e| fetch_failed(format!("bad URL: {e}")))?;
+            fetch_http(url, cfg, http).await
+        }
+        _ => Err(fetch_failed(format!(
+            "unsupported token URI scheme `{}` (data:, https:// and ipfs:// are)",
+            shorten(&scheme)
+        ))),
+    }
+}
+
+/// Decodes `data:[<media type>][;params][;base64],<data>`.
+fn decode_data_uri(uri: &str, max: usize) -> Result<Vec<u8>, DiscardReason> {
+    let rest = &uri["data:".len()..];
+    let (header, data) = rest
+        .split_once(',')
+        .ok_or_else(|| invalid("data URI without a comma"))?;
+    let mut parts = header.split(';');
+    let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    let is_base64 = parts.any(|p| p.trim().eq_ignore_ascii_case("base64"));
+    if !is_json_media_type(&media) {
+        return Err(invalid(format!(
+            "data URI media type `{}` is not JSON",
+            shorten(if media.is_empty() {
+                "text/plain"
+            } else {
+                &media
+            })
+        )));
+    }
+    // The decoded size is at most the encoded size; refuse early what cannot fit.
+    let bound = if is_base64 { max * 2 + 16 } else { max * 3 };
+    if data.len() > bound.max(max) {
+        return Err(fetch_failed(format!("larger than {max} bytes")));
+    }
+    let unescaped = percent_decode(data);
+    let bytes = if is_base64 {
+        let text: Vec<u8> = unescaped
+            .into_iter()
+            .filter(|b| !b.is_ascii_whitespace())
+            .collect();
+        base64_decode(&text).map_err(|e| invalid(format!("data URI is not valid base64: {e}")))?
+    } else {
+        unescaped
+    };
+    if bytes.len() > max {
+        return Err(fetch_failed(format!("larger than {max} bytes")));
+    }
+    Ok(bytes)
+}
+
+fn is_json_media_type(media: &str) -> bool {
+    media == "application/json"
+        || media == "text/json"
+        || (media.starts_with("application/") && media.ends_with("+json"))
+}
+
+fn base64_decode(text: &[u8]) -> Result<Vec<u8>, base64::DecodeError> {
+    use base64::alphabet;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    let cfg = GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    let alphabet = if text.iter().any(|b| *b == b'-' || *b == b'_') {
+        &alphabet::URL_SAFE
+    } else {
+        &alphabet::STANDARD
+    };
+    GeneralPurpose::new(alphabet, cfg).decode(text)
+}
+
+/// `%XY` → byte; malformed escapes are kept as they are.
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push(h << 4 | l);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+fn hex(c: u8) -> Option<u8> {
+    (c as char).to_digit(16).map(|d| d as u8)
+}
+
+/// `ipfs://CID[/path]` (also `ipfs://ipfs/CID/…`) → a URL under the gateway.
+fn ipfs_url(uri: &str, gateway: &Url) -> Result<Url, DiscardReason> {
+    let rest = &uri["ipfs:".len()..];
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let rest = rest.strip_prefix("ipfs/").unwrap_or(rest);
+    let rest = rest.split('#').next().unwrap_or("");
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    let mut segments = path.split('/');
+    let cid = segments.next().unwrap_or("");
+    if cid.is_empty() || !cid.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(fetch_failed(format!("bad IPFS CID in `{}`", shorten(uri))));
+    }
+    let mut url = gateway.clone();
+    {
+        let mut p = url
+            .path_segments_mut()
+            .map_err(|_| fetch_failed("the IPFS gateway URL cannot take a path"))?;
+        p.pop_if_empty().push(cid);
+        for seg in segments {
+            let seg = String::from_utf8_lossy(&percent_decode(seg)).into_owned();
+            if seg == "." || seg == ".." || seg.contains(['/', '\\']) {
+                return Err(fetch_failed(format!("bad IPFS path in `{}`", shorten(uri))));
+            }
+            p.push(&seg);
+        }
+    }
+    url.set_query(query);
+    Ok(url)
+}
+
+/// GET over http(s), bounded; the URL must pass the same host rules as endpoints.
+async fn fetch_http(
+    url: Url,
+    cfg: &DiscoveryConfig,
+    http: &reqwest::Client,
+) -> Result<Vec<u8>, DiscardReason> {
+    match url.scheme() {
+        "https" => {}
+        "http" if cfg.allow_private_endpoints => {}
+        "http" => {
+            return Err(fetch_failed(format!(
+                "refusing plain http:// metadata URL {} (https only unless private endpoints are allowed)",
+                shorten(url.as_str())
+            )));
+        }
+        other => return Err(fetch_failed(format!("unsupported scheme `{other}`"))),
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(fetch_failed("metadata URL refused: credentials in the URL"));
+    }
+    check_url(&url, cfg.allow_private_endpoints)
+        .await
+        .map_err(|detail| fetch_failed(format!("metadata URL refused: {detail}")))?;
+    let max = cfg.max_metadata_bytes;
+    let fetch = async {
+        let mut resp = http
+            .get(url.clone())
+            .header(reqwest::header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|e| fetch_failed(error_chain(&e)))?;
+        let status = resp.status();
+        if status.is_redirection() {
+            return Err(fetch_failed(format!(
+                "HTTP {status}: redirects are not followed"
+            )));
+        }
+        if resp.url() != &url {
+            return Err(fetch_failed(format!(
+                "redirected to {}: redirects are not followed",
+                shorten(resp.url().as_str())
+            )));
+        }
+        if !status.is_success() {
+            return Err(fetch_failed(format!("HTTP {status}")));
+        }
+        if let Some(len) = resp.content_length()
+            && len > max as u64
+        {
+            return Err(fetch_failed(format!(
+                "larger than {max} bytes (content-length {len})"
+            )));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| fetch_failed(error_chain(&e)))?
+        {
+            if body.len() + chunk.len() > max {
+                return Err(fetch_failed(format!("larger than {max} bytes")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    };
+    tokio::time::timeout(cfg.fetch_timeout, fetch)
+        .await
+        .map_err(|_| fetch_failed(format!("timed out after {:?}", cfg.fetch_timeout)))?
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let t = inner.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = inner.source();
+    }
+    s
+}
+
+/// At most 120 characters of untrusted text for messages.
+fn shorten(s: &str) -> String {
+    if s.chars().count() <= 120 {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(117).collect();
+        t.push_str("...");
+        t
+    }
+}
+
+// ─── Reading the registration file ───────────────────────────────────────────────
+
+/// Parses a registration file leniently: `services` or the legacy `endpoints` array,
+/// `active` defaulting to `true`, unknown fields and malformed service entries ignored.
+/// Not JSON, or not a JSON object → [`DiscardReason::InvalidMetadata`].
+pub fn parse_registration(bytes: &[u8]) -> Result<Registration, DiscardReason> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| invalid(format!("not JSON: {e}")))?;
+    let Value::Object(obj) = value else {
+        return Err(invalid(format!(
+            "expected a JSON object, got {}",
+            kind(&value)
+        )));
+    };
+    let text = |key: &str| {
+        obj.get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let active = match obj.get("active") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("true") => true,
+        Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("false") => false,
+        Some(other) => {
+            return Err(invalid(format!(
+                "`active` must be a boolean, got {}",
+                kind(other)
+            )));
+        }
+    };
+    let list = match (obj.get("services"), obj.get("endpoints")) {
+        (Some(Value::Array(a)), _) => a.as_slice(),
+        (_, Some(Value::Array(a))) => a.as_slice(),
+        _ => &[],
+    };
+    let services = list
+        .iter()
+        .filter_map(|entry| {
+            let e = entry.as_object()?;
+            let field = |k: &str| {
+                e.get(k)
+                    .and_then(Value::as_str)
+                    .map(|s| s.trim().to_string())
+            };
+            Some(Service {
+                name: field("name")?,
+                endpoint: field("endpoint"),
+                protocol: field("protocol").filter(|p| !p.is_empty()),
+            })
+        })
+        .collect();
+    Ok(Registration {
+        name: text("name"),
+        description: text("description"),
+        active,
+        services,
+    })
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The first service named `A2A` (case-insensitive) with a non-empty endpoint:
+/// `(endpoint, protocol)`.
+pub fn a2a_service(reg: &Registration) -> Option<(String, Option<String>)> {
+    reg.services.iter().find_map(|s| {
+        let endpoint = s.endpoint.as_deref().filter(|e| !e.is_empty())?;
+        s.name
+            .eq_ignore_ascii_case("a2a")
+            .then(|| (endpoint.to_string(), s.protocol.clone()))
+    })
+}
+
+// ─── Endpoint validation ──────────────────────────────────────────────────────────
+
+/// Accepts an http(s) URL with a host and no credentials. Unless `allow_private`, the
+/// host must not be a local name (`localhost`, cloud metadata names) and every address
+/// it resolves to must be public (see [`is_public_ip`]).
+pub async fn validate_endpoint(endpoint: &str, allow_private: bool) -> Result<Url, DiscardReason> {
+    let url = Url::parse(endpoint.trim())
+        .map_err(|e| refused(format!("`{}` is not a URL: {e}", shorten(endpoint))))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(refused(format!(
+            "scheme `{}` (only http and https)",
+            url.scheme()
+        )));
+    }
+    if url.host().is_none() {
+        return Err(refused("no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(refused("credentials in the URL"));
+    }
+    check_url(&url, allow_private).await.map_err(refused)?;
+    Ok(url)
+}
+
+/// The host rule shared by endpoints and metadata URLs.
+async fn check_url(url: &Url, allow_private: bool) -> Result<(), String> {
+    if allow_private {
+        return Ok(());
+    }
+    match url.host() {
+        None => Err("no host".into()),
+        Some(Host::Ipv4(ip)) => check_ip(IpAddr::V4(ip)),
+        Some(Host::Ipv6(ip)) => check_ip(IpAddr::V6(ip)),
+        Some(Host::Domain(name)) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            if REFUSED_HOSTS.contains(&name.as_str())
+                || name.ends_with(".localhost")
+                || name.ends_with(".internal")
+            {
+                return Err(format!("host `{}` is local", shorten(&name)));
+            }
+            let port = url.port_or_known_default().unwrap_or(443);
+            let addrs = tokio::time::timeout(
+                RESOLVE_TIMEOUT,
+                tokio::net::lookup_host((name.as_str(), port)),
+            )
+            .await
+            .map_err(|_| format!("resolving `{}` timed out", shorten(&name)))?
+            .map_err(|e| format!("cannot resolve `{}`: {e}", shorten(&name)))?
+            .collect::<Vec<_>>();
+            if addrs.is_empty() {
+                return Err(format!("`{}` resolves to no address", shorten(&name)));
+            }
+            for a in addrs {
+                check_ip(a.ip()).map_err(|e| format!("`{}` resolves to {e}", shorten(&name)))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn check_ip(ip: IpAddr) -> Result<(), String> {
+    if is_public_ip(ip) {
+        Ok(())
+    } else {
+        Err(format!("non-public address {ip}"))
+    }
+}
+
+/// Whether an address is publicly routable: not loopback, private, link-local (incl.
+/// the 169.254.169.254 metadata service), CGNAT, unspecified, broadcast, multicast,
+/// reserved, benchmarking or documentation; for IPv6 also not unique-local, link- or
+/// site-local, discard-only, Teredo, and IPv4-mapped/-compatible, NAT64 or 6to4 forms
+/// of a non-public IPv4 address.
+pub fn is_public_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => is_public_v6(v6),
+    }
+}
+
+fn is_public_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    let refused = a == 0 // "this network", incl. 0.0.0.0
+        || a == 10
+        || a == 127
+        || (a == 100 && (64..128).contains(&b)) // CGNAT 100.64/10
+        || (a == 169 && b == 254) // link-local, cloud metadata
+        || (a == 172 && (16..32).contains(&b))
+        || (a == 192 && b == 168)
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 192 && b == 0 && c == 2) // TEST-NET-1
+        || (a == 192 && b == 88 && c == 99) // 6to4 relay anycast
+        || (a == 198 && (b == 18 || b == 19)) // benchmarking 198.18/15
+        || (a == 198 && b == 51 && c == 100) // TEST-NET-2
+        || (a == 203 && b == 0 && c == 113) // TEST-NET-3
+        || a >= 224; // multicast 224/4, reserved 240/4, broadcast
+    !refused
+}
+
+fn is_public_v6(ip: Ipv6Addr) -> bool {
+    let s = ip.segments();
+    let embedded_v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    // ::/96 (unspecified, loopback, IPv4-compatible) and ::ffff:0:0/96 (IPv4-mapped).
+    if s[..5] == [0; 5] && (s[5] == 0 || s[5] == 0xffff) {
+        return match (s[5], s[6], s[7]) {
+            (0, 0, 0 | 1) => false,
+            _ => is_public_v4(embedded_v4(s[6], s[7])),
+        };
+    }
+    // NAT64 64:ff9b::/96 and 64:ff9b:1::/48 carry an IPv4 address in the low bits.
+    if s[0] == 0x64 && s[1] == 0xff9b && (s[2..6] == [0; 4] || s[2] == 1) {
+        return is_public_v4(embedded_v4(s[6], s[7]));
+    }
+    // 6to4 2002::/16 carries one in bits 16..48.
+    if s[0] == 0x2002 {
+        return is_public_v4(embedded_v4(s[1], s[2]));
+    }
+    let refused = (s[0] & 0xfe00) == 0xfc00 // unique-local fc00::/7
+        || (s[0] & 0xffc0) == 0xfe80 // link-local fe80::/10
+        || (s[0] & 0xffc0) == 0xfec0 // site-local fec0::/10 (deprecated)
+        || (s[0] & 0xff00) == 0xff00 // multicast
+        || (s[0] == 0x100 && s[1..4] == [0; 3]) // discard-only 100::/64
+        || (s[0] == 0x2001 && s[1] == 0) // Teredo 2001::/32
+        || (s[0] == 0x2001 && s[1] == 2 && s[2] == 0) // benchmarking 2001:2::/48
+        || (s[0] == 0x2001 && s[1] == 0xdb8) // documentation 2001:db8::/32
+        || (s[0] & 0xfff0) == 0x3ff0; // documentation 3fff::/20
+    !refused
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cfg() -> DiscoveryConfig {
+        DiscoveryConfig::default()
+    }
+
+    fn b64(s: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    async fn fetch(uri: &str) -> Result<Vec<u8>, DiscardReason> {
+        fetch_token_uri(uri, &cfg(), &reqwest::Client::new()).await
+    }
+
+    #[tokio::test]
+    async fn data_uri_base64_and_plain() {
+        let doc = r#"{"name":"a","services":[]}"#;
+        assert_eq!(
+            fetch(&format!("data:application/json;base64,{}", b64(doc)))
+                .await
+                .unwrap(),
+            doc.as_bytes()
+        );
+        // Media-type parameters, unpadded base64, upper-case scheme.
+        let unpadded = b64("{}").trim_end_matches('=').to_string();
+        assert_eq!(
+            fetch(&format!(
+                "DATA:application/json;charset=utf-8;base64,{unpadded}"
+            ))
+            .await
+            .unwrap(),
+            b"{}"
+        );
+        // Percent-encoded plain data, and a +json media type.
+        assert_eq!(
+            fetch("data:application/ld+json,%7B%22name%22%3A%20%22x%22%7D")
+                .await
+                .unwrap(),
+            br#"{"name": "x"}"#
+        );
+        assert_eq!(
+            fetch(r#"data:text/json,{"a":1}"#).await.unwrap(),
+            br#"{"a":1}"#
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_data_uris() {
+        assert!(matches!(
+            fetch("data:application/json;base64,@@not base64@@").await,
+            Err(DiscardReason::InvalidMetadata { .. })
+        ));
+        assert!(matches!(
+            fetch("data:text/plain,{}").await,
+            Err(DiscardReason::InvalidMetadata { .. })
+        ));
+        assert!(matches!(
+            fetch("data:application/json").await,
+            Err(DiscardReason::InvalidMetadata { .. })
+        ));
+        let big = format!(
+            "data:application/json;base64,{}",
+            b64(&"x".repeat(cfg().max_metadata_bytes + 1))
+        );
+        assert!(
+            matches!(fetch(&big).await, Err(DiscardReason::FetchFailed { detail }) if detail.contains("larger than"))
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_token_uri_schemes() {
+        for uri in [
+            "ftp://example.com/a.json",
+            "file:///etc/passwd",
+            "ar://abc",
+            "no-scheme",
+            "https://user:pw@example.com/a.json",
+        ] {
+            assert!(
+                matches!(fetch(uri).await, Err(DiscardReason::FetchFailed { .. })),
+                "{uri}"
+            );
+        }
+        // Plain http only with private endpoints allowed; loopback https refused.
+        assert!(
+            matches!(fetch("http://example.com/a.json").await, Err(DiscardReason::FetchFailed { detail }) if detail.contains("http://"))
+        );
+        assert!(
+            matches!(fetch("https://127.0.0.1/a.json").await, Err(DiscardReason::FetchFailed { detail }) if detail.contains("non-public"))
+        );
+    }
+
+    #[test]
+    fn ipfs_urls() {
+        let gw = Url::parse("https://gw.example/ipfs/").unwrap();
+        let cid = "bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi";
+        assert_eq!(
+            ipfs_url(&format!("ipfs://{cid}"), &gw).unwrap().as_str(),
+            format!("https://gw.example/ipfs/{cid}")
+        );
+        assert_eq!(
+            ipfs_url(&format!("ipfs://ipfs/{cid}/agent.json"), &gw)
+                .unwrap()
+                .as_str(),
+            format!("https://gw.example/ipfs/{cid}/agent.json")
+        );
+        let no_slash = Url::parse("https://gw.example/ipfs").unwrap();
+        assert_eq!(
+            ipfs_url(&format!("ipfs://{cid}/a"), &no_slash)
+                .unwrap()
+                .as_str(),
+            format!("https://gw.example/ipfs/{cid}/a")
+        );
+        for bad in [
+            "ipfs://",
+            "ipfs://../x",
+            &format!("ipfs://{cid}/../../admin"),
+            &format!("ipfs://{cid}/%2e%2e/admin"),
+            "ipfs://a@b/x",
+        ] {
+            assert!(ipfs_url(bad, &gw).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn registration_services_and_legacy_endpoints() {
+        let reg = parse_registration(
+            json!({
+                "type": "https://eips.ethereum.org/EIPS/eip-8004#registration-v1",
+                "name": "Agent",
+                "services": [
+                    {"name": "wallet", "endpoint": "eip155:1:0x0"},
+                    {"name": "A2A", "endpoint": "https://agent.example", "protocol": "cresolver"}
+                ],
+                "x402Support": false,
+                "unknown": {"nested": [1, 2]}
+            })
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+        assert!(reg.active);
+        assert_eq!(reg.name.as_deref(), Some("Agent"));
+        assert_eq!(
+            a2a_service(&reg),
+            Some((
+                "https://agent.example".to_string(),
+                Some("cresolver".to_string())
+            ))
+        );
+
+        let legacy = parse_registration(
+            br#"{"name":"Old","endpoints":[{"name":"a2a","endpoint":"https://old.example"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            a2a_service(&legacy),
+            Some(("https://old.example".to_string(), None))
+        );
+    }
+
+    #[test]
+    fn a2a_service_is_case_insensitive_and_needs_an_endpoint() {
+        let reg = parse_registration(
+            br#"{"services":[
+                {"name":"A2A","endpoint":""},
+                {"name":"a2A","endpoint":42},
+                "junk",
+                {"endpoint":"https://nameless.example"},
+                {"name":"a2a","endpoint":"https://second.example","protocol":"x"},
+                {"name":"A2A","endpoint":"https://third.example"}
+            ]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            a2a_service(&reg),
+            Some(("https://second.example".to_string(), Some("x".to_string())))
+        );
+        let none =
+            parse_registration(br#"{"services":[{"name":"MCP","endpoint":"https://m"}]}"#).unwrap();
+        assert_eq!(a2a_service(&none), None);
+        let no_list = parse_registration(br#"{"services":"nope"}"#).unwrap();
+        assert!(no_list.services.is_empty());
+    }
+
+    #[test]
+    fn inactive_and_invalid_registrations() {
+        assert!(!parse_registration(br#"{"active":false}"#).unwrap().active);
+        assert!(!parse_registration(br#"{"active":"False"}"#).unwrap().active);
+        assert!(parse_registration(br#"{"active":null}"#).unwrap().active);
+        for bad in [
+            &b"not json"[..],
+            b"[1,2]",
+            b"\"str\"",
+            b"",
+            br#"{"active":1}"#,
+        ] {
+            assert!(
+                matches!(
+                    parse_registration(bad),
+                    Err(DiscardReason::InvalidMetadata { .. })
+                ),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn address_classification() {
+        let public = [
+            "8.8.8.8",
+            "1.1.1.1",
+            "100.63.255.255",
+            "100.128.0.1",
+            "172.15.0.1",
+            "172.32.0.1",
+            "192.169.0.1",
+            "2606:4700:4700::1111",
+            "2001:4860:4860::8888",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ];
+        for ip in public {
+            assert!(is_public_ip(ip.parse().unwrap()), "{ip} should be public");
+        }
+        let private = [
+            "127.0.0.1",
+            "127.255.255.254",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "100.127.255.255",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "240.0.0.1",
+            "192.0.2.1",
+            "198.51.100.7",
+            "203.0.113.9",
+            "198.18.0.1",
+            "::",
+            "::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "febf::1",
+            "ff02::1",
+            "2001:db8::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "::ffff:169.254.169.254",
+            "::127.0.0.1",
+            "64:ff9b::7f00:1",
+            "2002:7f00:1::1",
+            "2001::1",
+        ];
+        for ip in private {
+            assert!(
+                !is_public_ip(ip.parse().unwrap()),
+                "{ip} should not be public"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn endpoint_validation() {
+        for (url, allow) in [
+            ("ftp://example.com", true),
+            ("file:///etc/passwd", true),
+            ("javascript:alert(1)", true),
+            ("not a url", true),
+            ("https://user:pw@example.com", true),
+            ("http://127.0.0.1:8080", false),
+            ("http://localhost:8080", false),
+            ("http://api.localhost", false),
+            ("http://metadata.google.internal/computeMetadata/v1/", false),
+            ("http://169.254.169.254/latest/meta-data/", false),
+            ("http://[::1]:80", false),
+            ("http://[::ffff:127.0.0.1]/", false),
+            ("http://[fd00::1]/", false),
+            ("http://2130706433/", false), // 127.0.0.1 as a number
+            ("http://0x7f.0.0.1/", false), // and in hex
+            ("http://10.0.0.1/", false),
+            ("https://no-such-host.invalid/", false),
+        ] {
+            assert!(
+                matches!(
+                    validate_endpoint(url, allow).await,
+                    Err(DiscardReason::RefusedEndpoint { .. })
+                ),
+                "{url} should be refused (allow_private={allow})"
+            );
+        }
+        assert_eq!(
+            validate_endpoint("http://127.0.0.1:8080", true)
+                .await
+                .unwrap()
+                .as_str(),
+            "http://127.0.0.1:8080/"
+        );
+        assert!(
+            validate_endpoint("https://8.8.8.8/agent", false)
+                .await
+                .is_ok()
+        );
+        assert!(
+            validate_endpoint("http://[2606:4700:4700::1111]/", false)
+                .await
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn discard_reasons_serialize_tagged() {
+        let r = DiscardReason::FetchFailed {
+            detail: "HTTP 404".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"kind": "fetch_failed", "detail": "HTTP 404"})
+        );
+        assert_eq!(
+            serde_json::to_value(DiscardReason::NoA2aEndpoint).unwrap(),
+            json!({"kind": "no_a2a_endpoint"})
+        );
+        assert_eq!(
+            r.to_string(),
+            "fetching the registration file failed: HTTP 404"
+        );
+    }
+
+    #[test]
+    fn slots_follow_discovery() {
+        let found = vec![
+            DiscoveredWorker {
+                address: Address::repeat_byte(1),
+                agent_id: U256::from(1),
+                name: Some("a".into()),
+                endpoint: Ok(Url::parse("http://127.0.0.1:1").unwrap()),
+                protocol: Some("cresolver".into()),
+            },
+            DiscoveredWorker {
+                address: Address::repeat_byte(2),
+                agent_id: U256::from(2),
+                name: None,
+                endpoint: Err(DiscardReason::NoTokenUri),
+                protocol: None,
+            },
+        ];
+        let slots = to_slots(&found);
+        assert_eq!(slots.len(), 2);
+        assert_eq!(slots[0].address, Address::repeat_byte(1));
+        assert_eq!(
+            slots[0].target.as_ref().unwrap().endpoint.as_str(),
+            "http://127.0.0.1:1/"
+        );
+        assert_eq!(
+            slots[1].target.as_ref().unwrap_err(),
+            "agent has no token URI"
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! The node's Prometheus metrics: one registry holding round, worker-call, stage-latency
+//! and chain-progress series, encoded in the text exposition format for `GET /metrics`.
+//! Every method takes `&self`, so one [`Metrics`] is shared across tasks in an `Arc`.
+
+use crate::round::RoundOutcome;
+use crate::store::RoundState;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets_range};
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+
+/// Smallest and largest finite bucket bound of the stage-duration histogram, in seconds.
+const BUCKET_MIN_S: f64 = 0.005;
+const BUCKET_MAX_S: f64 = 120.0;
+const BUCKET_COUNT: u16 = 16;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkerCallLabels {
+    stage: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+type U64Gauge = Gauge<u64, AtomicU64>;
+
+/// Exponential buckets from 5 ms to 120 s, rounded to three significant digits so the
+/// exposition shows readable bounds (`0.0098` rather than `0.009797958971132712`).
+fn stage_buckets() -> Vec<f64> {
+    exponential_buckets_range(BUCKET_MIN_S, BUCKET_MAX_S, BUCKET_COUNT)
+        .map(|b| format!("{b:.2e}").parse().unwrap_or(b))
+        .collect()
+}
+
+fn new_stage_histogram() -> Histogram {
+    Histogram::new(stage_buckets())
+}
+
+/// The registry and its metric families.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    rounds: Family<OutcomeLabels, Counter>,
+    worker_calls: Family<WorkerCallLabels, Counter>,
+    stage_duration: Family<StageLabels, Histogram, fn() -> Histogram>,
+    last_processed_block: U64Gauge,
+    head_lag: U64Gauge,
+    rounds_by_state: Family<StateLabels, U64Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let rounds = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "cresolver_rounds",
+            "Rounds finished, by final outcome",
+            rounds.clone(),
+        );
+        let worker_calls = Family::<WorkerCallLabels, Counter>::default();
+        registry.register(
+            "cresolver_worker_calls",
+            "Worker calls, by stage and outcome (ok or the failure kind)",
+            worker_calls.clone(),
+        );
+        let stage_duration: Family<StageLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(new_stage_histogram);
+        registry.register_with_unit(
+            "cresolver_stage_duration",
+            "Duration of a round's stages and of whole rounds",
+            Unit::Seconds,
+            stage_duration.clone(),
+        );
+        let last_processed_block = U64Gauge::default();
+        registry.register(
+            "cresolver_last_processed_block",
+            "The last block the watcher has fully processed",
+            last_processed_block.clone(),
+        );
+        let head_lag = U64Gauge::default();
+        registry.register(
+            "cresolver_head_lag_blocks",
+            "How many blocks the watcher is behind the chain head",
+            head_lag.clone(),
+        );
+        let rounds_by_state = Family::<StateLabels, U64Gauge>::default();
+        registry.register(
+            "cresolver_rounds_by_state",
+            "Rounds in the store, by state",
+            rounds_by_state.clone(),
+        );
+
+        // Expose the common series from the start, so rates and dashboards see zeros
+        // rather than missing data.
+        for outcome in ["confirmed", "failed", "skipped"] {
+            let _ = rounds.get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            });
+        }
+        for state in RoundState::ALL {
+            let _ = rounds_by_state.get_or_create(&StateLabels {
+                state: state.as_str(),
+            });
+        }
+
+        Self {
+            registry,
+            rounds,
+            worker_calls,
+            stage_duration,
+            last_processed_block,
+            head_lag,
+            rounds_by_state,
+        }
+    }
+
+    /// Counts a finished round (`confirmed`, `failed`, `skipped`, …).
+    pub fn round_finished(&self, outcome: &str) {
+        self.rounds
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one worker call of `stage` (`resolve`, `challenge`) that ended in `outcome`
+    /// (`ok` or a [`crate::workers::WorkerFailure::kind`] label).
+    pub fn worker_call(&self, stage: &str, outcome: &str) {
+        self.worker_calls
+            .get_or_create(&WorkerCallLabels {
+                stage: stage.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records how long a stage (`discover`, `resolve`, `challenge`, `evaluate`,
+    /// `submit`, or `round` for the whole round) took.
+    pub fn observe_stage(&self, stage: &str, seconds: f64) {
+        self.stage_duration
+            .get_or_create(&StageLabels {
+                stage: stage.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    /// Counts the worker calls of a finished round: one per resolve result and one per
+    /// challenged worker (workers that were not challenged are not counted).
+    pub fn record_round(&self, outcome: &RoundOutcome) {
+        for r in &outcome.resolve.results {
+            let label = match &r.outcome {
+                Ok(_) => "ok",
+                Err(f) => f.kind(),
+            };
+            self.worker_call("resolve", label);
+        }
+        for c in outcome.challenges.iter().flatten() {
+            let label = c.failure.as_ref().map_or("ok", |f| f.kind());
+            self.worker_call("challenge", label);
+        }
+    }
+
+    pub fn set_last_processed_block(&self, n: u64) {
+        self.last_processed_block.set(n);
+    }
+
+    pub fn set_head_lag(&self, blocks: u64) {
+        self.head_lag.set(blocks);
+    }
+
+    /// Sets the rounds-by-state gauge from the store's counts; states not listed are 0.
+    pub fn set_rounds_by_state(&self, counts: &[(RoundState, u64)]) {
+        for state in RoundState::ALL {
+            let n = counts
+                .iter()
+                .filter(|(s, _)| *s == state)
+                .map(|(_, n)| *n)
+                .sum();
+            self.rounds_by_state
+                .get_or_create(&StateLabels {
+                    state: state.as_str(),
+                })
+                .set(n);
+        }
+    }
+
+    /// All metrics in the text exposition format (ending with `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail; the encoder only fails on writer errors.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::Evaluation;
+    use crate::resolve::TallyOutcome;
+    use crate::workers::fanout::{ResolveResult, ResolveStage};
+    use crate::workers::{ChallengeOutcome, ResolveAnswer, WorkerFailure};
+    use alloy::primitives::{Address, Bytes, U256};
+
+    fn has_line(text: &str, line: &str) {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing line {line:?} in:\n{text}"
+        );
+    }
+
+    fn outcome() -> RoundOutcome {
+        let answer = ResolveAnswer {
+            determination: true,
+            confidence: 0.9,
+            evidence: "e".into(),
+            sources: vec![],
+        };
+        let result = |i: u8, outcome| ResolveResult {
+            address: Address::repeat_byte(i),
+            outcome,
+            elapsed_ms: 10,
+        };
+        RoundOutcome {
+            resolve: ResolveStage {
+                results: vec![
+                    result(1, Ok(answer.clone())),
+                    result(2, Ok(answer)),
+                    result(3, Err(WorkerFailure::Timeout { after_ms: 5000 })),
+                ],
+                registered: 3,
+                required: 2,
+                valid: 2,
+                quorum_met: true,
+            },
+            challenges: vec![
+                Some(ChallengeOutcome {
+                    challenges: vec!["c".into()],
+                    responses: vec!["r".into()],
+                    failure: None,
+                }),
+                Some(ChallengeOutcome {
+                    challenges: vec!["c".into()],
+                    responses: vec![],
+                    failure: Some(WorkerFailure::InvalidJson {
+                        detail: "eof".into(),
+                    }),
+                }),
+                None,
+            ],
+            scores: vec![],
+            evaluation: Evaluation {
+                scores: vec![],
+                evaluator: "rubric".into(),
+                fallback_reason: None,
+                attempts: vec![],
+                raw_reply: None,
+            },
+            tally: TallyOutcome {
+                market_id: U256::from(7),
+                resolution: true,
+                yes_weight: 1.0,
+                no_weight: 0.0,
+                tie: false,
+                workers: vec![],
+            },
+            report: Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn encodes_recorded_values() {
+        let m = Metrics::new();
+        m.round_finished("confirmed");
+        m.round_finished("confirmed");
+        m.round_finished("failed");
+        m.worker_call("resolve", "schema");
+        m.observe_stage("resolve", 0.2);
+        m.observe_stage("resolve", 3.0);
+        m.set_last_processed_block(12_345);
+        m.set_head_lag(3);
+        m.set_rounds_by_state(&[(RoundState::Confirmed, 4), (RoundState::Failed, 1)]);
+        m.record_round(&outcome());
+
+        let text = m.encode();
+        has_line(&text, "# TYPE cresolver_rounds counter");
+        has_line(&text, r#"cresolver_rounds_total{outcome="confirmed"} 2"#);
+        has_line(&text, r#"cresolver_rounds_total{outcome="failed"} 1"#);
+        has_line(&text, r#"cresolver_rounds_total{outcome="skipped"} 0"#);
+        has_line(
+            &text,
+            r#"cresolver_worker_calls_total{stage="resolve",outcome="ok"} 2"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_worker_calls_total{stage="resolve",outcome="timeout"} 1"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_worker_calls_total{stage="resolve",outcome="schema"} 1"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_worker_calls_total{stage="challenge",outcome="ok"} 1"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_worker_calls_total{stage="challenge",outcome="invalid_json"} 1"#,
+        );
+        has_line(&text, "# TYPE cresolver_stage_duration_seconds histogram");
+        has_line(
+            &text,
+            r#"cresolver_stage_duration_seconds_sum{stage="resolve"} 3.2"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_stage_duration_seconds_count{stage="resolve"} 2"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_stage_duration_seconds_bucket{le="0.005",stage="resolve"} 0"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_stage_duration_seconds_bucket{le="120.0",stage="resolve"} 2"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_stage_duration_seconds_bucket{le="+Inf",stage="resolve"} 2"#,
+        );
+        has_line(&text, "cresolver_last_processed_block 12345");
+        has_line(&text, "cresolver_head_lag_blocks 3");
+        has_line(&text, r#"cresolver_rounds_by_state{state="confirmed"} 4"#);
+        has_line(&text, r#"cresolver_rounds_by_state{state="failed"} 1"#);
+        has_line(&text, r#"cresolver_rounds_by_state{state="requested"} 0"#);
+        assert!(text.ends_with("# EOF\n"));
+        // No challenge was recorded for the unchallenged third worker.
+        assert_eq!(text.matches(r#"stage="challenge""#).count(), 2);
+    }
+
+    #[test]
+    fn buckets_span_5ms_to_120s() {
+        let b = stage_buckets();
+        assert_eq!(b.len(), BUCKET_COUNT as usize);
+        assert_eq!(b[0], 0.005);
+        assert_eq!(*b.last().unwrap(), 120.0);
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn rounds_by_state_resets_missing_states() {
+        let m = Metrics::new();
+        m.set_rounds_by_state(&[(RoundState::Requested, 2)]);
+        m.set_rounds_by_state(&[(RoundState::Confirmed, 1)]);
+        let text = m.encode();
+        has_line(&text, r#"cresolver_rounds_by_state{state="requested"} 0"#);
+        has_line(&text, r#"cresolver_rounds_by_state{state="confirmed"} 1"#);
+    }
+}

@@ -1,0 +1,676 @@
+//! The resolver node: runs every workflow it is given against its market — a watcher
+//! turns `ResolutionRequested` logs into durable requests, a dispatcher runs rounds
+//! concurrently (bounded) through read → discover → resolve/challenge → evaluate →
+//! submit, persisting each state, and the HTTP API serves health, metrics, rounds and
+//! the bearer-guarded manual trigger. Restarted, it resumes every unfinished round; a
+//! stored signed transaction is re-broadcast, never re-signed, so a market is resolved
+//! by at most one transaction of this node. Shutdown lets in-flight rounds reach a
+//! persisted state first.
+
+use crate::api::{ApiState, ManualTrigger};
+use crate::chain::reader::{MarketSnapshot, ReadError, read_market};
+use crate::chain::watcher::{Trigger, Watcher, WatcherConfig};
+use crate::config::{NodeConfig, default_confirmations, is_dev_chain};
+use crate::discovery::{DiscoveredWorker, DiscoveryConfig, discover, to_slots};
+use crate::metrics::Metrics;
+use crate::resolve::report::ReportMetadata;
+use crate::round::{Engine, RoundError, RoundInput, RoundStage};
+use crate::store::{RoundState, Store};
+use crate::submit::{Confirmed, SubmitError, Submitter, SubmitterConfig};
+use crate::workflow::Workflow;
+use alloy::eips::BlockNumberOrTag;
+use alloy::network::EthereumWallet;
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::{DynProvider, Provider};
+use alloy::signers::local::PrivateKeySigner;
+use serde::Serialize;
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+
+/// Version of the transcript JSON stored with each round.
+pub const TRANSCRIPT_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Workflow(#[from] crate::workflow::WorkflowError),
+    #[error(transparent)]
+    Engine(#[from] crate::round::EngineError),
+    #[error(transparent)]
+    Connect(#[from] crate::chain::ConnectError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    #[error("RPC chain id is {actual} but the config expects {expected}")]
+    ChainId { expected: u64, actual: u64 },
+    #[error("workflows {0} and {1} both watch market {2}: give each its own [trigger].address")]
+    SameMarket(String, String, Address),
+    #[error(
+        "cannot listen on {addr} for the HTTP API: {error} (is another node running? set api.listen to a free address, or empty to disable)"
+    )]
+    Listen { addr: String, error: String },
+}
+
+/// One workflow bound to its market.
+pub struct Pipeline {
+    pub workflow: Workflow,
+    pub market: Address,
+    pub engine: Engine,
+    pub submitter: Submitter,
+}
+
+/// A round's result as the operator sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundReport {
+    pub market: Address,
+    pub market_id: U256,
+    pub state: RoundState,
+    pub reason: Option<String>,
+    pub tx_hash: Option<B256>,
+    pub resolution: Option<bool>,
+    /// The stored transcript, when the round got that far.
+    pub transcript: Option<serde_json::Value>,
+}
+
+pub struct Node {
+    pub cfg: NodeConfig,
+    pub provider: DynProvider,
+    pub chain_id: u64,
+    pub store: Arc<Store>,
+    pub metrics: Arc<Metrics>,
+    pub pipelines: Vec<Pipeline>,
+    pub discovery: DiscoveryConfig,
+    http: reqwest::Client,
+    rounds: Arc<Semaphore>,
+    in_flight: Mutex<HashSet<(Address, U256)>>,
+    retries: Mutex<HashMap<(Address, U256), u32>>,
+    health: Arc<std::sync::RwLock<serde_json::Value>>,
+}
+
+/// Transient failures are retried this many times (with doubling delay) per round.
+const MAX_TRANSIENT_RETRIES: u32 = 5;
+
+impl Node {
+    /// Connects, loads the workflows and opens the store. `signer` is the resolver key
+    /// (`None`: the node can simulate but not submit).
+    pub async fn build(
+        cfg: NodeConfig,
+        signer: Option<PrivateKeySigner>,
+    ) -> Result<Arc<Self>, NodeError> {
+        let (provider, chain_id) = crate::chain::connect_checked(&cfg.chain.rpc_url).await?;
+        if let Some(expected) = cfg.chain.chain_id
+            && expected != chain_id
+        {
+            return Err(NodeError::ChainId {
+                expected,
+                actual: chain_id,
+            });
+        }
+        let default_market = cfg.chain.market_address;
+        let from = signer.as_ref().map(|s| s.address()).unwrap_or_default();
+        let wallet = signer.map(EthereumWallet::from);
+        let mut pipelines = Vec::new();
+        let mut seen: HashMap<Address, String> = HashMap::new();
+        for path in &cfg.node.workflows {
+            let workflow = Workflow::load(path)?;
+            let market = match workflow.trigger.address.or(default_market) {
+                Some(m) => m,
+                None => cfg.market()?,
+            };
+            if let Some(other) = seen.insert(market, workflow.name.clone()) {
+                return Err(NodeError::SameMarket(other, workflow.name.clone(), market));
+            }
+            let report = &workflow.submit.report;
+            let submitter = Submitter::new(
+                provider.clone(),
+                wallet.clone(),
+                from,
+                SubmitterConfig {
+                    market,
+                    mode: workflow.submit.mode,
+                    forwarder: cfg.submit.forwarder,
+                    receiver: cfg.submit.receiver,
+                    metadata: ReportMetadata::new(
+                        report.workflow_id,
+                        workflow.report_workflow_name(),
+                        report.workflow_owner,
+                        [0, 1],
+                    ),
+                    gas_margin_percent: cfg.submit.gas_margin_percent,
+                    max_send_attempts: cfg.submit.max_send_attempts,
+                    receipt_timeout: Duration::from_millis(cfg.submit.receipt_timeout_ms),
+                },
+            )?;
+            let engine = Engine::new(workflow.clone())?;
+            pipelines.push(Pipeline {
+                workflow,
+                market,
+                engine,
+                submitter,
+            });
+        }
+        let store = Arc::new(Store::open(&cfg.node.data_dir)?);
+        let discovery = DiscoveryConfig {
+            allow_private_endpoints: cfg.discovery.allow_private_endpoints,
+            ipfs_gateway: url::Url::parse(&cfg.discovery.ipfs_gateway).map_err(|e| {
+                crate::config::ConfigError::Invalid {
+                    key: "discovery.ipfs_gateway",
+                    message: e.to_string(),
+                }
+            })?,
+            fetch_timeout: Duration::from_millis(cfg.discovery.fetch_timeout_ms),
+            max_metadata_bytes: cfg.discovery.max_metadata_bytes,
+        };
+        let health = json!({"chain_id": chain_id, "markets": pipelines.iter().map(|p| p.market.to_string()).collect::<Vec<_>>()});
+        Ok(Arc::new(Self {
+            rounds: Arc::new(Semaphore::new(cfg.node.max_concurrent_rounds)),
+            cfg,
+            provider,
+            chain_id,
+            store,
+            metrics: Arc::new(Metrics::new()),
+            pipelines,
+            discovery,
+            http: crate::workers::StageClient::default_http(),
+            in_flight: Mutex::new(HashSet::new()),
+            retries: Mutex::new(HashMap::new()),
+            health: Arc::new(std::sync::RwLock::new(health)),
+        }))
+    }
+
+    fn pipeline(&self, market: Address) -> Option<&Pipeline> {
+        self.pipelines.iter().find(|p| p.market == market)
+    }
+
+    /// Records a manual request for `market_id` on the first workflow's market.
+    pub fn request(&self, market_id: U256) -> Result<Option<Trigger>, NodeError> {
+        let p = &self.pipelines[0];
+        let d = self
+            .store
+            .manual_request(p.market, market_id, &p.workflow.name)?;
+        tracing::info!(market_id = %market_id, decision = ?d, "manual resolution request");
+        // A manual request also resumes an unfinished round that is not running.
+        let unfinished = self
+            .store
+            .get(p.market, market_id)?
+            .is_some_and(|r| !r.state.is_final());
+        Ok((d.starts_round() || unfinished).then(|| Trigger {
+            market: p.market,
+            market_id,
+            question: String::new(),
+            log: None,
+        }))
+    }
+
+    /// Runs (or resumes) the round of one market to a final or persisted state.
+    pub async fn run_round(
+        self: &Arc<Self>,
+        market: Address,
+        market_id: U256,
+    ) -> Result<RoundReport, NodeError> {
+        {
+            let mut f = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            if !f.insert((market, market_id)) {
+                return self.report(market, market_id);
+            }
+        }
+        let _permit = self.rounds.acquire().await.ok();
+        let started = Instant::now();
+        let result = self.drive(market, market_id).await;
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(market, market_id));
+        self.metrics
+            .observe_stage("round", started.elapsed().as_secs_f64());
+        match result {
+            Ok(()) => {}
+            Err(Step::Transient(reason)) => {
+                tracing::warn!(market_id = %market_id, %reason, "round paused on a transient error; will retry");
+                self.schedule_retry(market, market_id);
+            }
+            Err(Step::Store(e)) => return Err(NodeError::Store(e)),
+        }
+        let r = self.report(market, market_id)?;
+        if r.state.is_final() {
+            self.metrics.round_finished(r.state.as_str());
+            self.retries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&(market, market_id));
+        }
+        Ok(r)
+    }
+
+    fn schedule_retry(self: &Arc<Self>, market: Address, market_id: U256) {
+        let n = {
+            let mut r = self.retries.lock().unwrap_or_else(|p| p.into_inner());
+            let n = r.entry((market, market_id)).or_insert(0);
+            *n += 1;
+            *n
+        };
+        if n > MAX_TRANSIENT_RETRIES {
+            let _ = self.store.set_state(
+                market,
+                market_id,
+                RoundState::Failed,
+                Some("gave up after repeated transient errors (RPC or chain)"),
+            );
+            self.metrics.round_finished("failed");
+            return;
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1u64 << n.min(6))).await;
+            let _ = node.run_round(market, market_id).await;
+        });
+    }
+
+    /// The stored state of a round.
+    pub fn report(&self, market: Address, market_id: U256) -> Result<RoundReport, NodeError> {
+        let rec = self.store.get(market, market_id)?;
+        Ok(match rec {
+            Some(r) => RoundReport {
+                market,
+                market_id,
+                state: r.state,
+                reason: r.reason,
+                tx_hash: r.submit_tx,
+                resolution: r
+                    .outcome
+                    .as_ref()
+                    .and_then(|o| o.pointer("/outcome/tally/resolution"))
+                    .and_then(|v| v.as_bool()),
+                transcript: r.outcome,
+            },
+            None => RoundReport {
+                market,
+                market_id,
+                state: RoundState::Failed,
+                reason: Some("no such round".into()),
+                tx_hash: None,
+                resolution: None,
+                transcript: None,
+            },
+        })
+    }
+
+    async fn drive(&self, market: Address, market_id: U256) -> Result<(), Step> {
+        let Some(p) = self.pipeline(market) else {
+            return self.fail(market, market_id, "no workflow watches this market");
+        };
+        let Some(rec) = self.store.get(market, market_id)? else {
+            return Ok(());
+        };
+        if rec.state.is_final() {
+            return Ok(());
+        }
+        // A signed submission exists: only ever re-broadcast those bytes.
+        if rec.state == RoundState::Submitted
+            && let (Some(tx), Some(raw)) = (rec.submit_tx, rec.raw_tx.clone())
+        {
+            tracing::info!(market_id = %market_id, %tx, "resuming a stored submission");
+            return self.finish_submission(p, market_id, tx, &raw).await;
+        }
+        let span_started = Instant::now();
+        let snapshot = match read_market(
+            &self.provider,
+            market,
+            market_id,
+            None,
+            self.cfg.chain.multicall_address,
+        )
+        .await
+        {
+            Ok(s) => s,
+            Err(ReadError::Rpc(e)) => {
+                return Err(Step::Transient(format!("reading the market: {e}")));
+            }
+            Err(e) => return self.fail(market, market_id, &e.to_string()),
+        };
+        if snapshot.resolved {
+            self.store.set_state(
+                market,
+                market_id,
+                RoundState::Skipped,
+                Some("the market is already resolved on chain"),
+            )?;
+            return Ok(());
+        }
+        let Ok(id64) = u64::try_from(snapshot.market_id) else {
+            return self.fail(
+                market,
+                market_id,
+                "market id does not fit the worker protocol's number",
+            );
+        };
+        let found = discover(
+            &self.provider,
+            snapshot.identity_registry,
+            &snapshot.workers,
+            Some(snapshot.block),
+            &self.discovery,
+            &self.http,
+        )
+        .await;
+        self.metrics
+            .observe_stage("discover", span_started.elapsed().as_secs_f64());
+        self.store
+            .set_state(market, market_id, RoundState::Discovered, None)?;
+        let reference_time = self.reference_time(rec.request_block).await;
+        let input = RoundInput {
+            market_id: id64,
+            question: snapshot.question.clone(),
+            deadline: u64::try_from(snapshot.deadline).ok(),
+            reference_time,
+            workers: to_slots(&found),
+            reputations: snapshot.workers.iter().map(|w| w.reputation).collect(),
+        };
+        let store = self.store.clone();
+        let observe = move |stage: RoundStage| {
+            let state = match stage {
+                RoundStage::Answered => RoundState::Answered,
+                RoundStage::Challenged => RoundState::Challenged,
+                RoundStage::Evaluated => RoundState::Evaluated,
+            };
+            if let Err(e) = store.set_state(market, market_id, state, None) {
+                tracing::error!(error = %e, "cannot persist round state");
+            }
+        };
+        let round_started = Instant::now();
+        let result = p.engine.run_observed(&input, &observe).await;
+        self.metrics
+            .observe_stage("resolve+evaluate", round_started.elapsed().as_secs_f64());
+        let mut transcript = transcript(&p.workflow, &snapshot, &found, &input);
+        let outcome = match result {
+            Ok(o) => o,
+            Err(e) => {
+                if let RoundError::QuorumNotMet(stage) = &e {
+                    transcript["resolve"] = serde_json::to_value(stage).unwrap_or_default();
+                }
+                self.store.set_outcome(market, market_id, &transcript)?;
+                return self.fail(market, market_id, &e.to_string());
+            }
+        };
+        self.metrics.record_round(&outcome);
+        transcript["outcome"] = serde_json::to_value(&outcome).unwrap_or_default();
+        self.store.set_outcome(market, market_id, &transcript)?;
+
+        let prepared = match p.submitter.prepare(&snapshot, &outcome.tally).await {
+            Ok(x) => x,
+            Err(SubmitError::AlreadyResolved { .. }) => {
+                self.store.set_state(
+                    market,
+                    market_id,
+                    RoundState::Skipped,
+                    Some("the market was resolved on chain meanwhile"),
+                )?;
+                return Ok(());
+            }
+            Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+            Err(e) => return self.fail(market, market_id, &e.to_string()),
+        };
+        transcript["submission"] = json!({"to": prepared.to, "calldata": prepared.calldata, "gas_limit": prepared.gas_limit, "from": prepared.from, "mode": prepared.mode});
+        self.store.set_outcome(market, market_id, &transcript)?;
+        let signed = match p.submitter.sign(&prepared).await {
+            Ok(s) => s,
+            Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+            Err(e) => return self.fail(market, market_id, &e.to_string()),
+        };
+        // Persist before broadcast: after a crash the same bytes are re-sent, never re-signed.
+        self.store
+            .mark_submitted(market, market_id, signed.tx_hash, &signed.raw)?;
+        tracing::info!(market_id = %market_id, tx = %signed.tx_hash, nonce = signed.nonce, "submitting");
+        if std::env::var_os("CRESOLVER_TEST_CRASH_AFTER_SIGN").is_some() {
+            // Test hook: die between persisting and broadcasting (exactly-once tests).
+            tracing::error!("CRESOLVER_TEST_CRASH_AFTER_SIGN set: exiting");
+            std::process::exit(97);
+        }
+        self.finish_submission(p, market_id, signed.tx_hash, &signed.raw)
+            .await
+    }
+
+    async fn finish_submission(
+        &self,
+        p: &Pipeline,
+        market_id: U256,
+        tx: B256,
+        raw: &[u8],
+    ) -> Result<(), Step> {
+        let started = Instant::now();
+        let result = p.submitter.broadcast(market_id, tx, raw).await;
+        self.metrics
+            .observe_stage("submit", started.elapsed().as_secs_f64());
+        match result {
+            Ok(Confirmed {
+                tx_hash,
+                resolution,
+                block_number,
+                ..
+            }) => {
+                tracing::info!(market_id = %market_id, tx = %tx_hash, block = block_number, resolution, "market resolved");
+                self.store
+                    .set_state(p.market, market_id, RoundState::Confirmed, None)?;
+                Ok(())
+            }
+            Err(e) if e.is_transient() => Err(Step::Transient(e.to_string())),
+            Err(e) => {
+                // Our transaction did not resolve it; maybe someone else did.
+                let resolved =
+                    crate::chain::bindings::ICREsolverMarket::new(p.market, self.provider.clone())
+                        .getMarket(market_id)
+                        .call()
+                        .await
+                        .map(|m| m.resolved)
+                        .unwrap_or(false);
+                let (state, reason) = if resolved {
+                    (
+                        RoundState::Skipped,
+                        format!("resolved on chain by another transaction; ours: {e}"),
+                    )
+                } else {
+                    (RoundState::Failed, e.to_string())
+                };
+                self.store
+                    .set_state(p.market, market_id, state, Some(&reason))?;
+                Ok(())
+            }
+        }
+    }
+
+    fn fail(&self, market: Address, market_id: U256, reason: &str) -> Result<(), Step> {
+        tracing::warn!(market_id = %market_id, %reason, "round failed");
+        self.store
+            .set_state(market, market_id, RoundState::Failed, Some(reason))?;
+        Ok(())
+    }
+
+    async fn reference_time(&self, block: Option<u64>) -> u64 {
+        let tag = block.map_or(BlockNumberOrTag::Latest, BlockNumberOrTag::Number);
+        match self.provider.get_block_by_number(tag).await {
+            Ok(Some(b)) => b.header.timestamp,
+            _ => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        }
+    }
+
+    /// Runs the node until `shutdown` completes: watchers, API, dispatcher. In-flight
+    /// rounds get up to `drain` to reach a persisted state.
+    pub async fn run(
+        self: Arc<Self>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        drain: Duration,
+    ) -> Result<(), NodeError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (trig_tx, mut trig_rx) = mpsc::channel::<Trigger>(1024);
+        let mut tasks = JoinSet::new();
+
+        for rec in self.store.unfinished()? {
+            tracing::info!(market_id = %rec.market_id, state = rec.state.as_str(), "resuming unfinished round");
+            let _ = trig_tx
+                .send(Trigger {
+                    market: rec.market,
+                    market_id: rec.market_id,
+                    question: String::new(),
+                    log: None,
+                })
+                .await;
+        }
+
+        let dev = is_dev_chain(self.chain_id);
+        let head = self.provider.get_block_number().await.unwrap_or(0);
+        for p in &self.pipelines {
+            let wcfg = WatcherConfig {
+                market: p.market,
+                workflow: p.workflow.name.clone(),
+                confirmations: self
+                    .cfg
+                    .chain
+                    .confirmations
+                    .unwrap_or(default_confirmations(self.chain_id)),
+                start_block: self
+                    .cfg
+                    .chain
+                    .start_block
+                    .unwrap_or(if dev { 0 } else { head }),
+                poll_interval: Duration::from_millis(self.cfg.chain.poll_interval_ms),
+                max_range: self.cfg.chain.max_block_range,
+                reorg_window: 64,
+                subscribe: self.cfg.chain.rpc_url.starts_with("ws"),
+            };
+            let watcher = Watcher::new(self.provider.clone(), self.store.clone(), wcfg);
+            let (tx, rx, m, h) = (
+                trig_tx.clone(),
+                stop_rx.clone(),
+                self.metrics.clone(),
+                self.health.clone(),
+            );
+            tasks.spawn(async move {
+                watcher
+                    .run(tx, rx, move |r| {
+                        if let Some(to) = r.to {
+                            m.set_last_processed_block(to);
+                        }
+                        m.set_head_lag(r.head.saturating_sub(r.to.unwrap_or(r.head)));
+                        if let Ok(mut h) = h.write() {
+                            h["head"] = json!(r.head);
+                            if let Some(to) = r.to {
+                                h["last_processed_block"] = json!(to);
+                            }
+                        }
+                    })
+                    .await
+            });
+        }
+
+        let (api_tx, mut api_rx) = mpsc::channel::<ManualTrigger>(64);
+        if !self.cfg.api.listen.trim().is_empty() {
+            let addr = self.cfg.api.listen.clone();
+            let listener =
+                tokio::net::TcpListener::bind(&addr)
+                    .await
+                    .map_err(|e| NodeError::Listen {
+                        addr: addr.clone(),
+                        error: e.to_string(),
+                    })?;
+            let token = std::env::var(&self.cfg.api.token_env)
+                .ok()
+                .filter(|t| !t.is_empty());
+            tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or(addr), trigger_enabled = token.is_some(), "HTTP API listening");
+            let state = ApiState {
+                store: self.store.clone(),
+                metrics: self.metrics.clone(),
+                trigger: api_tx.clone(),
+                token,
+                market: self.pipelines[0].market,
+                started: Instant::now(),
+                health: self.health.clone(),
+            };
+            let mut rx = stop_rx.clone();
+            tasks.spawn(async move {
+                let _ = crate::api::serve(listener, state, async move {
+                    let _ = rx.changed().await;
+                })
+                .await;
+            });
+        }
+        drop(api_tx);
+
+        let mut rounds = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                Some(t) = trig_rx.recv() => {
+                    let node = self.clone();
+                    rounds.spawn(async move {
+                        if let Err(e) = node.run_round(t.market, t.market_id).await {
+                            tracing::error!(market_id = %t.market_id, error = %e, "round error");
+                        }
+                    });
+                }
+                Some(m) = api_rx.recv() => {
+                    match self.request(m.market_id) {
+                        Ok(Some(t)) => { let _ = trig_tx.send(t).await; }
+                        Ok(None) => {}
+                        Err(e) => tracing::error!(error = %e, "manual request failed"),
+                    }
+                }
+                Some(_) = rounds.join_next(), if !rounds.is_empty() => {}
+            }
+        }
+        tracing::info!(
+            in_flight = rounds.len(),
+            "shutting down: letting in-flight rounds reach a persisted state"
+        );
+        let _ = stop_tx.send(true);
+        let _ = tokio::time::timeout(drain, async { while rounds.join_next().await.is_some() {} })
+            .await;
+        rounds.abort_all();
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        tasks.abort_all();
+        Ok(())
+    }
+}
+
+enum Step {
+    /// Worth retrying later; the round stays unfinished.
+    Transient(String),
+    Store(crate::store::StoreError),
+}
+
+impl From<crate::store::StoreError> for Step {
+    fn from(e: crate::store::StoreError) -> Self {
+        Step::Store(e)
+    }
+}
+
+/// The transcript skeleton of a round (schema `TRANSCRIPT_VERSION`).
+fn transcript(
+    wf: &Workflow,
+    snapshot: &MarketSnapshot,
+    found: &[DiscoveredWorker],
+    input: &RoundInput,
+) -> serde_json::Value {
+    json!({
+        "version": TRANSCRIPT_VERSION,
+        "workflow": wf,
+        "market": snapshot,
+        "discovery": found,
+        "question": input.question,
+        "reference_time": input.reference_time,
+    })
+}

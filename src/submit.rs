@@ -1,0 +1,432 @@
+//! Submission: puts a tally on chain exactly once, either `resolveMarket` with the
+//! node's key (`direct`) or the CRE report through a forwarder to the receiver
+//! (`report`). Before anything is signed: re-read `resolved`, check that no worker's
+//! agent lets the market act as its operator (the registry would refuse the market's
+//! feedback), and simulate with `eth_call` — a revert is decoded and fails the round, it
+//! is not retried. The signed transaction is handed back to the caller to persist before
+//! [`Submitter::broadcast`] sends it; confirmation is the `MarketResolved` event (and, in
+//! report mode, `ReportProcessed.result`), not the receipt status alone.
+
+use crate::chain::bindings::{ICREsolverMarket, IKeystoneForwarder, IReceiver};
+use crate::chain::reader::MarketSnapshot;
+use crate::chain::{RevertReason, decode_revert};
+use crate::resolve::TallyOutcome;
+use crate::resolve::report::{ExecutionHeader, ReportMetadata, build_raw_report};
+use crate::workflow::SubmitMode;
+use alloy::eips::Encodable2718;
+use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
+use alloy::primitives::{Address, B256, Bytes, U256, keccak256};
+use alloy::providers::{DynProvider, Provider};
+use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
+use alloy::sol_types::{SolCall, SolEvent};
+use serde::Serialize;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("market {market_id} is already resolved on chain")]
+    AlreadyResolved { market_id: U256 },
+    #[error(
+        "worker {worker} (agent {agent_id}) has approved the market as operator of its agent: the reputation registry refuses the market's feedback (\"Self-feedback not allowed\") and resolveMarket would revert for every worker; the worker must revoke the approval"
+    )]
+    OperatorBlocks { worker: Address, agent_id: U256 },
+    #[error("simulation reverted: {reason}")]
+    Reverted { name: String, reason: String },
+    #[error("submission misconfigured: {0}")]
+    Config(String),
+    #[error("RPC error: {0}")]
+    Rpc(String),
+    #[error("transaction {tx} not mined within {secs} s")]
+    NoReceipt { tx: B256, secs: u64 },
+    #[error("transaction {tx} mined but did not resolve the market: {detail}")]
+    NotConfirmed { tx: B256, detail: String },
+}
+
+impl SubmitError {
+    /// Whether trying again later could help (RPC trouble, a slow chain).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SubmitError::Rpc(_) | SubmitError::NoReceipt { .. })
+    }
+}
+
+/// A transaction ready to sign.
+#[derive(Debug, Clone, Serialize)]
+pub struct Prepared {
+    pub from: Address,
+    pub to: Address,
+    pub calldata: Bytes,
+    pub gas_estimate: u64,
+    pub gas_limit: u64,
+    pub mode: SubmitMode,
+}
+
+/// A signed transaction (persist it before broadcasting).
+#[derive(Debug, Clone)]
+pub struct Signed {
+    pub tx_hash: B256,
+    pub raw: Bytes,
+    pub nonce: u64,
+}
+
+/// Proof that the market was resolved by our transaction.
+#[derive(Debug, Clone, Serialize)]
+pub struct Confirmed {
+    pub tx_hash: B256,
+    pub block_number: u64,
+    pub resolution: bool,
+    pub resolver: Address,
+    pub gas_used: u64,
+}
+
+/// Where and how to submit.
+#[derive(Debug, Clone)]
+pub struct SubmitterConfig {
+    pub market: Address,
+    pub mode: SubmitMode,
+    pub forwarder: Option<Address>,
+    pub receiver: Option<Address>,
+    pub metadata: ReportMetadata,
+    pub gas_margin_percent: u64,
+    pub max_send_attempts: u32,
+    pub receipt_timeout: Duration,
+}
+
+pub struct Submitter {
+    provider: DynProvider,
+    wallet: Option<EthereumWallet>,
+    from: Address,
+    cfg: SubmitterConfig,
+    /// One signing at a time, so nonces never collide across concurrent rounds.
+    nonce_lock: tokio::sync::Mutex<()>,
+}
+
+fn revert_of(e: &alloy::transports::TransportError) -> Option<RevertReason> {
+    e.as_error_resp()
+        .and_then(|p| p.as_revert_data())
+        .map(|d| decode_revert(&d))
+}
+
+impl Submitter {
+    /// `wallet` may be `None` for simulation only (dry-run); `from` is then the address
+    /// the simulation runs as.
+    pub fn new(
+        provider: DynProvider,
+        wallet: Option<EthereumWallet>,
+        from: Address,
+        cfg: SubmitterConfig,
+    ) -> Result<Self, SubmitError> {
+        if cfg.mode == SubmitMode::Report && (cfg.forwarder.is_none() || cfg.receiver.is_none()) {
+            return Err(SubmitError::Config(
+                "report mode needs submit.forwarder and submit.receiver in the node config".into(),
+            ));
+        }
+        Ok(Self {
+            provider,
+            wallet,
+            from,
+            cfg,
+            nonce_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn from(&self) -> Address {
+        self.from
+    }
+
+    /// The raw report envelope the forwarder receives for `tally`.
+    pub fn raw_report(&self, tally: &TallyOutcome) -> Bytes {
+        let body = tally.report();
+        let exec_id = keccak256(
+            [
+                self.cfg.market.as_slice(),
+                &tally.market_id.to_be_bytes::<32>(),
+                body.as_ref(),
+            ]
+            .concat(),
+        );
+        let header = ExecutionHeader {
+            version: 1,
+            workflow_execution_id: exec_id,
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as u32)
+                .unwrap_or(0),
+            don_id: 0,
+            don_config_version: 0,
+        };
+        build_raw_report(&header, &self.cfg.metadata, &body)
+    }
+
+    /// `(to, calldata)` of the submission.
+    pub fn calldata(&self, tally: &TallyOutcome) -> (Address, Bytes) {
+        match self.cfg.mode {
+            SubmitMode::Direct => {
+                let call = ICREsolverMarket::resolveMarketCall {
+                    marketId: tally.market_id,
+                    workers: tally.addresses(),
+                    weights: tally.weights(),
+                    dimScores: tally.dim_scores(),
+                    resolution: tally.resolution,
+                };
+                (self.cfg.market, Bytes::from(call.abi_encode()))
+            }
+            SubmitMode::Report => {
+                let call = IKeystoneForwarder::reportCall {
+                    receiver: self.cfg.receiver.unwrap_or_default(),
+                    rawReport: self.raw_report(tally),
+                    reportContext: Bytes::new(),
+                    signatures: vec![],
+                };
+                (
+                    self.cfg.forwarder.unwrap_or_default(),
+                    Bytes::from(call.abi_encode()),
+                )
+            }
+        }
+    }
+
+    /// Checks, simulates and estimates gas. Never signs or sends.
+    pub async fn prepare(
+        &self,
+        snapshot: &MarketSnapshot,
+        tally: &TallyOutcome,
+    ) -> Result<Prepared, SubmitError> {
+        let market = ICREsolverMarket::new(self.cfg.market, self.provider.clone());
+        let m = market
+            .getMarket(tally.market_id)
+            .call()
+            .await
+            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
+        if m.resolved {
+            return Err(SubmitError::AlreadyResolved {
+                market_id: tally.market_id,
+            });
+        }
+        if let Some(w) = snapshot
+            .workers
+            .iter()
+            .find(|w| w.market_is_operator && w.agent_id != U256::ZERO)
+        {
+            return Err(SubmitError::OperatorBlocks {
+                worker: w.address,
+                agent_id: w.agent_id,
+            });
+        }
+        let (to, calldata) = self.calldata(tally);
+        // What would actually execute: resolveMarket from us, or onReport from the forwarder.
+        let (sim_from, sim_to, sim_data) = match self.cfg.mode {
+            SubmitMode::Direct => (self.from, to, calldata.clone()),
+            SubmitMode::Report => {
+                let raw = self.raw_report(tally);
+                let call = IReceiver::onReportCall {
+                    metadata: Bytes::copy_from_slice(&raw[45..109]),
+                    report: Bytes::copy_from_slice(&raw[109..]),
+                };
+                (
+                    self.cfg.forwarder.unwrap_or_default(),
+                    self.cfg.receiver.unwrap_or_default(),
+                    Bytes::from(call.abi_encode()),
+                )
+            }
+        };
+        let sim = TransactionRequest::default()
+            .with_from(sim_from)
+            .with_to(sim_to)
+            .with_input(sim_data);
+        if let Err(e) = self.provider.call(sim.clone()).await {
+            return Err(match revert_of(&e) {
+                Some(r) => {
+                    tracing::warn!(market_id = %tally.market_id, reason = %r, "pre-flight simulation reverted");
+                    SubmitError::Reverted {
+                        name: r.name(),
+                        reason: r.to_string(),
+                    }
+                }
+                None => SubmitError::Rpc(e.to_string()),
+            });
+        }
+        let inner = self
+            .provider
+            .estimate_gas(sim)
+            .await
+            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
+        // Report mode: the forwarder forwards with a gas check and swallows failures, so the
+        // limit must cover the inner call (63/64 rule) plus the forwarder's own work.
+        let estimate = match self.cfg.mode {
+            SubmitMode::Direct => inner,
+            SubmitMode::Report => inner.saturating_mul(64) / 63 + 150_000,
+        };
+        let gas_limit =
+            estimate.saturating_add(estimate.saturating_mul(self.cfg.gas_margin_percent) / 100);
+        Ok(Prepared {
+            from: self.from,
+            to,
+            calldata,
+            gas_estimate: estimate,
+            gas_limit,
+            mode: self.cfg.mode,
+        })
+    }
+
+    /// Signs the prepared transaction with the next nonce.
+    pub async fn sign(&self, p: &Prepared) -> Result<Signed, SubmitError> {
+        let wallet = self
+            .wallet
+            .as_ref()
+            .ok_or_else(|| SubmitError::Config("no signing key (dry-run?)".into()))?;
+        let _guard = self.nonce_lock.lock().await;
+        let nonce = self
+            .provider
+            .get_transaction_count(self.from)
+            .pending()
+            .await
+            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
+        let chain_id = self
+            .provider
+            .get_chain_id()
+            .await
+            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
+        let fees = self
+            .provider
+            .estimate_eip1559_fees()
+            .await
+            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
+        let tx = TransactionRequest::default()
+            .with_from(self.from)
+            .with_to(p.to)
+            .with_input(p.calldata.clone())
+            .with_nonce(nonce)
+            .with_chain_id(chain_id)
+            .with_gas_limit(p.gas_limit)
+            .with_max_fee_per_gas(fees.max_fee_per_gas)
+            .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
+        let envelope = tx
+            .build(wallet)
+            .await
+            .map_err(|e| SubmitError::Config(format!("cannot sign: {e}")))?;
+        Ok(Signed {
+            tx_hash: *envelope.tx_hash(),
+            raw: Bytes::from(envelope.encoded_2718()),
+            nonce,
+        })
+    }
+
+    /// Broadcasts a signed transaction (again, if needed: the same bytes can only be
+    /// mined once) and waits for its confirmation.
+    pub async fn broadcast(
+        &self,
+        market_id: U256,
+        tx_hash: B256,
+        raw: &[u8],
+    ) -> Result<Confirmed, SubmitError> {
+        if let Some(r) = self.receipt(tx_hash).await? {
+            return self.confirm(market_id, &r);
+        }
+        let mut last = String::new();
+        for attempt in 1..=self.cfg.max_send_attempts.max(1) {
+            match self.provider.send_raw_transaction(raw).await {
+                Ok(_) => {
+                    last.clear();
+                    break;
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    let lower = msg.to_lowercase();
+                    if lower.contains("already known")
+                        || lower.contains("known transaction")
+                        || lower.contains("nonce too low")
+                    {
+                        // Already in the pool or mined: wait for the receipt below.
+                        last.clear();
+                        break;
+                    }
+                    if let Some(r) = revert_of(&e) {
+                        return Err(SubmitError::Reverted {
+                            name: r.name(),
+                            reason: r.to_string(),
+                        });
+                    }
+                    tracing::warn!(attempt, error = %msg, "broadcast failed");
+                    last = msg;
+                    tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt))).await;
+                }
+            }
+        }
+        if !last.is_empty() {
+            return Err(SubmitError::Rpc(last));
+        }
+        let deadline = tokio::time::Instant::now() + self.cfg.receipt_timeout;
+        loop {
+            if let Some(r) = self.receipt(tx_hash).await? {
+                return self.confirm(market_id, &r);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(SubmitError::NoReceipt {
+                    tx: tx_hash,
+                    secs: self.cfg.receipt_timeout.as_secs(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn receipt(&self, tx: B256) -> Result<Option<TransactionReceipt>, SubmitError> {
+        self.provider
+            .get_transaction_receipt(tx)
+            .await
+            .map_err(|e| SubmitError::Rpc(e.to_string()))
+    }
+
+    fn confirm(&self, market_id: U256, r: &TransactionReceipt) -> Result<Confirmed, SubmitError> {
+        let tx = r.transaction_hash;
+        if !r.status() {
+            return Err(SubmitError::NotConfirmed {
+                tx,
+                detail: "the transaction reverted".into(),
+            });
+        }
+        if self.cfg.mode == SubmitMode::Report {
+            let processed = r
+                .inner
+                .logs()
+                .iter()
+                .filter(|l| Some(l.address()) == self.cfg.forwarder)
+                .find_map(|l| IKeystoneForwarder::ReportProcessed::decode_log(&l.inner).ok());
+            match processed {
+                Some(p) if p.data.result => {}
+                Some(_) => {
+                    return Err(SubmitError::NotConfirmed {
+                        tx,
+                        detail: "the forwarder reported ReportProcessed.result = false (the receiver's onReport failed)".into(),
+                    });
+                }
+                None => {
+                    return Err(SubmitError::NotConfirmed {
+                        tx,
+                        detail: "no ReportProcessed event from the forwarder".into(),
+                    });
+                }
+            }
+        }
+        let resolved = r
+            .inner
+            .logs()
+            .iter()
+            .filter(|l| l.address() == self.cfg.market)
+            .filter_map(|l| ICREsolverMarket::MarketResolved::decode_log(&l.inner).ok())
+            .find(|e| e.data.marketId == market_id);
+        match resolved {
+            Some(e) => Ok(Confirmed {
+                tx_hash: tx,
+                block_number: r.block_number.unwrap_or_default(),
+                resolution: e.data.resolution,
+                resolver: e.data.resolver,
+                gas_used: r.gas_used,
+            }),
+            None => Err(SubmitError::NotConfirmed {
+                tx,
+                detail: "no MarketResolved event for this market in the receipt".into(),
+            }),
+        }
+    }
+}
