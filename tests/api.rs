@@ -1,0 +1,288 @@
+//! The HTTP API over real HTTP: a server on an ephemeral port, called with reqwest.
+
+use alloy::primitives::{Address, U256};
+use cresolver::api::{ApiState, ManualTrigger, serve};
+use cresolver::metrics::Metrics;
+use cresolver::store::Store;
+use serde_json::{Value, json};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+const TOKEN: &str = "s3cret-token";
+const MARKET: Address = Address::repeat_byte(0x11);
+
+struct Server {
+    base: String,
+    store: Arc<Store>,
+    triggers: mpsc::Receiver<ManualTrigger>,
+    http: reqwest::Client,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Server {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self.http.get(self.url(path)).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap())
+    }
+
+    async fn post_resolve(&self, token: Option<&str>, body: &str) -> (u16, Value) {
+        let mut req = self
+            .http
+            .post(self.url("/resolve"))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap())
+    }
+}
+
+async fn start(token: Option<&str>) -> Server {
+    let store = Arc::new(Store::in_memory().unwrap());
+    let (tx, rx) = mpsc::channel(4);
+    let state = ApiState {
+        store: store.clone(),
+        metrics: Arc::new(Metrics::new()),
+        trigger: tx,
+        token: token.map(str::to_string),
+        market: MARKET,
+        started: Instant::now(),
+        health: Arc::new(RwLock::new(json!({ "chain_id": 31337, "last_block": 12 }))),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(serve(listener, state, async {
+        let _ = stopped.await;
+    }));
+    Server {
+        base: format!("http://{addr}"),
+        store,
+        triggers: rx,
+        http: reqwest::Client::new(),
+        _stop: stop,
+    }
+}
+
+#[tokio::test]
+async fn health_reports_status_version_and_extra_fields() {
+    let s = start(None).await;
+    let (status, body) = s.get("/health").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
+    assert!(body["uptime_s"].is_u64(), "{body}");
+    assert_eq!(body["chain_id"], 31337);
+    assert_eq!(body["last_block"], 12);
+}
+
+#[tokio::test]
+async fn metrics_include_rounds_by_state() {
+    let s = start(None).await;
+    s.store
+        .manual_request(MARKET, U256::from(5), "default")
+        .unwrap();
+    let resp = s.http.get(s.url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let ctype = resp.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == r#"cresolver_rounds_by_state{state="requested"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE cresolver_rounds counter"), "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+}
+
+#[tokio::test]
+async fn rounds_list_and_get() {
+    let s = start(None).await;
+    let (status, body) = s.get("/rounds").await;
+    assert_eq!((status, body), (200, json!([])));
+
+    s.store
+        .manual_request(MARKET, U256::from(7), "default")
+        .unwrap();
+    s.store
+        .manual_request(MARKET, U256::from(8), "default")
+        .unwrap();
+    // Another market's round is listed but not found by id under the node's market.
+    s.store
+        .manual_request(Address::repeat_byte(0x22), U256::from(9), "default")
+        .unwrap();
+
+    let (status, body) = s.get("/rounds").await;
+    assert_eq!(status, 200);
+    assert_eq!(body.as_array().unwrap().len(), 3, "{body}");
+    let (status, body) = s.get("/rounds?limit=1").await;
+    assert_eq!(status, 200);
+    assert_eq!(body.as_array().unwrap().len(), 1, "{body}");
+    let (status, body) = s.get("/rounds?limit=nope").await;
+    assert_eq!(status, 400, "{body}");
+
+    let (status, body) = s.get("/rounds/7").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "requested");
+    assert_eq!(body["workflow"], "default");
+    assert_eq!(body["attempt"], 1);
+    assert_eq!(
+        body["market"].as_str().unwrap().to_lowercase(),
+        MARKET.to_string().to_lowercase()
+    );
+
+    let (status, body) = s.get("/rounds/9").await;
+    assert_eq!(
+        (status, body),
+        (404, json!({ "error": "no round for market 9" }))
+    );
+    let (status, body) = s.get("/rounds/123456").await;
+    assert_eq!(
+        (status, body),
+        (404, json!({ "error": "no round for market 123456" }))
+    );
+    let (status, body) = s.get("/rounds/abc").await;
+    assert_eq!(
+        (status, body),
+        (
+            400,
+            json!({ "error": "market_id must be a non-negative integer" })
+        )
+    );
+    let (status, body) = s.get("/rounds/-1").await;
+    assert_eq!(status, 400, "{body}");
+}
+
+#[tokio::test]
+async fn unknown_route_is_json_404() {
+    let s = start(None).await;
+    let (status, body) = s.get("/nope").await;
+    assert_eq!(status, 404);
+    assert!(body["error"].as_str().unwrap().contains("/nope"), "{body}");
+}
+
+#[tokio::test]
+async fn resolve_requires_the_right_token() {
+    let mut s = start(Some(TOKEN)).await;
+    let body = r#"{"market_id": 42}"#;
+
+    let (status, resp) = s.post_resolve(None, body).await;
+    assert_eq!(status, 401, "{resp}");
+    assert!(resp["error"].is_string());
+    let (status, resp) = s.post_resolve(Some("wrong"), body).await;
+    assert_eq!(status, 401, "{resp}");
+    assert!(s.triggers.try_recv().is_err(), "no trigger without auth");
+
+    let (status, resp) = s.post_resolve(Some(TOKEN), body).await;
+    assert_eq!(
+        (status, resp),
+        (202, json!({ "accepted": true, "market_id": "42" }))
+    );
+    let trigger = tokio::time::timeout(Duration::from_secs(5), s.triggers.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        trigger,
+        ManualTrigger {
+            market_id: U256::from(42)
+        }
+    );
+
+    // A decimal string works too, beyond u64.
+    let big = "340282366920938463463374607431768211456"; // 2^128
+    let (status, resp) = s
+        .post_resolve(Some(TOKEN), &format!(r#"{{"market_id": "{big}"}}"#))
+        .await;
+    assert_eq!(status, 202, "{resp}");
+    assert_eq!(resp["market_id"], big);
+    let trigger = s.triggers.recv().await.unwrap();
+    assert_eq!(trigger.market_id, U256::from(1u8) << 128);
+}
+
+#[tokio::test]
+async fn resolve_rejects_bad_bodies() {
+    let mut s = start(Some(TOKEN)).await;
+    for body in [
+        r#"{"market_id":-1}"#,
+        r#"{"x":1}"#,
+        r#"{"market_id":"abc"}"#,
+        "not json",
+    ] {
+        let (status, resp) = s.post_resolve(Some(TOKEN), body).await;
+        assert_eq!(status, 400, "{body}: {resp}");
+        assert!(
+            resp["error"].as_str().unwrap().contains("market_id"),
+            "{body}: {resp}"
+        );
+    }
+    assert!(s.triggers.try_recv().is_err());
+
+    let huge = format!(r#"{{"market_id": 1, "pad": "{}"}}"#, "x".repeat(20 * 1024));
+    let (status, resp) = s.post_resolve(Some(TOKEN), &huge).await;
+    assert_eq!(status, 413, "{resp}");
+}
+
+#[tokio::test]
+async fn resolve_disabled_without_token() {
+    let s = start(None).await;
+    let (status, resp) = s
+        .post_resolve(Some("anything"), r#"{"market_id": 1}"#)
+        .await;
+    assert_eq!(
+        (status, resp),
+        (
+            403,
+            json!({ "error": "the HTTP trigger is disabled: set api.token_env to the name of an env var holding a token" })
+        )
+    );
+}
+
+#[tokio::test]
+async fn resolve_answers_503_when_the_queue_is_full() {
+    let s = start(Some(TOKEN)).await;
+    for i in 0..4 {
+        let (status, _) = s
+            .post_resolve(Some(TOKEN), &format!(r#"{{"market_id": {i}}}"#))
+            .await;
+        assert_eq!(status, 202);
+    }
+    let (status, resp) = s.post_resolve(Some(TOKEN), r#"{"market_id": 5}"#).await;
+    assert_eq!(status, 503, "{resp}");
+}
+
+#[tokio::test]
+async fn serve_stops_on_shutdown() {
+    let store = Arc::new(Store::in_memory().unwrap());
+    let (tx, _rx) = mpsc::channel(1);
+    let state = ApiState {
+        store,
+        metrics: Arc::new(Metrics::new()),
+        trigger: tx,
+        token: None,
+        market: MARKET,
+        started: Instant::now(),
+        health: Arc::new(RwLock::new(Value::Null)),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve(listener, state, async {
+        let _ = stopped.await;
+    }));
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}

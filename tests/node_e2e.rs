@@ -1,0 +1,597 @@
+//! End-to-end: a real node (in-process, or the binary where a process must die)
+//! against real HTTP workers and the contracts on anvil.
+
+mod common;
+
+use alloy::primitives::{Address, U256};
+use alloy::providers::Provider;
+use alloy::rpc::types::Filter;
+use alloy::sol_types::SolEvent;
+use common::chain::*;
+use common::*;
+use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
+use cresolver::chain::bindings::ICREsolverMarket;
+use cresolver::config::NodeConfig;
+use cresolver::node::{Node, RoundReport};
+use cresolver::store::RoundState;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "cresolver-e2e-{tag}-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Writes the default workflow with `edit` applied to its text.
+fn workflow_file(dir: &std::path::Path, edit: impl Fn(String) -> String) -> PathBuf {
+    let p = dir.join("wf.toml");
+    std::fs::write(&p, edit(cresolver::demo::DEFAULT_WORKFLOW.to_string())).unwrap();
+    p
+}
+
+fn node_config(s: &MarketSetup, dir: &std::path::Path, wf: PathBuf) -> NodeConfig {
+    let mut cfg = NodeConfig::default();
+    cfg.chain.rpc_url = s.dev.rpc_url();
+    cfg.chain.market_address = Some(s.dev.contracts.market);
+    cfg.chain.multicall_address = Some(s.dev.contracts.multicall);
+    cfg.chain.poll_interval_ms = 100;
+    cfg.node.data_dir = dir.join("data");
+    cfg.node.workflows = vec![wf];
+    cfg.discovery.allow_private_endpoints = true;
+    cfg.api.listen = String::new();
+    cfg
+}
+
+struct Running {
+    node: Arc<Node>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), cresolver::node::NodeError>>,
+}
+
+async fn start(cfg: NodeConfig, signer: alloy::signers::local::PrivateKeySigner) -> Running {
+    let node = Node::build(cfg, Some(signer)).await.unwrap();
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(node.clone().run(
+        async move {
+            let _ = rx.await;
+        },
+        Duration::from_secs(5),
+    ));
+    Running { node, stop, task }
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+async fn wait_final(node: &Node, market: Address, id: U256) -> RoundReport {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = node.report(market, id).unwrap();
+        if r.state.is_final() && r.reason.as_deref() != Some("no such round") {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "round did not finish: {r:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn resolved_events(s: &MarketSetup) -> Vec<ICREsolverMarket::MarketResolved> {
+    let f = Filter::new()
+        .address(s.dev.contracts.market)
+        .event_signature(ICREsolverMarket::MarketResolved::SIGNATURE_HASH)
+        .from_block(0u64);
+    s.dev
+        .provider
+        .get_logs(&f)
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| {
+            ICREsolverMarket::MarketResolved::decode_log(&l.inner)
+                .unwrap()
+                .data
+        })
+        .collect()
+}
+
+async fn nonce(s: &MarketSetup, who: Address) -> u64 {
+    s.dev.provider.get_transaction_count(who).await.unwrap()
+}
+
+fn good(det: DeterminationMode, conf: f64) -> AgentUriFuture {
+    AgentUriFuture(behaviour(det, conf))
+}
+
+/// A reference agent to start, then register.
+struct AgentUriFuture(AgentBehaviour);
+
+async fn uris(list: Vec<AgentUriFuture>) -> Vec<AgentUri> {
+    let mut out = Vec::new();
+    for a in list {
+        out.push(AgentUri::Endpoint(agent(a.0).await));
+    }
+    out
+}
+
+#[tokio::test]
+async fn happy_path_payouts_and_reputation_match_the_tally() {
+    let s = market_with_workers(
+        uris(vec![
+            good(DeterminationMode::Yes, 0.9),
+            good(DeterminationMode::Yes, 0.7),
+            good(DeterminationMode::No, 0.6),
+        ])
+        .await,
+    )
+    .await;
+    let dir = tmpdir("happy");
+    let cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.resolution, Some(true));
+
+    let t = report.transcript.as_ref().unwrap();
+    let weights: Vec<u64> = t
+        .pointer("/outcome/tally/workers")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["weight"].as_u64().unwrap())
+        .collect();
+    let total: u64 = weights.iter().sum();
+    let m = s.dev.market();
+    for (i, w) in s.workers.iter().enumerate() {
+        let expected = s.reward * U256::from(weights[i]) / U256::from(total) + s.stake;
+        assert_eq!(
+            m.balances(*w).call().await.unwrap(),
+            expected,
+            "payout of worker {i}"
+        );
+        let rep = m.getReputation(*w).call().await.unwrap();
+        let scores = &t.pointer("/outcome/tally/workers").unwrap()[i]["scores"];
+        assert_eq!(
+            rep.resQuality,
+            U256::from(scores["resQuality"].as_u64().unwrap())
+        );
+        assert_eq!(
+            rep.analysisDepth,
+            U256::from(scores["analysisDepth"].as_u64().unwrap())
+        );
+        assert_eq!(rep.count, U256::from(1));
+    }
+    let events = resolved_events(&s).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].resolver, s.dev.accounts[0]);
+    // the report bytes in the transcript decode to what went on chain
+    let report_hex = t.pointer("/outcome/report").unwrap().as_str().unwrap();
+    let decoded =
+        cresolver::resolve::decode_report(&alloy::hex::decode(report_hex).unwrap()).unwrap();
+    assert_eq!(decoded.workers, s.workers);
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn one_of_three_down_meets_quorum_with_weight_zero() {
+    let mut u = uris(vec![
+        good(DeterminationMode::Yes, 0.9),
+        good(DeterminationMode::No, 0.8),
+    ])
+    .await;
+    u.insert(1, AgentUri::Endpoint(closed_port_url()));
+    let s = market_with_workers(u).await;
+    let dir = tmpdir("onedown");
+    let r = start(
+        node_config(&s, &dir, workflow_file(&dir, |t| t)),
+        s.dev.signers[0].clone(),
+    )
+    .await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    let w = &report
+        .transcript
+        .as_ref()
+        .unwrap()
+        .pointer("/outcome/tally/workers")
+        .unwrap()[1];
+    assert_eq!(
+        (w["responded"].as_bool(), w["weight"].as_u64()),
+        (Some(false), Some(0))
+    );
+    let rep = s
+        .dev
+        .market()
+        .getReputation(s.workers[1])
+        .call()
+        .await
+        .unwrap();
+    assert_eq!((rep.resQuality, rep.count), (U256::ZERO, U256::from(1)));
+    assert_eq!(
+        s.dev.market().balances(s.workers[1]).call().await.unwrap(),
+        s.stake,
+        "stake returned, no reward"
+    );
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn two_of_three_down_fails_with_reason_and_sends_nothing() {
+    let u = vec![
+        AgentUri::Endpoint(agent(behaviour(DeterminationMode::Yes, 0.9)).await),
+        AgentUri::Endpoint(closed_port_url()),
+        AgentUri::Endpoint(agent(failing(FailureMode::Garbage)).await),
+    ];
+    let s = market_with_workers(u).await;
+    let dir = tmpdir("twodown");
+    let before = nonce(&s, s.dev.accounts[0]).await;
+    let r = start(
+        node_config(&s, &dir, workflow_file(&dir, |t| t)),
+        s.dev.signers[0].clone(),
+    )
+    .await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Failed);
+    let reason = report.reason.unwrap();
+    assert!(reason.contains("quorum not met: 1 of 3"), "{reason}");
+    assert!(
+        reason.contains("connection failed") && reason.contains("invalid JSON"),
+        "{reason}"
+    );
+    // the request tx moved the deployer's nonce; nothing else did
+    assert_eq!(nonce(&s, s.dev.accounts[0]).await, before + 1);
+    assert!(resolved_events(&s).await.is_empty());
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn broken_registrations_are_discarded_with_reason_and_counted_in_n() {
+    let mut u = uris(vec![
+        good(DeterminationMode::Yes, 0.9),
+        good(DeterminationMode::Yes, 0.8),
+        good(DeterminationMode::No, 0.7),
+        good(DeterminationMode::Yes, 0.6),
+    ])
+    .await;
+    u.push(AgentUri::Raw(
+        "data:application/json;base64,!!!not-base64".into(),
+    ));
+    u.push(AgentUri::Raw(cresolver::devnet::data_uri(
+        &cresolver::devnet::registration_json("no-a2a", 31337, Address::ZERO, None),
+    )));
+    let s = market_with_workers(u).await;
+    let dir = tmpdir("broken");
+    let r = start(
+        node_config(&s, &dir, workflow_file(&dir, |t| t)),
+        s.dev.signers[0].clone(),
+    )
+    .await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    let t = report.transcript.unwrap();
+    let disc = t["discovery"].as_array().unwrap();
+    assert_eq!(disc.len(), 6);
+    assert!(
+        disc[4]["endpoint"]["Err"]["kind"]
+            .as_str()
+            .unwrap()
+            .contains("metadata")
+            || disc[4]["endpoint"]["Err"]["kind"] == "fetch_failed",
+        "{}",
+        disc[4]
+    );
+    assert_eq!(disc[5]["endpoint"]["Err"]["kind"], "no_a2a_endpoint");
+    let stage = t.pointer("/outcome/resolve").unwrap();
+    assert_eq!(
+        (stage["registered"].as_u64(), stage["required"].as_u64()),
+        (Some(6), Some(4))
+    );
+    assert_eq!(
+        stage["results"][5]["outcome"]["Err"]["kind"],
+        "not_discovered"
+    );
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn loopback_endpoints_refused_without_allow_private() {
+    let s = market_with_workers(
+        uris(vec![
+            good(DeterminationMode::Yes, 0.9),
+            good(DeterminationMode::Yes, 0.8),
+        ])
+        .await,
+    )
+    .await;
+    let dir = tmpdir("private");
+    let mut cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    cfg.discovery.allow_private_endpoints = false;
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Failed);
+    let reason = report.reason.unwrap();
+    assert!(reason.contains("endpoint refused"), "{reason}");
+    assert!(resolved_events(&s).await.is_empty());
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn duplicate_requests_and_requests_while_down_resolve_once() {
+    let s = market_with_workers(
+        uris(vec![
+            good(DeterminationMode::No, 0.9),
+            good(DeterminationMode::No, 0.8),
+            good(DeterminationMode::Yes, 0.5),
+        ])
+        .await,
+    )
+    .await;
+    let dir = tmpdir("dup");
+    let cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    // node up, then down: the requests happen while it is down
+    let r = start(cfg.clone(), s.dev.signers[0].clone()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    r.stop().await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let before = nonce(&s, s.dev.accounts[0]).await;
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.resolution, Some(false));
+    // a third request after confirmation changes nothing
+    let _ = s.dev.request_resolution(s.market_id).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    r.stop().await;
+    assert_eq!(resolved_events(&s).await.len(), 1);
+    assert_eq!(
+        nonce(&s, s.dev.accounts[0]).await,
+        before + 1,
+        "exactly one resolveMarket transaction"
+    );
+}
+
+#[tokio::test]
+async fn report_mode_through_forwarder_and_receiver() {
+    let s = market_with_workers(
+        uris(vec![
+            good(DeterminationMode::Yes, 0.9),
+            good(DeterminationMode::Yes, 0.8),
+        ])
+        .await,
+    )
+    .await;
+    let dir = tmpdir("report");
+    let wf = workflow_file(&dir, |t| {
+        t.replace("mode = \"direct\"", "mode = \"report\"")
+    });
+    let mut cfg = node_config(&s, &dir, wf);
+    cfg.submit.forwarder = Some(s.dev.contracts.forwarder);
+    cfg.submit.receiver = Some(s.dev.contracts.receiver);
+    // a key that is not itself an authorized resolver: the receiver is
+    let r = start(cfg, s.dev.signers[7].clone()).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    let events = resolved_events(&s).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].resolver, s.dev.contracts.receiver);
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn unauthorized_key_fails_once_with_decoded_reason() {
+    let s = market_with_workers(
+        uris(vec![
+            good(DeterminationMode::Yes, 0.9),
+            good(DeterminationMode::Yes, 0.8),
+        ])
+        .await,
+    )
+    .await;
+    let dir = tmpdir("unauth");
+    let outsider = s.dev.accounts[12];
+    let r = start(
+        node_config(&s, &dir, workflow_file(&dir, |t| t)),
+        s.dev.signers[12].clone(),
+    )
+    .await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Failed);
+    let reason = report.reason.unwrap();
+    assert!(
+        reason.contains("Unauthorized") && reason.contains("setAuthorizedResolver"),
+        "{reason}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // no retry storm: still failed, nothing sent
+    assert_eq!(
+        r.node
+            .report(s.dev.contracts.market, s.market_id)
+            .unwrap()
+            .state,
+        RoundState::Failed
+    );
+    assert_eq!(nonce(&s, outsider).await, 0);
+    r.stop().await;
+}
+
+fn bin() -> tokio::process::Command {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_cresolver"))
+}
+
+fn node_process(
+    s: &MarketSetup,
+    dir: &std::path::Path,
+    wf: &std::path::Path,
+    crash_after_sign: bool,
+) -> tokio::process::Child {
+    let mut c = bin();
+    c.args([
+        "node",
+        "--rpc-url",
+        &s.dev.rpc_url(),
+        "--market-address",
+        &s.dev.contracts.market.to_string(),
+    ])
+    .arg("--data-dir")
+    .arg(dir.join("data"))
+    .arg("--workflow")
+    .arg(wf)
+    .env(
+        "CRESOLVER_PRIVATE_KEY",
+        alloy::hex::encode(s.dev.signers[0].to_bytes()),
+    )
+    .env("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "true")
+    .env("CRESOLVER__CHAIN__POLL_INTERVAL_MS", "100")
+    .env("CRESOLVER__API__LISTEN", "127.0.0.1:0")
+    .env("CRESOLVER_LOG", "warn")
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .kill_on_drop(true);
+    if crash_after_sign {
+        c.env("CRESOLVER_TEST_CRASH_AFTER_SIGN", "1");
+    } else {
+        c.env_remove("CRESOLVER_TEST_CRASH_AFTER_SIGN");
+    }
+    c.spawn().unwrap()
+}
+
+async fn wait_state(
+    dir: &std::path::Path,
+    s: &MarketSetup,
+    want: impl Fn(RoundState) -> bool,
+) -> RoundState {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(store) = cresolver::store::Store::open(&dir.join("data"))
+            && let Ok(Some(r)) = store.get(s.dev.contracts.market, s.market_id)
+            && want(r.state)
+        {
+            return r.state;
+        }
+        assert!(Instant::now() < deadline, "state never reached");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_round_then_restarted_resolves_exactly_once() {
+    // slow workers: the node is killed (SIGKILL) while it waits for their answers
+    let slow = |det| {
+        AgentUriFuture(AgentBehaviour {
+            latency: Duration::from_millis(1500),
+            ..behaviour(det, 0.8)
+        })
+    };
+    let s = market_with_workers(
+        uris(vec![
+            slow(DeterminationMode::Yes),
+            slow(DeterminationMode::Yes),
+            slow(DeterminationMode::No),
+        ])
+        .await,
+    )
+    .await;
+    let dir = tmpdir("kill");
+    let wf = workflow_file(&dir, |t| t);
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let mut child = node_process(&s, &dir, &wf, false);
+    wait_state(&dir, &s, |st| st == RoundState::Discovered).await;
+    child.kill().await.unwrap();
+    assert!(resolved_events(&s).await.is_empty());
+
+    let mut child = node_process(&s, &dir, &wf, false);
+    let st = wait_state(&dir, &s, RoundState::is_final).await;
+    child.kill().await.unwrap();
+    assert_eq!(st, RoundState::Confirmed);
+    assert_eq!(resolved_events(&s).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction() {
+    let s = market_with_workers(
+        uris(vec![
+            good(DeterminationMode::Yes, 0.9),
+            good(DeterminationMode::No, 0.8),
+        ])
+        .await,
+    )
+    .await;
+    let dir = tmpdir("crash");
+    let wf = workflow_file(&dir, |t| t);
+    let before = nonce(&s, s.dev.accounts[0]).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let mut child = node_process(&s, &dir, &wf, true);
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("node exits")
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(97),
+        "the test hook exits after persisting the signed tx"
+    );
+    let stored = cresolver::store::Store::open(&dir.join("data"))
+        .unwrap()
+        .get(s.dev.contracts.market, s.market_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.state, RoundState::Submitted);
+    assert!(
+        resolved_events(&s).await.is_empty(),
+        "nothing was broadcast"
+    );
+
+    let mut child = node_process(&s, &dir, &wf, false);
+    let st = wait_state(&dir, &s, RoundState::is_final).await;
+    child.kill().await.unwrap();
+    assert_eq!(st, RoundState::Confirmed);
+    let events = resolved_events(&s).await;
+    assert_eq!(events.len(), 1);
+    let done = cresolver::store::Store::open(&dir.join("data"))
+        .unwrap()
+        .get(s.dev.contracts.market, s.market_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        done.submit_tx, stored.submit_tx,
+        "the stored transaction, not a new one"
+    );
+    let receipt = s
+        .dev
+        .provider
+        .get_transaction_receipt(stored.submit_tx.unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(receipt.status());
+    assert_eq!(
+        nonce(&s, s.dev.accounts[0]).await,
+        before + 2,
+        "request + one resolution"
+    );
+}
