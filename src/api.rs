@@ -29,7 +29,8 @@ pub const DEFAULT_ROUNDS_LIMIT: usize = 100;
 /// Largest `limit` honoured by `GET /rounds` (larger values are clamped).
 pub const MAX_ROUNDS_LIMIT: usize = 1000;
 
-const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// prometheus-client writes OpenMetrics text (`# EOF`, `_total` samples of `counter` families).
+const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const TRIGGER_DISABLED: &str =
     "the HTTP trigger is disabled: set api.token_env to the name of an env var holding a token";
 const BAD_MARKET_ID_PATH: &str = "market_id must be a non-negative integer";

@@ -94,7 +94,10 @@ async fn metrics_include_rounds_by_state() {
     let resp = s.http.get(s.url("/metrics")).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     let ctype = resp.headers()["content-type"].to_str().unwrap().to_string();
-    assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
+    assert!(
+        ctype.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{ctype}"
+    );
     let text = resp.text().await.unwrap();
     assert!(
         text.lines()

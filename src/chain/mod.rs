@@ -10,14 +10,41 @@ pub use revert::{RevertReason, decode_revert, revert_data};
 
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use alloy::rpc::client::ClientBuilder;
-use alloy::transports::layers::RetryBackoffLayer;
+use alloy::transports::TransportError;
+use alloy::transports::layers::{RateLimitRetryPolicy, RetryBackoffLayer, RetryPolicy};
+
+/// alloy's rate-limit policy, except that "range too large" answers are not retried:
+/// some providers send them with the rate-limit code -32005, but only a smaller range
+/// helps (the watcher halves it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoRangeRetry;
+
+impl RetryPolicy for NoRangeRetry {
+    fn should_retry(&self, error: &TransportError) -> bool {
+        if let Some(resp) = error.as_error_resp()
+            && watcher::is_range_error(&resp.message)
+        {
+            return false;
+        }
+        RateLimitRetryPolicy::default().should_retry(error)
+    }
+
+    fn backoff_hint(&self, error: &TransportError) -> Option<std::time::Duration> {
+        RateLimitRetryPolicy::default().backoff_hint(error)
+    }
+}
 
 /// Connects to an RPC URL (`http(s)://` or `ws(s)://`) with retry and backoff at the
 /// transport (rate limits and transient errors are retried there, not at call sites).
 pub async fn connect(rpc_url: &str) -> Result<DynProvider, ConnectError> {
     let url = url::Url::parse(rpc_url)
         .map_err(|e| ConnectError(format!("{rpc_url} is not a URL: {e}")))?;
-    let builder = ClientBuilder::default().layer(RetryBackoffLayer::new(8, 250, 10_000));
+    let builder = ClientBuilder::default().layer(RetryBackoffLayer::new_with_policy(
+        8,
+        250,
+        10_000,
+        NoRangeRetry,
+    ));
     let client = match url.scheme() {
         "ws" | "wss" => builder
             .ws(alloy::providers::WsConnect::new(rpc_url))

@@ -1,0 +1,163 @@
+//! The chain watcher against anvil: confirmations, checkpoint and restart, duplicate
+//! logs, a rewind when the checkpoint's block hash changed, and range halving behind a
+//! JSON-RPC proxy that refuses large eth_getLogs ranges like hosted providers do.
+
+mod common;
+
+use alloy::primitives::{B256, U256};
+use alloy::providers::Provider;
+use axum::Json;
+use axum::extract::State;
+use common::chain::*;
+use cresolver::chain::watcher::{Trigger, Watcher, WatcherConfig};
+use cresolver::store::Store;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+fn cfg(s: &MarketSetup, confirmations: u64, max_range: u64) -> WatcherConfig {
+    WatcherConfig {
+        market: s.dev.contracts.market,
+        workflow: "wf".into(),
+        confirmations,
+        start_block: 0,
+        poll_interval: Duration::from_millis(100),
+        max_range,
+        reorg_window: 64,
+        subscribe: false,
+    }
+}
+
+fn drain(rx: &mut mpsc::Receiver<Trigger>) -> Vec<Trigger> {
+    let mut out = vec![];
+    while let Ok(t) = rx.try_recv() {
+        out.push(t);
+    }
+    out
+}
+
+#[tokio::test]
+async fn confirmations_checkpoint_duplicates_and_rewind() {
+    let s = market_with_n_workers(1).await;
+    let store = Arc::new(Store::in_memory().unwrap());
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut w = Watcher::new(s.dev.provider.clone(), store.clone(), cfg(&s, 2, 1000));
+
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!(r.triggers, 0, "the log is not 2 blocks deep yet");
+    assert!(drain(&mut rx).is_empty());
+
+    s.dev.advance(Duration::from_secs(1)).await.unwrap();
+    s.dev.advance(Duration::from_secs(1)).await.unwrap();
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!(r.triggers, 1);
+    let t = drain(&mut rx);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].market_id, s.market_id);
+    assert_eq!(t[0].question, "Will the reference feed report YES?");
+
+    // a second request for the same market: recorded, but no second round
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    for _ in 0..2 {
+        s.dev.advance(Duration::from_secs(1)).await.unwrap();
+    }
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!((r.logs, r.triggers), (1, 0));
+
+    // the checkpoint's hash no longer matches: rewind and rescan; logs already seen stay seen
+    let (n, _) = store
+        .checkpoint(&format!("watch:{}:wf", s.dev.contracts.market))
+        .unwrap()
+        .unwrap();
+    store
+        .set_checkpoint(
+            &format!("watch:{}:wf", s.dev.contracts.market),
+            n,
+            B256::repeat_byte(0xee),
+        )
+        .unwrap();
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!(r.rewound_to, Some(n.saturating_sub(64)));
+    assert_eq!((r.logs, r.triggers), (2, 0));
+
+    // a fresh watcher on the same store resumes from the checkpoint
+    let mut w2 = Watcher::new(s.dev.provider.clone(), store.clone(), cfg(&s, 2, 1000));
+    let r = w2.scan_once(&tx).await.unwrap();
+    assert_eq!(r.from, n + 1);
+    assert!(drain(&mut rx).is_empty());
+}
+
+#[derive(Clone)]
+struct Proxy {
+    upstream: String,
+    max_range: u64,
+    get_logs: Arc<AtomicUsize>,
+    refused: Arc<AtomicUsize>,
+}
+
+fn hex_block(v: &Value) -> Option<u64> {
+    u64::from_str_radix(v.as_str()?.trim_start_matches("0x"), 16).ok()
+}
+
+async fn rpc(State(p): State<Proxy>, Json(body): Json<Value>) -> Json<Value> {
+    if body["method"] == "eth_getLogs" {
+        p.get_logs.fetch_add(1, Ordering::SeqCst);
+        let f = &body["params"][0];
+        if let (Some(a), Some(b)) = (hex_block(&f["fromBlock"]), hex_block(&f["toBlock"]))
+            && b - a + 1 > p.max_range
+        {
+            p.refused.fetch_add(1, Ordering::SeqCst);
+            return Json(
+                json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32005, "message": format!("block range too large: max {}", p.max_range)}}),
+            );
+        }
+    }
+    let reply: Value = reqwest::Client::new()
+        .post(&p.upstream)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    Json(reply)
+}
+
+#[tokio::test]
+async fn range_is_halved_when_the_provider_refuses_it() {
+    let s = market_with_n_workers(1).await;
+    // spread the chain out: 40 empty blocks, then the request
+    s.dev
+        .provider
+        .raw_request::<_, Value>("anvil_mine".into(), (U256::from(40),))
+        .await
+        .unwrap();
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let proxy = Proxy {
+        upstream: s.dev.rpc_url(),
+        max_range: 10,
+        get_logs: Default::default(),
+        refused: Default::default(),
+    };
+    let app = axum::Router::new()
+        .route("/", axum::routing::post(rpc))
+        .with_state(proxy.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let provider = cresolver::chain::connect(&url).await.unwrap();
+    let store = Arc::new(Store::in_memory().unwrap());
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut w = Watcher::new(provider, store, cfg(&s, 0, 1000));
+    let r = w.scan_once(&tx).await.unwrap();
+    assert!(r.range <= 10, "range halved to fit: {}", r.range);
+    assert!(proxy.refused.load(Ordering::SeqCst) >= 1);
+    assert_eq!(r.triggers, 1);
+    assert_eq!(drain(&mut rx).len(), 1);
+    assert_eq!(r.to, Some(r.head));
+}
