@@ -183,6 +183,11 @@ impl Devnet {
         self.anvil.endpoint()
     }
 
+    /// The websocket endpoint of the same anvil.
+    pub fn ws_endpoint(&self) -> String {
+        self.anvil.ws_endpoint()
+    }
+
     pub fn market(&self) -> ICREsolverMarket::ICREsolverMarketInstance<DynProvider> {
         ICREsolverMarket::new(self.contracts.market, self.provider.clone())
     }

@@ -1,0 +1,141 @@
+//! Node bench: event → confirmed resolution latency on anvil (instant reference workers,
+//! rubric evaluator, http polling at 50 ms vs. a ws subscription), and the idle RSS of a
+//! `cresolver node` process. Run: `cargo bench --bench node`.
+
+use alloy::primitives::utils::parse_ether;
+use cresolver::agent::{AgentBehaviour, DeterminationMode};
+use cresolver::config::NodeConfig;
+use cresolver::devnet::Devnet;
+use cresolver::node::Node;
+use cresolver::store::RoundState;
+use std::time::{Duration, Instant};
+
+const MARKETS: usize = 15;
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn latency(ws: bool) -> anyhow::Result<Vec<f64>> {
+    let dev = Devnet::start().await?;
+    let mut endpoints = vec![];
+    for i in 0..3 {
+        let b = AgentBehaviour {
+            name: format!("w{i}"),
+            determination: DeterminationMode::Yes,
+            confidence: Some(0.8),
+            latency: Duration::ZERO,
+            failure: None,
+        };
+        endpoints.push(cresolver::agent::spawn("127.0.0.1:0", b).await?.0);
+    }
+    let mut agents = vec![];
+    for (i, e) in endpoints.iter().enumerate() {
+        let owner = dev.accounts[i + 1];
+        agents.push(dev.register_agent(owner, Some(dev.registration_uri("w", owner, e))).await?);
+    }
+    let mut ids = vec![];
+    for _ in 0..MARKETS {
+        let id = dev.create_market("bench?", parse_ether("1")?, 86_400).await?;
+        for (i, a) in agents.iter().enumerate() {
+            dev.join(id, dev.accounts[i + 1], a.agent_id, parse_ether("0.01")?).await?;
+        }
+        ids.push(id);
+    }
+    let dir = std::env::temp_dir().join(format!("cresolver-bench-node-{}-{ws}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let wf = dir.join("wf.toml");
+    std::fs::write(&wf, cresolver::demo::DEFAULT_WORKFLOW)?;
+    let mut cfg = NodeConfig::default();
+    cfg.chain.rpc_url = if ws { dev.ws_endpoint() } else { dev.rpc_url() };
+    cfg.chain.market_address = Some(dev.contracts.market);
+    cfg.chain.multicall_address = Some(dev.contracts.multicall);
+    cfg.chain.poll_interval_ms = if ws { 1_000 } else { 50 };
+    cfg.node.data_dir = dir.join("data");
+    cfg.node.workflows = vec![wf];
+    cfg.discovery.allow_private_endpoints = true;
+    cfg.api.listen = String::new();
+    let node = Node::build(cfg, dev.signers.first().cloned()).await?;
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(node.clone().run(
+        async move {
+            let _ = rx.await;
+        },
+        Duration::from_secs(5),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut out = vec![];
+    for id in ids {
+        let t0 = Instant::now();
+        dev.request_resolution(id).await?;
+        loop {
+            let r = node.report(dev.contracts.market, id)?;
+            if r.state == RoundState::Confirmed {
+                break;
+            }
+            anyhow::ensure!(!r.state.is_final() || r.reason.as_deref() == Some("no such round"), "round failed: {:?}", r.reason);
+            anyhow::ensure!(t0.elapsed() < Duration::from_secs(30), "timeout");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        out.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    let _ = stop.send(());
+    let _ = task.await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+async fn idle_rss() -> anyhow::Result<u64> {
+    let dev = Devnet::start().await?;
+    let dir = std::env::temp_dir().join(format!("cresolver-bench-idle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let wf = dir.join("wf.toml");
+    std::fs::write(&wf, cresolver::demo::DEFAULT_WORKFLOW)?;
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cresolver"));
+    let mut child = tokio::process::Command::new(exe)
+        .args(["node", "--rpc-url", &dev.rpc_url(), "--market-address", &dev.contracts.market.to_string()])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--workflow")
+        .arg(&wf)
+        .env("CRESOLVER_PRIVATE_KEY", alloy::hex::encode(dev.signers[0].to_bytes()))
+        .env("CRESOLVER__API__LISTEN", "127.0.0.1:0")
+        .env("CRESOLVER_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pid = child.id().unwrap_or(0);
+    let rss = rss_kib(pid).unwrap_or(0);
+    child.kill().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(rss)
+}
+
+fn main() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let mut table = String::from("| measurement | value |\n|---|---|\n");
+        for ws in [false, true] {
+            let mut v = latency(ws).await?;
+            let label = if ws { "ws subscription" } else { "http polling every 50 ms" };
+            table.push_str(&format!(
+                "| event → confirmed, {label} ({MARKETS} markets, 3 instant workers, rubric) | median {:.0} ms, p90 {:.0} ms, max {:.0} ms |\n",
+                pct(&mut v, 0.5),
+                pct(&mut v, 0.9),
+                pct(&mut v, 1.0)
+            ));
+        }
+        let rss = idle_rss().await?;
+        table.push_str(&format!("| idle `cresolver node` RSS (after 5 s, release build) | {:.1} MiB |\n", rss as f64 / 1024.0));
+        println!("{table}");
+        let _ = std::fs::write(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-node.md"), &table);
+        anyhow::Ok(())
+    })
+}
