@@ -287,14 +287,20 @@ impl Devnet {
         Ok(())
     }
 
-    /// Emits `ResolutionRequested` for `market`.
+    /// The account that requests resolutions (anyone may): the last dev account, so
+    /// its nonces never race the resolver key (`accounts[0]`) used by a node.
+    pub fn requester(&self) -> Address {
+        self.accounts[self.accounts.len() - 1]
+    }
+
+    /// Emits `ResolutionRequested` for `market` (sent by [`Devnet::requester`]).
     pub async fn request_resolution(
         &self,
         market: U256,
     ) -> Result<TransactionReceipt, DevnetError> {
         self.market()
             .requestResolution(market)
-            .from(self.accounts[0])
+            .from(self.requester())
             .send()
             .await
             .map_err(chain_err("requestResolution"))?
