@@ -1,0 +1,89 @@
+//! The command line as an operator meets it: help, config check, one-shot resolve on
+//! anvil, and errors that say what to do.
+
+mod common;
+
+use common::chain::*;
+use common::*;
+use cresolver::agent::DeterminationMode;
+use std::process::Output;
+
+async fn run(args: &[&str], envs: &[(&str, String)]) -> Output {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_cresolver"));
+    c.args(args).env("CRESOLVER_LOG", "warn").env_remove("CRESOLVER_PRIVATE_KEY");
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.output().await.unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test]
+async fn help_lists_every_command() {
+    let out = run(&["--help"], &[]).await;
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for cmd in ["node", "resolve", "config", "agent", "demo", "tally", "workflow"] {
+        assert!(help.contains(&format!("  {cmd} ")), "{cmd} missing from --help:\n{help}");
+    }
+}
+
+#[tokio::test]
+async fn workflow_check_names_the_bad_key() {
+    let dir = std::env::temp_dir().join(format!("cresolver-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("bad.toml");
+    std::fs::write(&f, "name = \"x\"\n[quorum]\nrule = \"bft\"\ngrace = 5\n").unwrap();
+    let out = run(&["workflow", "check", f.to_str().unwrap()], &[]).await;
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("grace"), "{}", text(&out.stderr));
+    let out = run(&["workflow", "check", "workflows/cresolver-resolution.toml"], &[]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_check_and_one_shot_resolve_on_anvil() {
+    let a = agent(behaviour(DeterminationMode::Yes, 0.9)).await;
+    let b = agent(behaviour(DeterminationMode::No, 0.6)).await;
+    let s = market_with_workers(vec![AgentUri::Endpoint(a), AgentUri::Endpoint(b)]).await;
+    let dir = std::env::temp_dir().join(format!("cresolver-cli-resolve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let market = s.dev.contracts.market.to_string();
+    let rpc = s.dev.rpc_url();
+    let data = dir.join("data");
+    let base = ["--rpc-url", rpc.as_str(), "--market-address", market.as_str(), "--data-dir", data.to_str().unwrap()];
+    let key = ("CRESOLVER_PRIVATE_KEY", alloy::hex::encode(s.dev.signers[0].to_bytes()));
+    let private = ("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "true".to_string());
+
+    let mut args = vec!["config", "check"];
+    args.extend(base);
+    let out = run(&args, &[key.clone()]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let so = text(&out.stdout);
+    assert!(so.contains("chain 31337") && so.contains("1 markets") && so.contains("config ok"), "{so}");
+
+    // without a key, resolve says what to set
+    let mut args = vec!["resolve", "--market", "0"];
+    args.extend(base);
+    let out = run(&args, &[private.clone()]).await;
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("CRESOLVER_PRIVATE_KEY"), "{}", text(&out.stderr));
+
+    // with the key: resolved now, exit 0, JSON summary
+    args.push("--json");
+    let out = run(&args, &[key.clone(), private.clone()]).await;
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"], "confirmed");
+    assert_eq!(v["resolution"], true);
+    assert!(s.dev.market().getMarket(s.market_id).call().await.unwrap().resolved);
+
+    // again: nothing to do, and not "confirmed by this run" -> exit 0 with the stored state
+    let out = run(&args, &[key, private]).await;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"], "confirmed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
