@@ -60,7 +60,7 @@ async fn config_check_and_one_shot_resolve_on_anvil() {
 
     let mut args = vec!["config", "check"];
     args.extend(base);
-    let out = run(&args, &[key.clone()]).await;
+    let out = run(&args, std::slice::from_ref(&key)).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let so = text(&out.stdout);
     assert!(so.contains("chain 31337") && so.contains("1 markets") && so.contains("config ok"), "{so}");
@@ -68,7 +68,7 @@ async fn config_check_and_one_shot_resolve_on_anvil() {
     // without a key, resolve says what to set
     let mut args = vec!["resolve", "--market", "0"];
     args.extend(base);
-    let out = run(&args, &[private.clone()]).await;
+    let out = run(&args, std::slice::from_ref(&private)).await;
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("CRESOLVER_PRIVATE_KEY"), "{}", text(&out.stderr));
 
