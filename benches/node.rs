@@ -33,17 +33,24 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<f64>> {
     let mut agents = vec![];
     for (i, e) in endpoints.iter().enumerate() {
         let owner = dev.accounts[i + 1];
-        agents.push(dev.register_agent(owner, Some(dev.registration_uri("w", owner, e))).await?);
+        agents.push(
+            dev.register_agent(owner, Some(dev.registration_uri("w", owner, e)))
+                .await?,
+        );
     }
     let mut ids = vec![];
     for _ in 0..MARKETS {
-        let id = dev.create_market("bench?", parse_ether("1")?, 86_400).await?;
+        let id = dev
+            .create_market("bench?", parse_ether("1")?, 86_400)
+            .await?;
         for (i, a) in agents.iter().enumerate() {
-            dev.join(id, dev.accounts[i + 1], a.agent_id, parse_ether("0.01")?).await?;
+            dev.join(id, dev.accounts[i + 1], a.agent_id, parse_ether("0.01")?)
+                .await?;
         }
         ids.push(id);
     }
-    let dir = std::env::temp_dir().join(format!("cresolver-bench-node-{}-{ws}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("cresolver-bench-node-{}-{ws}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let wf = dir.join("wf.toml");
@@ -69,13 +76,23 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<f64>> {
     let mut out = vec![];
     for id in ids {
         let t0 = Instant::now();
-        dev.request_resolution(id).await?;
+        // Send without waiting for the receipt: the clock measures the node, not the client.
+        let _pending = dev
+            .market()
+            .requestResolution(id)
+            .from(dev.requester())
+            .send()
+            .await?;
         loop {
             let r = node.report(dev.contracts.market, id)?;
             if r.state == RoundState::Confirmed {
                 break;
             }
-            anyhow::ensure!(!r.state.is_final() || r.reason.as_deref() == Some("no such round"), "round failed: {:?}", r.reason);
+            anyhow::ensure!(
+                !r.state.is_final() || r.reason.as_deref() == Some("no such round"),
+                "round failed: {:?}",
+                r.reason
+            );
             anyhow::ensure!(t0.elapsed() < Duration::from_secs(30), "timeout");
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -89,7 +106,12 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<f64>> {
 
 fn rss_kib(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 async fn idle_rss() -> anyhow::Result<u64> {
@@ -100,12 +122,21 @@ async fn idle_rss() -> anyhow::Result<u64> {
     std::fs::write(&wf, cresolver::demo::DEFAULT_WORKFLOW)?;
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cresolver"));
     let mut child = tokio::process::Command::new(exe)
-        .args(["node", "--rpc-url", &dev.rpc_url(), "--market-address", &dev.contracts.market.to_string()])
+        .args([
+            "node",
+            "--rpc-url",
+            &dev.rpc_url(),
+            "--market-address",
+            &dev.contracts.market.to_string(),
+        ])
         .arg("--data-dir")
         .arg(dir.join("data"))
         .arg("--workflow")
         .arg(&wf)
-        .env("CRESOLVER_PRIVATE_KEY", alloy::hex::encode(dev.signers[0].to_bytes()))
+        .env(
+            "CRESOLVER_PRIVATE_KEY",
+            alloy::hex::encode(dev.signers[0].to_bytes()),
+        )
         .env("CRESOLVER__API__LISTEN", "127.0.0.1:0")
         .env("CRESOLVER_LOG", "warn")
         .kill_on_drop(true)

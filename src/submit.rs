@@ -356,6 +356,8 @@ impl Submitter {
             return Err(SubmitError::Rpc(last));
         }
         let deadline = tokio::time::Instant::now() + self.cfg.receipt_timeout;
+        // Poll quickly first (dev chains mine at once), then back off to 2 s.
+        let mut every = Duration::from_millis(20);
         loop {
             if let Some(r) = self.receipt(tx_hash).await? {
                 return self.confirm(market_id, &r);
@@ -366,7 +368,8 @@ impl Submitter {
                     secs: self.cfg.receipt_timeout.as_secs(),
                 });
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(every).await;
+            every = (every * 2).min(Duration::from_secs(2));
         }
     }
 
