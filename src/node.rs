@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
-/// Version of the transcript JSON stored with each round.
-pub const TRANSCRIPT_VERSION: u32 = 1;
+/// Version of the transcript JSON stored with each round (schema: [`crate::transcript`]).
+pub use crate::transcript::TRANSCRIPT_VERSION;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -128,26 +128,11 @@ impl Node {
             if let Some(other) = seen.insert(market, workflow.name.clone()) {
                 return Err(NodeError::SameMarket(other, workflow.name.clone(), market));
             }
-            let report = &workflow.submit.report;
             let submitter = Submitter::new(
                 provider.clone(),
                 wallet.clone(),
                 from,
-                SubmitterConfig {
-                    market,
-                    mode: workflow.submit.mode,
-                    forwarder: cfg.submit.forwarder,
-                    receiver: cfg.submit.receiver,
-                    metadata: ReportMetadata::new(
-                        report.workflow_id,
-                        workflow.report_workflow_name(),
-                        report.workflow_owner,
-                        [0, 1],
-                    ),
-                    gas_margin_percent: cfg.submit.gas_margin_percent,
-                    max_send_attempts: cfg.submit.max_send_attempts,
-                    receipt_timeout: Duration::from_millis(cfg.submit.receipt_timeout_ms),
-                },
+                submitter_config(&cfg, &workflow, market),
             )?;
             let engine = Engine::new(workflow.clone())?;
             pipelines.push(Pipeline {
@@ -158,17 +143,7 @@ impl Node {
             });
         }
         let store = Arc::new(Store::open(&cfg.node.data_dir)?);
-        let discovery = DiscoveryConfig {
-            allow_private_endpoints: cfg.discovery.allow_private_endpoints,
-            ipfs_gateway: url::Url::parse(&cfg.discovery.ipfs_gateway).map_err(|e| {
-                crate::config::ConfigError::Invalid {
-                    key: "discovery.ipfs_gateway",
-                    message: e.to_string(),
-                }
-            })?,
-            fetch_timeout: Duration::from_millis(cfg.discovery.fetch_timeout_ms),
-            max_metadata_bytes: cfg.discovery.max_metadata_bytes,
-        };
+        let discovery = discovery_config(&cfg)?;
         let health = json!({"chain_id": chain_id, "markets": pipelines.iter().map(|p| p.market.to_string()).collect::<Vec<_>>()});
         Ok(Arc::new(Self {
             rounds: Arc::new(Semaphore::new(cfg.node.max_concurrent_rounds)),
@@ -390,6 +365,8 @@ impl Node {
         self.metrics
             .observe_stage("resolve+evaluate", round_started.elapsed().as_secs_f64());
         let mut transcript = transcript(&p.workflow, &snapshot, &found, &input);
+        transcript["chain_id"] = json!(self.chain_id);
+        transcript["request"] = json!({"tx": rec.request_tx, "block": rec.request_block});
         let outcome = match result {
             Ok(o) => o,
             Err(e) => {
@@ -454,9 +431,16 @@ impl Node {
                 tx_hash,
                 resolution,
                 block_number,
-                ..
+                resolver,
+                gas_used,
             }) => {
                 tracing::info!(market_id = %market_id, tx = %tx_hash, block = block_number, resolution, "market resolved");
+                self.record_confirmation(
+                    p.market,
+                    market_id,
+                    json!({"status": "confirmed", "tx_hash": tx_hash, "block_number": block_number,
+                        "resolution": resolution, "resolver": resolver, "gas_used": gas_used}),
+                )?;
                 self.store
                     .set_state(p.market, market_id, RoundState::Confirmed, None)?;
                 Ok(())
@@ -479,11 +463,35 @@ impl Node {
                 } else {
                     (RoundState::Failed, e.to_string())
                 };
+                self.record_confirmation(
+                    p.market,
+                    market_id,
+                    json!({"status": "failed", "tx_hash": tx, "detail": e.to_string()}),
+                )?;
                 self.store
                     .set_state(p.market, market_id, state, Some(&reason))?;
                 Ok(())
             }
         }
+    }
+
+    /// Adds the receipt outcome to the stored transcript (`confirmation`).
+    fn record_confirmation(
+        &self,
+        market: Address,
+        market_id: U256,
+        confirmation: serde_json::Value,
+    ) -> Result<(), Step> {
+        if let Some(mut t) = self
+            .store
+            .get(market, market_id)?
+            .and_then(|r| r.outcome)
+            .filter(|t| t.is_object())
+        {
+            t["confirmation"] = confirmation;
+            self.store.set_outcome(market, market_id, &t)?;
+        }
+        Ok(())
     }
 
     fn fail(&self, market: Address, market_id: U256, reason: &str) -> Result<(), Step> {
@@ -643,6 +651,41 @@ impl Node {
         .await;
         tasks.abort_all();
         Ok(())
+    }
+}
+
+/// The discovery settings of a node config.
+pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, crate::config::ConfigError> {
+    Ok(DiscoveryConfig {
+        allow_private_endpoints: cfg.discovery.allow_private_endpoints,
+        ipfs_gateway: url::Url::parse(&cfg.discovery.ipfs_gateway).map_err(|e| {
+            crate::config::ConfigError::Invalid {
+                key: "discovery.ipfs_gateway",
+                message: e.to_string(),
+            }
+        })?,
+        fetch_timeout: Duration::from_millis(cfg.discovery.fetch_timeout_ms),
+        max_metadata_bytes: cfg.discovery.max_metadata_bytes,
+    })
+}
+
+/// The submitter settings of `workflow` on `market` under a node config.
+pub fn submitter_config(cfg: &NodeConfig, workflow: &Workflow, market: Address) -> SubmitterConfig {
+    let report = &workflow.submit.report;
+    SubmitterConfig {
+        market,
+        mode: workflow.submit.mode,
+        forwarder: cfg.submit.forwarder,
+        receiver: cfg.submit.receiver,
+        metadata: ReportMetadata::new(
+            report.workflow_id,
+            workflow.report_workflow_name(),
+            report.workflow_owner,
+            [0, 1],
+        ),
+        gas_margin_percent: cfg.submit.gas_margin_percent,
+        max_send_attempts: cfg.submit.max_send_attempts,
+        receipt_timeout: Duration::from_millis(cfg.submit.receipt_timeout_ms),
     }
 }
 

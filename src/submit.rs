@@ -17,6 +17,7 @@ use alloy::eips::Encodable2718;
 use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
 use alloy::primitives::{Address, B256, Bytes, U256, keccak256};
 use alloy::providers::{DynProvider, Provider};
+use alloy::rpc::types::state::StateOverride;
 use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
 use alloy::sol_types::{SolCall, SolEvent};
 use serde::Serialize;
@@ -58,6 +59,35 @@ pub struct Prepared {
     pub gas_estimate: u64,
     pub gas_limit: u64,
     pub mode: SubmitMode,
+}
+
+/// What a simulation of the submission said (see [`Submitter::simulate`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct Simulation {
+    /// The transaction that would be sent.
+    pub from: Address,
+    pub to: Address,
+    pub calldata: Bytes,
+    /// The call that executes the resolution (report mode: the forwarder calling the receiver).
+    pub executes_from: Address,
+    pub executes_to: Address,
+    /// Whether a state override was applied.
+    pub state_override: bool,
+    /// The call ran without reverting.
+    pub success: bool,
+    pub revert: Option<SimulatedRevert>,
+    /// Neither success nor a revert: the RPC failed.
+    pub rpc_error: Option<String>,
+    pub gas_estimate: Option<u64>,
+    pub gas_limit: Option<u64>,
+}
+
+/// A decoded revert of a simulation.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimulatedRevert {
+    /// The error's name (`Unauthorized`, …).
+    pub name: String,
+    pub reason: String,
 }
 
 /// A signed transaction (persist it before broadcasting).
@@ -213,26 +243,7 @@ impl Submitter {
             });
         }
         let (to, calldata) = self.calldata(tally);
-        // What would actually execute: resolveMarket from us, or onReport from the forwarder.
-        let (sim_from, sim_to, sim_data) = match self.cfg.mode {
-            SubmitMode::Direct => (self.from, to, calldata.clone()),
-            SubmitMode::Report => {
-                let raw = self.raw_report(tally);
-                let call = IReceiver::onReportCall {
-                    metadata: Bytes::copy_from_slice(&raw[45..109]),
-                    report: Bytes::copy_from_slice(&raw[109..]),
-                };
-                (
-                    self.cfg.forwarder.unwrap_or_default(),
-                    self.cfg.receiver.unwrap_or_default(),
-                    Bytes::from(call.abi_encode()),
-                )
-            }
-        };
-        let sim = TransactionRequest::default()
-            .with_from(sim_from)
-            .with_to(sim_to)
-            .with_input(sim_data);
+        let sim = self.execution(tally, &calldata);
         if let Err(e) = self.provider.call(sim.clone()).await {
             return Err(match revert_of(&e) {
                 Some(r) => {
@@ -250,14 +261,7 @@ impl Submitter {
             .estimate_gas(sim)
             .await
             .map_err(|e| SubmitError::Rpc(e.to_string()))?;
-        // Report mode: the forwarder forwards with a gas check and swallows failures, so the
-        // limit must cover the inner call (63/64 rule) plus the forwarder's own work.
-        let estimate = match self.cfg.mode {
-            SubmitMode::Direct => inner,
-            SubmitMode::Report => inner.saturating_mul(64) / 63 + 150_000,
-        };
-        let gas_limit =
-            estimate.saturating_add(estimate.saturating_mul(self.cfg.gas_margin_percent) / 100);
+        let (estimate, gas_limit) = self.gas(inner);
         Ok(Prepared {
             from: self.from,
             to,
@@ -266,6 +270,113 @@ impl Submitter {
             gas_limit,
             mode: self.cfg.mode,
         })
+    }
+
+    /// The call that actually executes the resolution: `resolveMarket` from us (direct),
+    /// or the receiver's `onReport` from the forwarder (report).
+    fn execution(&self, tally: &TallyOutcome, calldata: &Bytes) -> TransactionRequest {
+        let (sim_from, sim_to, sim_data) = match self.cfg.mode {
+            SubmitMode::Direct => (self.from, self.cfg.market, calldata.clone()),
+            SubmitMode::Report => {
+                let raw = self.raw_report(tally);
+                let call = IReceiver::onReportCall {
+                    metadata: Bytes::copy_from_slice(&raw[45..109]),
+                    report: Bytes::copy_from_slice(&raw[109..]),
+                };
+                (
+                    self.cfg.forwarder.unwrap_or_default(),
+                    self.cfg.receiver.unwrap_or_default(),
+                    Bytes::from(call.abi_encode()),
+                )
+            }
+        };
+        TransactionRequest::default()
+            .with_from(sim_from)
+            .with_to(sim_to)
+            .with_input(sim_data)
+    }
+
+    /// `(estimate, limit)` from the executing call's gas.
+    fn gas(&self, inner: u64) -> (u64, u64) {
+        // Report mode: the forwarder forwards with a gas check and swallows failures, so the
+        // limit must cover the inner call (63/64 rule) plus the forwarder's own work.
+        let estimate = match self.cfg.mode {
+            SubmitMode::Direct => inner,
+            SubmitMode::Report => inner.saturating_mul(64) / 63 + 150_000,
+        };
+        let gas_limit =
+            estimate.saturating_add(estimate.saturating_mul(self.cfg.gas_margin_percent) / 100);
+        (estimate, gas_limit)
+    }
+
+    /// The address the market checks as `msg.sender` of `resolveMarket`: our `from` in
+    /// direct mode, the receiver in report mode.
+    pub fn resolver(&self) -> Address {
+        match self.cfg.mode {
+            SubmitMode::Direct => self.from,
+            SubmitMode::Report => self.cfg.receiver.unwrap_or_default(),
+        }
+    }
+
+    pub fn mode(&self) -> SubmitMode {
+        self.cfg.mode
+    }
+
+    /// Simulates the exact submission for `tally` (dry-run): `eth_call` and gas estimate
+    /// of the executing call, optionally under a state override. No check is skipped
+    /// and nothing is signed or sent; a revert is decoded into the result, not an error.
+    pub async fn simulate(
+        &self,
+        tally: &TallyOutcome,
+        overrides: Option<StateOverride>,
+    ) -> Simulation {
+        let (to, calldata) = self.calldata(tally);
+        let exec = self.execution(tally, &calldata);
+        let mut sim = Simulation {
+            from: self.from,
+            to,
+            calldata: calldata.clone(),
+            executes_from: exec.from.unwrap_or_default(),
+            executes_to: exec.to.and_then(|k| k.to().copied()).unwrap_or_default(),
+            state_override: overrides.is_some(),
+            success: false,
+            revert: None,
+            rpc_error: None,
+            gas_estimate: None,
+            gas_limit: None,
+        };
+        let call = self
+            .provider
+            .call(exec.clone())
+            .overrides_opt(overrides.clone())
+            .await;
+        if let Err(e) = call {
+            match revert_of(&e) {
+                Some(r) => {
+                    sim.revert = Some(SimulatedRevert {
+                        name: r.name(),
+                        reason: r.to_string(),
+                    })
+                }
+                None => sim.rpc_error = Some(e.to_string()),
+            }
+            return sim;
+        }
+        sim.success = true;
+        match self
+            .provider
+            .estimate_gas(exec)
+            .overrides_opt(overrides)
+            .await
+        {
+            Ok(inner) => {
+                let (estimate, limit) = self.gas(inner);
+                sim.gas_estimate = Some(estimate);
+                sim.gas_limit = Some(limit);
+            }
+            Err(e) => sim.rpc_error = Some(format!("eth_estimateGas: {e}")),
+        }
+        sim
     }
 
     /// Signs the prepared transaction with the next nonce.

@@ -1,0 +1,484 @@
+//! Dry-run: the full pipeline against a real RPC — read, discovery, worker calls and
+//! evaluation for real — with the submission replaced by a simulation: `eth_call` and
+//! gas estimate of the exact transaction from the configured resolver address. Nothing
+//! is signed or sent, no nonce moves, and no store is written (the watch mode keeps its
+//! de-duplication in an in-memory store). No private key is needed.
+//!
+//! When the market would refuse the resolver (`authorizedResolvers[resolver]` is false),
+//! the simulation is run twice: as is (it reverts with the decoded `Unauthorized`), and
+//! with a state override that sets the flag, which tells whether anything else would
+//! stop the submission once the resolver is authorized. The override is flagged in the
+//! output.
+//!
+//! The flag's storage slot follows the market's storage layout
+//! (`contracts-abi/src/CREsolverMarket.sol`, solc `storageLayout`): `owner` 0,
+//! `_reentrancyStatus` 1, `markets` 2, `marketCount` 3, `stakes` 4, `_marketWorkers` 5,
+//! `workerAgentIds` 6, `balances` 7, `authorizedResolvers` **8**, `reputation` 9
+//! (immutables and constants take no slot). A mapping entry lives at
+//! `keccak256(abi.encode(key, slot))`.
+
+use crate::chain::bindings::ICREsolverMarket;
+use crate::chain::reader::MarketSnapshot;
+use crate::chain::watcher::{Trigger, Watcher, WatcherConfig};
+use crate::config::{ConfigError, NodeConfig, default_confirmations};
+use crate::discovery::DiscoveryConfig;
+use crate::live::{LiveContext, LiveError};
+use crate::replay::ReportView;
+use crate::round::Engine;
+use crate::store::Store;
+use crate::submit::{Simulation, Submitter};
+use crate::transcript::TallyRecord;
+use crate::workflow::Workflow;
+use alloy::primitives::{Address, B256, Bytes, U256, keccak256};
+use alloy::providers::{DynProvider, Provider};
+use alloy::rpc::types::state::StateOverridesBuilder;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// Storage slot of `mapping(address => bool) authorizedResolvers` in `CREsolverMarket`.
+pub const AUTHORIZED_RESOLVERS_SLOT: u64 = 8;
+
+/// The storage slot of `authorizedResolvers[who]`.
+pub fn authorized_resolver_slot(who: Address) -> B256 {
+    let mut buf = [0u8; 64];
+    buf[12..32].copy_from_slice(who.as_slice());
+    buf[32..64].copy_from_slice(&U256::from(AUTHORIZED_RESOLVERS_SLOT).to_be_bytes::<32>());
+    keccak256(buf)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DryRunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Engine(#[from] crate::round::EngineError),
+    #[error(transparent)]
+    Submit(#[from] crate::submit::SubmitError),
+    #[error(transparent)]
+    Live(#[from] LiveError),
+    #[error("RPC error: {0}")]
+    Rpc(String),
+}
+
+/// One registered worker as the dry-run saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DryRunWorker {
+    pub address: Address,
+    pub endpoint: Option<String>,
+    /// Why discovery discarded it, or why its resolve call failed.
+    pub failure: Option<String>,
+    pub determination: Option<bool>,
+    pub confidence: Option<f64>,
+    pub elapsed_ms: Option<u64>,
+}
+
+/// The simulation under a state override that authorizes the resolver.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverrideSimulation {
+    /// The overridden storage: `authorizedResolvers[resolver]` at `slot` of the market.
+    pub contract: Address,
+    pub slot: B256,
+    pub value: B256,
+    pub simulation: Simulation,
+}
+
+/// What a dry-run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct DryRunReport {
+    pub market: Address,
+    pub market_id: U256,
+    /// The block the market was read at.
+    pub block: u64,
+    pub question: String,
+    pub workflow: String,
+    /// `would_submit`, `would_revert`, `already_resolved` or `round_failed`.
+    pub status: String,
+    pub reason: Option<String>,
+    pub workers: Vec<DryRunWorker>,
+    pub evaluator: Option<String>,
+    pub tally: Option<TallyRecord>,
+    /// The CRE report body the submission carries.
+    pub report: Option<Bytes>,
+    pub decoded_report: Option<ReportView>,
+    /// The address the market checks as resolver (`from`, or the receiver in report mode).
+    pub resolver: Address,
+    pub resolver_authorized: Option<bool>,
+    /// The exact submission, simulated as is.
+    pub simulation: Option<Simulation>,
+    /// Only when the resolver is not authorized: the same simulation with it authorized.
+    pub override_simulation: Option<OverrideSimulation>,
+    /// Pre-flight findings that would stop the node's submission.
+    pub checks: Vec<String>,
+    /// Always false: a dry-run never sends.
+    pub sent: bool,
+}
+
+impl DryRunReport {
+    /// Exit status: only a simulation that succeeds as configured is a success.
+    pub fn would_submit(&self) -> bool {
+        self.status == "would_submit"
+    }
+}
+
+/// A dry-runner for one workflow on one market.
+pub struct DryRunner {
+    provider: DynProvider,
+    engine: Engine,
+    submitter: Submitter,
+    market: Address,
+    multicall: Option<Address>,
+    discovery: DiscoveryConfig,
+    http: reqwest::Client,
+}
+
+impl DryRunner {
+    /// `from`: the resolver address the transaction would be sent from.
+    pub fn new(
+        provider: DynProvider,
+        cfg: &NodeConfig,
+        workflow: Workflow,
+        market: Address,
+        from: Address,
+    ) -> Result<Self, DryRunError> {
+        let submitter = Submitter::new(
+            provider.clone(),
+            None,
+            from,
+            crate::node::submitter_config(cfg, &workflow, market),
+        )?;
+        Ok(Self {
+            engine: Engine::new(workflow)?,
+            submitter,
+            market,
+            multicall: cfg.chain.multicall_address,
+            discovery: crate::node::discovery_config(cfg)?,
+            http: crate::workers::StageClient::default_http(),
+            provider,
+        })
+    }
+
+    pub fn market(&self) -> Address {
+        self.market
+    }
+
+    fn report(&self, snapshot: &MarketSnapshot, status: &str) -> DryRunReport {
+        DryRunReport {
+            market: self.market,
+            market_id: snapshot.market_id,
+            block: snapshot.block,
+            question: snapshot.question.clone(),
+            workflow: self.engine.workflow.name.clone(),
+            status: status.into(),
+            reason: None,
+            workers: vec![],
+            evaluator: None,
+            tally: None,
+            report: None,
+            decoded_report: None,
+            resolver: self.submitter.resolver(),
+            resolver_authorized: None,
+            simulation: None,
+            override_simulation: None,
+            checks: vec![],
+            sent: false,
+        }
+    }
+
+    /// Runs the pipeline for `market_id` at the head and simulates the submission.
+    pub async fn run(&self, market_id: U256) -> Result<DryRunReport, DryRunError> {
+        let ctx = LiveContext {
+            provider: &self.provider,
+            multicall: self.multicall,
+            discovery: &self.discovery,
+            http: &self.http,
+        };
+        let snapshot = crate::live::read(&ctx, self.market, market_id, None).await?;
+        if snapshot.resolved {
+            let mut r = self.report(&snapshot, "already_resolved");
+            r.reason = Some(format!(
+                "market {market_id} is already resolved on chain ({})",
+                if snapshot.resolution { "YES" } else { "NO" }
+            ));
+            return Ok(r);
+        }
+        let live = crate::live::run_round(&ctx, &self.engine, snapshot).await?;
+        let mut r = self.report(&live.snapshot, "round_failed");
+        r.workers = live
+            .found
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let result = match &live.result {
+                    Ok(o) => o.resolve.results.get(i).cloned(),
+                    Err(crate::round::RoundError::QuorumNotMet(s)) => s.results.get(i).cloned(),
+                    Err(_) => None,
+                };
+                DryRunWorker {
+                    address: d.address,
+                    endpoint: d.endpoint.as_ref().ok().map(|u| u.to_string()),
+                    failure: match (&d.endpoint, &result) {
+                        (Err(e), _) => Some(e.to_string()),
+                        (_, Some(res)) => res.outcome.as_ref().err().map(|f| f.to_string()),
+                        _ => None,
+                    },
+                    determination: result
+                        .as_ref()
+                        .and_then(|x| x.answer().map(|a| a.determination)),
+                    confidence: result
+                        .as_ref()
+                        .and_then(|x| x.answer().map(|a| a.confidence)),
+                    elapsed_ms: result.as_ref().map(|x| x.elapsed_ms),
+                }
+            })
+            .collect();
+        let outcome = match live.result {
+            Ok(o) => o,
+            Err(e) => {
+                r.reason = Some(e.to_string());
+                return Ok(r);
+            }
+        };
+        if let Some(w) = live
+            .snapshot
+            .workers
+            .iter()
+            .find(|w| w.market_is_operator && w.agent_id != U256::ZERO)
+        {
+            r.checks.push(
+                crate::submit::SubmitError::OperatorBlocks {
+                    worker: w.address,
+                    agent_id: w.agent_id,
+                }
+                .to_string(),
+            );
+        }
+        r.evaluator = Some(outcome.evaluation.evaluator.clone());
+        r.tally = Some(TallyRecord::from(&outcome.tally));
+        r.decoded_report = ReportView::from_report_bytes(&outcome.report);
+        r.report = Some(outcome.report.clone());
+
+        let resolver = self.submitter.resolver();
+        let authorized = ICREsolverMarket::new(self.market, self.provider.clone())
+            .authorizedResolvers(resolver)
+            .call()
+            .await
+            .map_err(|e| DryRunError::Rpc(format!("authorizedResolvers({resolver}): {e}")))?;
+        r.resolver_authorized = Some(authorized);
+        let sim = self.submitter.simulate(&outcome.tally, None).await;
+        if !authorized {
+            let slot = authorized_resolver_slot(resolver);
+            let value = B256::with_last_byte(1);
+            let overrides = StateOverridesBuilder::default()
+                .with_state_diff(self.market, [(slot, value)])
+                .build();
+            let simulation = self
+                .submitter
+                .simulate(&outcome.tally, Some(overrides))
+                .await;
+            r.override_simulation = Some(OverrideSimulation {
+                contract: self.market,
+                slot,
+                value,
+                simulation,
+            });
+        }
+        r.status = if sim.success && r.checks.is_empty() {
+            "would_submit".into()
+        } else {
+            "would_revert".into()
+        };
+        if let Some(rev) = &sim.revert {
+            r.reason = Some(format!("simulation reverted: {}", rev.reason));
+        } else if let Some(e) = &sim.rpc_error {
+            r.reason = Some(e.clone());
+        }
+        r.simulation = Some(sim);
+        Ok(r)
+    }
+
+    /// Watches the market for `ResolutionRequested` from `start_block` (default: the
+    /// head) and dry-runs every new request until `shutdown` turns true. Requests are
+    /// de-duplicated in an in-memory store; nothing is persisted.
+    pub async fn watch(
+        &self,
+        cfg: &NodeConfig,
+        start_block: Option<u64>,
+        shutdown: watch::Receiver<bool>,
+        mut on_report: impl FnMut(U256, Result<DryRunReport, DryRunError>),
+    ) -> Result<(), DryRunError> {
+        let chain_id = self
+            .provider
+            .get_chain_id()
+            .await
+            .map_err(|e| DryRunError::Rpc(format!("eth_chainId: {e}")))?;
+        let head = self
+            .provider
+            .get_block_number()
+            .await
+            .map_err(|e| DryRunError::Rpc(format!("eth_blockNumber: {e}")))?;
+        let store = Arc::new(
+            Store::in_memory().map_err(|e| DryRunError::Rpc(format!("in-memory store: {e}")))?,
+        );
+        let watcher = Watcher::new(
+            self.provider.clone(),
+            store,
+            WatcherConfig {
+                market: self.market,
+                workflow: self.engine.workflow.name.clone(),
+                confirmations: cfg
+                    .chain
+                    .confirmations
+                    .unwrap_or(default_confirmations(chain_id)),
+                start_block: start_block.unwrap_or(head),
+                poll_interval: Duration::from_millis(cfg.chain.poll_interval_ms),
+                max_range: cfg.chain.max_block_range,
+                reorg_window: 64,
+                subscribe: cfg.chain.rpc_url.starts_with("ws"),
+            },
+        );
+        let (tx, mut rx) = mpsc::channel::<Trigger>(256);
+        let mut stop = shutdown.clone();
+        let task = tokio::spawn(watcher.run(tx, shutdown, |_| {}));
+        loop {
+            tokio::select! {
+                t = rx.recv() => match t {
+                    Some(t) => {
+                        let r = self.run(t.market_id).await;
+                        on_report(t.market_id, r);
+                    }
+                    None => break,
+                },
+                _ = stop.changed() => break,
+            }
+        }
+        task.abort();
+        Ok(())
+    }
+}
+
+/// The dry-run as text.
+pub fn render(r: &DryRunReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "dry-run of market {} on {} (read at block {}, workflow {})",
+        r.market_id, r.market, r.block, r.workflow
+    );
+    let _ = writeln!(s, "question: {}", r.question);
+    for (i, w) in r.workers.iter().enumerate() {
+        let what = match (&w.determination, &w.failure) {
+            (Some(d), _) => format!(
+                "{} ({:.0}%)",
+                if *d { "YES" } else { "NO" },
+                w.confidence.unwrap_or(0.0) * 100.0
+            ),
+            (None, Some(f)) => format!("no answer: {f}"),
+            _ => "-".into(),
+        };
+        let weight = r
+            .tally
+            .as_ref()
+            .and_then(|t| t.workers.get(i))
+            .map(|t| {
+                format!(
+                    " weight {} scores {}/{}/{}",
+                    t.weight, t.scores.res_quality, t.scores.src_quality, t.scores.analysis_depth
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(s, "  worker #{} {}: {what}{weight}", i + 1, w.address);
+    }
+    if let Some(e) = &r.evaluator {
+        let _ = writeln!(s, "evaluator: {e}");
+    }
+    if let Some(d) = &r.decoded_report {
+        let _ = writeln!(
+            s,
+            "would-be report: marketId {}, resolution {}, workers {:?}, weights [{}], dimScores {:?}",
+            d.market_id,
+            if d.resolution { "YES" } else { "NO" },
+            d.workers,
+            d.weights
+                .iter()
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            d.dim_scores
+        );
+    }
+    if let Some(b) = &r.report {
+        let _ = writeln!(s, "report bytes: {b}");
+    }
+    if let Some(sim) = &r.simulation {
+        let _ = writeln!(s, "transaction: from {} to {}", sim.from, sim.to);
+        let _ = writeln!(s, "calldata: {}", sim.calldata);
+        let _ = writeln!(
+            s,
+            "resolver {}: {}",
+            r.resolver,
+            match r.resolver_authorized {
+                Some(true) => "authorized on the market",
+                Some(false) => "NOT authorized on the market",
+                None => "authorization unknown",
+            }
+        );
+        let _ = writeln!(s, "simulation: {}", sim_line(sim));
+    }
+    if let Some(o) = &r.override_simulation {
+        let _ = writeln!(
+            s,
+            "simulation with a STATE OVERRIDE (authorizedResolvers[{}] = true, slot {} of {}): {}",
+            r.resolver,
+            o.slot,
+            o.contract,
+            sim_line(&o.simulation)
+        );
+    }
+    for c in &r.checks {
+        let _ = writeln!(s, "pre-flight: {c}");
+    }
+    let _ = writeln!(
+        s,
+        "result: {}{} — nothing was signed or sent",
+        r.status,
+        r.reason
+            .as_ref()
+            .map(|x| format!(" ({x})"))
+            .unwrap_or_default()
+    );
+    s
+}
+
+fn sim_line(sim: &Simulation) -> String {
+    match (&sim.revert, &sim.rpc_error, sim.gas_estimate) {
+        (Some(rev), _, _) => format!("reverts with {}: {}", rev.name, rev.reason),
+        (None, Some(e), _) if !sim.success => format!("RPC error: {e}"),
+        (None, Some(e), _) => format!("succeeds; gas estimate failed: {e}"),
+        (None, None, Some(g)) => format!(
+            "succeeds; gas estimate {g}, gas limit {}",
+            sim.gas_limit.unwrap_or(g)
+        ),
+        (None, None, None) => "succeeds".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_is_keccak_of_padded_key_and_slot() {
+        let who = Address::repeat_byte(0xab);
+        let manual = keccak256(
+            [
+                B256::left_padding_from(who.as_slice()).as_slice(),
+                B256::with_last_byte(8).as_slice(),
+            ]
+            .concat(),
+        );
+        assert_eq!(authorized_resolver_slot(who), manual);
+    }
+}

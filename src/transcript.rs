@@ -1,0 +1,547 @@
+#![doc = include_str!("../docs/transcript.md")]
+
+use crate::discovery::DiscardReason;
+use crate::evaluate::Evaluation;
+use crate::resolve::tally::{OnchainScores, TallyOutcome, WorkerResult};
+use crate::resolve::{Dimensions, Reputation};
+use crate::store::RoundRecord;
+use crate::workers::{ChallengeOutcome, ResolveAnswer, WorkerFailure};
+use crate::workflow::{SubmitMode, Workflow};
+use alloy::primitives::{Address, B256, Bytes, U256};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use url::Url;
+
+/// Version written by this build (see the schema above).
+pub const TRANSCRIPT_VERSION: u32 = 2;
+/// Oldest version this build reads.
+pub const OLDEST_READABLE_VERSION: u32 = 1;
+
+/// A round's transcript (see the module documentation for the schema).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transcript {
+    pub version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<RequestRecord>,
+    pub workflow: Workflow,
+    pub market: MarketRecord,
+    pub discovery: Vec<DiscoveryRecord>,
+    pub question: String,
+    pub reference_time: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve: Option<ResolveStageRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<OutcomeRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submission: Option<SubmissionRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<ConfirmationRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<RoundInfo>,
+}
+
+/// The request that started the round.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub tx: Option<B256>,
+    pub block: Option<u64>,
+}
+
+/// The market as the round read it (mirrors [`crate::chain::reader::MarketSnapshot`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarketRecord {
+    pub market: Address,
+    pub market_id: U256,
+    pub question: String,
+    pub reward_pool: U256,
+    pub deadline: U256,
+    pub creator: Address,
+    pub resolved: bool,
+    pub resolution: bool,
+    pub identity_registry: Address,
+    pub workers: Vec<WorkerRecord>,
+    pub block: u64,
+}
+
+/// One registered worker as read (mirrors [`crate::chain::reader::WorkerInfo`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    pub address: Address,
+    pub agent_id: U256,
+    pub stake: U256,
+    pub reputation: Reputation,
+    pub market_is_operator: bool,
+}
+
+/// Discovery of one worker (mirrors [`crate::discovery::DiscoveredWorker`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiscoveryRecord {
+    pub address: Address,
+    pub agent_id: U256,
+    pub name: Option<String>,
+    pub endpoint: Result<Url, DiscardReason>,
+    pub protocol: Option<String>,
+}
+
+/// The resolve stage (mirrors [`crate::workers::fanout::ResolveStage`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolveStageRecord {
+    pub results: Vec<ResolveResultRecord>,
+    pub registered: usize,
+    pub required: usize,
+    pub valid: usize,
+    pub quorum_met: bool,
+}
+
+/// One worker's resolve call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolveResultRecord {
+    pub address: Address,
+    pub outcome: Result<ResolveAnswer, WorkerFailure>,
+    pub elapsed_ms: u64,
+}
+
+impl ResolveResultRecord {
+    pub fn answer(&self) -> Option<&ResolveAnswer> {
+        self.outcome.as_ref().ok()
+    }
+}
+
+/// A finished round (mirrors [`crate::round::RoundOutcome`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeRecord {
+    pub resolve: ResolveStageRecord,
+    pub challenges: Vec<Option<ChallengeOutcome>>,
+    pub scores: Vec<Option<Dimensions>>,
+    pub evaluation: Evaluation,
+    pub tally: TallyRecord,
+    pub report: Bytes,
+}
+
+/// The tally (mirrors [`TallyOutcome`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TallyRecord {
+    pub market_id: U256,
+    pub resolution: bool,
+    pub yes_weight: f64,
+    pub no_weight: f64,
+    pub tie: bool,
+    pub workers: Vec<TallyWorkerRecord>,
+}
+
+/// One worker of the tally (mirrors [`WorkerResult`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TallyWorkerRecord {
+    pub address: Address,
+    pub responded: bool,
+    pub determination: Option<bool>,
+    pub scores: OnchainScores,
+    pub quality: f64,
+    pub reputation_factor: f64,
+    pub vote_weight: f64,
+    pub voted_with_outcome: bool,
+    pub weight: u64,
+}
+
+impl From<&WorkerResult> for TallyWorkerRecord {
+    fn from(w: &WorkerResult) -> Self {
+        Self {
+            address: w.address,
+            responded: w.responded,
+            determination: w.determination,
+            scores: w.scores,
+            quality: w.quality,
+            reputation_factor: w.reputation_factor,
+            vote_weight: w.vote_weight,
+            voted_with_outcome: w.voted_with_outcome,
+            weight: w.weight,
+        }
+    }
+}
+
+impl From<&TallyOutcome> for TallyRecord {
+    fn from(t: &TallyOutcome) -> Self {
+        Self {
+            market_id: t.market_id,
+            resolution: t.resolution,
+            yes_weight: t.yes_weight,
+            no_weight: t.no_weight,
+            tie: t.tie,
+            workers: t.workers.iter().map(TallyWorkerRecord::from).collect(),
+        }
+    }
+}
+
+/// The prepared submission transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmissionRecord {
+    pub to: Address,
+    pub calldata: Bytes,
+    pub gas_limit: u64,
+    pub from: Address,
+    pub mode: SubmitMode,
+}
+
+/// The receipt outcome of the submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmationRecord {
+    /// `confirmed` (the market was resolved by our transaction) or `failed`.
+    pub status: String,
+    pub tx_hash: B256,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_number: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolver: Option<Address>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gas_used: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// The store record of the round, added to exported transcripts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundInfo {
+    pub market: Address,
+    pub market_id: U256,
+    /// A [`crate::store::RoundState`] name (`confirmed`, `failed`, …).
+    pub state: String,
+    pub reason: Option<String>,
+    pub attempt: u32,
+    pub workflow: String,
+    pub request_tx: Option<B256>,
+    pub request_block: Option<u64>,
+    pub submit_tx: Option<B256>,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+impl From<&RoundRecord> for RoundInfo {
+    fn from(r: &RoundRecord) -> Self {
+        Self {
+            market: r.market,
+            market_id: r.market_id,
+            state: r.state.as_str().to_string(),
+            reason: r.reason.clone(),
+            attempt: r.attempt,
+            workflow: r.workflow.clone(),
+            request_tx: r.request_tx,
+            request_block: r.request_block,
+            submit_tx: r.submit_tx,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// A transcript that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscriptError {
+    #[error("cannot read transcript {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("transcript {}: not valid JSON: {message}", path.display())]
+    Json { path: PathBuf, message: String },
+    #[error("transcript {}: field `{field}`: {message}", path.display())]
+    Field {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+    #[error(
+        "transcript {}: field `version`: {found} is not supported (this build reads versions {OLDEST_READABLE_VERSION} to {TRANSCRIPT_VERSION})",
+        path.display()
+    )]
+    Version { path: PathBuf, found: u64 },
+    #[error(
+        "round {market_id} of market {market} has no transcript (state {state}: the round did not reach discovery)"
+    )]
+    NoTranscript {
+        market: Address,
+        market_id: U256,
+        state: String,
+    },
+}
+
+impl Transcript {
+    /// Reads and checks a transcript file.
+    pub fn load(path: &Path) -> Result<Self, TranscriptError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TranscriptError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks transcript text; `path` names the source in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, TranscriptError> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| TranscriptError::Json {
+                path: path.into(),
+                message: e.to_string(),
+            })?;
+        Self::from_value(value, path)
+    }
+
+    /// Reads a transcript from JSON already parsed (e.g. the store's column).
+    pub fn from_value(value: serde_json::Value, path: &Path) -> Result<Self, TranscriptError> {
+        // The version first: a newer schema gets a version error, not a confusing field one.
+        match value.get("version") {
+            Some(v) => match v.as_u64() {
+                Some(n)
+                    if (OLDEST_READABLE_VERSION as u64..=TRANSCRIPT_VERSION as u64)
+                        .contains(&n) => {}
+                Some(n) => {
+                    return Err(TranscriptError::Version {
+                        path: path.into(),
+                        found: n,
+                    });
+                }
+                None => {
+                    return Err(TranscriptError::Field {
+                        path: path.into(),
+                        field: "version".into(),
+                        message: format!("must be a whole number, got {v}"),
+                    });
+                }
+            },
+            None => {
+                return Err(TranscriptError::Field {
+                    path: path.into(),
+                    field: "version".into(),
+                    message: "is missing (is this a cresolver transcript?)".into(),
+                });
+            }
+        }
+        let t: Transcript = serde_path_to_error::deserialize(value).map_err(|e| {
+            let field = e.path().to_string();
+            TranscriptError::Field {
+                path: path.into(),
+                field: if field == "." {
+                    "(top level)".into()
+                } else {
+                    field
+                },
+                message: e.into_inner().to_string(),
+            }
+        })?;
+        t.check()
+            .map_err(|(field, message)| TranscriptError::Field {
+                path: path.into(),
+                field,
+                message,
+            })?;
+        Ok(t)
+    }
+
+    /// Consistency checks serde cannot express: per-worker lists align with the market's
+    /// registered workers.
+    fn check(&self) -> Result<(), (String, String)> {
+        let n = self.market.workers.len();
+        let addresses: Vec<Address> = self.market.workers.iter().map(|w| w.address).collect();
+        let aligned = |field: &str, got: Vec<Address>| -> Result<(), (String, String)> {
+            if got.len() != n {
+                return Err((
+                    field.to_string(),
+                    format!("has {} entries but `market.workers` has {n}", got.len()),
+                ));
+            }
+            if let Some(i) = (0..n).find(|&i| got[i] != addresses[i]) {
+                return Err((
+                    format!("{field}[{i}].address"),
+                    format!(
+                        "is {} but `market.workers[{i}].address` is {}",
+                        got[i], addresses[i]
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        aligned(
+            "discovery",
+            self.discovery.iter().map(|d| d.address).collect(),
+        )?;
+        if let Some(r) = &self.resolve {
+            aligned(
+                "resolve.results",
+                r.results.iter().map(|r| r.address).collect(),
+            )?;
+        }
+        if let Some(o) = &self.outcome {
+            aligned(
+                "outcome.resolve.results",
+                o.resolve.results.iter().map(|r| r.address).collect(),
+            )?;
+            aligned(
+                "outcome.tally.workers",
+                o.tally.workers.iter().map(|w| w.address).collect(),
+            )?;
+            for (field, len) in [
+                ("outcome.challenges", o.challenges.len()),
+                ("outcome.scores", o.scores.len()),
+            ] {
+                if len != n {
+                    return Err((
+                        field.into(),
+                        format!("has {len} entries but `market.workers` has {n}"),
+                    ));
+                }
+            }
+            if o.tally.market_id != self.market.market_id {
+                return Err((
+                    "outcome.tally.marketId".into(),
+                    format!(
+                        "is {} but `market.market_id` is {}",
+                        o.tally.market_id, self.market.market_id
+                    ),
+                ));
+            }
+        }
+        if self.outcome.is_none() && self.resolve.is_none() {
+            return Err((
+                "outcome".into(),
+                "is missing (and so is `resolve`): the transcript records no resolve stage".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The resolve stage, from the outcome or (quorum not met) the top level.
+    pub fn resolve_stage(&self) -> Option<&ResolveStageRecord> {
+        self.outcome
+            .as_ref()
+            .map(|o| &o.resolve)
+            .or(self.resolve.as_ref())
+    }
+
+    /// The request's block, when the round came from a log.
+    pub fn request_block(&self) -> Option<u64> {
+        self.request
+            .as_ref()
+            .and_then(|r| r.block)
+            .or(self.round.as_ref().and_then(|r| r.request_block))
+    }
+}
+
+/// The export document of a stored round: its transcript JSON with `round` (the store
+/// record) added. Unknown fields of the stored JSON are kept as they are.
+pub fn export_document(rec: &RoundRecord) -> Result<serde_json::Value, TranscriptError> {
+    let Some(mut doc) = rec.outcome.clone().filter(|v| v.is_object()) else {
+        return Err(TranscriptError::NoTranscript {
+            market: rec.market,
+            market_id: rec.market_id,
+            state: rec.state.as_str().into(),
+        });
+    };
+    doc["round"] = serde_json::to_value(RoundInfo::from(rec)).unwrap_or_default();
+    Ok(doc)
+}
+
+/// The file name `rounds export` gives a round: `<market>-<id>.json`.
+pub fn export_file_name(market: Address, market_id: U256) -> String {
+    format!("{market:#x}-{market_id}.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> serde_json::Value {
+        let wf = Workflow::default_named("t");
+        serde_json::json!({
+            "version": 2,
+            "chain_id": 31337,
+            "request": {"tx": B256::repeat_byte(1), "block": 7},
+            "workflow": wf,
+            "market": {
+                "market": Address::repeat_byte(9), "market_id": "0x1", "question": "q?",
+                "reward_pool": "0x10", "deadline": "0x20", "creator": Address::ZERO,
+                "resolved": false, "resolution": false, "identity_registry": Address::ZERO,
+                "workers": [{"address": Address::repeat_byte(1), "agent_id": "0x1", "stake": "0x1",
+                    "reputation": {"resQuality": 0.0, "srcQuality": 0.0, "analysisDepth": 0.0, "count": 0},
+                    "market_is_operator": false}],
+                "block": 7
+            },
+            "discovery": [{"address": Address::repeat_byte(1), "agent_id": "0x1", "name": "w",
+                "endpoint": {"Ok": "http://127.0.0.1:1/"}, "protocol": "a2a"}],
+            "question": "q?",
+            "reference_time": 1_700_000_000u64,
+            "resolve": {"results": [{"address": Address::repeat_byte(1),
+                "outcome": {"Err": {"kind": "timeout", "after_ms": 5}}, "elapsed_ms": 5}],
+                "registered": 1, "required": 1, "valid": 0, "quorum_met": false}
+        })
+    }
+
+    #[test]
+    fn reads_a_quorum_failure_transcript() {
+        let t = Transcript::from_value(sample(), Path::new("t.json")).unwrap();
+        assert_eq!(t.request_block(), Some(7));
+        assert!(t.resolve_stage().is_some());
+        // and writes it back unchanged
+        let again = serde_json::to_value(&t).unwrap();
+        assert_eq!(
+            Transcript::from_value(again, Path::new("t.json")).unwrap(),
+            t
+        );
+    }
+
+    #[test]
+    fn reads_version_1() {
+        let mut v = sample();
+        v["version"] = serde_json::json!(1);
+        let o = v.as_object_mut().unwrap();
+        o.remove("chain_id");
+        o.remove("request");
+        let t = Transcript::from_value(v, Path::new("v1.json")).unwrap();
+        assert_eq!((t.version, t.request_block()), (1, None));
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let mut v = sample();
+        v["resolve"]["results"][0]["elapsed_ms"] = serde_json::json!("soon");
+        let e = Transcript::from_value(v, Path::new("x/t.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("x/t.json") && e.contains("resolve.results[0].elapsed_ms"),
+            "{e}"
+        );
+
+        let mut v = sample();
+        v.as_object_mut().unwrap().remove("question");
+        let e = Transcript::from_value(v, Path::new("t.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("question"), "{e}");
+
+        let mut v = sample();
+        v["version"] = serde_json::json!(99);
+        let e = Transcript::from_value(v, Path::new("t.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("version") && e.contains("99"), "{e}");
+
+        let mut v = sample();
+        v["discovery"] = serde_json::json!([]);
+        let e = Transcript::from_value(v, Path::new("t.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`discovery`"), "{e}");
+
+        let e = Transcript::parse("{\"version\": 2,", Path::new("cut.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cut.json") && e.contains("not valid JSON"),
+            "{e}"
+        );
+    }
+}
