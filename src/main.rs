@@ -635,9 +635,8 @@ async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
                 );
             }
             if a.live {
-                let block = t.request_block().with_context(|| {
-                    format!("transcript {name}: field `request.block` is null (a manual request): --live needs the request's block")
-                })?;
+                // A manual request has no request block: the block the node read at.
+                let block = t.request_block().unwrap_or(t.market.block);
                 let request = replay::RequestRef {
                     market_id: t.market.market_id,
                     block,
@@ -680,12 +679,11 @@ async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         let to = a.to_block.unwrap_or(head).min(head);
         let requests = match a.market {
             Some(id) => {
-                let known = source.get(market, id)?.and_then(|(t, _)| {
-                    t.request_block().map(|block| replay::RequestRef {
-                        market_id: id,
-                        block,
-                        tx: t.request.as_ref().and_then(|r| r.tx),
-                    })
+                // With a transcript, its request (a manual one: the block the node read at).
+                let known = source.get(market, id)?.map(|(t, _)| replay::RequestRef {
+                    market_id: id,
+                    block: t.request_block().unwrap_or(t.market.block),
+                    tx: t.request.as_ref().and_then(|r| r.tx),
                 });
                 match known {
                     Some(r) => vec![r],

@@ -424,12 +424,19 @@ async fn a_changed_tie_rule_is_named_and_flips_a_tied_market() {
     .await;
     let dir = tmpdir("tie");
     let wf = workflow_file(&dir, "wf.toml", |t| t);
-    let r = start(node_config(&s, &dir, wf), s.dev.signers[0].clone()).await;
-    s.dev.request_resolution(s.market_id).await.unwrap();
-    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    // a manual request (as `cresolver resolve` makes): no ResolutionRequested log
+    let node = Node::build(node_config(&s, &dir, wf), Some(s.dev.signers[0].clone()))
+        .await
+        .unwrap();
+    node.request(s.market_id).unwrap();
+    let report = node
+        .run_round(s.dev.contracts.market, s.market_id)
+        .await
+        .unwrap();
     assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
-    r.stop().await;
+    drop(node);
     let t = report.transcript.unwrap();
+    assert_eq!(t["request"], json!({"tx": null, "block": null}));
     assert_eq!(
         t["outcome"]["tally"]["tie"], true,
         "{:#}",
@@ -481,6 +488,138 @@ async fn a_changed_tie_rule_is_named_and_flips_a_tied_market() {
     )
     .await;
     assert!(out.status.success(), "{}", show(&out));
+    // and by market id from the store, though no request log exists
+    let out = cli(
+        &[
+            "replay",
+            "--market",
+            "0",
+            "--rpc-url",
+            &s.dev.rpc_url(),
+            "--market-address",
+            &s.dev.contracts.market.to_string(),
+            "--data-dir",
+            p(&dir.join("data")),
+            "--json",
+        ],
+        &[],
+    )
+    .await;
+    assert!(out.status.success(), "{}", show(&out));
+    let m = &json_of(&out)["markets"][0];
+    assert_eq!(
+        (m["agree"].clone(), m["report_identical"].clone()),
+        (json!(true), json!(true)),
+        "{m:#}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_llm_scored_round_replays_from_the_recorded_reply_without_calling_the_llm() {
+    let s = market_with_workers(
+        good_uris(&[(DeterminationMode::Yes, 0.9), (DeterminationMode::No, 0.6)]).await,
+    )
+    .await;
+    let dims = |v: f64| {
+        let mut o = serde_json::Map::new();
+        for n in cresolver::resolve::Dimensions::NAMES {
+            o.insert(n.into(), json!(v));
+        }
+        o
+    };
+    let mut w1 = dims(81.0);
+    w1.insert("workerId".into(), json!("W1"));
+    let mut w2 = dims(40.4);
+    w2.insert("workerId".into(), json!("W2"));
+    // fenced, with a fraction to round: the parser's work shows in the scores
+    let content = format!("```json\n{}\n```", json!({"workers": [w1, w2]}));
+    let (url, server) = llm_server(vec![Scripted::content(&content)]).await;
+    let dir = tmpdir("llm");
+    // CARGO_PKG_NAME is set by cargo for test runs: a harmless stand-in for an API key
+    let wf = workflow_file(&dir, "wf.toml", |t| {
+        t.replace("kind = \"rubric\"", "kind = \"llm\"").replace(
+            "[tally]",
+            &format!(
+                "[evaluator.llm]\nbase_url = \"{url}\"\nmodel = \"test\"\napi_key_env = \"CARGO_PKG_NAME\"\nretries = 0\n\n[tally]"
+            ),
+        )
+    });
+    let r = start(node_config(&s, &dir, wf), s.dev.signers[0].clone()).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    r.stop().await;
+    let t = report.transcript.unwrap();
+    let ev = &t["outcome"]["evaluation"];
+    assert_eq!(ev["evaluator"], "llm", "{ev:#}");
+    assert_eq!(ev["raw_reply"], json!(content));
+    assert_eq!(ev["scores"][1]["timeliness"], 40.0);
+    let calls = server.requests.lock().unwrap().len();
+    assert_eq!(calls, 1);
+    let file = dir.join("t.json");
+    std::fs::write(&file, t.to_string()).unwrap();
+
+    for offline in [true, false] {
+        let rpc = s.dev.rpc_url();
+        let mut args = vec!["replay", "--transcript", p(&file), "--json"];
+        if offline {
+            args.push("--offline");
+        } else {
+            args.extend(["--rpc-url", rpc.as_str()]);
+        }
+        let out = cli(&args, &[]).await;
+        assert!(out.status.success(), "{}", show(&out));
+        let m = &json_of(&out)["markets"][0];
+        assert_eq!(m["report_identical"], true, "{m:#}");
+        assert_eq!(m["replayed"]["evaluation"]["evaluator"], "llm");
+    }
+    assert_eq!(
+        server.requests.lock().unwrap().len(),
+        calls,
+        "a transcript replay never calls the LLM"
+    );
+
+    // a different recorded reply changes the replay: the reply is what is replayed
+    let mut doc = t.clone();
+    let changed = content.replace("40.4", "90");
+    doc["outcome"]["evaluation"]["raw_reply"] = json!(changed);
+    let edited = dir.join("edited.json");
+    std::fs::write(&edited, doc.to_string()).unwrap();
+    let out = cli(
+        &["replay", "--transcript", p(&edited), "--offline", "--json"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let m = &json_of(&out)["markets"][0];
+    assert_eq!(m["report_identical"], false);
+    assert!(
+        m["differences_vs_transcript"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["slot"] == 2 && d["what"] == "srcQuality"),
+        "{m:#}"
+    );
+    // an unusable recorded reply goes through the workflow's fallback (rubric)
+    doc["outcome"]["evaluation"]["raw_reply"] = json!("no scores today");
+    std::fs::write(&edited, doc.to_string()).unwrap();
+    let out = cli(
+        &["replay", "--transcript", p(&edited), "--offline", "--json"],
+        &[],
+    )
+    .await;
+    let m = &json_of(&out)["markets"][0];
+    let ev = &m["replayed"]["evaluation"];
+    assert_eq!(ev["evaluator"], "rubric", "{m:#}");
+    assert!(
+        ev["fallback_reason"]
+            .as_str()
+            .unwrap()
+            .contains("recorded LLM reply"),
+        "{ev:#}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
