@@ -1164,7 +1164,6 @@ pub async fn replay_from_transcript(
 }
 
 /// Replays one market live: today's workers, the market read at `request.block`.
-#[allow(clippy::too_many_arguments)]
 pub async fn replay_live(
     ctx: &crate::live::LiveContext<'_>,
     engine: &Engine,
