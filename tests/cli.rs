@@ -10,7 +10,9 @@ use std::process::Output;
 
 async fn run(args: &[&str], envs: &[(&str, String)]) -> Output {
     let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_cresolver"));
-    c.args(args).env("CRESOLVER_LOG", "warn").env_remove("CRESOLVER_PRIVATE_KEY");
+    c.args(args)
+        .env("CRESOLVER_LOG", "warn")
+        .env_remove("CRESOLVER_PRIVATE_KEY");
     for (k, v) in envs {
         c.env(k, v);
     }
@@ -26,8 +28,13 @@ async fn help_lists_every_command() {
     let out = run(&["--help"], &[]).await;
     assert!(out.status.success());
     let help = text(&out.stdout);
-    for cmd in ["node", "resolve", "config", "agent", "demo", "tally", "workflow"] {
-        assert!(help.contains(&format!("  {cmd} ")), "{cmd} missing from --help:\n{help}");
+    for cmd in [
+        "node", "resolve", "config", "agent", "demo", "tally", "workflow",
+    ] {
+        assert!(
+            help.contains(&format!("  {cmd} ")),
+            "{cmd} missing from --help:\n{help}"
+        );
     }
 }
 
@@ -40,7 +47,11 @@ async fn workflow_check_names_the_bad_key() {
     let out = run(&["workflow", "check", f.to_str().unwrap()], &[]).await;
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("grace"), "{}", text(&out.stderr));
-    let out = run(&["workflow", "check", "workflows/cresolver-resolution.toml"], &[]).await;
+    let out = run(
+        &["workflow", "check", "workflows/cresolver-resolution.toml"],
+        &[],
+    )
+    .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
@@ -54,32 +65,65 @@ async fn config_check_and_one_shot_resolve_on_anvil() {
     let market = s.dev.contracts.market.to_string();
     let rpc = s.dev.rpc_url();
     let data = dir.join("data");
-    let base = ["--rpc-url", rpc.as_str(), "--market-address", market.as_str(), "--data-dir", data.to_str().unwrap()];
-    let key = ("CRESOLVER_PRIVATE_KEY", alloy::hex::encode(s.dev.signers[0].to_bytes()));
-    let private = ("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "true".to_string());
+    let base = [
+        "--rpc-url",
+        rpc.as_str(),
+        "--market-address",
+        market.as_str(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    let key = (
+        "CRESOLVER_PRIVATE_KEY",
+        alloy::hex::encode(s.dev.signers[0].to_bytes()),
+    );
+    let private = (
+        "CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS",
+        "true".to_string(),
+    );
 
     let mut args = vec!["config", "check"];
     args.extend(base);
     let out = run(&args, std::slice::from_ref(&key)).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let so = text(&out.stdout);
-    assert!(so.contains("chain 31337") && so.contains("1 markets") && so.contains("config ok"), "{so}");
+    assert!(
+        so.contains("chain 31337") && so.contains("1 markets") && so.contains("config ok"),
+        "{so}"
+    );
 
     // without a key, resolve says what to set
     let mut args = vec!["resolve", "--market", "0"];
     args.extend(base);
     let out = run(&args, std::slice::from_ref(&private)).await;
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("CRESOLVER_PRIVATE_KEY"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("CRESOLVER_PRIVATE_KEY"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // with the key: resolved now, exit 0, JSON summary
     args.push("--json");
     let out = run(&args, &[key.clone(), private.clone()]).await;
-    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["state"], "confirmed");
     assert_eq!(v["resolution"], true);
-    assert!(s.dev.market().getMarket(s.market_id).call().await.unwrap().resolved);
+    assert!(
+        s.dev
+            .market()
+            .getMarket(s.market_id)
+            .call()
+            .await
+            .unwrap()
+            .resolved
+    );
 
     // again: nothing to do, and not "confirmed by this run" -> exit 0 with the stored state
     let out = run(&args, &[key, private]).await;
