@@ -12,7 +12,9 @@ use cresolver::resolve::{Reputation, TallyWorker};
 use cresolver::round::{Engine, RoundInput};
 use cresolver::workers::challenge::challenges_for;
 use cresolver::workers::fanout::{WorkerSlot, WorkerTarget, resolve_stage};
-use cresolver::workers::{A2aProtocol, ResolveRequest, StageClient, StageLimits, WorkerProtocol};
+use cresolver::workers::{
+    A2aProtocol, ChallengeRequest, ResolveRequest, StageClient, StageLimits, WorkerProtocol,
+};
 use cresolver::workflow::Workflow;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -177,7 +179,17 @@ async fn sequential_round(
         let target = slot.target.as_ref().expect("discovered");
         let challenges = challenges_for(&templates, QUESTION, answer, &determinations);
         let defence = A2aProtocol
-            .challenge(&clients.challenge, &target.endpoint, &challenges)
+            .challenge(
+                &clients.challenge,
+                &target.endpoint,
+                ChallengeRequest {
+                    request: &request,
+                    label: "W",
+                    own: answer,
+                    challenges: &challenges,
+                    peers: &[],
+                },
+            )
             .await;
         assert!(defence.failure.is_none());
         eval_workers.push(EvalWorker {
@@ -209,6 +221,7 @@ async fn sequential_round(
             vote: answer.as_ref().map(|a| Vote {
                 determination: a.determination,
                 confidence: a.confidence,
+                abstain: a.abstain,
             }),
             scores: s.unwrap_or_default(),
             reputation: Reputation::default(),

@@ -237,6 +237,8 @@ mod tests {
             confidence: 0.9,
             evidence: "e".into(),
             sources: vec![],
+            abstain: false,
+            notes: vec![],
         };
         let result = |i: u8, outcome| ResolveResult {
             address: Address::repeat_byte(i),
@@ -287,6 +289,7 @@ mod tests {
                 workers: vec![],
             },
             report: Bytes::new(),
+            ratification: vec![],
         }
     }
 

@@ -674,6 +674,7 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
             vote: r.answer().map(|a| Vote {
                 determination: a.determination,
                 confidence: a.confidence,
+                abstain: a.abstain,
             }),
             scores: s.unwrap_or_default(),
             reputation: w.reputation,

@@ -8,7 +8,9 @@ use crate::evaluate::{
 };
 use crate::resolve::tally::Vote;
 use crate::resolve::{Dimensions, Reputation, TallyError, TallyOutcome, TallyWorker, tally};
-use crate::workers::fanout::{ResolveStage, WorkerSlot, challenge_stage, resolve_stage};
+use crate::workers::fanout::{
+    RatifyResult, ResolveStage, WorkerSlot, challenge_stage, ratify_stage, resolve_stage,
+};
 use crate::workers::{ChallengeOutcome, ResolveRequest, StageClient, StageLimits, WorkerFailure};
 use crate::workflow::{EvaluatorKind, Workflow};
 use alloy::primitives::{Address, Bytes, U256};
@@ -52,6 +54,9 @@ pub struct RoundOutcome {
     pub evaluation: Evaluation,
     pub tally: TallyOutcome,
     pub report: Bytes,
+    /// Ratifying votes on the outcome (`challenge.ratify`, protocols that have one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ratification: Vec<RatifyResult>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -232,7 +237,7 @@ impl Engine {
             challenge_stage(
                 &self.challenge_client,
                 &wf.challenge.templates(),
-                &input.question,
+                &request,
                 &input.workers,
                 &stage,
             )
@@ -282,6 +287,7 @@ impl Engine {
                 vote: r.answer().map(|a| Vote {
                     determination: a.determination,
                     confidence: a.confidence,
+                    abstain: a.abstain,
                 }),
                 scores: s.unwrap_or_default(),
                 reputation: *rep,
@@ -289,6 +295,36 @@ impl Engine {
             .collect();
         let outcome = tally(U256::from(input.market_id), &tally_workers, wf.tally.tie)?;
         let report = outcome.report();
+        let ratification = if wf.challenge.ratify {
+            let votes = ratify_stage(
+                &self.challenge_client,
+                &request,
+                &input.workers,
+                &stage,
+                outcome.resolution,
+            )
+            .await;
+            for v in &votes {
+                match &v.outcome {
+                    Ok(r) if !r.approve => tracing::info!(
+                        market = input.market_id,
+                        worker = %v.address,
+                        reason = r.dissent_reason.as_deref().unwrap_or(""),
+                        "worker dissents from the outcome (recorded, not counted)"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::info!(
+                        market = input.market_id,
+                        worker = %v.address,
+                        error = %e,
+                        "ratifying vote failed (recorded, not counted)"
+                    ),
+                }
+            }
+            votes
+        } else {
+            vec![]
+        };
         Ok(RoundOutcome {
             resolve: stage,
             challenges,
@@ -296,6 +332,7 @@ impl Engine {
             evaluation,
             tally: outcome,
             report,
+            ratification,
         })
     }
 }

@@ -23,6 +23,9 @@ struct InputWorker {
     responded: bool,
     #[serde(default)]
     determination: Option<bool>,
+    /// Responded without a position (scored and rewarded, no vote weight).
+    #[serde(default)]
+    abstain: bool,
     #[serde(default)]
     confidence: Option<f64>,
     #[serde(default)]
@@ -61,7 +64,10 @@ pub fn run(text: &str) -> Result<Value, TallyInputError> {
                 path: format!("workers[{i}].{name}"),
                 message: "is required when `responded` is true".into(),
             };
-            let determination = w.determination.ok_or_else(|| field("determination"))?;
+            let determination = match (w.abstain, w.determination) {
+                (true, d) => d.unwrap_or(false),
+                (false, d) => d.ok_or_else(|| field("determination"))?,
+            };
             let confidence = w.confidence.ok_or_else(|| field("confidence"))?;
             if !(confidence.is_finite() && (0.0..=1.0).contains(&confidence)) {
                 return Err(TallyInputError::Field {
@@ -79,6 +85,7 @@ pub fn run(text: &str) -> Result<Value, TallyInputError> {
             Some(Vote {
                 determination,
                 confidence,
+                abstain: w.abstain,
             })
         } else {
             None

@@ -118,6 +118,9 @@ pub struct OutcomeRecord {
     pub evaluation: Evaluation,
     pub tally: TallyRecord,
     pub report: Bytes,
+    /// Ratifying votes on the outcome, when the workflow asked for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ratification: Vec<crate::workers::fanout::RatifyResult>,
 }
 
 /// The tally (mirrors [`TallyOutcome`]).

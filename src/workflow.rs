@@ -99,6 +99,9 @@ impl Default for QuorumCfg {
 #[serde(deny_unknown_fields, default)]
 pub struct ChallengeCfg {
     pub enabled: bool,
+    /// After the tally, put the outcome to a ratifying vote of the workers whose protocol
+    /// has one (round-table `/vote`); dissent is recorded in the transcript, not counted.
+    pub ratify: bool,
     pub timeout_ms: u64,
     pub max_body_bytes: usize,
     pub disagreement: Vec<String>,
@@ -110,6 +113,7 @@ impl Default for ChallengeCfg {
         let t = ChallengeTemplates::default();
         Self {
             enabled: true,
+            ratify: false,
             timeout_ms: 15_000,
             max_body_bytes: 256 * 1024,
             disagreement: t.disagreement,

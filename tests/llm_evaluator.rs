@@ -20,6 +20,8 @@ fn input() -> EvalInput {
             confidence: 0.8,
             evidence: evidence.into(),
             sources: vec!["https://example.org/a".into()],
+            abstain: false,
+            notes: vec![],
         },
         challenges: vec!["Why?".into()],
         responses: vec!["Because the 2026 data says so, although risk remains.".into()],

@@ -21,6 +21,7 @@ fn w(i: u8, vote: Option<bool>, scores: Dimensions, rep: Reputation) -> TallyWor
         vote: vote.map(|d| Vote {
             determination: d,
             confidence: 0.7,
+            abstain: false,
         }),
         scores,
         reputation: rep,

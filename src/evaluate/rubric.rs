@@ -352,6 +352,8 @@ mod tests {
                 confidence: conf,
                 evidence: evidence.into(),
                 sources: sources.iter().map(|s| s.to_string()).collect(),
+                abstain: false,
+                notes: vec![],
             },
             challenges: vec!["a".into(), "b".into(), "c".into()],
             responses: responses.iter().map(|s| s.to_string()).collect(),

@@ -178,6 +178,9 @@ impl fmt::Display for TieRule {
 pub struct Vote {
     pub determination: bool,
     pub confidence: f64,
+    /// Responded without taking a position: scored and rewarded (with the 50
+    /// multiplier, as it did not vote with the outcome), but no vote weight.
+    pub abstain: bool,
 }
 
 /// One registered worker as the tally sees it.
@@ -294,8 +297,9 @@ pub fn tally(
             Some(v) => {
                 let scores = w.scores.reduce();
                 let quality = scores.quality();
-                let vote_weight = quality * rep;
-                if v.determination {
+                let vote_weight = if v.abstain { 0.0 } else { quality * rep };
+                if v.abstain {
+                } else if v.determination {
                     yes += vote_weight;
                 } else {
                     no += vote_weight;
@@ -303,7 +307,7 @@ pub fn tally(
                 rows.push(WorkerResult {
                     address: w.address,
                     responded: true,
-                    determination: Some(v.determination),
+                    determination: (!v.abstain).then_some(v.determination),
                     scores,
                     quality,
                     reputation_factor: rep,

@@ -3,7 +3,7 @@
 
 use super::client::{StageClient, join_endpoint};
 use super::protocol::{
-    ChallengeOutcome, ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,
+    ChallengeOutcome, ChallengeRequest, ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,
     parse_challenge_responses, parse_resolve_answer,
 };
 use futures::future::BoxFuture;
@@ -39,8 +39,9 @@ impl WorkerProtocol for A2aProtocol {
         &'a self,
         client: &'a StageClient,
         endpoint: &'a Url,
-        challenges: &'a [String],
+        request: ChallengeRequest<'a>,
     ) -> BoxFuture<'a, ChallengeOutcome> {
+        let challenges = request.challenges;
         Box::pin(async move {
             let fail = |failure| ChallengeOutcome {
                 challenges: challenges.to_vec(),

@@ -1,6 +1,8 @@
 //! Challenge texts: the workflow's templates rendered for one worker. A worker whose
 //! determination differs from any other valid responder's gets the disagreement set,
-//! otherwise the unanimity set (the reference's rule).
+//! otherwise the unanimity set (the reference's rule). An abstaining worker (no
+//! position) differs from every voter: it gets the disagreement set when anyone voted,
+//! with `{determination}` = `NEUTRAL` and `{opposite}` = `YES or NO`.
 
 use super::protocol::ResolveAnswer;
 use crate::resolve::jsmath::js_round;
@@ -55,16 +57,29 @@ fn yes_no(b: bool) -> &'static str {
     if b { "YES" } else { "NO" }
 }
 
-/// Renders the challenges for `answer`, given every valid responder's determination.
+/// Every valid responder's vote (abstentions left out), the input of [`challenges_for`].
+pub fn votes<'a>(answers: impl IntoIterator<Item = &'a ResolveAnswer>) -> Vec<bool> {
+    answers
+        .into_iter()
+        .filter(|a| !a.abstain)
+        .map(|a| a.determination)
+        .collect()
+}
+
+/// Renders the challenges for `answer`, given every valid responder's vote ([`votes`]).
 pub fn challenges_for(
     templates: &ChallengeTemplates,
     question: &str,
     answer: &ResolveAnswer,
     all_determinations: &[bool],
 ) -> Vec<String> {
-    let disagreement = all_determinations
-        .iter()
-        .any(|d| *d != answer.determination);
+    let disagreement = if answer.abstain {
+        !all_determinations.is_empty()
+    } else {
+        all_determinations
+            .iter()
+            .any(|d| *d != answer.determination)
+    };
     let set = if disagreement {
         &templates.disagreement
     } else {
@@ -72,10 +87,15 @@ pub fn challenges_for(
     };
     // `(confidence * 100).toFixed(0)` in the reference: round half up on the f64 product.
     let pct = format!("{}", js_round(answer.confidence * 100.0) as i64);
+    let (determination, opposite) = if answer.abstain {
+        ("NEUTRAL", "YES or NO")
+    } else {
+        (yes_no(answer.determination), yes_no(!answer.determination))
+    };
     set.iter()
         .map(|t| {
-            t.replace("{determination}", yes_no(answer.determination))
-                .replace("{opposite}", yes_no(!answer.determination))
+            t.replace("{determination}", determination)
+                .replace("{opposite}", opposite)
                 .replace("{confidence_pct}", &pct)
                 .replace("{question}", question)
         })
@@ -92,6 +112,8 @@ mod tests {
             confidence: c,
             evidence: "e".into(),
             sources: vec![],
+            abstain: false,
+            notes: vec![],
         }
     }
 
@@ -114,6 +136,14 @@ mod tests {
         let c = challenges_for(&t, "q", &ans(false, 0.5), &[false, false]);
         assert!(c[0].starts_with("All workers agree"));
         assert_eq!(c.len(), 3);
+        // an abstainer among voters: disagreement set, NEUTRAL position
+        let mut neutral = ans(false, 0.5);
+        neutral.abstain = true;
+        let c = challenges_for(&t, "q", &neutral, &votes([&ans(true, 0.9), &neutral]));
+        assert!(c[0].ends_with("the answer is NEUTRAL?"), "{}", c[0]);
+        // only abstainers: unanimity set
+        let c = challenges_for(&t, "q", &neutral, &votes([&neutral]));
+        assert!(c[0].starts_with("All workers agree"));
     }
 
     #[test]

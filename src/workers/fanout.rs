@@ -3,10 +3,11 @@
 //! period, stragglers are cut off once quorum is met and the grace has run out. Then
 //! every valid responder is challenged, again concurrently.
 
-use super::challenge::{ChallengeTemplates, challenges_for};
+use super::challenge::{ChallengeTemplates, challenges_for, votes};
 use super::client::StageClient;
 use super::protocol::{
-    ChallengeOutcome, ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,
+    ChallengeOutcome, ChallengeRequest, PeerAnswer, Ratification, RatifyRequest, ResolveAnswer,
+    ResolveRequest, WorkerFailure, WorkerProtocol,
 };
 use crate::resolve::QuorumRule;
 use alloy::primitives::Address;
@@ -136,34 +137,122 @@ pub async fn resolve_stage(
     }
 }
 
+/// The valid responders as peers: `(slot index, W-label + answer)` in slot order. The
+/// labels are the evaluator's (`W1` is the first valid responder).
+pub fn labelled_answers(stage: &ResolveStage) -> Vec<(usize, PeerAnswer)> {
+    stage
+        .results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.answer().map(|a| (i, a.clone())))
+        .enumerate()
+        .map(|(k, (i, answer))| {
+            (
+                i,
+                PeerAnswer {
+                    label: format!("W{}", k + 1),
+                    answer,
+                },
+            )
+        })
+        .collect()
+}
+
 /// Challenges every valid responder concurrently; `None` for workers without a valid
-/// answer. Results are in slot order.
+/// answer. Each worker gets the workflow's rendered challenge texts and the other
+/// responders' answers (under opaque labels); its protocol decides which it sends.
+/// Results are in slot order.
 pub async fn challenge_stage(
     client: &StageClient,
     templates: &ChallengeTemplates,
-    question: &str,
+    request: &ResolveRequest,
     slots: &[WorkerSlot],
     stage: &ResolveStage,
 ) -> Vec<Option<ChallengeOutcome>> {
-    let determinations: Vec<bool> = stage
-        .results
-        .iter()
-        .filter_map(|r| r.answer().map(|a| a.determination))
-        .collect();
-    let calls = slots.iter().zip(&stage.results).map(|(slot, result)| {
+    let labelled = labelled_answers(stage);
+    let determinations = votes(labelled.iter().map(|(_, p)| &p.answer));
+    let calls = labelled.iter().map(|(i, me)| {
         let determinations = &determinations;
+        let labelled = &labelled;
         async move {
-            let (Ok(target), Some(answer)) = (&slot.target, result.answer()) else {
-                return None;
+            let Ok(target) = &slots[*i].target else {
+                return (*i, None);
             };
-            let challenges = challenges_for(templates, question, answer, determinations);
-            Some(
-                target
-                    .protocol
-                    .challenge(client, &target.endpoint, &challenges)
-                    .await,
-            )
+            let challenges =
+                challenges_for(templates, &request.question, &me.answer, determinations);
+            let peers: Vec<PeerAnswer> = labelled
+                .iter()
+                .filter(|(j, _)| j != i)
+                .map(|(_, p)| p.clone())
+                .collect();
+            let outcome = target
+                .protocol
+                .challenge(
+                    client,
+                    &target.endpoint,
+                    ChallengeRequest {
+                        request,
+                        label: &me.label,
+                        own: &me.answer,
+                        challenges: &challenges,
+                        peers: &peers,
+                    },
+                )
+                .await;
+            (*i, Some(outcome))
         }
+    });
+    let mut out = vec![None; slots.len()];
+    for (i, outcome) in futures::future::join_all(calls).await {
+        out[i] = outcome;
+    }
+    out
+}
+
+/// One worker's ratifying vote: its label, and the vote or why there is none.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RatifyResult {
+    pub address: Address,
+    pub label: String,
+    pub outcome: Result<Ratification, WorkerFailure>,
+}
+
+/// Puts the tallied outcome to a ratifying vote of every valid responder whose
+/// protocol has one, concurrently. Dissent is recorded, never counted. In slot order;
+/// workers whose protocol has no vote are left out.
+pub async fn ratify_stage(
+    client: &StageClient,
+    request: &ResolveRequest,
+    slots: &[WorkerSlot],
+    stage: &ResolveStage,
+    resolution: bool,
+) -> Vec<RatifyResult> {
+    let labelled = labelled_answers(stage);
+    let (majority, minority): (Vec<PeerAnswer>, Vec<PeerAnswer>) = labelled
+        .iter()
+        .map(|(_, p)| p.clone())
+        .partition(|p| !p.answer.abstain && p.answer.determination == resolution);
+    let calls = labelled.iter().filter_map(|(i, me)| {
+        let target = slots[*i].target.as_ref().ok()?;
+        let call = target.protocol.ratify(
+            client,
+            &target.endpoint,
+            RatifyRequest {
+                request,
+                resolution,
+                majority: &majority,
+                minority: &minority,
+            },
+        )?;
+        let address = slots[*i].address;
+        let label = me.label.clone();
+        Some(async move {
+            RatifyResult {
+                address,
+                label,
+                outcome: call.await,
+            }
+        })
     });
     futures::future::join_all(calls).await
 }

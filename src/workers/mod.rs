@@ -3,13 +3,18 @@
 //! texts, and the concurrent fan-out of a round's two worker stages under a quorum.
 
 pub mod a2a;
+pub mod agora;
 pub mod challenge;
+pub mod chorus;
 pub mod client;
+pub mod factagora;
 pub mod fanout;
 pub mod protocol;
+pub mod roundtable;
 
 pub use a2a::A2aProtocol;
 pub use client::{StageClient, StageLimits};
 pub use protocol::{
-    ChallengeOutcome, ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,
+    ChallengeOutcome, ChallengeRequest, PeerAnswer, Ratification, RatifyRequest, ResolveAnswer,
+    ResolveRequest, WorkerFailure, WorkerProtocol,
 };

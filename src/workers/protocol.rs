@@ -31,10 +31,80 @@ pub struct ResolveRequest {
 /// A validated resolve answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolveAnswer {
+    /// YES (`true`) or NO. Meaningless when `abstain` is set (adapters write `false`).
     pub determination: bool,
     pub confidence: f64,
     pub evidence: String,
     pub sources: Vec<String>,
+    /// The worker took no position (Factagora's `NEUTRAL`): it is challenged, scored and
+    /// rewarded like any responder, but its vote weighs nothing. Never set by A2A.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub abstain: bool,
+    /// What the protocol adapter noticed but did not reject (a spec's soft warnings, a
+    /// changed position in a later round), recorded in the transcript.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl ResolveAnswer {
+    /// `YES`, `NO`, or `NEUTRAL` for an abstention.
+    pub fn position(&self) -> &'static str {
+        match (self.abstain, self.determination) {
+            (true, _) => "NEUTRAL",
+            (false, true) => "YES",
+            (false, false) => "NO",
+        }
+    }
+}
+
+/// Another worker's answer as shown to a worker in the challenge stage, under the same
+/// opaque label (`W1`, `W2`, …) the evaluator sees: never an address or endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerAnswer {
+    pub label: String,
+    pub answer: ResolveAnswer,
+}
+
+/// What the challenge stage puts to one worker.
+#[derive(Debug, Clone, Copy)]
+pub struct ChallengeRequest<'a> {
+    /// The round's question (as sent in the resolve stage).
+    pub request: &'a ResolveRequest,
+    /// This worker's label and its own resolve answer.
+    pub label: &'a str,
+    pub own: &'a ResolveAnswer,
+    /// The challenge texts rendered from the workflow's templates. Protocols without free
+    /// text challenges (Factagora, round-table) send `peers` instead and say in the
+    /// returned [`ChallengeOutcome::challenges`] what they asked.
+    pub challenges: &'a [String],
+    /// Every *other* valid responder's answer.
+    pub peers: &'a [PeerAnswer],
+}
+
+/// The round's synthesis, put to a ratifying vote after the tally.
+#[derive(Debug, Clone, Copy)]
+pub struct RatifyRequest<'a> {
+    pub request: &'a ResolveRequest,
+    /// The tallied outcome.
+    pub resolution: bool,
+    /// The answers that voted with the outcome, and those that did not (abstentions
+    /// included), as [`PeerAnswer`]s.
+    pub majority: &'a [PeerAnswer],
+    pub minority: &'a [PeerAnswer],
+}
+
+/// A worker's ratifying vote on the synthesis; dissent is recorded, never counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ratification {
+    pub approve: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dissent_reason: Option<String>,
 }
 
 /// What a worker's challenge stage produced. Responses are matched to challenges by
@@ -68,6 +138,14 @@ pub enum WorkerFailure {
     CutAfterQuorum,
     #[error("not called: {reason}")]
     NotDiscovered { reason: String },
+    /// The worker answered with an explicit failure of its protocol (Chorus `FAILURE`,
+    /// a Factagora error body, an Agora `ERROR`, a declined job).
+    #[error("worker declined ({code}): {detail}")]
+    Rejected { code: String, detail: String },
+    /// Signed messages failed verification (bad signature, stale timestamp, replayed id,
+    /// out-of-order message) and no valid answer arrived.
+    #[error("rejected message: {detail}")]
+    Envelope { detail: String },
 }
 
 impl WorkerFailure {
@@ -83,6 +161,8 @@ impl WorkerFailure {
             WorkerFailure::Request { .. } => "request",
             WorkerFailure::CutAfterQuorum => "cut_after_quorum",
             WorkerFailure::NotDiscovered { .. } => "not_discovered",
+            WorkerFailure::Rejected { .. } => "rejected",
+            WorkerFailure::Envelope { .. } => "envelope",
         }
     }
 
@@ -107,13 +187,25 @@ pub trait WorkerProtocol: Send + Sync + std::fmt::Debug {
         request: &'a ResolveRequest,
     ) -> BoxFuture<'a, Result<ResolveAnswer, WorkerFailure>>;
 
-    /// The defence stage.
+    /// The defence stage. `ChallengeOutcome::challenges` holds what was asked, and
+    /// `responses` the answers matched to it by position.
     fn challenge<'a>(
         &'a self,
         client: &'a StageClient,
         endpoint: &'a Url,
-        challenges: &'a [String],
+        request: ChallengeRequest<'a>,
     ) -> BoxFuture<'a, ChallengeOutcome>;
+
+    /// The ratifying vote on the round's synthesis, for protocols that have one
+    /// (round-table's `/vote`). `None`: the protocol has no such step.
+    fn ratify<'a>(
+        &'a self,
+        _client: &'a StageClient,
+        _endpoint: &'a Url,
+        _request: RatifyRequest<'a>,
+    ) -> Option<BoxFuture<'a, Result<Ratification, WorkerFailure>>> {
+        None
+    }
 }
 
 /// Parses a resolve answer from raw bytes: invalid JSON and schema violations are
@@ -213,6 +305,8 @@ pub fn validate_resolve_answer(v: &Value) -> Result<ResolveAnswer, WorkerFailure
         confidence,
         evidence,
         sources: out,
+        abstain: false,
+        notes: vec![],
     })
 }
 
@@ -281,7 +375,8 @@ pub fn parse_challenge_responses(body: &[u8], challenges: &[String]) -> Challeng
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
+/// How a JSON value is named in error messages ("a string", "null", …).
+pub fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -2,7 +2,11 @@
 //! server, and (in `chain`) the anvil harness.
 #![allow(dead_code)]
 
+pub mod agora_peer;
 pub mod chain;
+pub mod chorus_peer;
+pub mod factagora_peer;
+pub mod roundtable_peer;
 
 use alloy::primitives::Address;
 use axum::Json;

@@ -1,0 +1,1 @@
+//! Agora adapter (in progress).

@@ -1,0 +1,1 @@
+//! chorus adapter (in progress).

@@ -1,0 +1,1 @@
+//! factagora adapter (in progress).

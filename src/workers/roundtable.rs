@@ -1,0 +1,1 @@
+//! roundtable adapter (in progress).

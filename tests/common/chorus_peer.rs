@@ -1,0 +1,1 @@
+//! A chorus-speaking test peer on 127.0.0.1 (in progress).

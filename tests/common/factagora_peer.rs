@@ -1,0 +1,1 @@
+//! A factagora-speaking test peer on 127.0.0.1 (in progress).

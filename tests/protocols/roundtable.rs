@@ -1,0 +1,1 @@
+//! Tests of the roundtable adapter against a real HTTP server on 127.0.0.1 (in progress).
