@@ -22,8 +22,8 @@
 use crate::chain::bindings::IIdentityRegistry;
 use crate::chain::decode_revert;
 use crate::chain::reader::WorkerInfo;
-use crate::workers::A2aProtocol;
 use crate::workers::fanout::{WorkerSlot, WorkerTarget};
+use crate::workers::registry::{ProtocolKind, ProtocolSet};
 use alloy::eips::BlockId;
 use alloy::primitives::{Address, U256};
 use alloy::providers::{DynProvider, Provider};
@@ -33,7 +33,6 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::Arc;
 use std::time::Duration;
 use url::{Host, Url};
 
@@ -61,6 +60,9 @@ pub struct DiscoveryConfig {
     pub fetch_timeout: Duration,
     /// Bound on a registration file's size.
     pub max_metadata_bytes: usize,
+    /// The adapters of the protocols this node speaks; a worker whose chosen service
+    /// speaks another is not called (its reason says which protocol to enable).
+    pub protocols: ProtocolSet,
 }
 
 impl Default for DiscoveryConfig {
@@ -70,6 +72,7 @@ impl Default for DiscoveryConfig {
             ipfs_gateway: Url::parse("https://ipfs.io/ipfs/").expect("static gateway URL"),
             fetch_timeout: Duration::from_secs(5),
             max_metadata_bytes: 64 * 1024,
+            protocols: ProtocolSet::default(),
         }
     }
 }
@@ -86,7 +89,11 @@ pub enum DiscardReason {
     FetchFailed { detail: String },
     #[error("invalid registration file: {detail}")]
     InvalidMetadata { detail: String },
-    #[error("registration has no A2A service endpoint")]
+    /// No service with an endpoint in a protocol this node speaks (the serde tag keeps
+    /// its historic name).
+    #[error(
+        "registration has no worker service endpoint (A2A, Factagora, round-table, Chorus or Agora)"
+    )]
     NoA2aEndpoint,
     #[error("registration is marked inactive")]
     Inactive,
@@ -120,8 +127,11 @@ pub struct DiscoveredWorker {
     /// The registration's `name`, when the file could be read.
     pub name: Option<String>,
     pub endpoint: Result<Url, DiscardReason>,
-    /// `protocol` of the chosen A2A service.
+    /// The protocol of the chosen service ([`ProtocolKind::name`]), when one was chosen.
     pub protocol: Option<String>,
+    /// The agent's `did` from the chosen service (Agora: whom the node addresses).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub did: Option<String>,
 }
 
 /// A registration file (ERC-8004 registration-v1), read leniently.
@@ -141,6 +151,16 @@ pub struct Service {
     pub name: String,
     pub endpoint: Option<String>,
     pub protocol: Option<String>,
+    /// The agent's decentralised identifier (`did:key:…`), used by Agora services.
+    pub did: Option<String>,
+}
+
+/// The service a worker is called through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerService {
+    pub kind: ProtocolKind,
+    pub endpoint: String,
+    pub did: Option<String>,
 }
 
 /// Discovers every worker's endpoint concurrently; one entry per worker, in the order
@@ -176,6 +196,7 @@ async fn discover_one(
         name: None,
         endpoint: Err(DiscardReason::NoTokenUri),
         protocol: None,
+        did: None,
     };
     let result = async {
         let uri = token_uri(provider, identity, worker.agent_id, block).await?;
@@ -188,9 +209,15 @@ async fn discover_one(
         if !reg.active {
             return Err(DiscardReason::Inactive);
         }
-        let (endpoint, protocol) = a2a_service(&reg).ok_or(DiscardReason::NoA2aEndpoint)?;
-        found.protocol = protocol;
-        validate_endpoint(&endpoint, cfg.allow_private_endpoints).await
+        let service = worker_service(&reg).ok_or(DiscardReason::NoA2aEndpoint)?;
+        found.protocol = Some(service.kind.name().to_string());
+        found.did = service.did.clone();
+        if service.kind == ProtocolKind::Agora && service.did.is_none() {
+            return Err(invalid(
+                "the Agora service has no `did` (the agent's did:key the node addresses)",
+            ));
+        }
+        validate_endpoint(&service.endpoint, cfg.allow_private_endpoints).await
     }
     .await;
     if let Err(reason) = &result {
@@ -235,18 +262,28 @@ async fn token_uri(
         .map_err(|e| failed(format!("undecodable return data: {e}")))
 }
 
-/// Worker slots for the fan-out: the A2A protocol for every worker with an endpoint,
-/// the discard reason for the others.
-pub fn to_slots(found: &[DiscoveredWorker]) -> Vec<WorkerSlot> {
+/// Worker slots for the fan-out: each worker with an endpoint gets the node's adapter
+/// for its protocol; the others (and a worker whose adapter cannot be built, such as an
+/// Agora service with a malformed did) carry their discard reason.
+pub fn to_slots(found: &[DiscoveredWorker], protocols: &ProtocolSet) -> Vec<WorkerSlot> {
     found
         .iter()
         .map(|w| WorkerSlot {
             address: w.address,
             target: match &w.endpoint {
-                Ok(url) => Ok(WorkerTarget {
-                    endpoint: url.clone(),
-                    protocol: Arc::new(A2aProtocol),
-                }),
+                Ok(url) => {
+                    let kind = w
+                        .protocol
+                        .as_deref()
+                        .and_then(ProtocolKind::from_label)
+                        .unwrap_or(ProtocolKind::A2a);
+                    protocols
+                        .for_worker(kind, w.did.as_deref())
+                        .map(|protocol| WorkerTarget {
+                            endpoint: url.clone(),
+                            protocol,
+                        })
+                }
                 Err(reason) => Err(reason.to_string()),
             },
         })
@@ -547,6 +584,7 @@ pub fn parse_registration(bytes: &[u8]) -> Result<Registration, DiscardReason> {
                 name: field("name")?,
                 endpoint: field("endpoint"),
                 protocol: field("protocol").filter(|p| !p.is_empty()),
+                did: field("did").filter(|d| !d.is_empty()),
             })
         })
         .collect();
@@ -569,15 +607,26 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-/// The first service named `A2A` (case-insensitive) with a non-empty endpoint:
-/// `(endpoint, protocol)`.
-pub fn a2a_service(reg: &Registration) -> Option<(String, Option<String>)> {
-    reg.services.iter().find_map(|s| {
-        let endpoint = s.endpoint.as_deref().filter(|e| !e.is_empty())?;
-        s.name
-            .eq_ignore_ascii_case("a2a")
-            .then(|| (endpoint.to_string(), s.protocol.clone()))
-    })
+/// The service a worker is called through: among the services with a non-empty
+/// endpoint whose `protocol` (or else `name`) names a protocol this node speaks
+/// ([`ProtocolKind::of_service`]), the first A2A one, else the first in registration
+/// order. Services of other kinds (MCP, ENS, wallets, …) are skipped.
+pub fn worker_service(reg: &Registration) -> Option<WorkerService> {
+    let all: Vec<WorkerService> = reg
+        .services
+        .iter()
+        .filter_map(|s| {
+            let endpoint = s.endpoint.as_deref().filter(|e| !e.is_empty())?;
+            let kind = ProtocolKind::of_service(&s.name, s.protocol.as_deref())?;
+            Some(WorkerService {
+                kind,
+                endpoint: endpoint.to_string(),
+                did: s.did.clone(),
+            })
+        })
+        .collect();
+    let a2a = all.iter().position(|s| s.kind == ProtocolKind::A2a);
+    all.into_iter().nth(a2a.unwrap_or(0))
 }
 
 // ─── Endpoint validation ──────────────────────────────────────────────────────────
@@ -857,11 +906,12 @@ mod tests {
         assert!(reg.active);
         assert_eq!(reg.name.as_deref(), Some("Agent"));
         assert_eq!(
-            a2a_service(&reg),
-            Some((
-                "https://agent.example".to_string(),
-                Some("cresolver".to_string())
-            ))
+            worker_service(&reg),
+            Some(WorkerService {
+                kind: ProtocolKind::A2a,
+                endpoint: "https://agent.example".to_string(),
+                did: None
+            })
         );
 
         let legacy = parse_registration(
@@ -869,8 +919,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            a2a_service(&legacy),
-            Some(("https://old.example".to_string(), None))
+            worker_service(&legacy).map(|s| (s.kind, s.endpoint)),
+            Some((ProtocolKind::A2a, "https://old.example".to_string()))
         );
     }
 
@@ -888,12 +938,43 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            a2a_service(&reg),
-            Some(("https://second.example".to_string(), Some("x".to_string())))
+            worker_service(&reg).map(|s| s.endpoint),
+            Some("https://second.example".to_string())
         );
         let none =
             parse_registration(br#"{"services":[{"name":"MCP","endpoint":"https://m"}]}"#).unwrap();
-        assert_eq!(a2a_service(&none), None);
+        assert_eq!(worker_service(&none), None);
+        // another protocol, chosen by `protocol` or by name; A2A preferred when listed
+        let other = parse_registration(
+            br#"{"services":[
+                {"name":"MCP","endpoint":"https://m"},
+                {"name":"predictions","endpoint":"https://f.example/hook","protocol":"Factagora-BYOA"},
+                {"name":"Agora","endpoint":"https://relay.example","did":"did:key:z6Mk"}
+            ]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            worker_service(&other),
+            Some(WorkerService {
+                kind: ProtocolKind::Factagora,
+                endpoint: "https://f.example/hook".to_string(),
+                did: None
+            })
+        );
+        let agora = parse_registration(
+            br#"{"services":[{"name":"Agora","endpoint":"https://relay.example","did":"did:key:z6Mk"},
+                {"name":"A2A","endpoint":"https://a.example"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(worker_service(&agora).unwrap().kind, ProtocolKind::A2a);
+        let agora = parse_registration(
+            br#"{"services":[{"name":"Agora","endpoint":"https://relay.example","did":"did:key:z6Mk"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            worker_service(&agora).unwrap().did.as_deref(),
+            Some("did:key:z6Mk")
+        );
         let no_list = parse_registration(br#"{"services":"nope"}"#).unwrap();
         assert!(no_list.services.is_empty());
     }
@@ -1057,7 +1138,8 @@ mod tests {
                 agent_id: U256::from(1),
                 name: Some("a".into()),
                 endpoint: Ok(Url::parse("http://127.0.0.1:1").unwrap()),
-                protocol: Some("cresolver".into()),
+                protocol: Some("a2a".into()),
+                did: None,
             },
             DiscoveredWorker {
                 address: Address::repeat_byte(2),
@@ -1065,10 +1147,19 @@ mod tests {
                 name: None,
                 endpoint: Err(DiscardReason::NoTokenUri),
                 protocol: None,
+                did: None,
+            },
+            DiscoveredWorker {
+                address: Address::repeat_byte(3),
+                agent_id: U256::from(3),
+                name: None,
+                endpoint: Ok(Url::parse("http://127.0.0.1:3").unwrap()),
+                protocol: Some("chorus".into()),
+                did: None,
             },
         ];
-        let slots = to_slots(&found);
-        assert_eq!(slots.len(), 2);
+        let slots = to_slots(&found, &ProtocolSet::a2a_only());
+        assert_eq!(slots.len(), 3);
         assert_eq!(slots[0].address, Address::repeat_byte(1));
         assert_eq!(
             slots[0].target.as_ref().unwrap().endpoint.as_str(),
@@ -1077,6 +1168,14 @@ mod tests {
         assert_eq!(
             slots[1].target.as_ref().unwrap_err(),
             "agent has no token URI"
+        );
+        // a protocol the node does not speak: not called, and the reason says so
+        assert!(
+            slots[2]
+                .target
+                .as_ref()
+                .unwrap_err()
+                .contains("chorus, which this node has not enabled")
         );
     }
 }

@@ -83,7 +83,7 @@ pub async fn run_round(
         question: snapshot.question.clone(),
         deadline: u64::try_from(snapshot.deadline).ok(),
         reference_time,
-        workers: to_slots(&found),
+        workers: to_slots(&found, &ctx.discovery.protocols),
         reputations: snapshot.workers.iter().map(|w| w.reputation).collect(),
     };
     let result = engine.run(&input).await;

@@ -346,7 +346,7 @@ impl Node {
             question: snapshot.question.clone(),
             deadline: u64::try_from(snapshot.deadline).ok(),
             reference_time,
-            workers: to_slots(&found),
+            workers: to_slots(&found, &self.discovery.protocols),
             reputations: snapshot.workers.iter().map(|w| w.reputation).collect(),
         };
         let store = self.store.clone();
@@ -666,6 +666,7 @@ pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, crate::conf
         })?,
         fetch_timeout: Duration::from_millis(cfg.discovery.fetch_timeout_ms),
         max_metadata_bytes: cfg.discovery.max_metadata_bytes,
+        protocols: crate::workers::registry::ProtocolSet::default(),
     })
 }
 

@@ -30,7 +30,8 @@ use crate::resolve::{Dimensions, TallyWorker, decode_report, tally};
 use crate::round::{Engine, RoundError, RoundOutcome};
 use crate::transcript::{TallyRecord, Transcript};
 use crate::workers::ChallengeOutcome;
-use crate::workers::challenge::challenges_for;
+use crate::workers::challenge::{challenges_for, votes};
+use crate::workers::registry::ProtocolKind;
 use crate::workflow::{EvaluatorKind, Workflow};
 use alloy::consensus::Transaction as _;
 use alloy::primitives::{Address, B256, Bytes, U256};
@@ -591,18 +592,24 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
         );
     }
     if wf.challenge.enabled {
-        let determinations: Vec<bool> = stage
-            .results
-            .iter()
-            .filter_map(|r| r.answer().map(|a| a.determination))
-            .collect();
+        let determinations = votes(stage.results.iter().filter_map(|r| r.answer()));
         let templates = wf.challenge.templates();
+        // Only A2A workers are sent the template texts; other protocols record what they
+        // asked in their own form (a Factagora round 2, a round-table /challenge).
+        let speaks_a2a = |i: usize| {
+            t.discovery
+                .get(i)
+                .and_then(|d| d.protocol.as_deref())
+                .and_then(ProtocolKind::from_label)
+                .is_none_or(|k| k == ProtocolKind::A2a)
+        };
         let differ = stage
             .results
             .iter()
             .zip(&challenges)
-            .any(|(r, c)| match (r.answer(), c) {
-                (Some(a), Some(c)) => {
+            .enumerate()
+            .any(|(i, (r, c))| match (r.answer(), c) {
+                (Some(a), Some(c)) if speaks_a2a(i) => {
                     challenges_for(&templates, &t.question, a, &determinations) != c.challenges
                 }
                 _ => false,

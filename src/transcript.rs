@@ -82,7 +82,12 @@ pub struct DiscoveryRecord {
     pub agent_id: U256,
     pub name: Option<String>,
     pub endpoint: Result<Url, DiscardReason>,
+    /// The chosen service's protocol (`a2a`, `factagora`, `roundtable`, `chorus`,
+    /// `agora`); version 1 and early version 2 transcripts hold the service's raw
+    /// `protocol` label instead (e.g. `cresolver`), read as A2A.
     pub protocol: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub did: Option<String>,
 }
 
 /// The resolve stage (mirrors [`crate::workers::fanout::ResolveStage`]).

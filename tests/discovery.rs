@@ -124,7 +124,7 @@ async fn five_workers_one_endpoint_four_discards_in_order() {
         &Url::parse(&endpoint).unwrap()
     );
     assert_eq!(found[0].name.as_deref(), Some("worker-1"));
-    assert_eq!(found[0].protocol.as_deref(), Some("cresolver"));
+    assert_eq!(found[0].protocol.as_deref(), Some("a2a"));
     assert_eq!(reason(&found[1]), &DiscardReason::NoTokenUri);
     assert!(
         matches!(reason(&found[2]), DiscardReason::InvalidMetadata { detail } if detail.contains("base64")),
@@ -136,7 +136,7 @@ async fn five_workers_one_endpoint_four_discards_in_order() {
     assert_eq!(reason(&found[4]), &DiscardReason::Inactive);
     assert_eq!(found[4].name.as_deref(), Some("sleeper"));
 
-    let slots = to_slots(&found);
+    let slots = to_slots(&found, &local_cfg().protocols);
     assert_eq!(slots.len(), 5);
     assert_eq!(slots.iter().filter(|s| s.target.is_ok()).count(), 1);
     assert_eq!(

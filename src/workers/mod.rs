@@ -10,6 +10,7 @@ pub mod client;
 pub mod factagora;
 pub mod fanout;
 pub mod protocol;
+pub mod registry;
 pub mod roundtable;
 
 pub use a2a::A2aProtocol;
