@@ -17,6 +17,7 @@ use crate::resolve::report::ReportMetadata;
 use crate::round::{Engine, RoundError, RoundInput, RoundStage};
 use crate::store::{RoundState, Store};
 use crate::submit::{Confirmed, SubmitError, Submitter, SubmitterConfig};
+use crate::workers::registry::{ProtocolKind, ProtocolSet};
 use crate::workflow::Workflow;
 use alloy::eips::BlockNumberOrTag;
 use alloy::network::EthereumWallet;
@@ -666,8 +667,64 @@ pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, crate::conf
         })?,
         fetch_timeout: Duration::from_millis(cfg.discovery.fetch_timeout_ms),
         max_metadata_bytes: cfg.discovery.max_metadata_bytes,
-        protocols: crate::workers::registry::ProtocolSet::default(),
+        protocols: protocol_set(cfg)?,
     })
+}
+
+/// The node's protocol adapters from `[protocols]`: A2A always, each other protocol
+/// when enabled. Secrets come from the env vars the config names.
+pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, crate::config::ConfigError> {
+    use crate::config::ConfigError;
+    use crate::workers::chorus::{ChorusProtocol, ChorusSettings};
+    use crate::workers::factagora::{FactagoraProtocol, FactagoraSettings};
+    use crate::workers::roundtable::{RoundTableProtocol, RoundTableSettings};
+    let secret = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let p = &cfg.protocols;
+    let mut set = ProtocolSet::a2a_only();
+    if p.factagora.enabled {
+        set = set.with(
+            ProtocolKind::Factagora,
+            Arc::new(FactagoraProtocol::new(FactagoraSettings {
+                token: secret(&p.factagora.token_env),
+            })),
+        );
+    }
+    if p.roundtable.enabled {
+        set = set.with(
+            ProtocolKind::Roundtable,
+            Arc::new(RoundTableProtocol::new(RoundTableSettings {
+                api_key: secret(&p.roundtable.api_key_env),
+            })),
+        );
+    }
+    if p.chorus.enabled {
+        let mut settings = ChorusSettings {
+            skill: p.chorus.skill.trim().to_string(),
+            challenge_skill: Some(p.chorus.challenge_skill.trim().to_string())
+                .filter(|s| !s.is_empty()),
+            budget: p.chorus.budget,
+            ..ChorusSettings::default()
+        };
+        if !p.chorus.orchestrator_id.trim().is_empty() {
+            settings.orchestrator_id = p.chorus.orchestrator_id.trim().to_string();
+        }
+        settings
+            .validate()
+            .map_err(|message| ConfigError::Invalid {
+                key: "protocols.chorus",
+                message,
+            })?;
+        set = set.with(
+            ProtocolKind::Chorus,
+            Arc::new(ChorusProtocol::new(settings)),
+        );
+    }
+    Ok(set)
 }
 
 /// The submitter settings of `workflow` on `market` under a node config.

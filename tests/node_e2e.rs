@@ -5,111 +5,12 @@ mod common;
 
 use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
-use alloy::rpc::types::Filter;
-use alloy::sol_types::SolEvent;
 use common::chain::*;
+use common::node::*;
 use common::*;
 use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
-use cresolver::chain::bindings::ICREsolverMarket;
-use cresolver::config::NodeConfig;
-use cresolver::node::{Node, RoundReport};
 use cresolver::store::RoundState;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "cresolver-e2e-{tag}-{}-{}",
-        std::process::id(),
-        rand_suffix()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-/// Writes the default workflow with `edit` applied to its text.
-fn workflow_file(dir: &std::path::Path, edit: impl Fn(String) -> String) -> PathBuf {
-    let p = dir.join("wf.toml");
-    std::fs::write(&p, edit(cresolver::demo::DEFAULT_WORKFLOW.to_string())).unwrap();
-    p
-}
-
-fn node_config(s: &MarketSetup, dir: &std::path::Path, wf: PathBuf) -> NodeConfig {
-    let mut cfg = NodeConfig::default();
-    cfg.chain.rpc_url = s.dev.rpc_url();
-    cfg.chain.market_address = Some(s.dev.contracts.market);
-    cfg.chain.multicall_address = Some(s.dev.contracts.multicall);
-    cfg.chain.poll_interval_ms = 100;
-    cfg.node.data_dir = dir.join("data");
-    cfg.node.workflows = vec![wf];
-    cfg.discovery.allow_private_endpoints = true;
-    cfg.api.listen = String::new();
-    cfg
-}
-
-struct Running {
-    node: Arc<Node>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), cresolver::node::NodeError>>,
-}
-
-async fn start(cfg: NodeConfig, signer: alloy::signers::local::PrivateKeySigner) -> Running {
-    let node = Node::build(cfg, Some(signer)).await.unwrap();
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(node.clone().run(
-        async move {
-            let _ = rx.await;
-        },
-        Duration::from_secs(5),
-    ));
-    Running { node, stop, task }
-}
-
-impl Running {
-    async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
-    }
-}
-
-async fn wait_final(node: &Node, market: Address, id: U256) -> RoundReport {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = node.report(market, id).unwrap();
-        if r.state.is_final() && r.reason.as_deref() != Some("no such round") {
-            return r;
-        }
-        assert!(Instant::now() < deadline, "round did not finish: {r:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn resolved_events(s: &MarketSetup) -> Vec<ICREsolverMarket::MarketResolved> {
-    let f = Filter::new()
-        .address(s.dev.contracts.market)
-        .event_signature(ICREsolverMarket::MarketResolved::SIGNATURE_HASH)
-        .from_block(0u64);
-    s.dev
-        .provider
-        .get_logs(&f)
-        .await
-        .unwrap()
-        .iter()
-        .map(|l| {
-            ICREsolverMarket::MarketResolved::decode_log(&l.inner)
-                .unwrap()
-                .data
-        })
-        .collect()
-}
 
 async fn nonce(s: &MarketSetup, who: Address) -> u64 {
     s.dev.provider.get_transaction_count(who).await.unwrap()

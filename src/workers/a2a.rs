@@ -3,8 +3,8 @@
 
 use super::client::{StageClient, join_endpoint};
 use super::protocol::{
-    ChallengeOutcome, ChallengeRequest, ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,
-    parse_challenge_responses, parse_resolve_answer,
+    ChallengeOutcome, ChallengeRequest, ResolveAnswer, ResolveRequest, WorkerFailure,
+    WorkerProtocol, parse_challenge_responses, parse_resolve_answer,
 };
 use futures::future::BoxFuture;
 use serde_json::json;

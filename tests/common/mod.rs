@@ -6,6 +6,7 @@ pub mod agora_peer;
 pub mod chain;
 pub mod chorus_peer;
 pub mod factagora_peer;
+pub mod node;
 pub mod roundtable_peer;
 
 use alloy::primitives::Address;
