@@ -724,6 +724,43 @@ pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, crate::config::Conf
             Arc::new(ChorusProtocol::new(settings)),
         );
     }
+    if p.agora.enabled {
+        use crate::workers::agora::{AgoraNode, AgoraProtocol, AgoraSettings};
+        let settings = AgoraSettings {
+            max_cost_usd: p.agora.max_cost_usd,
+            poll_timeout_secs: p.agora.poll_timeout_secs,
+            ..AgoraSettings::default()
+        };
+        let invalid = |message: String| ConfigError::Invalid {
+            key: "protocols.agora",
+            message,
+        };
+        let seed = match (secret(&p.agora.key_env), &p.agora.key_file) {
+            (Some(hex), _) => Some((hex, format!("env var {}", p.agora.key_env))),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError::KeyFile {
+                    path: path.display().to_string(),
+                    error: e.to_string(),
+                })?;
+                let line = text.lines().next().unwrap_or("").trim().to_string();
+                Some((line, format!("key file {}", path.display())))
+            }
+            (None, None) => None,
+        };
+        let node = match seed {
+            Some((hex, from)) => AgoraNode::from_secret_hex(&hex, settings)
+                .map_err(|e| invalid(format!("identity from {from}: {e}")))?,
+            None => {
+                let node = AgoraNode::generate(settings).map_err(invalid)?;
+                tracing::warn!(
+                    did = %node.did(),
+                    "no Agora identity configured (protocols.agora.key_env / key_file): using a fresh one for this run"
+                );
+                node
+            }
+        };
+        set = set.with_factory(ProtocolKind::Agora, AgoraProtocol::factory(Arc::new(node)));
+    }
     Ok(set)
 }
 

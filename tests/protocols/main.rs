@@ -8,4 +8,5 @@ mod common;
 mod agora;
 mod chorus;
 mod factagora;
+mod mixed;
 mod roundtable;

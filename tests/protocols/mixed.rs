@@ -1,0 +1,158 @@
+//! A mixed round on anvil: workers speaking A2A, Factagora, round-table, Chorus and Agora,
+//! each registered in ERC-8004 with a service naming its protocol, resolved end to end by
+//! a real node (discovery → every adapter → evaluation → tally → `resolveMarket`).
+
+use crate::common::chain::{AgentUri, market_with_workers};
+use crate::common::node::{node_config, resolved_events, start, tmpdir, wait_final, workflow_file};
+use crate::common::{agent, agora_peer, behaviour, chorus_peer, factagora_peer, roundtable_peer};
+use alloy::primitives::U256;
+use cresolver::agent::DeterminationMode;
+use cresolver::devnet::{data_uri, registration_json};
+use cresolver::store::RoundState;
+use serde_json::{Value, json};
+
+/// A registration whose only worker service is `service` (plus the wallet entry).
+fn registration(name: &str, service: Value) -> AgentUri {
+    let mut doc = registration_json(name, 31337, alloy::primitives::Address::ZERO, None);
+    doc["services"]
+        .as_array_mut()
+        .expect("services")
+        .push(service);
+    AgentUri::Raw(data_uri(&doc))
+}
+
+#[tokio::test]
+async fn a_mixed_round_resolves_on_chain() {
+    let a2a = agent(behaviour(DeterminationMode::Yes, 0.8)).await;
+    let factagora = factagora_peer::spawn(
+        Some("fa-token"),
+        factagora_peer::FactagoraBehaviour::Reply(factagora_peer::good_response("YES", 0.75)),
+    )
+    .await;
+    let roundtable = roundtable_peer::spawn(roundtable_peer::Script::agrees_yes()).await;
+    let chorus = chorus_peer::spawn(vec![
+        (
+            "market_resolve",
+            chorus_peer::ChorusBehaviour::Answer(chorus_peer::answer(false, 0.6)),
+        ),
+        (
+            "market_challenge",
+            chorus_peer::ChorusBehaviour::Answer(json!({"responses": ["r1", "r2", "r3"]})),
+        ),
+    ])
+    .await;
+    let (relay, _relay) = agora_peer::agora_relay().await;
+    let (agora_did, _agent) =
+        agora_peer::agora_agent(&relay, agora_peer::AgoraBehaviour::Good).await;
+
+    let s = market_with_workers(vec![
+        registration(
+            "a2a",
+            json!({"name": "A2A", "endpoint": a2a, "protocol": "cresolver"}),
+        ),
+        registration(
+            "factagora",
+            json!({"name": "predictions", "endpoint": factagora.url, "protocol": "factagora-byoa"}),
+        ),
+        registration(
+            "roundtable",
+            json!({"name": "round-table", "endpoint": roundtable.url}),
+        ),
+        registration("chorus", json!({"name": "Chorus", "endpoint": chorus.url})),
+        registration(
+            "agora",
+            json!({"name": "Agora", "endpoint": relay, "did": agora_did}),
+        ),
+    ])
+    .await;
+
+    let dir = tmpdir("mixed");
+    let wf = workflow_file(&dir, |t| {
+        t.replace("ratify = false", "ratify = true")
+            .replace("timeout_ms = 30000", "timeout_ms = 8000")
+    });
+    let mut cfg = node_config(&s, &dir, wf);
+    // SAFETY (test only): the token env var is read once, when the node builds its adapters
+    unsafe { std::env::set_var("CRESOLVER_TEST_MIXED_FA_TOKEN", "fa-token") };
+    cfg.protocols.factagora.token_env = "CRESOLVER_TEST_MIXED_FA_TOKEN".into();
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    // 4 YES (A2A, Factagora, round-table, Agora) against 1 NO (Chorus)
+    assert_eq!(report.resolution, Some(true));
+
+    let t = report.transcript.as_ref().unwrap();
+    let protocols: Vec<&str> = t["discovery"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["protocol"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        protocols,
+        ["a2a", "factagora", "roundtable", "chorus", "agora"]
+    );
+    let results = t
+        .pointer("/outcome/resolve/results")
+        .unwrap()
+        .as_array()
+        .unwrap();
+    for (i, r) in results.iter().enumerate() {
+        assert!(r["outcome"]["Ok"].is_object(), "worker {i}: {r}");
+    }
+    // every worker was challenged in its own protocol and answered
+    let challenges = t
+        .pointer("/outcome/challenges")
+        .unwrap()
+        .as_array()
+        .unwrap();
+    for (i, c) in challenges.iter().enumerate() {
+        assert!(c["failure"].is_null(), "worker {i}: {c}");
+        assert!(
+            !c["responses"].as_array().unwrap().is_empty(),
+            "worker {i}: {c}"
+        );
+    }
+    assert!(
+        challenges[1]["challenges"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("Round 2"),
+        "{}",
+        challenges[1]
+    );
+    // the round-table worker ratified the outcome (the only protocol with a vote)
+    let ratification = t
+        .pointer("/outcome/ratification")
+        .unwrap()
+        .as_array()
+        .unwrap();
+    assert_eq!(ratification.len(), 1, "{ratification:?}");
+    assert_eq!(ratification[0]["outcome"]["Ok"]["approve"], true);
+    // on chain: one resolution, every worker paid by its tally weight
+    let weights: Vec<u64> = t
+        .pointer("/outcome/tally/workers")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["weight"].as_u64().unwrap())
+        .collect();
+    assert!(weights.iter().all(|w| *w > 0), "{weights:?}");
+    let total: u64 = weights.iter().sum();
+    let m = s.dev.market();
+    for (i, w) in s.workers.iter().enumerate() {
+        let expected = s.reward * U256::from(weights[i]) / U256::from(total) + s.stake;
+        assert_eq!(m.balances(*w).call().await.unwrap(), expected, "worker {i}");
+    }
+    assert_eq!(resolved_events(&s).await.len(), 1);
+    // the Factagora webhook got the configured bearer token, round 1 then round 2
+    let rounds: Vec<u64> = factagora
+        .requests()
+        .iter()
+        .map(|r| r.body["roundNumber"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rounds, [1, 2]);
+    r.stop().await;
+}
