@@ -11,10 +11,10 @@ use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
 use alloy::signers::local::PrivateKeySigner;
 use common::chain::*;
+use common::node::{node_config, start, tmpdir, wait_final};
 use common::*;
 use cresolver::agent::DeterminationMode;
-use cresolver::config::NodeConfig;
-use cresolver::node::{Node, RoundReport};
+use cresolver::node::Node;
 use cresolver::store::RoundState;
 use cresolver::transcript::Transcript;
 use serde_json::{Value, json};
@@ -22,76 +22,13 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-
-fn tmpdir(tag: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let d = std::env::temp_dir().join(format!(
-        "cresolver-replay-{tag}-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use std::time::Duration;
 
 /// Writes the default workflow with `edit` applied to its text.
 fn workflow_file(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, edit(cresolver::demo::DEFAULT_WORKFLOW.to_string())).unwrap();
     p
-}
-
-fn node_config(s: &MarketSetup, dir: &Path, wf: PathBuf) -> NodeConfig {
-    let mut cfg = NodeConfig::default();
-    cfg.chain.rpc_url = s.dev.rpc_url();
-    cfg.chain.market_address = Some(s.dev.contracts.market);
-    cfg.chain.multicall_address = Some(s.dev.contracts.multicall);
-    cfg.chain.poll_interval_ms = 100;
-    cfg.node.data_dir = dir.join("data");
-    cfg.node.workflows = vec![wf];
-    cfg.discovery.allow_private_endpoints = true;
-    cfg.api.listen = String::new();
-    cfg
-}
-
-struct Running {
-    node: Arc<Node>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), cresolver::node::NodeError>>,
-}
-
-async fn start(cfg: NodeConfig, signer: PrivateKeySigner) -> Running {
-    let node = Node::build(cfg, Some(signer)).await.unwrap();
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(node.clone().run(
-        async move {
-            let _ = rx.await;
-        },
-        Duration::from_secs(5),
-    ));
-    Running { node, stop, task }
-}
-
-impl Running {
-    async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
-    }
-}
-
-async fn wait_final(node: &Node, market: Address, id: U256) -> RoundReport {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = node.report(market, id).unwrap();
-        if r.state.is_final() && r.reason.as_deref() != Some("no such round") {
-            return r;
-        }
-        assert!(Instant::now() < deadline, "round did not finish: {r:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn good_uris(list: &[(DeterminationMode, f64)]) -> Vec<AgentUri> {
