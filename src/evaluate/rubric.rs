@@ -4,7 +4,7 @@
 //!
 //! Formula (every score is rounded half up and clamped to 0–100):
 //! - resolutionQuality: calibration against the confidence-weighted majority
-//!   (Σ ±confidence): agreeing `50 + 50·c`, disagreeing `50 − 40·c`, exact tie `50`.
+//!   (Σ ±confidence): agreeing `50 + 50·c`, disagreeing `50 − 40·c`, exact tie or an abstention `50` (abstentions are left out of the majority).
 //! - sourceQuality: `15·min(urls,4) + 10·min(hosts,4) + 5·min(other refs,2)`
 //!   (distinct http(s) URLs, distinct hosts without `www.`, non-URL references).
 //! - analysisDepth: `60·min(words,400)/400 + 5·min(sentences,8)`.
@@ -44,6 +44,7 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
     let balance: f64 = input
         .workers
         .iter()
+        .filter(|w| !w.answer.abstain)
         .map(|w| {
             if w.answer.determination {
                 w.answer.confidence
@@ -74,7 +75,7 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
                 .collect();
             let responses: Vec<String> = w.responses.iter().map(|r| strip_injections(r)).collect();
             score_one(
-                w.answer.determination,
+                (!w.answer.abstain).then_some(w.answer.determination),
                 w.answer.confidence,
                 &evidence,
                 &sources,
@@ -96,7 +97,7 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
 
 #[allow(clippy::too_many_arguments)]
 fn score_one(
-    determination: bool,
+    determination: Option<bool>,
     confidence: f64,
     evidence: &str,
     sources: &[String],
@@ -109,10 +110,11 @@ fn score_one(
     let words = word_count(evidence) as f64;
     let sentences = sentences(evidence).filter(|s| word_count(s) >= 3).count() as f64;
 
-    let resolution_quality = match majority {
-        None => 50.0,
-        Some(m) if m == determination => 50.0 + 50.0 * confidence,
-        Some(_) => 50.0 - 40.0 * confidence,
+    // an abstention (no position) is neither with nor against the majority
+    let resolution_quality = match (majority, determination) {
+        (None, _) | (_, None) => 50.0,
+        (Some(m), Some(d)) if m == d => 50.0 + 50.0 * confidence,
+        (Some(_), Some(_)) => 50.0 - 40.0 * confidence,
     };
 
     let mut urls = BTreeSet::new();
@@ -417,6 +419,25 @@ Therefore the balance of evidence favours YES, although uncertainty is high.";
         }
         assert_eq!(t[1], 0.0, "no sources, no source quality");
         assert_eq!(r[6], 100.0, "2026 data in a 2026 round is timely");
+    }
+
+    #[test]
+    fn an_abstention_is_neutral_and_does_not_move_the_majority() {
+        let yes = worker(true, 0.6, RICH, &[], &[]);
+        let no = worker(false, 0.9, RICH, &[], &[]);
+        let mut neutral = worker(false, 0.9, RICH, &[], &[]);
+        neutral.answer.abstain = true;
+        // without the abstainer NO (0.9) outweighs YES (0.6); a NEUTRAL answer written
+        // with determination false must not add to the NO side or be scored with it
+        let e = score_all(&input(vec![yes.clone(), neutral.clone()]));
+        assert_eq!(e.scores[0].resolution_quality, 80.0, "YES is the majority");
+        assert_eq!(
+            e.scores[1].resolution_quality, 50.0,
+            "abstention is neutral"
+        );
+        let e = score_all(&input(vec![yes, no, neutral]));
+        assert_eq!(e.scores[1].resolution_quality, 95.0, "NO is the majority");
+        assert_eq!(e.scores[2].resolution_quality, 50.0);
     }
 
     #[test]

@@ -429,6 +429,21 @@ async fn a_round_of_factagora_workers_counts_neutral_as_an_abstention() {
         .unwrap();
     assert!(out.tally.resolution);
     assert!(out.resolve.results[2].answer().unwrap().abstain);
+    // the abstainer is scored and rewarded (50 multiplier: it did not vote with the
+    // outcome) but weighs nothing in the vote
+    let n = &out.tally.workers[2];
+    assert!(n.responded && n.determination.is_none() && !n.voted_with_outcome);
+    assert_eq!(n.vote_weight, 0.0);
+    assert!(n.quality > 0.0);
+    assert_eq!(
+        n.weight as f64,
+        (n.quality * 50.0 * n.reputation_factor).round()
+    );
+    assert_eq!(out.tally.no_weight, 0.0);
+    assert_eq!(
+        out.tally.yes_weight,
+        out.tally.workers[0].vote_weight + out.tally.workers[1].vote_weight
+    );
     // Every worker got round 2 with the two others under their labels.
     for (i, peer) in [&yes, &yes2, &neutral].into_iter().enumerate() {
         let got = peer.requests();
