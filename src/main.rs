@@ -125,8 +125,9 @@ enum Command {
     /// Recompute a round's tally from JSON (audit tool): resolution, weights, scores, report bytes.
     ///
     /// Input: {"market_id":N,"tie":"yes|no|fail","workers":[{"address":"0x..","responded":bool,
-    /// "determination":bool,"confidence":f,"scores":{8 dimensions},"reputation":{"resQuality":..,
-    /// "srcQuality":..,"analysisDepth":..,"count":..}}]}. Exit code 2 on invalid input.
+    /// "determination":bool,"abstain":bool (optional: scored, no vote),"confidence":f,
+    /// "scores":{8 dimensions},"reputation":{"resQuality":..,"srcQuality":..,"analysisDepth":..,
+    /// "count":..}}]}. Exit code 2 on invalid input.
     Tally {
         /// Input file, or `-` for standard input.
         #[arg(long, short)]

@@ -255,6 +255,32 @@ fn scores_json(v: [f64; 8]) -> Value {
 }
 
 #[test]
+fn cli_abstention_is_rewarded_but_does_not_vote() {
+    let input = |abstain: bool| {
+        json!({
+            "market_id": 4,
+            "workers": [
+                {"address": format!("{}", Address::repeat_byte(1)), "responded": true, "determination": true, "confidence": 0.7, "scores": scores_json([60.0; 8])},
+                {"address": format!("{}", Address::repeat_byte(2)), "responded": true, "determination": false, "abstain": abstain, "confidence": 0.9, "scores": scores_json([90.0; 8])}
+            ]
+        })
+        .to_string()
+    };
+    // voting NO, the stronger worker carries the market
+    let (code, out, err) = cli(&input(false));
+    assert_eq!(code, 0, "{err}");
+    let out: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(out["resolution"], json!(false));
+    assert_eq!(out["weights"], json!(["3000", "18000"]));
+    // abstaining, it weighs nothing in the vote and is rewarded at the 50 multiplier
+    let (code, out, err) = cli(&input(true));
+    assert_eq!(code, 0, "{err}");
+    let out: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(out["resolution"], json!(true));
+    assert_eq!(out["weights"], json!(["12000", "4500"]));
+}
+
+#[test]
 fn cli_matches_the_library_and_rejects_bad_fields() {
     let input = json!({
         "market_id": 9,

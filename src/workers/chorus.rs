@@ -23,6 +23,7 @@
 
 use super::client::{StageClient, join_endpoint};
 use super::factagora::{clip_chars, iso8601_utc, now_unix};
+use super::protocol::parse_json;
 use super::protocol::{
     ChallengeOutcome, ChallengeRequest, ResolveAnswer, ResolveRequest, WorkerFailure,
     WorkerProtocol, parse_challenge_responses, type_name, validate_resolve_answer,
@@ -159,11 +160,7 @@ impl ChorusProtocol {
             Ok(reply) => reply,
             Err(failure) => return Err(failure_result_of_status(failure, &job_id)),
         };
-        let v: Value =
-            serde_json::from_slice(&reply.body).map_err(|e| WorkerFailure::InvalidJson {
-                detail: e.to_string(),
-            })?;
-        validate_job_result(&v, &job_id, self.settings.budget)
+        validate_job_result(&parse_json(&reply.body)?, &job_id, self.settings.budget)
     }
 }
 

@@ -246,16 +246,47 @@ impl StageClient {
         url: Url,
         body: &serde_json::Value,
     ) -> Result<HttpReply, WorkerFailure> {
+        self.post_json_with(url, body, vec![]).await
+    }
+
+    /// POSTs a JSON value to `url` with extra headers (see [`bearer_header`]).
+    pub async fn post_json_with(
+        &self,
+        url: Url,
+        body: &serde_json::Value,
+        headers: Vec<(String, String)>,
+    ) -> Result<HttpReply, WorkerFailure> {
         let bytes = serde_json::to_vec(body).map_err(|e| WorkerFailure::Request {
             detail: e.to_string(),
         })?;
         self.call(HttpCall {
             url,
             body: Some(Bytes::from(bytes)),
-            headers: vec![],
+            headers,
         })
         .await
     }
+}
+
+/// `Authorization: Bearer <secret>` when a secret is configured. The value is checked
+/// here (printable ASCII) so that the HTTP layer never gets to quote a bad one in an
+/// error; `what` names the setting in the error, never the secret itself.
+pub fn bearer_header(
+    secret: Option<&str>,
+    what: &str,
+) -> Result<Vec<(String, String)>, WorkerFailure> {
+    let Some(secret) = secret else {
+        return Ok(vec![]);
+    };
+    if !secret.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(WorkerFailure::Request {
+            detail: format!("the configured {what} is not a valid header value"),
+        });
+    }
+    Ok(vec![(
+        "authorization".to_string(),
+        format!("Bearer {secret}"),
+    )])
 }
 
 fn to_failure(e: BoxError, timeout: Duration) -> WorkerFailure {

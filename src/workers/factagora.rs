@@ -31,13 +31,13 @@
 //!
 //! The token is a secret: it never appears in `Debug` output, logs or errors.
 
-use super::client::{HttpCall, StageClient};
+use super::client::{StageClient, bearer_header};
+use super::protocol::parse_json;
 use super::protocol::{
     ChallengeOutcome, ChallengeRequest, MAX_EVIDENCE_BYTES, MAX_RESPONSE_BYTES, MAX_SOURCE_BYTES,
     MAX_SOURCES, PeerAnswer, ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,
     type_name, validate_resolve_answer,
 };
-use bytes::Bytes;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -130,32 +130,12 @@ impl FactagoraProtocol {
         endpoint: &Url,
         body: &Value,
     ) -> Result<AgentResponse, WorkerFailure> {
-        let mut headers = Vec::new();
-        if let Some(token) = &self.token {
-            // Checked here so that reqwest never gets to quote a bad value in an error.
-            if !token.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-                return Err(WorkerFailure::Request {
-                    detail: "the configured Factagora token is not a valid header value".into(),
-                });
-            }
-            headers.push(("authorization".to_string(), format!("Bearer {token}")));
-        }
-        let bytes = serde_json::to_vec(body).map_err(|e| WorkerFailure::Request {
-            detail: e.to_string(),
-        })?;
+        let headers = bearer_header(self.token.as_deref(), "Factagora token")?;
         let reply = client
-            .call(HttpCall {
-                url: endpoint.clone(),
-                body: Some(Bytes::from(bytes)),
-                headers,
-            })
+            .post_json_with(endpoint.clone(), body, headers)
             .await
             .map_err(error_response)?;
-        let v: Value =
-            serde_json::from_slice(&reply.body).map_err(|e| WorkerFailure::InvalidJson {
-                detail: e.to_string(),
-            })?;
-        validate_agent_response(&v)
+        validate_agent_response(&parse_json(&reply.body)?)
     }
 }
 

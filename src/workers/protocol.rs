@@ -211,10 +211,14 @@ pub trait WorkerProtocol: Send + Sync + std::fmt::Debug {
 /// Parses a resolve answer from raw bytes: invalid JSON and schema violations are
 /// told apart; unknown fields are ignored.
 pub fn parse_resolve_answer(body: &[u8]) -> Result<ResolveAnswer, WorkerFailure> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| WorkerFailure::InvalidJson {
+    validate_resolve_answer(&parse_json(body)?)
+}
+
+/// Parses a worker's reply body as JSON ([`WorkerFailure::InvalidJson`] when it is not).
+pub fn parse_json(body: &[u8]) -> Result<Value, WorkerFailure> {
+    serde_json::from_slice(body).map_err(|e| WorkerFailure::InvalidJson {
         detail: e.to_string(),
-    })?;
-    validate_resolve_answer(&v)
+    })
 }
 
 /// Validates a resolve answer given as JSON.

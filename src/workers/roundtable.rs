@@ -25,13 +25,13 @@
 //! phrases noted, never obeyed) and strictly validated; every violation is a typed
 //! [`WorkerFailure`] naming the field.
 
-use super::client::{HttpCall, StageClient, join_endpoint};
+use super::client::{StageClient, bearer_header, join_endpoint};
+use super::protocol::parse_json;
 use super::protocol::{
     ChallengeOutcome, ChallengeRequest, MAX_EVIDENCE_BYTES, MAX_RESPONSE_BYTES, MAX_SOURCE_BYTES,
     MAX_SOURCES, PeerAnswer, Ratification, RatifyRequest, ResolveAnswer, ResolveRequest,
     WorkerFailure, WorkerProtocol, type_name, validate_resolve_answer,
 };
-use bytes::Bytes;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -118,31 +118,9 @@ impl RoundTableProtocol {
         body: &Value,
     ) -> Result<Reply, WorkerFailure> {
         let url = join_endpoint(endpoint, path)?;
-        let bytes = serde_json::to_vec(body).map_err(|e| WorkerFailure::Request {
-            detail: e.to_string(),
-        })?;
-        let mut headers = Vec::new();
-        if let Some(key) = &self.api_key {
-            // Checked here so a bad key never reaches the HTTP layer (whose error
-            // could quote it).
-            if !key.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-                return Err(WorkerFailure::Request {
-                    detail: "the configured round-table api key is not a valid header value".into(),
-                });
-            }
-            headers.push(("authorization".to_string(), format!("Bearer {key}")));
-        }
-        let reply = client
-            .call(HttpCall {
-                url,
-                body: Some(Bytes::from(bytes)),
-                headers,
-            })
-            .await?;
-        let mut value: Value =
-            serde_json::from_slice(&reply.body).map_err(|e| WorkerFailure::InvalidJson {
-                detail: e.to_string(),
-            })?;
+        let headers = bearer_header(self.api_key.as_deref(), "round-table api key")?;
+        let reply = client.post_json_with(url, body, headers).await?;
+        let mut value = parse_json(&reply.body)?;
         let nulls = strip_nulls(&mut value);
         let mut injections = Vec::new();
         scan_injections(&value, &mut String::new(), &mut injections);

@@ -24,8 +24,14 @@ fn registration(name: &str, service: Value) -> AgentUri {
 #[tokio::test]
 async fn a_mixed_round_resolves_on_chain() {
     let a2a = agent(behaviour(DeterminationMode::Yes, 0.8)).await;
+    // The node reads the Factagora token from the env var its config names. Setting a
+    // variable here would race with the other tests of this binary (setenv while
+    // another thread reads the environment), so the config names one the process
+    // already has, and the peer expects its value.
+    let token_env = "PATH";
+    let token = std::env::var(token_env).expect("PATH is set");
     let factagora = factagora_peer::spawn(
-        Some("fa-token"),
+        Some(&token),
         factagora_peer::FactagoraBehaviour::Reply(factagora_peer::good_response("YES", 0.75)),
     )
     .await;
@@ -72,9 +78,7 @@ async fn a_mixed_round_resolves_on_chain() {
             .replace("timeout_ms = 30000", "timeout_ms = 8000")
     });
     let mut cfg = node_config(&s, &dir, wf);
-    // SAFETY (test only): the token env var is read once, when the node builds its adapters
-    unsafe { std::env::set_var("CRESOLVER_TEST_MIXED_FA_TOKEN", "fa-token") };
-    cfg.protocols.factagora.token_env = "CRESOLVER_TEST_MIXED_FA_TOKEN".into();
+    cfg.protocols.factagora.token_env = token_env.into();
     let r = start(cfg, s.dev.signers[0].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
