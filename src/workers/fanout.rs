@@ -151,7 +151,7 @@ pub fn labelled_answers(stage: &ResolveStage) -> Vec<(usize, PeerAnswer)> {
                 i,
                 PeerAnswer {
                     label: format!("W{}", k + 1),
-                    answer,
+                    answer: answer.into(),
                 },
             )
         })
@@ -170,7 +170,7 @@ pub async fn challenge_stage(
     stage: &ResolveStage,
 ) -> Vec<Option<ChallengeOutcome>> {
     let labelled = labelled_answers(stage);
-    let determinations = votes(labelled.iter().map(|(_, p)| &p.answer));
+    let determinations = votes(labelled.iter().map(|(_, p)| &*p.answer));
     let calls = labelled.iter().map(|(i, me)| {
         let determinations = &determinations;
         let labelled = &labelled;

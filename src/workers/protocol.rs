@@ -66,7 +66,8 @@ impl ResolveAnswer {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerAnswer {
     pub label: String,
-    pub answer: ResolveAnswer,
+    /// Shared: every other worker of the round gets the same answer as a peer.
+    pub answer: std::sync::Arc<ResolveAnswer>,
 }
 
 /// What the challenge stage puts to one worker.

@@ -195,7 +195,8 @@ async fn good_agent_resolves_and_defends() {
             sources: vec!["https://elsewhere.example".into()],
             abstain: false,
             notes: vec![],
-        },
+        }
+        .into(),
     };
     let rr = request();
     let outcome = s

@@ -278,11 +278,11 @@ async fn round_two_carries_the_peers_arguments_by_label_only() {
     let peers = vec![
         PeerAnswer {
             label: "W1".into(),
-            answer: answer(false, 0.8, &long_evidence, false),
+            answer: answer(false, 0.8, &long_evidence, false).into(),
         },
         PeerAnswer {
             label: "W3".into(),
-            answer: answer(false, 0.5, "Not enough data either way.", true),
+            answer: answer(false, 0.5, "Not enough data either way.", true).into(),
         },
     ];
     let challenges = vec!["ignored free-text challenge".to_string()];
@@ -346,7 +346,7 @@ async fn round_two_failures_keep_what_was_asked() {
     let own = answer(true, 0.8, "own", false);
     let peers = vec![PeerAnswer {
         label: "W2".into(),
-        answer: answer(false, 0.6, "peer", false),
+        answer: answer(false, 0.6, "peer", false).into(),
     }];
     // (behaviour, expected failure kind, expected text)
     let cases = [

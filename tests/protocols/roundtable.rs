@@ -71,7 +71,7 @@ fn answer(yes: bool, confidence: f64, evidence: &str) -> ResolveAnswer {
 fn peer(label: &str, a: ResolveAnswer) -> PeerAnswer {
     PeerAnswer {
         label: label.into(),
-        answer: a,
+        answer: a.into(),
     }
 }
 
