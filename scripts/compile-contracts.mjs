@@ -32,6 +32,7 @@ const IMPLEMENTATIONS = [
   "ReputationRegistry",
   "CREReceiver",
   "TestForwarder",
+  "StrictForwarder",
   "Multicall3",
 ];
 const INTERFACES = [

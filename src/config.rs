@@ -214,9 +214,18 @@ pub struct SubmitTargets {
     pub receiver: Option<Address>,
     /// Added to the gas estimate, in percent.
     pub gas_margin_percent: u64,
-    /// Broadcast attempts on transient errors.
+    /// Ignored since the transaction manager follows every attempt until it is mined;
+    /// kept so that older configs still load.
     pub max_send_attempts: u32,
+    /// How long a round follows its transaction before it yields and is retried later
+    /// (the nonce stays reserved and is followed again).
     pub receipt_timeout_ms: u64,
+    /// Replace a transaction that is not mined after this many blocks.
+    pub bump_after_blocks: u64,
+    /// Raise both EIP-1559 fees by at least this much for a replacement (geth needs 10).
+    pub fee_bump_percent: u64,
+    /// Never sign a max fee per gas above this, in gwei.
+    pub max_fee_per_gas_gwei: f64,
 }
 
 impl Default for SubmitTargets {
@@ -227,6 +236,9 @@ impl Default for SubmitTargets {
             gas_margin_percent: 25,
             max_send_attempts: 3,
             receipt_timeout_ms: 120_000,
+            bump_after_blocks: 3,
+            fee_bump_percent: 20,
+            max_fee_per_gas_gwei: 500.0,
         }
     }
 }
@@ -369,6 +381,19 @@ impl NodeConfig {
             return Err(ConfigError::Invalid {
                 key: "node.workflows",
                 message: "must list at least one workflow file".into(),
+            });
+        }
+        if !(self.submit.max_fee_per_gas_gwei.is_finite() && self.submit.max_fee_per_gas_gwei > 0.0)
+        {
+            return Err(ConfigError::Invalid {
+                key: "submit.max_fee_per_gas_gwei",
+                message: "must be a positive number of gwei".into(),
+            });
+        }
+        if self.submit.fee_bump_percent < 10 {
+            return Err(ConfigError::Invalid {
+                key: "submit.fee_bump_percent",
+                message: "must be at least 10 (nodes refuse smaller replacements)".into(),
             });
         }
         if url::Url::parse(&self.discovery.ipfs_gateway).is_err() {

@@ -145,7 +145,6 @@ impl DryRunner {
     ) -> Result<Self, DryRunError> {
         let submitter = Submitter::new(
             provider.clone(),
-            None,
             from,
             crate::node::submitter_config(cfg, &workflow, market),
         )?;

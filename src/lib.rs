@@ -3,7 +3,9 @@
 //! The modules follow the pipeline of a round:
 //! `chain` (bindings, revert decoding) → `workers` (protocol, client, fan-out) →
 //! `evaluate` (LLM or rubric scores) → `resolve` (quorum, tally, report bytes), with
-//! `workflow` holding the declarative workflow files and `round` driving one round.
+//! `workflow` holding the declarative workflow files and `round` driving one round;
+//! `submit` checks and simulates the submission and `txm` (the transaction manager)
+//! signs, broadcasts and follows it until it is mined deep enough.
 //! `devnet` deploys the contracts on a local chain for tests and the demo.
 
 pub mod agent;
@@ -25,5 +27,6 @@ pub mod store;
 pub mod submit;
 pub mod tally_cli;
 pub mod transcript;
+pub mod txm;
 pub mod workers;
 pub mod workflow;

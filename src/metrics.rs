@@ -38,6 +38,17 @@ struct StateLabels {
     state: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TxLabels {
+    signer: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SignerLabels {
+    signer: String,
+}
+
 type U64Gauge = Gauge<u64, AtomicU64>;
 
 /// Exponential buckets from 5 ms to 120 s, rounded to three significant digits so the
@@ -62,6 +73,10 @@ pub struct Metrics {
     last_processed_block: U64Gauge,
     head_lag: U64Gauge,
     rounds_by_state: Family<StateLabels, U64Gauge>,
+    tx_attempts: Family<TxLabels, Counter>,
+    tx_events: Family<TxLabels, Counter>,
+    tx_stuck: Family<SignerLabels, U64Gauge>,
+    tx_nonce_gap: Family<SignerLabels, U64Gauge>,
 }
 
 impl Default for Metrics {
@@ -112,6 +127,32 @@ impl Metrics {
             rounds_by_state.clone(),
         );
 
+        let tx_attempts = Family::<TxLabels, Counter>::default();
+        registry.register(
+            "cresolver_tx_attempts",
+            "Transactions signed and broadcast, by signing key and kind (first, replacement, rebroadcast)",
+            tx_attempts.clone(),
+        );
+        let tx_events = Family::<TxLabels, Counter>::default();
+        registry.register(
+            "cresolver_tx_events",
+            "Transaction outcomes, by signing key and kind (mined, lost: the nonce was used by another transaction, reorged)",
+            tx_events.clone(),
+        );
+        let tx_stuck = Family::<SignerLabels, U64Gauge>::default();
+        registry.register_with_unit(
+            "cresolver_tx_oldest_pending",
+            "Age of the oldest reserved nonce of a signing key that is not yet mined and deep enough",
+            Unit::Seconds,
+            tx_stuck.clone(),
+        );
+        let tx_nonce_gap = Family::<SignerLabels, U64Gauge>::default();
+        registry.register(
+            "cresolver_tx_nonce_gap",
+            "Nonces a signing key has reserved beyond the chain's mined transaction count",
+            tx_nonce_gap.clone(),
+        );
+
         // Expose the common series from the start, so rates and dashboards see zeros
         // rather than missing data.
         for outcome in ["confirmed", "failed", "skipped"] {
@@ -133,7 +174,40 @@ impl Metrics {
             last_processed_block,
             head_lag,
             rounds_by_state,
+            tx_attempts,
+            tx_events,
+            tx_stuck,
+            tx_nonce_gap,
         }
+    }
+
+    /// Counts a signed transaction of `signer`: `first`, `replacement` or `rebroadcast`.
+    pub fn tx_attempt(&self, signer: &str, kind: &'static str) {
+        self.tx_attempts
+            .get_or_create(&TxLabels {
+                signer: signer.to_string(),
+                kind,
+            })
+            .inc();
+    }
+
+    /// Counts a transaction outcome of `signer`: `mined`, `lost` or `reorged`.
+    pub fn tx_event(&self, signer: &str, kind: &'static str) {
+        self.tx_events
+            .get_or_create(&TxLabels {
+                signer: signer.to_string(),
+                kind,
+            })
+            .inc();
+    }
+
+    /// The signing key's oldest pending nonce age and its nonce gap.
+    pub fn set_tx_backlog(&self, signer: &str, oldest_pending_secs: u64, nonce_gap: u64) {
+        let l = SignerLabels {
+            signer: signer.to_string(),
+        };
+        self.tx_stuck.get_or_create(&l).set(oldest_pending_secs);
+        self.tx_nonce_gap.get_or_create(&l).set(nonce_gap);
     }
 
     /// Counts a finished round (`confirmed`, `failed`, `skipped`, …).

@@ -15,8 +15,11 @@ use crate::discovery::{DiscoveredWorker, DiscoveryConfig, discover, to_slots};
 use crate::metrics::Metrics;
 use crate::resolve::report::ReportMetadata;
 use crate::round::{Engine, RoundError, RoundInput, RoundStage};
+use crate::store::TxPayload;
 use crate::store::{RoundState, Store};
 use crate::submit::{Confirmed, SubmitError, Submitter, SubmitterConfig};
+use crate::txm::fees::FeePolicy;
+use crate::txm::{TxError, TxManager, TxOutcome, TxmConfig};
 use crate::workers::registry::{ProtocolKind, ProtocolSet};
 use crate::workflow::Workflow;
 use alloy::eips::BlockNumberOrTag;
@@ -89,6 +92,8 @@ pub struct Node {
     pub metrics: Arc<Metrics>,
     pub pipelines: Vec<Pipeline>,
     pub discovery: DiscoveryConfig,
+    /// The transaction manager of the node's signing key (`None`: no key, no submission).
+    pub txm: Option<Arc<TxManager>>,
     http: reqwest::Client,
     rounds: Arc<Semaphore>,
     in_flight: Mutex<HashSet<(Address, U256)>>,
@@ -131,7 +136,6 @@ impl Node {
             }
             let submitter = Submitter::new(
                 provider.clone(),
-                wallet.clone(),
                 from,
                 submitter_config(&cfg, &workflow, market),
             )?;
@@ -145,6 +149,18 @@ impl Node {
         }
         let store = Arc::new(Store::open(&cfg.node.data_dir)?);
         let discovery = discovery_config(&cfg)?;
+        let metrics = Arc::new(Metrics::new());
+        let txm = wallet.map(|w| {
+            Arc::new(TxManager::new(
+                provider.clone(),
+                w,
+                from,
+                chain_id,
+                store.clone(),
+                txm_config(&cfg, chain_id),
+                metrics.clone(),
+            ))
+        });
         let health = json!({"chain_id": chain_id, "markets": pipelines.iter().map(|p| p.market.to_string()).collect::<Vec<_>>()});
         Ok(Arc::new(Self {
             rounds: Arc::new(Semaphore::new(cfg.node.max_concurrent_rounds)),
@@ -152,9 +168,10 @@ impl Node {
             provider,
             chain_id,
             store,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             pipelines,
             discovery,
+            txm,
             http: crate::workers::StageClient::default_http(),
             in_flight: Mutex::new(HashSet::new()),
             retries: Mutex::new(HashMap::new()),
@@ -233,19 +250,26 @@ impl Node {
             *n += 1;
             *n
         };
-        if n > MAX_TRANSIENT_RETRIES {
-            let _ = self.store.set_state(
-                market,
-                market_id,
-                RoundState::Failed,
-                Some("gave up after repeated transient errors (RPC or chain)"),
-            );
+        // A round with a reserved nonce is never given up: a nonce left unused would
+        // hold back every later transaction of the key.
+        let holds_nonce = self
+            .txm
+            .as_ref()
+            .and_then(|t| t.pending_for(market, market_id).ok().flatten())
+            .is_some();
+        if n > MAX_TRANSIENT_RETRIES && !holds_nonce {
+            let reason = "gave up after repeated transient errors (RPC or chain)";
+            tracing::error!(market_id = %market_id, retries = n - 1, reason, "round failed");
+            let _ = self
+                .store
+                .set_state(market, market_id, RoundState::Failed, Some(reason));
             self.metrics.round_finished("failed");
             return;
         }
         let node = self.clone();
+        let delay = Duration::from_secs(1u64 << n.min(5));
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(1u64 << n.min(6))).await;
+            tokio::time::sleep(delay).await;
             let _ = node.run_round(market, market_id).await;
         });
     }
@@ -289,12 +313,12 @@ impl Node {
         if rec.state.is_final() {
             return Ok(());
         }
-        // A signed submission exists: only ever re-broadcast those bytes.
-        if rec.state == RoundState::Submitted
-            && let (Some(tx), Some(raw)) = (rec.submit_tx, rec.raw_tx.clone())
+        // A nonce is reserved for this round: follow it, never sign a second payload.
+        if let Some(txm) = &self.txm
+            && let Some(n) = txm.pending_for(market, market_id).map_err(tx_step)?
         {
-            tracing::info!(market_id = %market_id, %tx, "resuming a stored submission");
-            return self.finish_submission(p, market_id, tx, &raw).await;
+            tracing::info!(market_id = %market_id, nonce = n.nonce, state = rec.state.as_str(), "resuming a reserved transaction");
+            return self.follow(p, market_id, n.nonce).await;
         }
         let span_started = Instant::now();
         let snapshot = match read_market(
@@ -398,36 +422,135 @@ impl Node {
         };
         transcript["submission"] = json!({"to": prepared.to, "calldata": prepared.calldata, "gas_limit": prepared.gas_limit, "from": prepared.from, "mode": prepared.mode});
         self.store.set_outcome(market, market_id, &transcript)?;
-        let signed = match p.submitter.sign(&prepared).await {
-            Ok(s) => s,
+        let Some(txm) = &self.txm else {
+            return self.fail(
+                market,
+                market_id,
+                "no signing key: the node can simulate but not submit",
+            );
+        };
+        let nonce = match txm
+            .submit(TxPayload {
+                market,
+                market_id,
+                to: prepared.to,
+                calldata: prepared.calldata.clone(),
+                gas_limit: prepared.gas_limit,
+            })
+            .await
+        {
+            Ok(n) => n,
             Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+            Err(TxError::Store(e)) => return Err(Step::Store(e)),
             Err(e) => return self.fail(market, market_id, &e.to_string()),
         };
-        // Persist before broadcast: after a crash the same bytes are re-sent, never re-signed.
-        self.store
-            .mark_submitted(market, market_id, signed.tx_hash, &signed.raw)?;
-        tracing::info!(market_id = %market_id, tx = %signed.tx_hash, nonce = signed.nonce, "submitting");
-        if std::env::var_os("CRESOLVER_TEST_CRASH_AFTER_SIGN").is_some() {
-            // Test hook: die between persisting and broadcasting (exactly-once tests).
-            tracing::error!("CRESOLVER_TEST_CRASH_AFTER_SIGN set: exiting");
-            std::process::exit(97);
-        }
-        self.finish_submission(p, market_id, signed.tx_hash, &signed.raw)
-            .await
+        self.follow(p, market_id, nonce).await
     }
 
-    async fn finish_submission(
+    /// Follows the round's reserved nonce to its end: confirmed (our attempt mined deep
+    /// enough and it resolved the market), skipped (someone else resolved it), or a fresh
+    /// nonce when the key's nonce was used elsewhere (at most [`MAX_FRESH_NONCES`]).
+    async fn follow(&self, p: &Pipeline, market_id: U256, mut nonce: u64) -> Result<(), Step> {
+        let Some(txm) = &self.txm else {
+            return Err(Step::Transient("no transaction manager".into()));
+        };
+        let market = p.market;
+        let mut fresh = 0;
+        loop {
+            let started = Instant::now();
+            let outcome = txm.drive(nonce).await;
+            self.metrics
+                .observe_stage("submit", started.elapsed().as_secs_f64());
+            match outcome {
+                Ok(TxOutcome::Mined { receipt, .. }) => {
+                    return self.conclude(p, market_id, &receipt).await;
+                }
+                Ok(TxOutcome::Lost { nonce: lost }) => {
+                    if self.resolved_on_chain(market, market_id).await? {
+                        let reason = format!(
+                            "nonce {lost} of the resolver key was used by another transaction, and the market is resolved on chain by someone else"
+                        );
+                        self.record_confirmation(
+                            market,
+                            market_id,
+                            json!({"status": "skipped", "detail": reason}),
+                        )?;
+                        self.store.set_state(
+                            market,
+                            market_id,
+                            RoundState::Skipped,
+                            Some(&reason),
+                        )?;
+                        return Ok(());
+                    }
+                    fresh += 1;
+                    if fresh > MAX_FRESH_NONCES {
+                        return self.fail(
+                            market,
+                            market_id,
+                            &format!("the resolver key's nonce was used by other transactions {MAX_FRESH_NONCES} times in a row: is another process signing with this key?"),
+                        );
+                    }
+                    let Some(rec) = self.store.nonce_record(txm.key(), lost)? else {
+                        return Err(Step::Transient(format!(
+                            "nonce {lost} vanished from the store"
+                        )));
+                    };
+                    // the same payload, re-simulated exactly as it will be sent
+                    let call = alloy::rpc::types::TransactionRequest::default()
+                        .from(txm.key().signer)
+                        .to(rec.payload.to)
+                        .input(rec.payload.calldata.clone().into());
+                    if let Err(e) = self.provider.call(call).await {
+                        match e.as_error_resp().and_then(|r| r.as_revert_data()) {
+                            Some(d) => {
+                                let r = crate::chain::decode_revert(&d);
+                                return self.fail(
+                                    market,
+                                    market_id,
+                                    &format!("re-simulation after a lost nonce reverted: {r}"),
+                                );
+                            }
+                            None => {
+                                return Err(Step::Transient(format!(
+                                    "re-simulating after a lost nonce: {e}"
+                                )));
+                            }
+                        }
+                    }
+                    tracing::warn!(market_id = %market_id, lost, "signing the resolution again with a fresh nonce");
+                    nonce = match txm.submit(rec.payload).await {
+                        Ok(n) => n,
+                        Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+                        Err(TxError::Store(e)) => return Err(Step::Store(e)),
+                        Err(e) => return self.fail(market, market_id, &e.to_string()),
+                    };
+                }
+                Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+                Err(TxError::Store(e)) => return Err(Step::Store(e)),
+                Err(e) => return self.fail(market, market_id, &e.to_string()),
+            }
+        }
+    }
+
+    async fn resolved_on_chain(&self, market: Address, market_id: U256) -> Result<bool, Step> {
+        crate::chain::bindings::ICREsolverMarket::new(market, self.provider.clone())
+            .getMarket(market_id)
+            .call()
+            .await
+            .map(|m| m.resolved)
+            .map_err(|e| Step::Transient(format!("reading the market: {e}")))
+    }
+
+    /// Ends a round whose transaction was mined deep enough.
+    async fn conclude(
         &self,
         p: &Pipeline,
         market_id: U256,
-        tx: B256,
-        raw: &[u8],
+        receipt: &alloy::rpc::types::TransactionReceipt,
     ) -> Result<(), Step> {
-        let started = Instant::now();
-        let result = p.submitter.broadcast(market_id, tx, raw).await;
-        self.metrics
-            .observe_stage("submit", started.elapsed().as_secs_f64());
-        match result {
+        let tx = receipt.transaction_hash;
+        match p.submitter.confirm(market_id, receipt) {
             Ok(Confirmed {
                 tx_hash,
                 resolution,
@@ -446,16 +569,9 @@ impl Node {
                     .set_state(p.market, market_id, RoundState::Confirmed, None)?;
                 Ok(())
             }
-            Err(e) if e.is_transient() => Err(Step::Transient(e.to_string())),
             Err(e) => {
                 // Our transaction did not resolve it; maybe someone else did.
-                let resolved =
-                    crate::chain::bindings::ICREsolverMarket::new(p.market, self.provider.clone())
-                        .getMarket(market_id)
-                        .call()
-                        .await
-                        .map(|m| m.resolved)
-                        .unwrap_or(false);
+                let resolved = self.resolved_on_chain(p.market, market_id).await?;
                 let (state, reason) = if resolved {
                     (
                         RoundState::Skipped,
@@ -464,6 +580,7 @@ impl Node {
                 } else {
                     (RoundState::Failed, e.to_string())
                 };
+                tracing::warn!(market_id = %market_id, %tx, state = state.as_str(), %reason, "our transaction did not resolve the market");
                 self.record_confirmation(
                     p.market,
                     market_id,
@@ -490,6 +607,8 @@ impl Node {
             .filter(|t| t.is_object())
         {
             t["confirmation"] = confirmation;
+            t["transactions"] =
+                crate::transcript::transactions_json(&self.store.tx_history(market, market_id)?);
             self.store.set_outcome(market, market_id, &t)?;
         }
         Ok(())
@@ -779,10 +898,38 @@ pub fn submitter_config(cfg: &NodeConfig, workflow: &Workflow, market: Address) 
             [0, 1],
         ),
         gas_margin_percent: cfg.submit.gas_margin_percent,
-        max_send_attempts: cfg.submit.max_send_attempts,
-        receipt_timeout: Duration::from_millis(cfg.submit.receipt_timeout_ms),
     }
 }
+
+/// The transaction manager settings of a node config: confirmations as the watcher's
+/// (per-chain default), fees from `[submit]`.
+pub fn txm_config(cfg: &NodeConfig, chain_id: u64) -> TxmConfig {
+    TxmConfig {
+        confirmations: cfg
+            .chain
+            .confirmations
+            .unwrap_or(default_confirmations(chain_id)),
+        fees: FeePolicy {
+            bump_percent: cfg.submit.fee_bump_percent,
+            max_fee_cap: (cfg.submit.max_fee_per_gas_gwei * 1e9) as u128,
+            bump_after_blocks: cfg.submit.bump_after_blocks,
+        },
+        poll_interval: Duration::from_millis(cfg.chain.poll_interval_ms.clamp(10, 2_000)),
+        wait_bound: Duration::from_millis(cfg.submit.receipt_timeout_ms.max(1_000)),
+    }
+}
+
+/// A transaction manager error as a round step.
+fn tx_step(e: TxError) -> Step {
+    match e {
+        TxError::Store(e) => Step::Store(e),
+        e => Step::Transient(e.to_string()),
+    }
+}
+
+/// How many times a round signs again with a fresh nonce when its nonce was used by
+/// another transaction of the key, before it fails.
+const MAX_FRESH_NONCES: u32 = 3;
 
 enum Step {
     /// Worth retrying later; the round stays unfinished.

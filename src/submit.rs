@@ -3,9 +3,13 @@
 //! (`report`). Before anything is signed: re-read `resolved`, check that no worker's
 //! agent lets the market act as its operator (the registry would refuse the market's
 //! feedback), and simulate with `eth_call` — a revert is decoded and fails the round, it
-//! is not retried. The signed transaction is handed back to the caller to persist before
-//! [`Submitter::broadcast`] sends it; confirmation is the `MarketResolved` event (and, in
-//! report mode, `ReportProcessed.result`), not the receipt status alone.
+//! is not retried. In report mode the forwarder's own `report(...)` is simulated from the
+//! node's address exactly as it will be sent (a forwarder revert reverts the whole
+//! transaction), and so is the receiver's `onReport` from the forwarder (the forwarder
+//! swallows a receiver revert into `ReportProcessed.result = false`). Signing and sending
+//! belong to the transaction manager ([`crate::txm`]); [`Submitter::confirm`] reads the
+//! mined receipt: confirmation is the `MarketResolved` event (and, in report mode,
+//! `ReportProcessed.result`), not the receipt status alone.
 
 use crate::chain::bindings::{ICREsolverMarket, IKeystoneForwarder, IReceiver};
 use crate::chain::reader::MarketSnapshot;
@@ -13,15 +17,13 @@ use crate::chain::{RevertReason, decode_revert};
 use crate::resolve::TallyOutcome;
 use crate::resolve::report::{ExecutionHeader, ReportMetadata, build_raw_report};
 use crate::workflow::SubmitMode;
-use alloy::eips::Encodable2718;
-use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
+use alloy::network::TransactionBuilder;
 use alloy::primitives::{Address, B256, Bytes, U256, keccak256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::state::StateOverride;
 use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
 use alloy::sol_types::{SolCall, SolEvent};
 use serde::Serialize;
-use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
@@ -90,14 +92,6 @@ pub struct SimulatedRevert {
     pub reason: String,
 }
 
-/// A signed transaction (persist it before broadcasting).
-#[derive(Debug, Clone)]
-pub struct Signed {
-    pub tx_hash: B256,
-    pub raw: Bytes,
-    pub nonce: u64,
-}
-
 /// Proof that the market was resolved by our transaction.
 #[derive(Debug, Clone, Serialize)]
 pub struct Confirmed {
@@ -117,17 +111,12 @@ pub struct SubmitterConfig {
     pub receiver: Option<Address>,
     pub metadata: ReportMetadata,
     pub gas_margin_percent: u64,
-    pub max_send_attempts: u32,
-    pub receipt_timeout: Duration,
 }
 
 pub struct Submitter {
     provider: DynProvider,
-    wallet: Option<EthereumWallet>,
     from: Address,
     cfg: SubmitterConfig,
-    /// One signing at a time, so nonces never collide across concurrent rounds.
-    nonce_lock: tokio::sync::Mutex<()>,
 }
 
 fn revert_of(e: &alloy::transports::TransportError) -> Option<RevertReason> {
@@ -137,11 +126,9 @@ fn revert_of(e: &alloy::transports::TransportError) -> Option<RevertReason> {
 }
 
 impl Submitter {
-    /// `wallet` may be `None` for simulation only (dry-run); `from` is then the address
-    /// the simulation runs as.
+    /// `from` is the address that signs (or, for a dry-run, that the simulation runs as).
     pub fn new(
         provider: DynProvider,
-        wallet: Option<EthereumWallet>,
         from: Address,
         cfg: SubmitterConfig,
     ) -> Result<Self, SubmitError> {
@@ -152,10 +139,8 @@ impl Submitter {
         }
         Ok(Self {
             provider,
-            wallet,
             from,
             cfg,
-            nonce_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -243,6 +228,9 @@ impl Submitter {
             });
         }
         let (to, calldata) = self.calldata(tally);
+        let forwarder_gas = self
+            .preflight_forwarder(tally.market_id, to, &calldata)
+            .await?;
         let sim = self.execution(tally, &calldata);
         if let Err(e) = self.provider.call(sim.clone()).await {
             return Err(match revert_of(&e) {
@@ -262,6 +250,15 @@ impl Submitter {
             .await
             .map_err(|e| SubmitError::Rpc(e.to_string()))?;
         let (estimate, gas_limit) = self.gas(inner);
+        // the forwarder's own estimate can be lower than what the receiver needs (it
+        // swallows an out-of-gas onReport): take the larger
+        let (estimate, gas_limit) = match forwarder_gas {
+            Some(f) if f > estimate => (
+                f,
+                f.saturating_add(f.saturating_mul(self.cfg.gas_margin_percent) / 100),
+            ),
+            _ => (estimate, gas_limit),
+        };
         Ok(Prepared {
             from: self.from,
             to,
@@ -270,6 +267,41 @@ impl Submitter {
             gas_limit,
             mode: self.cfg.mode,
         })
+    }
+
+    /// Report mode: `eth_call` and `eth_estimateGas` of the forwarder's `report(...)` from
+    /// our address, exactly as it will be sent. A revert of the forwarder (config,
+    /// signatures, a transmission already attempted) is decoded by name. Direct mode: `None`.
+    async fn preflight_forwarder(
+        &self,
+        market_id: U256,
+        to: Address,
+        calldata: &Bytes,
+    ) -> Result<Option<u64>, SubmitError> {
+        if self.cfg.mode != SubmitMode::Report {
+            return Ok(None);
+        }
+        let call = TransactionRequest::default()
+            .with_from(self.from)
+            .with_to(to)
+            .with_input(calldata.clone());
+        if let Err(e) = self.provider.call(call.clone()).await {
+            return Err(match revert_of(&e) {
+                Some(r) => {
+                    tracing::warn!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
+                    SubmitError::Reverted {
+                        name: r.name(),
+                        reason: format!("forwarder report(): {r}"),
+                    }
+                }
+                None => SubmitError::Rpc(e.to_string()),
+            });
+        }
+        self.provider
+            .estimate_gas(call)
+            .await
+            .map(Some)
+            .map_err(|e| SubmitError::Rpc(e.to_string()))
     }
 
     /// The call that actually executes the resolution: `resolveMarket` from us (direct),
@@ -345,6 +377,30 @@ impl Submitter {
             gas_estimate: None,
             gas_limit: None,
         };
+        if self.cfg.mode == SubmitMode::Report {
+            // the forwarder's own checks first: its revert reverts the whole transaction
+            let fwd = TransactionRequest::default()
+                .with_from(self.from)
+                .with_to(to)
+                .with_input(calldata.clone());
+            if let Err(e) = self
+                .provider
+                .call(fwd)
+                .overrides_opt(overrides.clone())
+                .await
+            {
+                match revert_of(&e) {
+                    Some(r) => {
+                        sim.revert = Some(SimulatedRevert {
+                            name: r.name(),
+                            reason: format!("forwarder report(): {r}"),
+                        })
+                    }
+                    None => sim.rpc_error = Some(e.to_string()),
+                }
+                return sim;
+            }
+        }
         let call = self
             .provider
             .call(exec.clone())
@@ -379,119 +435,14 @@ impl Submitter {
         sim
     }
 
-    /// Signs the prepared transaction with the next nonce.
-    pub async fn sign(&self, p: &Prepared) -> Result<Signed, SubmitError> {
-        let wallet = self
-            .wallet
-            .as_ref()
-            .ok_or_else(|| SubmitError::Config("no signing key (dry-run?)".into()))?;
-        let _guard = self.nonce_lock.lock().await;
-        let nonce = self
-            .provider
-            .get_transaction_count(self.from)
-            .pending()
-            .await
-            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
-        let chain_id = self
-            .provider
-            .get_chain_id()
-            .await
-            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
-        let fees = self
-            .provider
-            .estimate_eip1559_fees()
-            .await
-            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
-        let tx = TransactionRequest::default()
-            .with_from(self.from)
-            .with_to(p.to)
-            .with_input(p.calldata.clone())
-            .with_nonce(nonce)
-            .with_chain_id(chain_id)
-            .with_gas_limit(p.gas_limit)
-            .with_max_fee_per_gas(fees.max_fee_per_gas)
-            .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
-        let envelope = tx
-            .build(wallet)
-            .await
-            .map_err(|e| SubmitError::Config(format!("cannot sign: {e}")))?;
-        Ok(Signed {
-            tx_hash: *envelope.tx_hash(),
-            raw: Bytes::from(envelope.encoded_2718()),
-            nonce,
-        })
-    }
-
-    /// Broadcasts a signed transaction (again, if needed: the same bytes can only be
-    /// mined once) and waits for its confirmation.
-    pub async fn broadcast(
+    /// Whether `r` (a receipt of our submission) resolved `market_id`: the transaction
+    /// succeeded, the market emitted `MarketResolved` for it and, in report mode, the
+    /// forwarder's `ReportProcessed.result` is true.
+    pub fn confirm(
         &self,
         market_id: U256,
-        tx_hash: B256,
-        raw: &[u8],
+        r: &TransactionReceipt,
     ) -> Result<Confirmed, SubmitError> {
-        if let Some(r) = self.receipt(tx_hash).await? {
-            return self.confirm(market_id, &r);
-        }
-        let mut last = String::new();
-        for attempt in 1..=self.cfg.max_send_attempts.max(1) {
-            match self.provider.send_raw_transaction(raw).await {
-                Ok(_) => {
-                    last.clear();
-                    break;
-                }
-                Err(e) => {
-                    let msg = e.to_string();
-                    let lower = msg.to_lowercase();
-                    if lower.contains("already known")
-                        || lower.contains("known transaction")
-                        || lower.contains("nonce too low")
-                    {
-                        // Already in the pool or mined: wait for the receipt below.
-                        last.clear();
-                        break;
-                    }
-                    if let Some(r) = revert_of(&e) {
-                        return Err(SubmitError::Reverted {
-                            name: r.name(),
-                            reason: r.to_string(),
-                        });
-                    }
-                    tracing::warn!(attempt, error = %msg, "broadcast failed");
-                    last = msg;
-                    tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt))).await;
-                }
-            }
-        }
-        if !last.is_empty() {
-            return Err(SubmitError::Rpc(last));
-        }
-        let deadline = tokio::time::Instant::now() + self.cfg.receipt_timeout;
-        // Poll quickly first (dev chains mine at once), then back off to 2 s.
-        let mut every = Duration::from_millis(20);
-        loop {
-            if let Some(r) = self.receipt(tx_hash).await? {
-                return self.confirm(market_id, &r);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(SubmitError::NoReceipt {
-                    tx: tx_hash,
-                    secs: self.cfg.receipt_timeout.as_secs(),
-                });
-            }
-            tokio::time::sleep(every).await;
-            every = (every * 2).min(Duration::from_secs(2));
-        }
-    }
-
-    async fn receipt(&self, tx: B256) -> Result<Option<TransactionReceipt>, SubmitError> {
-        self.provider
-            .get_transaction_receipt(tx)
-            .await
-            .map_err(|e| SubmitError::Rpc(e.to_string()))
-    }
-
-    fn confirm(&self, market_id: U256, r: &TransactionReceipt) -> Result<Confirmed, SubmitError> {
         let tx = r.transaction_hash;
         if !r.status() {
             return Err(SubmitError::NotConfirmed {

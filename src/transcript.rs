@@ -457,6 +457,43 @@ pub fn export_file_name(market: Address, market_id: U256) -> String {
     format!("{market:#x}-{market_id}.json")
 }
 
+/// A round's submission history as stored by the transaction manager: each reserved
+/// nonce with its state and every signed attempt (fees in wei, as decimal strings).
+/// Shown by `GET /rounds/{id}`, `cresolver rounds show` and kept in the transcript
+/// under `transactions`.
+pub fn transactions_json(
+    history: &[(crate::store::NonceRecord, Vec<crate::store::AttemptRecord>)],
+) -> serde_json::Value {
+    serde_json::Value::Array(
+        history
+            .iter()
+            .map(|(n, attempts)| {
+                serde_json::json!({
+                    "nonce": n.nonce,
+                    "state": n.state,
+                    "to": n.payload.to,
+                    "gas_limit": n.payload.gas_limit,
+                    "mined_tx": n.mined_tx,
+                    "mined_block": n.mined_block,
+                    "detail": n.detail,
+                    "reserved_at": n.created_at,
+                    "attempts": attempts.iter().map(|a| serde_json::json!({
+                        "seq": a.seq,
+                        "tx_hash": a.tx_hash,
+                        "max_fee_per_gas": a.max_fee_per_gas.to_string(),
+                        "max_priority_fee_per_gas": a.max_priority_fee_per_gas.to_string(),
+                        "sent_block": a.sent_block,
+                        "signed_at": a.created_at,
+                        "state": if n.mined_tx == Some(a.tx_hash) { "mined" }
+                            else if n.state == crate::store::NonceState::Pending { if a.sent_block.is_some() { "sent" } else { "stored" } }
+                            else { "replaced" },
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,10 @@
 //! index), one round per market with its state (requested → discovered → answered →
 //! challenged → evaluated → submitted → confirmed, or failed/skipped with a reason), the
 //! signed submission transaction *before* it is broadcast, and the watcher's checkpoint.
+//! The transaction manager's nonces and attempts live in [`txs`].
+
+mod txs;
+pub use txs::{AttemptRecord, KeyRef, NonceRecord, NonceState, TxPayload};
 
 use alloy::primitives::{Address, B256, Bytes, U256};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -21,7 +25,8 @@ pub enum RoundState {
     Answered,
     Challenged,
     Evaluated,
-    /// The signed transaction is stored; it may or may not have been broadcast yet.
+    /// A nonce is reserved for the round's transaction (see [`txs`]): its attempts may or
+    /// may not have been broadcast or mined; it is not yet `confirmations` deep.
     Submitted,
     Confirmed,
     Failed,
@@ -145,7 +150,7 @@ pub struct Store {
     conn: Mutex<Connection>,
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -177,6 +182,7 @@ impl Store {
         let conn = Connection::open(data_dir.join("cresolver.sqlite3"))?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(txs::SCHEMA)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -186,6 +192,7 @@ impl Store {
     pub fn in_memory() -> Result<Self, StoreError> {
         let conn = Connection::open_in_memory()?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(txs::SCHEMA)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -408,7 +415,7 @@ fn upsert_round(
         Some((state, _)) if state == "failed" => {
             tx.execute(
                 "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = COALESCE(?4, request_tx),
-                 request_block = COALESCE(?5, request_block), reason = NULL, submit_tx = NULL, raw_tx = NULL, updated_at = ?6
+                 request_block = COALESCE(?5, request_block), reason = NULL, updated_at = ?6
                  WHERE market = ?1 AND market_id = ?2",
                 params![market.to_string(), market_id.to_string(), workflow, req_tx, req_block, t],
             )?;
