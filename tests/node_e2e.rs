@@ -12,10 +12,6 @@ use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
 use cresolver::store::RoundState;
 use std::time::{Duration, Instant};
 
-async fn nonce(s: &MarketSetup, who: Address) -> u64 {
-    s.dev.provider.get_transaction_count(who).await.unwrap()
-}
-
 fn good(det: DeterminationMode, conf: f64) -> AgentUriFuture {
     AgentUriFuture(behaviour(det, conf))
 }
@@ -340,47 +336,6 @@ async fn unauthorized_key_fails_once_with_decoded_reason() {
     r.stop().await;
 }
 
-fn bin() -> tokio::process::Command {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_cresolver"))
-}
-
-fn node_process(
-    s: &MarketSetup,
-    dir: &std::path::Path,
-    wf: &std::path::Path,
-    crash_after_sign: bool,
-) -> tokio::process::Child {
-    let mut c = bin();
-    c.args([
-        "node",
-        "--rpc-url",
-        &s.dev.rpc_url(),
-        "--market-address",
-        &s.dev.contracts.market.to_string(),
-    ])
-    .arg("--data-dir")
-    .arg(dir.join("data"))
-    .arg("--workflow")
-    .arg(wf)
-    .env(
-        "CRESOLVER_PRIVATE_KEY",
-        alloy::hex::encode(s.dev.signers[0].to_bytes()),
-    )
-    .env("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "true")
-    .env("CRESOLVER__CHAIN__POLL_INTERVAL_MS", "100")
-    .env("CRESOLVER__API__LISTEN", "127.0.0.1:0")
-    .env("CRESOLVER_LOG", "warn")
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .kill_on_drop(true);
-    if crash_after_sign {
-        c.env("CRESOLVER_TEST_CRASH_AFTER_SIGN", "1");
-    } else {
-        c.env_remove("CRESOLVER_TEST_CRASH_AFTER_SIGN");
-    }
-    c.spawn().unwrap()
-}
-
 async fn wait_state(
     dir: &std::path::Path,
     s: &MarketSetup,
@@ -420,12 +375,12 @@ async fn killed_mid_round_then_restarted_resolves_exactly_once() {
     let dir = tmpdir("kill");
     let wf = workflow_file(&dir, |t| t);
     s.dev.request_resolution(s.market_id).await.unwrap();
-    let mut child = node_process(&s, &dir, &wf, false);
+    let mut child = node_process(&s, &dir, &wf, None);
     wait_state(&dir, &s, |st| st == RoundState::Discovered).await;
     child.kill().await.unwrap();
     assert!(resolved_events(&s).await.is_empty());
 
-    let mut child = node_process(&s, &dir, &wf, false);
+    let mut child = node_process(&s, &dir, &wf, None);
     let st = wait_state(&dir, &s, RoundState::is_final).await;
     child.kill().await.unwrap();
     assert_eq!(st, RoundState::Confirmed);
@@ -446,7 +401,7 @@ async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction()
     let wf = workflow_file(&dir, |t| t);
     let before = nonce(&s, s.dev.accounts[0]).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
-    let mut child = node_process(&s, &dir, &wf, true);
+    let mut child = node_process(&s, &dir, &wf, Some("signed"));
     let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
         .await
         .expect("node exits")
@@ -467,7 +422,7 @@ async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction()
         "nothing was broadcast"
     );
 
-    let mut child = node_process(&s, &dir, &wf, false);
+    let mut child = node_process(&s, &dir, &wf, None);
     let st = wait_state(&dir, &s, RoundState::is_final).await;
     child.kill().await.unwrap();
     assert_eq!(st, RoundState::Confirmed);

@@ -80,6 +80,12 @@ pub mod artifacts {
     sol!(
         #[sol(rpc)]
         #[derive(Debug, PartialEq, Eq)]
+        StrictForwarder,
+        "contracts-abi/artifacts/StrictForwarder.json"
+    );
+    sol!(
+        #[sol(rpc)]
+        #[derive(Debug, PartialEq, Eq)]
         Multicall3,
         "contracts-abi/artifacts/Multicall3.json"
     );

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 /// Settings of a transaction manager.
 #[derive(Debug, Clone)]
 pub struct TxmConfig {
-    /// Blocks a receipt must be deep (the block that holds it counts as 1; 0 means 1).
+    /// Blocks that must be on top of the receipt's block (as the watcher counts them for
+    /// requests: 0 takes the receipt as it is).
     pub confirmations: u64,
     pub fees: FeePolicy,
     /// How often a pending nonce is looked at.
@@ -362,7 +363,9 @@ impl TxManager {
     /// and re-signs along the way. Returns [`TxError::Stuck`] after `wait_bound`.
     pub async fn drive(&self, nonce: u64) -> Result<TxOutcome, TxError> {
         let started = Instant::now();
-        let need = self.cfg.confirmations.max(1);
+        let need = self.cfg.confirmations;
+        // when the chain's count first passed our nonce with none of our attempts found
+        let mut lost_since: Option<Instant> = None;
         // (attempt, block) where we last saw one of our attempts included
         let mut included: Option<(B256, u64)> = None;
         let mut last_head: Option<u64> = None;
@@ -396,7 +399,8 @@ impl TxManager {
                         tracing::info!(market_id = %rec.payload.market_id, nonce, tx = %a.tx_hash, block, need, "transaction included; waiting for confirmations");
                         included = Some((a.tx_hash, block));
                     }
-                    if head.number >= block && head.number - block + 1 >= need {
+                    lost_since = None;
+                    if head.number >= block.saturating_add(need) {
                         let canonical = self
                             .provider
                             .get_block_by_number(block.into())
@@ -440,8 +444,22 @@ impl TxManager {
                     .await
                     .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))?;
                 if mined_count > nonce {
-                    // one of ours may have been mined between the two reads
-                    if self.mined_attempt(&attempts).await?.is_some() {
+                    // One of ours may have been mined between the two reads, or its
+                    // receipt may not be indexed yet (a node updates the account's
+                    // count before its receipts, a load balancer mixes backends): look
+                    // the attempts up by hash, and declare the nonce lost only when
+                    // that holds for a grace period.
+                    if self.mined_attempt(&attempts).await?.is_some()
+                        || self.any_attempt_in_a_block(&attempts).await?
+                    {
+                        last_head = None;
+                        self.wait(started, nonce, &attempts).await?;
+                        continue;
+                    }
+                    let since = *lost_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() < self.lost_grace() {
+                        last_head = None;
+                        self.wait(started, nonce, &attempts).await?;
                         continue;
                     }
                     let detail = format!(
@@ -460,6 +478,7 @@ impl TxManager {
                     self.refresh_backlog().await;
                     return Ok(TxOutcome::Lost { nonce });
                 }
+                lost_since = None;
                 self.refresh_backlog().await;
             }
             let Some(newest) = attempts.last() else {
@@ -547,6 +566,27 @@ impl TxManager {
         }
     }
 
+    /// How long "the chain's count passed our nonce and none of our attempts is mined"
+    /// must hold before the nonce is declared lost.
+    fn lost_grace(&self) -> Duration {
+        (self.cfg.poll_interval * 5).max(Duration::from_secs(2))
+    }
+
+    /// Whether a node knows any attempt as included in a block (even without a receipt).
+    async fn any_attempt_in_a_block(&self, attempts: &[AttemptRecord]) -> Result<bool, TxError> {
+        for a in attempts.iter().rev() {
+            let tx = self
+                .provider
+                .get_transaction_by_hash(a.tx_hash)
+                .await
+                .map_err(|e| TxError::Rpc(format!("eth_getTransactionByHash: {e}")))?;
+            if tx.is_some_and(|t| t.block_number.is_some()) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Sleeps one poll interval, or fails with [`TxError::Stuck`] past the bound.
     async fn wait(
         &self,
@@ -561,7 +601,7 @@ impl TxManager {
                 secs: started.elapsed().as_secs(),
                 attempts: attempts.len(),
                 max_fee_gwei: gwei(last.map_or(0, |a| a.max_fee_per_gas)),
-                deep: format!("{} block(s) deep", self.cfg.confirmations.max(1)),
+                deep: format!("with {} block(s) on top", self.cfg.confirmations),
                 why: String::new(),
             });
         }

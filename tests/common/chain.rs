@@ -74,3 +74,56 @@ pub async fn market_with_n_workers(n: usize) -> MarketSetup {
     )
     .await
 }
+
+/// `n` more markets joined by the same workers (agents) as `s`'s first market; returns
+/// their ids.
+pub async fn more_markets(s: &MarketSetup, n: usize) -> Vec<U256> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = s
+            .dev
+            .create_market(&format!("Burst market {i}: YES?"), s.reward, 86_400)
+            .await
+            .unwrap();
+        for (w, a) in s.workers.iter().zip(&s.agents) {
+            s.dev.join(id, *w, a.agent_id, s.stake).await.unwrap();
+        }
+        ids.push(id);
+    }
+    ids
+}
+
+/// Requests resolution of every market in `ids` in one block: automine off, the
+/// requests sent, one block mined. Automine stays as `automine_after`.
+pub async fn request_in_one_block(s: &MarketSetup, ids: &[U256], automine_after: bool) -> u64 {
+    use alloy::providers::Provider;
+    use alloy::providers::ext::AnvilApi;
+    let p = &s.dev.provider;
+    p.anvil_set_auto_mine(false).await.unwrap();
+    let mut pending = Vec::new();
+    for id in ids {
+        pending.push(
+            s.dev
+                .market()
+                .requestResolution(*id)
+                .from(s.dev.requester())
+                .send()
+                .await
+                .unwrap(),
+        );
+    }
+    p.evm_mine(None).await.unwrap();
+    let block = p.get_block_number().await.unwrap();
+    for tx in pending {
+        let r = p
+            .get_transaction_receipt(*tx.tx_hash())
+            .await
+            .unwrap()
+            .expect("request mined");
+        assert_eq!(r.block_number, Some(block), "all requests in one block");
+    }
+    if automine_after {
+        p.anvil_set_auto_mine(true).await.unwrap();
+    }
+    block
+}

@@ -105,3 +105,66 @@ pub async fn resolved_events(s: &MarketSetup) -> Vec<ICREsolverMarket::MarketRes
         })
         .collect()
 }
+
+/// The account's mined transaction count.
+pub async fn nonce(s: &MarketSetup, who: Address) -> u64 {
+    s.dev
+        .provider
+        .get_transaction_count(who)
+        .latest()
+        .await
+        .unwrap()
+}
+
+/// The node binary as a child process (killed on drop), signing with dev account 0.
+/// `crash_at` sets the `CRESOLVER_TEST_CRASH_AT` hook (the process exits with 97 there).
+pub fn node_process(
+    s: &MarketSetup,
+    dir: &std::path::Path,
+    wf: &std::path::Path,
+    crash_at: Option<&str>,
+) -> tokio::process::Child {
+    node_process_with(s, dir, wf, crash_at, &[])
+}
+
+/// [`node_process`] with extra `CRESOLVER__…` environment settings.
+pub fn node_process_with(
+    s: &MarketSetup,
+    dir: &std::path::Path,
+    wf: &std::path::Path,
+    crash_at: Option<&str>,
+    env: &[(&str, &str)],
+) -> tokio::process::Child {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_cresolver"));
+    c.args([
+        "node",
+        "--rpc-url",
+        &s.dev.rpc_url(),
+        "--market-address",
+        &s.dev.contracts.market.to_string(),
+    ])
+    .arg("--data-dir")
+    .arg(dir.join("data"))
+    .arg("--workflow")
+    .arg(wf)
+    .env(
+        "CRESOLVER_PRIVATE_KEY",
+        alloy::hex::encode(s.dev.signers[0].to_bytes()),
+    )
+    .env("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "true")
+    .env("CRESOLVER__CHAIN__POLL_INTERVAL_MS", "100")
+    .env("CRESOLVER__API__LISTEN", "127.0.0.1:0")
+    .env("CRESOLVER_LOG", "warn")
+    .env_remove("CRESOLVER_TEST_CRASH_AFTER_SIGN")
+    .env_remove("CRESOLVER_TEST_CRASH_AT")
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .kill_on_drop(true);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    if let Some(point) = crash_at {
+        c.env("CRESOLVER_TEST_CRASH_AT", point);
+    }
+    c.spawn().unwrap()
+}
