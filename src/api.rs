@@ -175,8 +175,18 @@ async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Respon
         return error(StatusCode::BAD_REQUEST, BAD_MARKET_ID_PATH);
     };
     let (store, market) = (s.store.clone(), s.market);
-    match blocking(move || store.get(market, market_id)).await {
-        Ok(Some(round)) => axum::Json(round).into_response(),
+    let round = blocking(move || {
+        let round = store.get(market, market_id)?;
+        let txs = store.tx_history(market, market_id)?;
+        Ok::<_, crate::store::StoreError>(round.map(|r| (r, txs)))
+    })
+    .await;
+    match round {
+        Ok(Some((round, txs))) => {
+            let mut v = serde_json::to_value(&round).unwrap_or_default();
+            v["transactions"] = crate::transcript::transactions_json(&txs);
+            axum::Json(v).into_response()
+        }
         Ok(None) => error(
             StatusCode::NOT_FOUND,
             format!("no round for market {market_id}"),

@@ -937,14 +937,16 @@ fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Result<
             }
         }
     };
+    let txs = store.tx_history(rec.market, rec.market_id)?;
     if json {
-        let doc = match cresolver::transcript::export_document(&rec) {
+        let mut doc = match cresolver::transcript::export_document(&rec) {
             Ok(d) => d,
             // No transcript yet: the store record alone.
             Err(_) => serde_json::json!({
                 "round": cresolver::transcript::RoundInfo::from(&rec)
             }),
         };
+        doc["transactions"] = cresolver::transcript::transactions_json(&txs);
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -965,6 +967,37 @@ fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Result<
     }
     if let Some(tx) = rec.submit_tx {
         println!("submission: tx {tx}");
+    }
+    for (n, attempts) in &txs {
+        println!(
+            "nonce {}: {}{}{}",
+            n.nonce,
+            n.state.as_str(),
+            n.mined_block
+                .map(|b| format!(" in block {b}"))
+                .unwrap_or_default(),
+            n.detail
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        );
+        for a in attempts {
+            println!(
+                "  attempt {}: tx {}, max fee {:.3} gwei, tip {:.3} gwei, {}{}",
+                a.seq,
+                a.tx_hash,
+                a.max_fee_per_gas as f64 / 1e9,
+                a.max_priority_fee_per_gas as f64 / 1e9,
+                a.sent_block
+                    .map(|b| format!("sent at block {b}"))
+                    .unwrap_or_else(|| "stored, not sent".into()),
+                if n.mined_tx == Some(a.tx_hash) {
+                    ", mined"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     let Ok(doc) = cresolver::transcript::export_document(&rec) else {
         println!("transcript: none (the round did not reach discovery)");

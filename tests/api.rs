@@ -144,6 +144,59 @@ async fn rounds_list_and_get() {
         MARKET.to_string().to_lowercase()
     );
 
+    assert_eq!(body["transactions"], json!([]));
+    // a reserved nonce with a replaced and a replacing attempt
+    let key = cresolver::store::KeyRef {
+        signer: Address::repeat_byte(0x55),
+        chain_id: 31337,
+    };
+    let nonce = s
+        .store
+        .reserve_nonce(
+            key,
+            4,
+            &cresolver::store::TxPayload {
+                market: MARKET,
+                market_id: U256::from(7),
+                to: MARKET,
+                calldata: vec![1u8, 2].into(),
+                gas_limit: 90_000,
+            },
+        )
+        .unwrap();
+    for seq in 0..2u32 {
+        s.store
+            .add_attempt(
+                key,
+                MARKET,
+                U256::from(7),
+                &cresolver::store::AttemptRecord {
+                    nonce,
+                    seq,
+                    tx_hash: alloy::primitives::B256::repeat_byte(seq as u8 + 1),
+                    raw: vec![0u8].into(),
+                    max_fee_per_gas: 2_000_000_000 * (u128::from(seq) + 1),
+                    max_priority_fee_per_gas: 1_000_000_000,
+                    gas_limit: 90_000,
+                    sent_block: Some(10 + u64::from(seq)),
+                    created_at: 0,
+                },
+            )
+            .unwrap();
+    }
+    let (status, body) = s.get("/rounds/7").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "submitted");
+    let tx = &body["transactions"][0];
+    assert_eq!(
+        (tx["nonce"].as_u64(), &tx["state"]),
+        (Some(4), &json!("pending"))
+    );
+    assert_eq!(tx["attempts"].as_array().unwrap().len(), 2, "{body}");
+    assert_eq!(tx["attempts"][1]["max_fee_per_gas"], "4000000000");
+    assert_eq!(tx["attempts"][1]["sent_block"], 11);
+    assert!(body.get("raw_tx").is_none(), "raw bytes are not served");
+
     let (status, body) = s.get("/rounds/9").await;
     assert_eq!(
         (status, body),

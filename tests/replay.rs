@@ -125,13 +125,24 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
         shown["round"]["submit_tx"],
         stored["confirmation"]["tx_hash"]
     );
+    // the transaction manager's record: one nonce, its attempt mined
+    assert_eq!(shown["transactions"][0]["state"], "mined", "{shown}");
+    assert_eq!(
+        shown["transactions"][0]["attempts"][0]["tx_hash"],
+        stored["confirmation"]["tx_hash"]
+    );
+    assert_eq!(shown["transactions"][0]["attempts"][0]["state"], "mined");
     // and as text
     let mut args = vec!["rounds", "show", "0"];
     args.extend(store_args);
     let out = cli(&args, &[]).await;
     let so = text(&out.stdout);
     assert!(
-        out.status.success() && so.contains("confirmed") && so.contains("worker #3"),
+        out.status.success()
+            && so.contains("confirmed")
+            && so.contains("worker #3")
+            && so.contains("attempt 0: tx ")
+            && so.contains(", mined"),
         "{}",
         show(&out)
     );

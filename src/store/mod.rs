@@ -291,25 +291,6 @@ impl Store {
         Ok(())
     }
 
-    /// Persists the signed submission before it is broadcast.
-    pub fn mark_submitted(
-        &self,
-        market: Address,
-        market_id: U256,
-        tx_hash: B256,
-        raw_tx: &[u8],
-    ) -> Result<(), StoreError> {
-        let n = self.conn().execute(
-            "UPDATE rounds SET state = 'submitted', submit_tx = ?3, raw_tx = ?4, reason = NULL, updated_at = ?5
-             WHERE market = ?1 AND market_id = ?2",
-            params![market.to_string(), market_id.to_string(), tx_hash.to_string(), raw_tx, now() as i64],
-        )?;
-        if n == 0 {
-            return Err(StoreError::NoRound(market, market_id));
-        }
-        Ok(())
-    }
-
     pub fn get(&self, market: Address, market_id: U256) -> Result<Option<RoundRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(&format!("{SELECT} WHERE market = ?1 AND market_id = ?2"))?;
@@ -515,10 +496,6 @@ mod tests {
             (RoundState::Requested, 2, None)
         );
         assert_eq!(r.request_tx, Some(B256::repeat_byte(3)));
-        s.mark_submitted(m, id, B256::repeat_byte(9), &[1, 2, 3])
-            .unwrap();
-        let r = s.get(m, id).unwrap().unwrap();
-        assert_eq!(r.raw_tx.as_ref().map(|b| b.to_vec()), Some(vec![1u8, 2, 3]));
         assert_eq!(s.unfinished().unwrap().len(), 1);
         s.set_state(m, id, RoundState::Confirmed, None).unwrap();
         assert!(s.unfinished().unwrap().is_empty());
