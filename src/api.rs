@@ -55,12 +55,16 @@ pub struct ApiState {
     /// Extra health fields the node keeps current (chain id, last block, …), merged into
     /// `/health`. Must be a JSON object to be merged; anything else is ignored.
     pub health: Arc<RwLock<Value>>,
+    /// The chain as the node's head probe sees it (`None`: no chain, e.g. tests of the API alone).
+    pub chain: Option<Arc<crate::chain::health::ChainHealth>>,
 }
 
 /// The API's routes.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/health", get(health))
+        .route("/health/live", get(live))
+        .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/rounds", get(list_rounds))
         .route("/rounds/{market_id}", get(get_round))
@@ -119,10 +123,53 @@ async fn health(State(s): State<ApiState>) -> Response {
         }
     }
     // The fixed fields win over extra fields of the same name.
-    body.insert("status".into(), json!("ok"));
+    let (status, reasons) = match &s.chain {
+        Some(c) => {
+            let a = c.assess();
+            body.insert("head".into(), json!(a.head));
+            body.insert("head_age_s".into(), json!(a.head_age_s));
+            body.insert("lag_blocks".into(), json!(a.lag_blocks));
+            (a.status, a.reasons)
+        }
+        None => ("ok", vec![]),
+    };
+    body.insert("status".into(), json!(status));
+    body.insert("reasons".into(), json!(reasons));
     body.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
     body.insert("uptime_s".into(), json!(s.started.elapsed().as_secs()));
     axum::Json(Value::Object(body)).into_response()
+}
+
+/// The process serves HTTP.
+async fn live() -> Response {
+    axum::Json(json!({"status": "live"})).into_response()
+}
+
+/// The node can do its work: an endpoint answers, the head is fresh, the watcher is
+/// within its lag budget, the store takes writes. 503 with the reasons when not.
+async fn ready(State(s): State<ApiState>) -> Response {
+    let mut reasons = s
+        .chain
+        .as_ref()
+        .map(|c| c.assess().reasons)
+        .unwrap_or_default();
+    let store = s.store.clone();
+    if let Err(e) = blocking(move || store.probe_write()).await {
+        reasons.push(format!("the store does not take writes: {e}"));
+    }
+    let ready = reasons.is_empty();
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        axum::Json(
+            json!({"status": if ready { "ready" } else { "not ready" }, "reasons": reasons}),
+        ),
+    )
+        .into_response()
 }
 
 async fn metrics(State(s): State<ApiState>) -> Response {

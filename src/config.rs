@@ -135,6 +135,17 @@ pub struct ChainCfg {
     pub poll_interval_ms: u64,
     /// Largest eth_getLogs range; halved on "range too large" errors.
     pub max_block_range: u64,
+    /// Deadline of one JSON-RPC call (its transport retries included), in ms.
+    pub rpc_timeout_ms: u64,
+    /// Longest wait between retries of the watcher and of rounds after a transient
+    /// error, in ms (the poll interval when that is larger).
+    pub max_backoff_ms: u64,
+    /// `/health/ready` fails when the newest head is older than this many seconds
+    /// (default: 60, none on a dev chain, which mines only on demand).
+    pub max_head_age_secs: Option<u64>,
+    /// `/health/ready` fails when the watcher is more than this many blocks behind the
+    /// head (beyond the confirmations).
+    pub max_lag_blocks: u64,
 }
 
 impl Default for ChainCfg {
@@ -148,6 +159,10 @@ impl Default for ChainCfg {
             start_block: None,
             poll_interval_ms: 2_000,
             max_block_range: 5_000,
+            rpc_timeout_ms: 10_000,
+            max_backoff_ms: 5_000,
+            max_head_age_secs: None,
+            max_lag_blocks: 50,
         }
     }
 }
@@ -371,6 +386,12 @@ impl NodeConfig {
                 message: "must be at least 1".into(),
             });
         }
+        if self.chain.rpc_timeout_ms == 0 {
+            return Err(ConfigError::Invalid {
+                key: "chain.rpc_timeout_ms",
+                message: "must be at least 1".into(),
+            });
+        }
         if self.node.max_concurrent_rounds == 0 {
             return Err(ConfigError::Invalid {
                 key: "node.max_concurrent_rounds",
@@ -406,6 +427,15 @@ impl NodeConfig {
     }
 
     /// The market address, or an error saying how to set it.
+    pub fn rpc_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.chain.rpc_timeout_ms)
+    }
+
+    /// The cap of retry backoffs: `chain.max_backoff_ms`, or the poll interval if larger.
+    pub fn max_backoff(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.chain.max_backoff_ms.max(self.chain.poll_interval_ms))
+    }
+
     pub fn market(&self) -> Result<Address, ConfigError> {
         self.chain.market_address.ok_or(ConfigError::Invalid {
             key: "chain.market_address",

@@ -336,6 +336,7 @@ impl DryRunner {
                 max_range: cfg.chain.max_block_range,
                 reorg_window: 64,
                 subscribe: cfg.chain.rpc_url.starts_with("ws"),
+                max_backoff: cfg.max_backoff(),
             },
         );
         let (tx, mut rx) = mpsc::channel::<Trigger>(256);

@@ -77,6 +77,29 @@ pub struct Metrics {
     tx_events: Family<TxLabels, Counter>,
     tx_stuck: Family<SignerLabels, U64Gauge>,
     tx_nonce_gap: Family<SignerLabels, U64Gauge>,
+    rpc_up: Family<EndpointLabels, U64Gauge>,
+    rpc_errors: Family<EndpointKindLabels, Counter>,
+    rpc_latency: Family<EndpointLabels, Histogram, fn() -> Histogram>,
+    chain_head: U64Gauge,
+    head_age: U64Gauge,
+    rounds_stopped: Family<ReasonLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointKindLabels {
+    endpoint: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    stage: &'static str,
+    reason: &'static str,
 }
 
 impl Default for Metrics {
@@ -153,6 +176,46 @@ impl Metrics {
             tx_nonce_gap.clone(),
         );
 
+        let rpc_up = Family::<EndpointLabels, U64Gauge>::default();
+        registry.register(
+            "cresolver_rpc_up",
+            "Whether the RPC endpoint answered the last head probe (1) or not (0)",
+            rpc_up.clone(),
+        );
+        let rpc_errors = Family::<EndpointKindLabels, Counter>::default();
+        registry.register(
+            "cresolver_rpc_errors",
+            "Failed head probes of an RPC endpoint, by kind (timeout, connect, rate_limited, other)",
+            rpc_errors.clone(),
+        );
+        let rpc_latency: Family<EndpointLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(new_stage_histogram);
+        registry.register_with_unit(
+            "cresolver_rpc_latency",
+            "Latency of the head probe of an RPC endpoint",
+            Unit::Seconds,
+            rpc_latency.clone(),
+        );
+        let chain_head = U64Gauge::default();
+        registry.register(
+            "cresolver_chain_head",
+            "The newest head any endpoint reported",
+            chain_head.clone(),
+        );
+        let head_age = U64Gauge::default();
+        registry.register_with_unit(
+            "cresolver_chain_head_age",
+            "Age of the newest head (now minus its timestamp)",
+            Unit::Seconds,
+            head_age.clone(),
+        );
+        let rounds_stopped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "cresolver_rounds_stopped",
+            "Rounds that stopped short of confirmed, by the stage they stopped in and why (failed, skipped, retry)",
+            rounds_stopped.clone(),
+        );
+
         // Expose the common series from the start, so rates and dashboards see zeros
         // rather than missing data.
         for outcome in ["confirmed", "failed", "skipped"] {
@@ -178,7 +241,54 @@ impl Metrics {
             tx_events,
             tx_stuck,
             tx_nonce_gap,
+            rpc_up,
+            rpc_errors,
+            rpc_latency,
+            chain_head,
+            head_age,
+            rounds_stopped,
         }
+    }
+
+    pub fn rpc_up(&self, endpoint: &str, up: bool) {
+        self.rpc_up
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.to_string(),
+            })
+            .set(u64::from(up));
+    }
+
+    pub fn rpc_error(&self, endpoint: &str, kind: &'static str) {
+        self.rpc_errors
+            .get_or_create(&EndpointKindLabels {
+                endpoint: endpoint.to_string(),
+                kind,
+            })
+            .inc();
+    }
+
+    pub fn rpc_latency(&self, endpoint: &str, secs: f64) {
+        self.rpc_latency
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.to_string(),
+            })
+            .observe(secs);
+    }
+
+    pub fn set_chain_head(&self, n: u64) {
+        self.chain_head.set(n);
+    }
+
+    pub fn set_head_age(&self, secs: u64) {
+        self.head_age.set(secs);
+    }
+
+    /// Counts a round that stopped short of `confirmed`: the `stage` it was in and
+    /// `reason` (`failed`, `skipped`, `retry`).
+    pub fn round_stopped(&self, stage: &'static str, reason: &'static str) {
+        self.rounds_stopped
+            .get_or_create(&ReasonLabels { stage, reason })
+            .inc();
     }
 
     /// Counts a signed transaction of `signer`: `first`, `replacement` or `rebroadcast`.

@@ -99,10 +99,9 @@ pub struct Node {
     in_flight: Mutex<HashSet<(Address, U256)>>,
     retries: Mutex<HashMap<(Address, U256), u32>>,
     health: Arc<std::sync::RwLock<serde_json::Value>>,
+    /// The chain as the head probe sees it (`/health`, `/health/ready`, chain metrics).
+    pub chain_health: Arc<crate::chain::health::ChainHealth>,
 }
-
-/// Transient failures are retried this many times (with doubling delay) per round.
-const MAX_TRANSIENT_RETRIES: u32 = 5;
 
 impl Node {
     /// Connects, loads the workflows and opens the store. `signer` is the resolver key
@@ -111,7 +110,8 @@ impl Node {
         cfg: NodeConfig,
         signer: Option<PrivateKeySigner>,
     ) -> Result<Arc<Self>, NodeError> {
-        let (provider, chain_id) = crate::chain::connect_checked(&cfg.chain.rpc_url).await?;
+        let (provider, chain_id) =
+            crate::chain::connect_checked_with(&cfg.chain.rpc_url, cfg.rpc_timeout()).await?;
         if let Some(expected) = cfg.chain.chain_id
             && expected != chain_id
         {
@@ -161,6 +161,21 @@ impl Node {
                 metrics.clone(),
             ))
         });
+        let chain_health = Arc::new(crate::chain::health::ChainHealth::new(
+            crate::chain::health::HealthLimits {
+                endpoint: crate::chain::redact_url(&cfg.chain.rpc_url),
+                confirmations: cfg
+                    .chain
+                    .confirmations
+                    .unwrap_or(default_confirmations(chain_id)),
+                max_head_age: cfg
+                    .chain
+                    .max_head_age_secs
+                    .or((!is_dev_chain(chain_id)).then_some(60))
+                    .map(Duration::from_secs),
+                max_lag_blocks: cfg.chain.max_lag_blocks,
+            },
+        ));
         let health = json!({"chain_id": chain_id, "markets": pipelines.iter().map(|p| p.market.to_string()).collect::<Vec<_>>()});
         Ok(Arc::new(Self {
             rounds: Arc::new(Semaphore::new(cfg.node.max_concurrent_rounds)),
@@ -176,6 +191,7 @@ impl Node {
             in_flight: Mutex::new(HashSet::new()),
             retries: Mutex::new(HashMap::new()),
             health: Arc::new(std::sync::RwLock::new(health)),
+            chain_health,
         }))
     }
 
@@ -227,12 +243,35 @@ impl Node {
         match result {
             Ok(()) => {}
             Err(Step::Transient(reason)) => {
-                tracing::warn!(market_id = %market_id, %reason, "round paused on a transient error; will retry");
+                let stage = self
+                    .store
+                    .get(market, market_id)?
+                    .map_or("requested", |r| r.state.as_str());
+                self.metrics.round_stopped(stage, "retry");
+                tracing::warn!(market_id = %market_id, stage, %reason, "round paused on a transient error; will retry");
                 self.schedule_retry(market, market_id);
             }
             Err(Step::Store(e)) => return Err(NodeError::Store(e)),
         }
         let r = self.report(market, market_id)?;
+        if matches!(r.state, RoundState::Failed | RoundState::Skipped) {
+            let stage = r.transcript.as_ref().map_or("before evaluation", |t| {
+                if t.get("confirmation").is_some() {
+                    "submitted"
+                } else if t.get("outcome").is_some() {
+                    "evaluated"
+                } else {
+                    "discovered"
+                }
+            });
+            self.metrics.round_stopped(stage, r.state.as_str());
+            let reason = r.reason.as_deref().unwrap_or("");
+            if r.state == RoundState::Failed {
+                tracing::error!(market_id = %market_id, stage, reason, "round failed");
+            } else {
+                tracing::warn!(market_id = %market_id, stage, reason, "round skipped");
+            }
+        }
         if r.state.is_final() {
             self.metrics.round_finished(r.state.as_str());
             self.retries
@@ -250,24 +289,10 @@ impl Node {
             *n += 1;
             *n
         };
-        // A round with a reserved nonce is never given up: a nonce left unused would
-        // hold back every later transaction of the key.
-        let holds_nonce = self
-            .txm
-            .as_ref()
-            .and_then(|t| t.pending_for(market, market_id).ok().flatten())
-            .is_some();
-        if n > MAX_TRANSIENT_RETRIES && !holds_nonce {
-            let reason = "gave up after repeated transient errors (RPC or chain)";
-            tracing::error!(market_id = %market_id, retries = n - 1, reason, "round failed");
-            let _ = self
-                .store
-                .set_state(market, market_id, RoundState::Failed, Some(reason));
-            self.metrics.round_finished("failed");
-            return;
-        }
+        // Retried for as long as the market is open: a round that reads the market
+        // resolved ends `skipped`; the wait doubles up to the configured cap.
         let node = self.clone();
-        let delay = Duration::from_secs(1u64 << n.min(5));
+        let delay = Duration::from_secs(1u64 << n.min(6)).min(self.cfg.max_backoff());
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let _ = node.run_round(market, market_id).await;
@@ -675,30 +700,40 @@ impl Node {
                 max_range: self.cfg.chain.max_block_range,
                 reorg_window: 64,
                 subscribe: self.cfg.chain.rpc_url.starts_with("ws"),
+                max_backoff: self.cfg.max_backoff(),
             };
             let watcher = Watcher::new(self.provider.clone(), self.store.clone(), wcfg);
-            let (tx, rx, m, h) = (
+            let (tx, rx, m, h, ch) = (
                 trig_tx.clone(),
                 stop_rx.clone(),
                 self.metrics.clone(),
                 self.health.clone(),
+                self.chain_health.clone(),
             );
             tasks.spawn(async move {
                 watcher
                     .run(tx, rx, move |r| {
                         if let Some(to) = r.to {
                             m.set_last_processed_block(to);
-                        }
-                        m.set_head_lag(r.head.saturating_sub(r.to.unwrap_or(r.head)));
-                        if let Ok(mut h) = h.write() {
-                            h["head"] = json!(r.head);
-                            if let Some(to) = r.to {
+                            ch.processed(to);
+                            if let Ok(mut h) = h.write() {
                                 h["last_processed_block"] = json!(to);
                             }
                         }
                     })
                     .await
             });
+        }
+
+        {
+            let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(50, 1_000));
+            let (ch, p, m, rx) = (
+                self.chain_health.clone(),
+                self.provider.clone(),
+                self.metrics.clone(),
+                stop_rx.clone(),
+            );
+            tasks.spawn(async move { ch.run(p, m, every, rx).await });
         }
 
         let (api_tx, mut api_rx) = mpsc::channel::<ManualTrigger>(64);
@@ -723,6 +758,7 @@ impl Node {
                 market: self.pipelines[0].market,
                 started: Instant::now(),
                 health: self.health.clone(),
+                chain: Some(self.chain_health.clone()),
             };
             let mut rx = stop_rx.clone();
             tasks.spawn(async move {

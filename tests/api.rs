@@ -57,6 +57,7 @@ async fn start(token: Option<&str>) -> Server {
         market: MARKET,
         started: Instant::now(),
         health: Arc::new(RwLock::new(json!({ "chain_id": 31337, "last_block": 12 }))),
+        chain: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -329,6 +330,7 @@ async fn serve_stops_on_shutdown() {
         market: MARKET,
         started: Instant::now(),
         health: Arc::new(RwLock::new(Value::Null)),
+        chain: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (stop, stopped) = oneshot::channel::<()>();

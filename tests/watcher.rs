@@ -27,6 +27,7 @@ fn cfg(s: &MarketSetup, confirmations: u64, max_range: u64) -> WatcherConfig {
         max_range,
         reorg_window: 64,
         subscribe: false,
+        max_backoff: Duration::from_secs(5),
     }
 }
 

@@ -2,6 +2,8 @@
 //! the JSON ABIs in `contracts-abi/`) and the decoding of reverts into readable reasons.
 
 pub mod bindings;
+pub mod deadline;
+pub mod health;
 pub mod reader;
 pub mod revert;
 pub mod watcher;
@@ -34,22 +36,42 @@ impl RetryPolicy for NoRangeRetry {
     }
 }
 
+/// The deadline of one JSON-RPC call when none is configured.
+pub const DEFAULT_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Connects to an RPC URL (`http(s)://` or `ws(s)://`) with retry and backoff at the
-/// transport (rate limits and transient errors are retried there, not at call sites).
+/// transport (rate limits are retried there, not at call sites) and the default
+/// deadline on every call.
 pub async fn connect(rpc_url: &str) -> Result<DynProvider, ConnectError> {
+    connect_with(rpc_url, DEFAULT_RPC_TIMEOUT).await
+}
+
+/// [`connect`] with a deadline of `timeout` on every call (retries included).
+pub async fn connect_with(
+    rpc_url: &str,
+    timeout: std::time::Duration,
+) -> Result<DynProvider, ConnectError> {
     let url = url::Url::parse(rpc_url)
-        .map_err(|e| ConnectError(format!("{rpc_url} is not a URL: {e}")))?;
-    let builder = ClientBuilder::default().layer(RetryBackoffLayer::new_with_policy(
-        8,
-        250,
-        10_000,
-        NoRangeRetry,
-    ));
+        .map_err(|e| ConnectError(format!("{} is not a URL: {e}", redact_url(rpc_url))))?;
+    // outermost first: the deadline bounds a call with all its rate-limit retries
+    let builder = ClientBuilder::default()
+        .layer(deadline::DeadlineLayer::new(timeout))
+        .layer(RetryBackoffLayer::new_with_policy(
+            8,
+            250,
+            10_000,
+            NoRangeRetry,
+        ));
     let client = match url.scheme() {
         "ws" | "wss" => builder
             .ws(alloy::providers::WsConnect::new(rpc_url))
             .await
-            .map_err(|e| ConnectError(format!("cannot open websocket {rpc_url}: {e}")))?,
+            .map_err(|e| {
+                ConnectError(format!(
+                    "cannot open websocket {}: {e}",
+                    redact_url(rpc_url)
+                ))
+            })?,
         "http" | "https" => builder.http(url),
         other => {
             return Err(ConnectError(format!(
@@ -63,16 +85,94 @@ pub async fn connect(rpc_url: &str) -> Result<DynProvider, ConnectError> {
 
 /// Connects and checks the RPC answers (returns its chain id).
 pub async fn connect_checked(rpc_url: &str) -> Result<(DynProvider, u64), ConnectError> {
-    let p = connect(rpc_url).await?;
+    connect_checked_with(rpc_url, DEFAULT_RPC_TIMEOUT).await
+}
+
+/// [`connect_checked`] with a per-call deadline.
+pub async fn connect_checked_with(
+    rpc_url: &str,
+    timeout: std::time::Duration,
+) -> Result<(DynProvider, u64), ConnectError> {
+    let p = connect_with(rpc_url, timeout).await?;
     let id = p.get_chain_id().await.map_err(|e| {
         ConnectError(format!(
-            "RPC {rpc_url} does not answer eth_chainId: {e}; is the node running and the URL right?"
+            "RPC {} does not answer eth_chainId: {e}; is the node running and the URL right?",
+            redact_url(rpc_url)
         ))
     })?;
     Ok((p, id))
+}
+
+/// An RPC URL fit for logs and errors: scheme, host and port only (providers put their
+/// API key in the path or the query, and some in the user info).
+pub fn redact_url(rpc_url: &str) -> String {
+    match url::Url::parse(rpc_url) {
+        Ok(u) => {
+            let host = u.host_str().unwrap_or("?");
+            let redacted = !u.username().is_empty()
+                || u.password().is_some()
+                || !matches!(u.path(), "" | "/")
+                || u.query().is_some();
+            format!(
+                "{}://{}{}{}",
+                u.scheme(),
+                host,
+                u.port().map(|p| format!(":{p}")).unwrap_or_default(),
+                if redacted { "/…" } else { "" }
+            )
+        }
+        Err(_) => "<unparseable RPC URL>".into(),
+    }
 }
 
 /// The RPC could not be reached or used.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConnectError(pub String);
+
+/// An error text fit for logs: every URL in it reduced by [`redact_url`].
+pub fn redact_error(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = ["http://", "https://", "ws://", "wss://"]
+        .iter()
+        .filter_map(|p| rest.find(p))
+        .min()
+    {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | ',' | '>'))
+            .unwrap_or(tail.len());
+        out.push_str(&redact_url(&tail[..end]));
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_keys() {
+        assert_eq!(
+            redact_url("https://eth-mainnet.example.com/v2/SECRETKEY"),
+            "https://eth-mainnet.example.com/…"
+        );
+        assert_eq!(
+            redact_url("wss://user:pw@node.example:8546"),
+            "wss://node.example:8546/…"
+        );
+        assert_eq!(redact_url("http://127.0.0.1:8545"), "http://127.0.0.1:8545");
+        let e = redact_error(
+            "error sending request for url (https://rpc.example/key123?apikey=S3CRET): connection refused",
+        );
+        assert!(!e.contains("key123") && !e.contains("S3CRET"), "{e}");
+        assert!(
+            e.contains("https://rpc.example/…") && e.ends_with("connection refused"),
+            "{e}"
+        );
+    }
+}

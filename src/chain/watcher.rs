@@ -40,6 +40,8 @@ pub struct WatcherConfig {
     pub reorg_window: u64,
     /// Whether to subscribe to logs (the RPC is a websocket).
     pub subscribe: bool,
+    /// Longest wait between scans after errors.
+    pub max_backoff: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -236,8 +238,8 @@ impl Watcher {
                     backoff = self.cfg.poll_interval;
                 }
                 Err(e) => {
+                    backoff = (backoff * 2).min(self.cfg.max_backoff.max(self.cfg.poll_interval));
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "scan failed; retrying");
-                    backoff = (backoff * 2).min(Duration::from_secs(60));
                 }
             }
             let tick = tokio::time::sleep(backoff);

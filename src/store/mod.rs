@@ -334,6 +334,12 @@ impl Store {
         .collect()
     }
 
+    /// A write that changes nothing of note (readiness probe): fails when the database
+    /// is read-only, full or locked beyond the busy timeout.
+    pub fn probe_write(&self) -> Result<(), StoreError> {
+        self.set_checkpoint("health:probe", now(), B256::ZERO)
+    }
+
     pub fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
         let conn = self.conn();
         let row: Option<(i64, String)> = conn
