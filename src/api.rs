@@ -192,27 +192,41 @@ async fn metrics(State(s): State<ApiState>) -> Response {
 #[derive(Debug, Deserialize)]
 struct ListQuery {
     limit: Option<usize>,
+    cursor: Option<i64>,
 }
 
+/// Round summaries, newest first, without transcripts (`GET /rounds/{id}` has those);
+/// `limit` (default 100, at most 1000) and `cursor` (from the `x-next-cursor` header of
+/// the previous page).
 async fn list_rounds(
     State(s): State<ApiState>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Response {
-    let limit = match query {
-        Ok(Query(q)) => q
-            .limit
-            .unwrap_or(DEFAULT_ROUNDS_LIMIT)
-            .min(MAX_ROUNDS_LIMIT),
+    let (limit, cursor) = match query {
+        Ok(Query(q)) => (
+            q.limit
+                .unwrap_or(DEFAULT_ROUNDS_LIMIT)
+                .min(MAX_ROUNDS_LIMIT),
+            q.cursor,
+        ),
         Err(_) => {
             return error(
                 StatusCode::BAD_REQUEST,
-                "limit must be a non-negative integer",
+                "limit and cursor must be non-negative integers",
             );
         }
     };
     let store = s.store.clone();
-    match blocking(move || store.list(limit)).await {
-        Ok(rounds) => axum::Json(rounds).into_response(),
+    match blocking(move || store.list_summaries(limit, cursor)).await {
+        Ok((rounds, next)) => {
+            let mut resp = axum::Json(rounds).into_response();
+            if let Some(n) = next
+                && let Ok(v) = HeaderValue::from_str(&n.to_string())
+            {
+                resp.headers_mut().insert("x-next-cursor", v);
+            }
+            resp
+        }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }

@@ -84,6 +84,12 @@ async fn health_reports_status_version_and_extra_fields() {
     assert!(body["uptime_s"].is_u64(), "{body}");
     assert_eq!(body["chain_id"], 31337);
     assert_eq!(body["last_block"], 12);
+    let (status, body) = s.get("/health/live").await;
+    assert_eq!((status, body), (200, json!({"status": "live"})));
+    // no chain attached: ready as far as the store goes
+    let (status, body) = s.get("/health/ready").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["reasons"], json!([]));
 }
 
 #[tokio::test]
@@ -134,6 +140,23 @@ async fn rounds_list_and_get() {
     assert_eq!(body.as_array().unwrap().len(), 1, "{body}");
     let (status, body) = s.get("/rounds?limit=nope").await;
     assert_eq!(status, 400, "{body}");
+    // pages with a cursor, summaries only
+    let resp = s.http.get(s.url("/rounds?limit=2")).send().await.unwrap();
+    let cursor = resp.headers()["x-next-cursor"].to_str().unwrap().to_string();
+    let page: Value = resp.json().await.unwrap();
+    assert_eq!(page.as_array().unwrap().len(), 2);
+    assert_eq!(page[0]["market_id"], "0x9", "newest first: {page}");
+    assert!(page[0].get("outcome").is_none(), "no transcript in the list");
+    let resp = s
+        .http
+        .get(s.url(&format!("/rounds?limit=2&cursor={cursor}")))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.headers().get("x-next-cursor").is_none(), "last page");
+    let page: Value = resp.json().await.unwrap();
+    assert_eq!(page.as_array().unwrap().len(), 1);
+    assert_eq!(page[0]["market_id"], "0x7");
 
     let (status, body) = s.get("/rounds/7").await;
     assert_eq!(status, 200, "{body}");

@@ -101,6 +101,37 @@ pub struct RoundRecord {
     pub updated_at: u64,
 }
 
+/// A round without its transcript: what `GET /rounds` lists.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoundSummary {
+    pub market: Address,
+    pub market_id: U256,
+    pub state: RoundState,
+    pub attempt: u32,
+    pub workflow: String,
+    pub request_tx: Option<B256>,
+    pub request_block: Option<u64>,
+    pub reason: Option<String>,
+    pub submit_tx: Option<B256>,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+/// Longest reason a summary carries.
+pub const SUMMARY_REASON_BYTES: usize = 512;
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
 /// What recording a request decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestDecision {
@@ -309,6 +340,67 @@ impl Store {
         let rows = stmt.query_map(params![limit as i64], read_row)?;
         rows.map(|r| r.map_err(StoreError::from).and_then(|x| x))
             .collect()
+    }
+
+    /// A page of round summaries (no transcript, no raw bytes), newest first by
+    /// insertion; `before` is the cursor a previous page returned. Reasons are cut to
+    /// [`SUMMARY_REASON_BYTES`]. Returns the page and the cursor of the next one.
+    pub fn list_summaries(
+        &self,
+        limit: usize,
+        before: Option<i64>,
+    ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT rowid, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, created_at, updated_at
+             FROM rounds WHERE rowid < ?1 ORDER BY rowid DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(
+            params![before.unwrap_or(i64::MAX), limit as i64],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, Option<i64>>(7)?,
+                    r.get::<_, Option<String>>(8)?,
+                    r.get::<_, Option<String>>(9)?,
+                    r.get::<_, i64>(10)?,
+                    r.get::<_, i64>(11)?,
+                ))
+            },
+        )?;
+        let corrupt = |what: &str, e: String| StoreError::Corrupt(format!("{what}: {e}"));
+        let mut out = Vec::new();
+        let mut last = None;
+        for row in rows {
+            let (rowid, market, id, state, attempt, workflow, rtx, rblock, reason, stx, c, u) = row?;
+            last = Some(rowid);
+            let hash = |h: Option<String>, what: &str| {
+                h.map(|h| B256::from_str(&h))
+                    .transpose()
+                    .map_err(|e| corrupt(what, e.to_string()))
+            };
+            out.push(RoundSummary {
+                market: Address::from_str(&market).map_err(|e| corrupt("market", e.to_string()))?,
+                market_id: U256::from_str(&id).map_err(|e| corrupt("market_id", e.to_string()))?,
+                state: RoundState::from_str(&state)?,
+                attempt: attempt as u32,
+                workflow,
+                request_tx: hash(rtx, "request_tx")?,
+                request_block: rblock.map(|b| b as u64),
+                reason: reason.map(|r| truncate(r, SUMMARY_REASON_BYTES)),
+                submit_tx: hash(stx, "submit_tx")?,
+                created_at: c as u64,
+                updated_at: u as u64,
+            });
+        }
+        let next = (out.len() == limit).then_some(last).flatten();
+        Ok((out, next))
     }
 
     /// Rounds that are not final (to resume after a restart).
