@@ -142,11 +142,17 @@ async fn rounds_list_and_get() {
     assert_eq!(status, 400, "{body}");
     // pages with a cursor, summaries only
     let resp = s.http.get(s.url("/rounds?limit=2")).send().await.unwrap();
-    let cursor = resp.headers()["x-next-cursor"].to_str().unwrap().to_string();
+    let cursor = resp.headers()["x-next-cursor"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let page: Value = resp.json().await.unwrap();
     assert_eq!(page.as_array().unwrap().len(), 2);
     assert_eq!(page[0]["market_id"], "0x9", "newest first: {page}");
-    assert!(page[0].get("outcome").is_none(), "no transcript in the list");
+    assert!(
+        page[0].get("outcome").is_none(),
+        "no transcript in the list"
+    );
     let resp = s
         .http
         .get(s.url(&format!("/rounds?limit=2&cursor={cursor}")))

@@ -355,30 +355,28 @@ impl Store {
             "SELECT rowid, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, created_at, updated_at
              FROM rounds WHERE rowid < ?1 ORDER BY rowid DESC LIMIT ?2",
         )?;
-        let rows = stmt.query_map(
-            params![before.unwrap_or(i64::MAX), limit as i64],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, i64>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, Option<String>>(6)?,
-                    r.get::<_, Option<i64>>(7)?,
-                    r.get::<_, Option<String>>(8)?,
-                    r.get::<_, Option<String>>(9)?,
-                    r.get::<_, i64>(10)?,
-                    r.get::<_, i64>(11)?,
-                ))
-            },
-        )?;
+        let rows = stmt.query_map(params![before.unwrap_or(i64::MAX), limit as i64], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, Option<String>>(6)?,
+                r.get::<_, Option<i64>>(7)?,
+                r.get::<_, Option<String>>(8)?,
+                r.get::<_, Option<String>>(9)?,
+                r.get::<_, i64>(10)?,
+                r.get::<_, i64>(11)?,
+            ))
+        })?;
         let corrupt = |what: &str, e: String| StoreError::Corrupt(format!("{what}: {e}"));
         let mut out = Vec::new();
         let mut last = None;
         for row in rows {
-            let (rowid, market, id, state, attempt, workflow, rtx, rblock, reason, stx, c, u) = row?;
+            let (rowid, market, id, state, attempt, workflow, rtx, rblock, reason, stx, c, u) =
+                row?;
             last = Some(rowid);
             let hash = |h: Option<String>, what: &str| {
                 h.map(|h| B256::from_str(&h))
