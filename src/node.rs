@@ -907,7 +907,9 @@ pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, crate::config::Conf
                 .map_err(|e| invalid(format!("identity from {from}: {e}")))?,
             None => {
                 let node = AgoraNode::generate(settings).map_err(invalid)?;
-                tracing::warn!(
+                // info, not a warning: nothing is wrong until an Agora worker is met, and
+                // a newcomer who configured nothing of Agora should not be alarmed
+                tracing::info!(
                     did = %node.did(),
                     "no Agora identity configured (protocols.agora.key_env / key_file): using a fresh one for this run"
                 );

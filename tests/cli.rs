@@ -40,8 +40,7 @@ async fn help_lists_every_command() {
 
 #[tokio::test]
 async fn workflow_check_names_the_bad_key() {
-    let dir = std::env::temp_dir().join(format!("cresolver-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::node::tmpdir("cli");
     let f = dir.join("bad.toml");
     std::fs::write(&f, "name = \"x\"\n[quorum]\nrule = \"bft\"\ngrace = 5\n").unwrap();
     let out = run(&["workflow", "check", f.to_str().unwrap()], &[]).await;
@@ -60,8 +59,7 @@ async fn config_check_and_one_shot_resolve_on_anvil() {
     let a = agent(behaviour(DeterminationMode::Yes, 0.9)).await;
     let b = agent(behaviour(DeterminationMode::No, 0.6)).await;
     let s = market_with_workers(vec![AgentUri::Endpoint(a), AgentUri::Endpoint(b)]).await;
-    let dir = std::env::temp_dir().join(format!("cresolver-cli-resolve-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::node::tmpdir("cli-resolve");
     let market = s.dev.contracts.market.to_string();
     let rpc = s.dev.rpc_url();
     let data = dir.join("data");
@@ -129,5 +127,4 @@ async fn config_check_and_one_shot_resolve_on_anvil() {
     let out = run(&args, &[key, private]).await;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["state"], "confirmed");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -13,21 +13,30 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "cresolver-e2e-{tag}-{}-{}",
-        std::process::id(),
-        rand_suffix()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A temporary directory that is removed when the test ends (pass or fail); derefs to
+/// its path.
+pub struct TmpDir(tempfile::TempDir);
+
+impl std::ops::Deref for TmpDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        self.0.path()
+    }
 }
 
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
+impl AsRef<std::path::Path> for TmpDir {
+    fn as_ref(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+pub fn tmpdir(tag: &str) -> TmpDir {
+    TmpDir(
+        tempfile::Builder::new()
+            .prefix(&format!("cresolver-e2e-{tag}-"))
+            .tempdir()
+            .unwrap(),
+    )
 }
 
 /// Writes the default workflow with `edit` applied to its text.
