@@ -10,20 +10,11 @@ use common::chain::*;
 use common::node::*;
 use common::proxy::{self, Mode};
 use common::*;
-use cresolver::agent::DeterminationMode;
 use cresolver::store::RoundState;
 use std::time::{Duration, Instant};
 
 async fn setup(extra_markets: usize) -> (MarketSetup, Vec<U256>) {
-    let mut uris = Vec::new();
-    for (det, conf) in [
-        (DeterminationMode::Yes, 0.9),
-        (DeterminationMode::Yes, 0.8),
-        (DeterminationMode::No, 0.6),
-    ] {
-        uris.push(AgentUri::Endpoint(agent(behaviour(det, conf)).await));
-    }
-    let s = market_with_workers(uris).await;
+    let s = market_with_three_workers().await;
     let mut ids = vec![s.market_id];
     ids.extend(more_markets(&s, extra_markets).await);
     (s, ids)

@@ -12,7 +12,6 @@ use alloy::rpc::types::anvil::ReorgOptions;
 use common::chain::*;
 use common::node::*;
 use common::*;
-use cresolver::agent::DeterminationMode;
 use cresolver::store::{AttemptRecord, NonceRecord, NonceState, RoundState, Store};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -20,15 +19,7 @@ use std::time::{Duration, Instant};
 const GWEI: u128 = 1_000_000_000;
 
 async fn three_workers() -> MarketSetup {
-    let mut uris = Vec::new();
-    for (det, conf) in [
-        (DeterminationMode::Yes, 0.9),
-        (DeterminationMode::Yes, 0.8),
-        (DeterminationMode::No, 0.6),
-    ] {
-        uris.push(AgentUri::Endpoint(agent(behaviour(det, conf)).await));
-    }
-    market_with_workers(uris).await
+    market_with_three_workers().await
 }
 
 type History = Vec<(NonceRecord, Vec<AttemptRecord>)>;

@@ -162,3 +162,16 @@ async fn completions(
     )
         .into_response()
 }
+
+/// A market joined by three reference workers (YES 0.9, YES 0.8, NO 0.6) on 127.0.0.1.
+pub async fn market_with_three_workers() -> chain::MarketSetup {
+    let mut uris = Vec::new();
+    for (det, conf) in [
+        (DeterminationMode::Yes, 0.9),
+        (DeterminationMode::Yes, 0.8),
+        (DeterminationMode::No, 0.6),
+    ] {
+        uris.push(chain::AgentUri::Endpoint(agent(behaviour(det, conf)).await));
+    }
+    chain::market_with_workers(uris).await
+}
