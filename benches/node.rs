@@ -17,7 +17,14 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-async fn latency(ws: bool) -> anyhow::Result<Vec<f64>> {
+/// Milliseconds from the request to: the round recorded, the transaction submitted, confirmed.
+struct Split {
+    seen: f64,
+    submitted: f64,
+    confirmed: f64,
+}
+
+async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
     let dev = Devnet::start().await?;
     let mut endpoints = vec![];
     for i in 0..3 {
@@ -83,8 +90,16 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<f64>> {
             .from(dev.requester())
             .send()
             .await?;
+        let (mut seen, mut submitted) = (None, None);
+        let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
         loop {
             let r = node.report(dev.contracts.market, id)?;
+            if r.reason.as_deref() != Some("no such round") {
+                seen.get_or_insert_with(|| ms(t0));
+            }
+            if matches!(r.state, RoundState::Submitted | RoundState::Confirmed) {
+                submitted.get_or_insert_with(|| ms(t0));
+            }
             if r.state == RoundState::Confirmed {
                 break;
             }
@@ -96,7 +111,12 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<f64>> {
             anyhow::ensure!(t0.elapsed() < Duration::from_secs(30), "timeout");
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        out.push(t0.elapsed().as_secs_f64() * 1000.0);
+        let confirmed = ms(t0);
+        out.push(Split {
+            seen: seen.unwrap_or(confirmed),
+            submitted: submitted.unwrap_or(confirmed),
+            confirmed,
+        });
     }
     let _ = stop.send(());
     let _ = task.await;
@@ -154,13 +174,18 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async {
         let mut table = String::from("| measurement | value |\n|---|---|\n");
         for ws in [false, true] {
-            let mut v = latency(ws).await?;
+            let v = latency(ws).await?;
             let label = if ws { "ws subscription" } else { "http polling every 50 ms" };
+            let mut c: Vec<f64> = v.iter().map(|s| s.confirmed).collect();
+            let mut seen: Vec<f64> = v.iter().map(|s| s.seen).collect();
+            let mut sub: Vec<f64> = v.iter().map(|s| s.submitted).collect();
             table.push_str(&format!(
-                "| event → confirmed, {label} ({MARKETS} markets, 3 instant workers, rubric) | median {:.0} ms, p90 {:.0} ms, max {:.0} ms |\n",
-                pct(&mut v, 0.5),
-                pct(&mut v, 0.9),
-                pct(&mut v, 1.0)
+                "| event → confirmed, {label} ({MARKETS} markets, 3 instant workers, rubric) | median {:.0} ms, p90 {:.0} ms, max {:.0} ms (median to round seen {:.0} ms, to submitted {:.0} ms) |\n",
+                pct(&mut c, 0.5),
+                pct(&mut c, 0.9),
+                pct(&mut c, 1.0),
+                pct(&mut seen, 0.5),
+                pct(&mut sub, 0.5),
             ));
         }
         let rss = idle_rss().await?;

@@ -129,6 +129,7 @@ async fn health(State(s): State<ApiState>) -> Response {
             body.insert("head".into(), json!(a.head));
             body.insert("head_age_s".into(), json!(a.head_age_s));
             body.insert("lag_blocks".into(), json!(a.lag_blocks));
+            body.insert("endpoints".into(), json!(c.endpoints()));
             (a.status, a.reasons)
         }
         None => ("ok", vec![]),
@@ -148,11 +149,15 @@ async fn live() -> Response {
 /// The node can do its work: an endpoint answers, the head is fresh, the watcher is
 /// within its lag budget, the store takes writes. 503 with the reasons when not.
 async fn ready(State(s): State<ApiState>) -> Response {
-    let mut reasons = s
-        .chain
-        .as_ref()
-        .map(|c| c.assess().reasons)
-        .unwrap_or_default();
+    let (mut reasons, mut warnings) = (vec![], vec![]);
+    if let Some(a) = s.chain.as_ref().map(|c| c.assess()) {
+        // an endpoint out of service while another serves is a warning, not unreadiness
+        if a.ready {
+            warnings = a.reasons;
+        } else {
+            reasons = a.reasons;
+        }
+    }
     let store = s.store.clone();
     if let Err(e) = blocking(move || store.probe_write()).await {
         reasons.push(format!("the store does not take writes: {e}"));
@@ -166,7 +171,7 @@ async fn ready(State(s): State<ApiState>) -> Response {
     (
         code,
         axum::Json(
-            json!({"status": if ready { "ready" } else { "not ready" }, "reasons": reasons}),
+            json!({"status": if ready { "ready" } else { "not ready" }, "reasons": reasons, "warnings": warnings}),
         ),
     )
         .into_response()

@@ -121,8 +121,19 @@ impl Default for AgoraCfg {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChainCfg {
-    /// `http(s)://` (polling with eth_getLogs) or `ws(s)://` (eth_subscribe, polling as fallback).
+    /// `http(s)://` (polling with eth_getLogs) or `ws(s)://` (a newHeads subscription
+    /// wakes the watcher; polling underneath). Used when `rpc_urls` is empty.
     pub rpc_url: String,
+    /// Several endpoints of the same chain, in order of preference: reads go to the first
+    /// one in service, signed transactions to all in service (replaces `rpc_url`).
+    pub rpc_urls: Vec<String>,
+    /// An endpoint trailing the best head of all endpoints by more blocks is not used.
+    pub max_endpoint_lag_blocks: u64,
+    /// Reconnection attempts of alloy's websocket client before the node builds a new
+    /// client (it does so without limit).
+    pub ws_reconnect_attempts: u32,
+    /// Pause between those reconnection attempts, in ms.
+    pub ws_retry_interval_ms: u64,
     /// Expected chain id; checked at start when set.
     pub chain_id: Option<u64>,
     pub market_address: Option<Address>,
@@ -152,6 +163,10 @@ impl Default for ChainCfg {
     fn default() -> Self {
         Self {
             rpc_url: "http://127.0.0.1:8545".into(),
+            rpc_urls: vec![],
+            max_endpoint_lag_blocks: 5,
+            ws_reconnect_attempts: 10,
+            ws_retry_interval_ms: 3_000,
             chain_id: None,
             market_address: None,
             multicall_address: None,
@@ -341,14 +356,17 @@ impl NodeConfig {
                 .separator("__")
                 .try_parsing(true)
                 .list_separator(",")
-                .with_list_parse_key("node.workflows"),
+                .with_list_parse_key("node.workflows")
+                .with_list_parse_key("chain.rpc_urls"),
         );
         let raw = b.build().map_err(|e| ConfigError::Load(e.to_string()))?;
         let mut cfg: NodeConfig = raw
             .try_deserialize()
             .map_err(|e| ConfigError::Load(e.to_string()))?;
         if let Some(u) = &overrides.rpc_url {
+            // the command line names the one endpoint to use
             cfg.chain.rpc_url = u.clone();
+            cfg.chain.rpc_urls.clear();
         }
         if let Some(m) = overrides.market_address {
             cfg.chain.market_address = Some(m);
@@ -364,15 +382,22 @@ impl NodeConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let url = url::Url::parse(&self.chain.rpc_url).map_err(|e| ConfigError::Invalid {
-            key: "chain.rpc_url",
-            message: format!("is not a URL: {e}"),
-        })?;
-        if !matches!(url.scheme(), "http" | "https" | "ws" | "wss") {
-            return Err(ConfigError::Invalid {
-                key: "chain.rpc_url",
-                message: "must be http(s):// or ws(s)://".into(),
-            });
+        let key = if self.chain.rpc_urls.is_empty() {
+            "chain.rpc_url"
+        } else {
+            "chain.rpc_urls"
+        };
+        for (i, u) in self.rpc_urls().iter().enumerate() {
+            let url = url::Url::parse(u).map_err(|e| ConfigError::Invalid {
+                key,
+                message: format!("entry {} is not a URL: {e}", i + 1),
+            })?;
+            if !matches!(url.scheme(), "http" | "https" | "ws" | "wss") {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!("entry {} must be http(s):// or ws(s)://", i + 1),
+                });
+            }
         }
         if self.chain.max_block_range == 0 {
             return Err(ConfigError::Invalid {
@@ -426,7 +451,26 @@ impl NodeConfig {
         Ok(())
     }
 
-    /// The market address, or an error saying how to set it.
+    /// The chain's endpoints in order of preference: `rpc_urls`, or `rpc_url` alone.
+    pub fn rpc_urls(&self) -> Vec<String> {
+        if self.chain.rpc_urls.is_empty() {
+            vec![self.chain.rpc_url.clone()]
+        } else {
+            self.chain.rpc_urls.clone()
+        }
+    }
+
+    /// How the endpoint pool judges and reconnects endpoints.
+    pub fn pool_config(&self) -> crate::chain::pool::PoolConfig {
+        crate::chain::pool::PoolConfig {
+            timeout: self.rpc_timeout(),
+            max_lag_blocks: self.chain.max_endpoint_lag_blocks,
+            ws_retries: self.chain.ws_reconnect_attempts,
+            ws_retry_interval: std::time::Duration::from_millis(self.chain.ws_retry_interval_ms),
+        }
+    }
+
+    /// The deadline of one JSON-RPC call on one endpoint.
     pub fn rpc_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.chain.rpc_timeout_ms)
     }
@@ -436,6 +480,7 @@ impl NodeConfig {
         std::time::Duration::from_millis(self.chain.max_backoff_ms.max(self.chain.poll_interval_ms))
     }
 
+    /// The market address, or an error saying how to set it.
     pub fn market(&self) -> Result<Address, ConfigError> {
         self.chain.market_address.ok_or(ConfigError::Invalid {
             key: "chain.market_address",

@@ -335,13 +335,31 @@ impl DryRunner {
                 poll_interval: Duration::from_millis(cfg.chain.poll_interval_ms),
                 max_range: cfg.chain.max_block_range,
                 reorg_window: 64,
-                subscribe: cfg.chain.rpc_url.starts_with("ws"),
                 max_backoff: cfg.max_backoff(),
             },
         );
         let (tx, mut rx) = mpsc::channel::<Trigger>(256);
         let mut stop = shutdown.clone();
-        let task = tokio::spawn(watcher.run(tx, shutdown, |_| {}));
+        // on a websocket endpoint new heads wake the scan, as in the node
+        let heads = crate::chain::heads::HeadFeed::new();
+        let push = cfg
+            .rpc_urls()
+            .into_iter()
+            .find(|u| u.starts_with("ws"))
+            .map(|url| {
+                let push_cfg = crate::chain::heads::PushConfig {
+                    pool: cfg.pool_config(),
+                    max_backoff: cfg.max_backoff(),
+                    stall_after: Duration::from_secs(30),
+                };
+                tokio::spawn(crate::chain::heads::run_push(
+                    url,
+                    push_cfg,
+                    heads.clone(),
+                    shutdown.clone(),
+                ))
+            });
+        let task = tokio::spawn(watcher.run(tx, shutdown, Some(heads.subscribe()), |_| {}));
         loop {
             tokio::select! {
                 t = rx.recv() => match t {
@@ -355,6 +373,9 @@ impl DryRunner {
             }
         }
         task.abort();
+        if let Some(p) = push {
+            p.abort();
+        }
         Ok(())
     }
 }

@@ -407,8 +407,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 cresolver::workflow::Workflow::load(w)?;
                 println!("workflow {}: ok", w.display());
             }
-            let (provider, chain_id) =
-                cresolver::chain::connect_checked(&cfg.chain.rpc_url).await?;
+            let (provider, chain_id) = connect(&cfg).await?;
             use alloy::providers::Provider;
             let head = provider
                 .get_block_number()
@@ -416,7 +415,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .context("eth_blockNumber")?;
             println!(
                 "rpc {}: chain {chain_id}, head block {head}",
-                cfg.chain.rpc_url
+                endpoints(&cfg)
             );
             if let Some(m) = cfg.chain.market_address {
                 let code = provider.get_code_at(m).await.context("eth_getCode")?;
@@ -626,13 +625,12 @@ async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
                 replay::replay_from_transcript(None, &t, name, wf_override.as_ref(), &opts).await?,
             );
         } else {
-            let (provider, chain_id) =
-                cresolver::chain::connect_checked(&cfg.chain.rpc_url).await?;
+            let (provider, chain_id) = connect(&cfg).await?;
             if let Some(c) = t.chain_id {
                 anyhow::ensure!(
                     c == chain_id,
                     "transcript {name} was recorded on chain {c} but the RPC {} is chain {chain_id}",
-                    cfg.chain.rpc_url
+                    endpoints(&cfg)
                 );
             }
             if a.live {
@@ -672,7 +670,7 @@ async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
     } else {
         let market = cfg.market()?;
         let source = TranscriptSource::open(a.transcripts.as_ref(), &cfg)?;
-        let (provider, chain_id) = cresolver::chain::connect_checked(&cfg.chain.rpc_url).await?;
+        let (provider, chain_id) = connect(&cfg).await?;
         let head = provider
             .get_block_number()
             .await
@@ -849,7 +847,7 @@ async fn dry_run_cmd(a: DryRunArgs) -> anyhow::Result<ExitCode> {
             ),
         },
     };
-    let (provider, chain_id) = cresolver::chain::connect_checked(&cfg.chain.rpc_url).await?;
+    let (provider, chain_id) = connect(&cfg).await?;
     if let Some(expected) = cfg.chain.chain_id {
         anyhow::ensure!(
             expected == chain_id,
@@ -1108,4 +1106,21 @@ fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Result<ExitCode
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Connects to the configured endpoints (`chain.rpc_urls`, or `chain.rpc_url`) and reads
+/// the chain id.
+async fn connect(cfg: &NodeConfig) -> anyhow::Result<(alloy::providers::DynProvider, u64)> {
+    let (_pool, provider, chain_id) =
+        cresolver::chain::connect_pool_checked(&cfg.rpc_urls(), cfg.pool_config()).await?;
+    Ok((provider, chain_id))
+}
+
+/// The configured endpoints as they may be printed (no keys, no paths).
+fn endpoints(cfg: &NodeConfig) -> String {
+    cfg.rpc_urls()
+        .iter()
+        .map(|u| cresolver::chain::redact_url(u))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -78,6 +78,8 @@ pub struct Metrics {
     tx_stuck: Family<SignerLabels, U64Gauge>,
     tx_nonce_gap: Family<SignerLabels, U64Gauge>,
     rpc_up: Family<EndpointLabels, U64Gauge>,
+    rpc_head: Family<EndpointLabels, U64Gauge>,
+    rpc_in_service: Family<EndpointLabels, U64Gauge>,
     rpc_errors: Family<EndpointKindLabels, Counter>,
     rpc_latency: Family<EndpointLabels, Histogram, fn() -> Histogram>,
     chain_head: U64Gauge,
@@ -182,6 +184,18 @@ impl Metrics {
             "Whether the RPC endpoint answered the last head probe (1) or not (0)",
             rpc_up.clone(),
         );
+        let rpc_head = Family::<EndpointLabels, U64Gauge>::default();
+        registry.register(
+            "cresolver_rpc_head",
+            "The newest head an RPC endpoint reported to its probe",
+            rpc_head.clone(),
+        );
+        let rpc_in_service = Family::<EndpointLabels, U64Gauge>::default();
+        registry.register(
+            "cresolver_rpc_in_service",
+            "Whether reads and broadcasts use the RPC endpoint now (answers, and within the lag limit of the best head)",
+            rpc_in_service.clone(),
+        );
         let rpc_errors = Family::<EndpointKindLabels, Counter>::default();
         registry.register(
             "cresolver_rpc_errors",
@@ -242,6 +256,8 @@ impl Metrics {
             tx_stuck,
             tx_nonce_gap,
             rpc_up,
+            rpc_head,
+            rpc_in_service,
             rpc_errors,
             rpc_latency,
             chain_head,
@@ -256,6 +272,22 @@ impl Metrics {
                 endpoint: endpoint.to_string(),
             })
             .set(u64::from(up));
+    }
+
+    pub fn rpc_head(&self, endpoint: &str, head: u64) {
+        self.rpc_head
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.to_string(),
+            })
+            .set(head);
+    }
+
+    pub fn rpc_in_service(&self, endpoint: &str, in_service: bool) {
+        self.rpc_in_service
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.to_string(),
+            })
+            .set(u64::from(in_service));
     }
 
     pub fn rpc_error(&self, endpoint: &str, kind: &'static str) {

@@ -8,6 +8,7 @@
 //! persisted state first.
 
 use crate::api::{ApiState, ManualTrigger};
+use crate::chain::heads::{HeadFeed, PushConfig};
 use crate::chain::reader::{MarketSnapshot, ReadError, read_market};
 use crate::chain::watcher::{Trigger, Watcher, WatcherConfig};
 use crate::config::{NodeConfig, default_confirmations, is_dev_chain};
@@ -101,6 +102,8 @@ pub struct Node {
     health: Arc<std::sync::RwLock<serde_json::Value>>,
     /// The chain as the head probe sees it (`/health`, `/health/ready`, chain metrics).
     pub chain_health: Arc<crate::chain::health::ChainHealth>,
+    /// The newest head (probe and push subscription): wakes the watcher and the txm.
+    heads: HeadFeed,
 }
 
 impl Node {
@@ -110,8 +113,8 @@ impl Node {
         cfg: NodeConfig,
         signer: Option<PrivateKeySigner>,
     ) -> Result<Arc<Self>, NodeError> {
-        let (provider, chain_id) =
-            crate::chain::connect_checked_with(&cfg.chain.rpc_url, cfg.rpc_timeout()).await?;
+        let (pool, provider, chain_id) =
+            crate::chain::connect_pool_checked(&cfg.rpc_urls(), cfg.pool_config()).await?;
         if let Some(expected) = cfg.chain.chain_id
             && expected != chain_id
         {
@@ -150,20 +153,23 @@ impl Node {
         let store = Arc::new(Store::open(&cfg.node.data_dir)?);
         let discovery = discovery_config(&cfg)?;
         let metrics = Arc::new(Metrics::new());
+        let heads = HeadFeed::new();
         let txm = wallet.map(|w| {
-            Arc::new(TxManager::new(
-                provider.clone(),
-                w,
-                from,
-                chain_id,
-                store.clone(),
-                txm_config(&cfg, chain_id),
-                metrics.clone(),
-            ))
+            Arc::new(
+                TxManager::new(
+                    provider.clone(),
+                    w,
+                    from,
+                    chain_id,
+                    store.clone(),
+                    txm_config(&cfg, chain_id),
+                    metrics.clone(),
+                )
+                .with_heads(heads.subscribe()),
+            )
         });
         let chain_health = Arc::new(crate::chain::health::ChainHealth::new(
             crate::chain::health::HealthLimits {
-                endpoint: crate::chain::redact_url(&cfg.chain.rpc_url),
                 confirmations: cfg
                     .chain
                     .confirmations
@@ -175,6 +181,8 @@ impl Node {
                     .map(Duration::from_secs),
                 max_lag_blocks: cfg.chain.max_lag_blocks,
             },
+            pool,
+            heads.clone(),
         ));
         let health = json!({"chain_id": chain_id, "markets": pipelines.iter().map(|p| p.market.to_string()).collect::<Vec<_>>()});
         Ok(Arc::new(Self {
@@ -192,6 +200,7 @@ impl Node {
             retries: Mutex::new(HashMap::new()),
             health: Arc::new(std::sync::RwLock::new(health)),
             chain_health,
+            heads,
         }))
     }
 
@@ -699,20 +708,20 @@ impl Node {
                 poll_interval: Duration::from_millis(self.cfg.chain.poll_interval_ms),
                 max_range: self.cfg.chain.max_block_range,
                 reorg_window: 64,
-                subscribe: self.cfg.chain.rpc_url.starts_with("ws"),
                 max_backoff: self.cfg.max_backoff(),
             };
             let watcher = Watcher::new(self.provider.clone(), self.store.clone(), wcfg);
-            let (tx, rx, m, h, ch) = (
+            let (tx, rx, m, h, ch, wake) = (
                 trig_tx.clone(),
                 stop_rx.clone(),
                 self.metrics.clone(),
                 self.health.clone(),
                 self.chain_health.clone(),
+                self.heads.subscribe(),
             );
             tasks.spawn(async move {
                 watcher
-                    .run(tx, rx, move |r| {
+                    .run(tx, rx, Some(wake), move |r| {
                         if let Some(to) = r.to {
                             m.set_last_processed_block(to);
                             ch.processed(to);
@@ -727,13 +736,30 @@ impl Node {
 
         {
             let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(50, 1_000));
-            let (ch, p, m, rx) = (
+            let (ch, m, rx) = (
                 self.chain_health.clone(),
-                self.provider.clone(),
                 self.metrics.clone(),
                 stop_rx.clone(),
             );
-            tasks.spawn(async move { ch.run(p, m, every, rx).await });
+            tasks.spawn(async move { ch.run(m, every, rx).await });
+        }
+        // A push subscription on the first websocket endpoint wakes the watcher and the
+        // transaction manager at every new head; it is rebuilt for as long as the node runs.
+        if let Some(url) = self
+            .cfg
+            .rpc_urls()
+            .into_iter()
+            .find(|u| u.starts_with("ws"))
+        {
+            let cfg = PushConfig {
+                pool: self.cfg.pool_config(),
+                max_backoff: self.cfg.max_backoff(),
+                stall_after: Duration::from_millis(self.cfg.chain.poll_interval_ms)
+                    .saturating_mul(3)
+                    .max(Duration::from_secs(2)),
+            };
+            let (feed, rx) = (self.heads.clone(), stop_rx.clone());
+            tasks.spawn(async move { crate::chain::heads::run_push(url, cfg, feed, rx).await });
         }
 
         let (api_tx, mut api_rx) = mpsc::channel::<ManualTrigger>(64);

@@ -26,7 +26,6 @@ fn cfg(s: &MarketSetup, confirmations: u64, max_range: u64) -> WatcherConfig {
         poll_interval: Duration::from_millis(100),
         max_range,
         reorg_window: 64,
-        subscribe: false,
         max_backoff: Duration::from_secs(5),
     }
 }

@@ -1,21 +1,19 @@
-//! What the node knows of its chain, kept current by a probe that reads the head on every
-//! poll tick (independently of the watcher's scans): whether the endpoint answers, the
-//! newest head and its age, and how far the watcher trails it. `/health`,
-//! `/health/ready` and the chain metrics are read from here, so an outage shows as an
-//! outage while it lasts, not after the next successful scan.
+//! What the node knows of its chain, kept current by a probe of every endpoint on every
+//! poll tick (independently of the watcher's scans): which endpoints answer and are in
+//! service, the newest head any of them reported and its age, and how far the watcher
+//! trails it. `/health`, `/health/ready` and the chain metrics are read from here, so an
+//! outage shows as an outage while it lasts, not after the next successful scan.
 
+use crate::chain::heads::HeadFeed;
+use crate::chain::pool::{EndpointView, RpcPool};
 use crate::metrics::Metrics;
-use alloy::eips::BlockNumberOrTag;
-use alloy::providers::{DynProvider, Provider};
 use serde::Serialize;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Readiness thresholds.
 #[derive(Debug, Clone)]
 pub struct HealthLimits {
-    /// The endpoint as logs may show it (no key, no path).
-    pub endpoint: String,
     pub confirmations: u64,
     /// Not ready when the newest head is older (None: not checked, e.g. a dev chain).
     pub max_head_age: Option<Duration>,
@@ -23,26 +21,22 @@ pub struct HealthLimits {
     pub max_lag_blocks: u64,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    head: Option<u64>,
-    head_timestamp: Option<u64>,
-    last_ok: Option<Instant>,
-    last_error: Option<String>,
-    last_processed: Option<u64>,
-}
-
 /// The node's view of its chain.
 pub struct ChainHealth {
     limits: HealthLimits,
-    state: RwLock<State>,
+    pool: Arc<RpcPool>,
+    feed: HeadFeed,
+    last_processed: RwLock<Option<u64>>,
 }
 
 /// The verdict of [`ChainHealth::assess`].
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Assessment {
-    /// `ok`, `degraded` (serving, but behind or stale) or `down` (no endpoint answers).
+    /// `ok`, `degraded` (serving, but an endpoint is out, or behind or stale) or `down`
+    /// (no endpoint answers).
     pub status: &'static str,
+    /// Whether the node can do its work (what `/health/ready` answers).
+    pub ready: bool,
     pub reasons: Vec<String>,
     pub head: Option<u64>,
     pub head_age_s: Option<u64>,
@@ -56,148 +50,146 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// The verdict from the endpoints' views and the watcher's position. Pure.
+pub fn verdict(
+    limits: &HealthLimits,
+    views: &[EndpointView],
+    last_processed: Option<u64>,
+    now: u64,
+) -> Assessment {
+    let best = views
+        .iter()
+        .filter(|v| v.head.is_some())
+        .max_by_key(|v| v.head);
+    let head = best.and_then(|v| v.head);
+    let head_age = best
+        .and_then(|v| v.head_timestamp)
+        .map(|t| now.saturating_sub(t));
+    let lag = match (head, last_processed) {
+        (Some(h), Some(p)) => Some(h.saturating_sub(limits.confirmations).saturating_sub(p)),
+        _ => None,
+    };
+    let mut reasons = Vec::new();
+    let mut status = "ok";
+    let mut ready = true;
+    let serving = views.iter().any(|v| v.in_service);
+    for v in views.iter().filter(|v| !v.in_service) {
+        let since = v
+            .last_ok
+            .map(|t| format!(" (last answer {} s ago)", t.elapsed().as_secs()))
+            .unwrap_or_default();
+        let why = v.reason.as_deref().unwrap_or("out of service");
+        reasons.push(format!(
+            "RPC endpoint {} is out of service: {why}{since}",
+            v.name
+        ));
+    }
+    if !serving {
+        status = "down";
+        ready = false;
+    } else if views.iter().any(|v| !v.in_service) {
+        status = "degraded";
+    }
+    if let (Some(max), Some(age)) = (limits.max_head_age, head_age)
+        && age > max.as_secs()
+    {
+        if status == "ok" {
+            status = "degraded";
+        }
+        ready = false;
+        reasons.push(format!(
+            "the newest head is {age} s old (limit {} s)",
+            max.as_secs()
+        ));
+    }
+    if let Some(l) = lag
+        && l > limits.max_lag_blocks
+    {
+        if status == "ok" {
+            status = "degraded";
+        }
+        ready = false;
+        reasons.push(format!(
+            "the watcher is {l} blocks behind the safe head (limit {})",
+            limits.max_lag_blocks
+        ));
+    }
+    Assessment {
+        status,
+        ready,
+        reasons,
+        head,
+        head_age_s: head_age,
+        lag_blocks: lag,
+    }
+}
+
 impl ChainHealth {
-    pub fn new(limits: HealthLimits) -> Self {
+    pub fn new(limits: HealthLimits, pool: Arc<RpcPool>, feed: HeadFeed) -> Self {
         Self {
             limits,
-            state: RwLock::new(State::default()),
+            pool,
+            feed,
+            last_processed: RwLock::new(None),
         }
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The watcher finished a scan up to `block`.
     pub fn processed(&self, block: u64) {
-        let mut s = self.write();
-        s.last_processed = Some(s.last_processed.map_or(block, |b| b.max(block)));
+        let mut p = self
+            .last_processed
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        *p = Some(p.map_or(block, |b| b.max(block)));
     }
 
-    /// Blocks between the safe head (head − confirmations) and the watcher's last block.
-    pub fn lag(&self) -> Option<u64> {
-        let s = self.read();
-        let safe = s.head?.saturating_sub(self.limits.confirmations);
-        Some(safe.saturating_sub(s.last_processed?))
+    fn last_processed(&self) -> Option<u64> {
+        *self
+            .last_processed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn head_age(&self) -> Option<u64> {
-        self.read()
-            .head_timestamp
-            .map(|t| unix_now().saturating_sub(t))
+    /// The endpoints as they stand.
+    pub fn endpoints(&self) -> Vec<EndpointView> {
+        self.pool.views()
     }
 
-    /// Reads the head once and records the result (and the endpoint's metrics).
-    pub async fn probe(&self, provider: &DynProvider, metrics: &Metrics) {
-        let started = Instant::now();
-        let r = provider.get_block_by_number(BlockNumberOrTag::Latest).await;
-        let endpoint = &self.limits.endpoint;
-        metrics.rpc_latency(endpoint, started.elapsed().as_secs_f64());
-        match r {
-            Ok(Some(b)) => {
-                let mut s = self.write();
-                if s.head.is_none_or(|h| b.header.number >= h) {
-                    s.head = Some(b.header.number);
-                    s.head_timestamp = Some(b.header.timestamp);
-                }
-                s.last_ok = Some(Instant::now());
-                if s.last_error.take().is_some() {
-                    tracing::info!(endpoint = %endpoint, head = b.header.number, "RPC endpoint answers again");
-                }
-                metrics.rpc_up(endpoint, true);
-                metrics.set_chain_head(b.header.number);
-            }
-            Ok(None) => self.failed(metrics, "the endpoint has no latest block".into()),
-            Err(e) => self.failed(metrics, crate::chain::redact_error(&e.to_string())),
+    /// Probes every endpoint once and updates the head feed and the chain metrics.
+    pub async fn probe(&self, metrics: &Metrics) {
+        self.pool.probe(metrics).await;
+        let a = self.assess();
+        if let Some(h) = a.head {
+            metrics.set_chain_head(h);
+            self.feed.publish(h);
         }
-        if let Some(age) = self.head_age() {
+        if let Some(age) = a.head_age_s {
             metrics.set_head_age(age);
         }
-        if let Some(lag) = self.lag() {
+        if let Some(lag) = a.lag_blocks {
             metrics.set_head_lag(lag);
         }
     }
 
-    fn failed(&self, metrics: &Metrics, error: String) {
-        let endpoint = &self.limits.endpoint;
-        metrics.rpc_up(endpoint, false);
-        metrics.rpc_error(endpoint, error_kind(&error));
-        let mut s = self.write();
-        if s.last_error.is_none() {
-            tracing::warn!(endpoint = %endpoint, %error, "RPC endpoint does not answer");
-        }
-        s.last_error = Some(error);
-    }
-
     /// Whether the node can do its work now, and why not.
     pub fn assess(&self) -> Assessment {
-        let mut reasons = Vec::new();
-        let mut status = "ok";
-        let head_age = self.head_age();
-        let lag = self.lag();
-        let s = self.read();
-        if let Some(e) = &s.last_error {
-            status = "down";
-            let since = s
-                .last_ok
-                .map(|t| format!(" (last answer {} s ago)", t.elapsed().as_secs()))
-                .unwrap_or_default();
-            reasons.push(format!(
-                "RPC endpoint {} does not answer: {e}{since}",
-                self.limits.endpoint
-            ));
-        } else if s.last_ok.is_none() {
-            status = "down";
-            reasons.push(format!(
-                "RPC endpoint {} has not answered yet",
-                self.limits.endpoint
-            ));
-        }
-        if let (Some(max), Some(age)) = (self.limits.max_head_age, head_age)
-            && age > max.as_secs()
-        {
-            if status == "ok" {
-                status = "degraded";
-            }
-            reasons.push(format!(
-                "the newest head is {age} s old (limit {} s)",
-                max.as_secs()
-            ));
-        }
-        if let Some(l) = lag
-            && l > self.limits.max_lag_blocks
-        {
-            if status == "ok" {
-                status = "degraded";
-            }
-            reasons.push(format!(
-                "the watcher is {l} blocks behind the safe head (limit {})",
-                self.limits.max_lag_blocks
-            ));
-        }
-        Assessment {
-            status,
-            reasons,
-            head: s.head,
-            head_age_s: head_age,
-            lag_blocks: lag,
-        }
+        verdict(
+            &self.limits,
+            &self.pool.views(),
+            self.last_processed(),
+            unix_now(),
+        )
     }
 
     /// Probes every `every` until `stop` turns true.
     pub async fn run(
         self: Arc<Self>,
-        provider: DynProvider,
         metrics: Arc<Metrics>,
         every: Duration,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         loop {
-            self.probe(&provider, &metrics).await;
+            self.probe(&metrics).await;
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 _ = stop.changed() => return,
@@ -230,41 +222,71 @@ pub fn error_kind(e: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
-    fn health(max_age: Option<u64>) -> ChainHealth {
-        ChainHealth::new(HealthLimits {
-            endpoint: "http://rpc.example:8545".into(),
+    fn limits() -> HealthLimits {
+        HealthLimits {
             confirmations: 2,
-            max_head_age: max_age.map(Duration::from_secs),
+            max_head_age: Some(Duration::from_secs(60)),
             max_lag_blocks: 10,
-        })
+        }
+    }
+
+    fn view(name: &str, head: Option<u64>, ts: u64, error: Option<&str>) -> EndpointView {
+        let mut v = EndpointView {
+            name: name.into(),
+            head,
+            head_timestamp: Some(ts),
+            reason: error.map(String::from),
+            last_ok: Some(Instant::now()),
+            ..Default::default()
+        };
+        let mut one = [v.clone()];
+        crate::chain::pool::judge(&mut one, 5);
+        v.in_service = one[0].in_service;
+        v.reason = one[0].reason.clone();
+        v
     }
 
     #[test]
     fn verdicts() {
-        let h = health(Some(60));
-        assert_eq!(h.assess().status, "down", "never answered");
-        {
-            let mut s = h.write();
-            s.head = Some(100);
-            s.head_timestamp = Some(unix_now());
-            s.last_ok = Some(Instant::now());
-        }
-        h.processed(98);
-        assert_eq!(h.assess().status, "ok");
-        assert_eq!(h.lag(), Some(0));
-        h.write().head = Some(200);
-        let a = h.assess();
-        assert_eq!(a.status, "degraded");
-        assert!(a.reasons[0].contains("100 blocks behind"), "{a:?}");
-        h.processed(198);
-        h.write().head_timestamp = Some(unix_now() - 120);
-        let a = h.assess();
-        assert_eq!(a.status, "degraded");
+        let now = 1_000_000;
+        let never = EndpointView {
+            name: "http://rpc.example:8545".into(),
+            ..Default::default()
+        };
+        let a = verdict(&limits(), &[never], None, now);
+        assert_eq!((a.status, a.ready), ("down", false), "never answered");
+
+        let ok = view("http://a:1", Some(100), now, None);
+        let a = verdict(&limits(), std::slice::from_ref(&ok), Some(98), now);
+        assert_eq!((a.status, a.ready, a.lag_blocks), ("ok", true, Some(0)));
+
+        let a = verdict(&limits(), std::slice::from_ref(&ok), Some(50), now);
+        assert_eq!((a.status, a.ready), ("degraded", false));
+        assert!(a.reasons[0].contains("48 blocks behind"), "{a:?}");
+
+        let stale = view("http://a:1", Some(100), now - 120, None);
+        let a = verdict(&limits(), &[stale], Some(98), now);
+        assert_eq!((a.status, a.ready), ("degraded", false));
         assert!(a.reasons[0].contains("s old"), "{a:?}");
-        h.write().last_error = Some("connection refused".into());
-        let a = h.assess();
-        assert_eq!(a.status, "down");
+
+        let down = view(
+            "http://rpc.example:8545",
+            Some(100),
+            now,
+            Some("connection refused"),
+        );
+        let a = verdict(&limits(), std::slice::from_ref(&down), Some(98), now);
+        assert_eq!((a.status, a.ready), ("down", false));
+        assert!(
+            a.reasons[0].contains("rpc.example") && a.reasons[0].contains("refused"),
+            "{a:?}"
+        );
+
+        // one of two endpoints out: degraded, still ready, and it says which
+        let a = verdict(&limits(), &[down, ok], Some(98), now);
+        assert_eq!((a.status, a.ready), ("degraded", true));
         assert!(a.reasons[0].contains("rpc.example"), "{a:?}");
     }
 

@@ -3,7 +3,9 @@
 
 pub mod bindings;
 pub mod deadline;
+pub mod heads;
 pub mod health;
+pub mod pool;
 pub mod reader;
 pub mod revert;
 pub mod watcher;
@@ -46,41 +48,59 @@ pub async fn connect(rpc_url: &str) -> Result<DynProvider, ConnectError> {
     connect_with(rpc_url, DEFAULT_RPC_TIMEOUT).await
 }
 
-/// [`connect`] with a deadline of `timeout` on every call (retries included).
+/// [`connect`] with a deadline of `timeout` on every call.
 pub async fn connect_with(
     rpc_url: &str,
     timeout: std::time::Duration,
 ) -> Result<DynProvider, ConnectError> {
-    let url = url::Url::parse(rpc_url)
-        .map_err(|e| ConnectError(format!("{} is not a URL: {e}", redact_url(rpc_url))))?;
-    // outermost first: the deadline bounds a call with all its rate-limit retries
-    let builder = ClientBuilder::default()
-        .layer(deadline::DeadlineLayer::new(timeout))
+    let cfg = pool::PoolConfig {
+        timeout,
+        ..Default::default()
+    };
+    Ok(connect_pool(&[rpc_url.to_string()], cfg).await?.1)
+}
+
+/// Opens every endpoint of a chain as one [`pool::RpcPool`] and a provider on it: a
+/// deadline on every call of every endpoint, failover between endpoints within a call,
+/// and rate-limit answers retried with backoff above the pool (alloy's
+/// `RetryBackoffLayer`), so call sites never retry them themselves.
+pub async fn connect_pool(
+    urls: &[String],
+    cfg: pool::PoolConfig,
+) -> Result<(std::sync::Arc<pool::RpcPool>, DynProvider), ConnectError> {
+    // the whole call, failover and rate-limit retries included, is bounded too
+    let n = u32::try_from(urls.len()).unwrap_or(u32::MAX).max(1);
+    let total = cfg.timeout.saturating_mul(n.saturating_add(1));
+    let (pool, is_local) = pool::RpcPool::open(urls, cfg).await?;
+    let client = ClientBuilder::default()
+        .layer(deadline::DeadlineLayer::new(total))
         .layer(RetryBackoffLayer::new_with_policy(
             8,
             250,
             10_000,
             NoRangeRetry,
-        ));
-    let client = match url.scheme() {
-        "ws" | "wss" => builder
-            .ws(alloy::providers::WsConnect::new(rpc_url))
-            .await
-            .map_err(|e| {
-                ConnectError(format!(
-                    "cannot open websocket {}: {e}",
-                    redact_url(rpc_url)
-                ))
-            })?,
-        "http" | "https" => builder.http(url),
-        other => {
-            return Err(ConnectError(format!(
-                "unsupported RPC scheme {other}: use http(s):// or ws(s)://"
-            )));
-        }
-    };
+        ))
+        .transport(pool.transport(), is_local);
     let provider = ProviderBuilder::new().connect_client(client).erased();
-    Ok(provider)
+    Ok((pool, provider))
+}
+
+/// [`connect_pool`], then reads the chain id and checks every endpoint serves it.
+pub async fn connect_pool_checked(
+    urls: &[String],
+    cfg: pool::PoolConfig,
+) -> Result<(std::sync::Arc<pool::RpcPool>, DynProvider, u64), ConnectError> {
+    let (pool, provider) = connect_pool(urls, cfg).await?;
+    let names: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
+    let id = provider.get_chain_id().await.map_err(|e| {
+        ConnectError(format!(
+            "no RPC endpoint ({}) answers eth_chainId: {}; is the node running and the URL right?",
+            names.join(", "),
+            redact_error(&e.to_string())
+        ))
+    })?;
+    pool.check_chain(id).await?;
+    Ok((pool, provider, id))
 }
 
 /// Connects and checks the RPC answers (returns its chain id).

@@ -3,9 +3,9 @@
 //! minus the confirmation depth, in chunks that are halved when the provider says the
 //! range is too large; every log is recorded in the store (de-duplicated by tx hash and
 //! log index) *before* the checkpoint moves past it. A changed block hash at the
-//! checkpoint rewinds the scan by the reorg window. On a `ws(s)://` RPC, an
-//! `eth_subscribe` log subscription wakes the scanner immediately; polling stays as the
-//! fallback when the subscription drops.
+//! checkpoint rewinds the scan by the reorg window. Besides its poll tick, a scan runs
+//! whenever the head feed (`chain::heads`) reports a new head, which on a websocket
+//! endpoint is pushed by a `newHeads` subscription.
 
 use crate::chain::bindings::ICREsolverMarket;
 use crate::store::{LogRef, RequestDecision, Store, StoreError};
@@ -38,8 +38,6 @@ pub struct WatcherConfig {
     pub max_range: u64,
     /// Blocks to rescan when the checkpoint's block hash changed.
     pub reorg_window: u64,
-    /// Whether to subscribe to logs (the RPC is a websocket).
-    pub subscribe: bool,
     /// Longest wait between scans after errors.
     pub max_backoff: Duration,
 }
@@ -173,7 +171,13 @@ impl Watcher {
                     let _ = out.send(t).await;
                 }
             }
-            let hash = self.block_hash(to).await?.unwrap_or_default();
+            // An endpoint that does not have `to` yet (another endpoint answered the head)
+            // may have returned only part of the logs: scan the range again later.
+            let hash = self.block_hash(to).await?.ok_or_else(|| {
+                WatchError::Rpc(format!(
+                    "the endpoint has no block {to} yet: the range is scanned again"
+                ))
+            })?;
             self.store.set_checkpoint(&key, to, hash)?;
             report.to = Some(to);
             from = to + 1;
@@ -221,15 +225,15 @@ impl Watcher {
         })
     }
 
-    /// Scans until `shutdown` turns true: on every poll tick, and on every log
-    /// notification when subscribed.
+    /// Scans until `shutdown` turns true: on every poll tick, and whenever `wake` says
+    /// there is a new head (or a reconnected subscription).
     pub async fn run(
         mut self,
         out: mpsc::Sender<Trigger>,
         mut shutdown: watch::Receiver<bool>,
+        mut wake: Option<watch::Receiver<u64>>,
         on_scan: impl Fn(&ScanReport) + Send,
     ) {
-        let mut wake = self.subscribe().await;
         let mut backoff = self.cfg.poll_interval;
         loop {
             match self.scan_once(&out).await {
@@ -246,9 +250,8 @@ impl Watcher {
             tokio::select! {
                 _ = tick => {}
                 _ = shutdown.changed() => return,
-                got = async { match wake.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } } => {
-                    if got.is_none() {
-                        tracing::warn!("log subscription ended: falling back to polling");
+                got = async { match wake.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
+                    if got.is_err() {
                         wake = None;
                     }
                 }
@@ -257,31 +260,6 @@ impl Watcher {
                 return;
             }
         }
-    }
-
-    async fn subscribe(&self) -> Option<mpsc::Receiver<()>> {
-        if !self.cfg.subscribe {
-            return None;
-        }
-        let sub = match self.provider.subscribe_logs(&self.filter()).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "eth_subscribe failed: polling only");
-                return None;
-            }
-        };
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
-            let mut stream = sub.into_stream();
-            use futures::StreamExt;
-            while stream.next().await.is_some() {
-                if tx.send(()).await.is_err() {
-                    break;
-                }
-            }
-        });
-        tracing::info!("subscribed to ResolutionRequested logs");
-        Some(rx)
     }
 }
 

@@ -161,6 +161,8 @@ pub struct TxManager {
     /// Serializes reservation, signing and broadcast of this key.
     lock: tokio::sync::Mutex<()>,
     head: tokio::sync::Mutex<Option<Head>>,
+    /// New heads (probe and push): a follow wakes on them instead of its poll tick.
+    heads: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl TxManager {
@@ -183,7 +185,22 @@ impl TxManager {
             metrics,
             lock: tokio::sync::Mutex::new(()),
             head: tokio::sync::Mutex::new(None),
+            heads: None,
         }
+    }
+
+    /// Wakes every follow of a nonce on a new head rather than on its poll tick only.
+    pub fn with_heads(mut self, heads: tokio::sync::watch::Receiver<u64>) -> Self {
+        self.heads = Some(heads);
+        self
+    }
+
+    /// A receiver of new heads for one follow (heads before it are seen).
+    fn head_waker(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.heads.clone().map(|mut rx| {
+            rx.borrow_and_update();
+            rx
+        })
     }
 
     pub fn key(&self) -> KeyRef {
@@ -318,9 +335,11 @@ impl TxManager {
     /// most every half poll interval unless `fresh`).
     async fn head(&self, fresh: bool) -> Result<Head, TxError> {
         let mut cached = self.head.lock().await;
+        let newer = self.heads.as_ref().map_or(0, |rx| *rx.borrow());
         if let Some(h) = *cached
             && !fresh
             && h.at.elapsed() < self.cfg.poll_interval / 2
+            && newer <= h.number
         {
             return Ok(h);
         }
@@ -369,6 +388,7 @@ impl TxManager {
         // (attempt, block) where we last saw one of our attempts included
         let mut included: Option<(B256, u64)> = None;
         let mut last_head: Option<u64> = None;
+        let mut wake = self.head_waker();
         let mut last_pool_check = Instant::now();
         let mut force_bump = false;
         let mut at_cap_logged = false;
@@ -425,7 +445,7 @@ impl TxManager {
                         }
                         // the block changed under us: look again at the next head
                     }
-                    self.wait(started, nonce, &attempts).await?;
+                    self.wait(started, nonce, &attempts, &mut wake).await?;
                     continue;
                 }
                 if let Some((tx, block)) = included.take() {
@@ -453,13 +473,13 @@ impl TxManager {
                         || self.any_attempt_in_a_block(&attempts).await?
                     {
                         last_head = None;
-                        self.wait(started, nonce, &attempts).await?;
+                        self.wait(started, nonce, &attempts, &mut wake).await?;
                         continue;
                     }
                     let since = *lost_since.get_or_insert_with(Instant::now);
                     if since.elapsed() < self.lost_grace() {
                         last_head = None;
-                        self.wait(started, nonce, &attempts).await?;
+                        self.wait(started, nonce, &attempts, &mut wake).await?;
                         continue;
                     }
                     let detail = format!(
@@ -495,7 +515,7 @@ impl TxManager {
                     Sent::NonceTooLow => last_head = None,
                     _ => {}
                 }
-                self.wait(started, nonce, &attempts).await?;
+                self.wait(started, nonce, &attempts, &mut wake).await?;
                 continue;
             };
             let reason = if force_bump {
@@ -562,7 +582,7 @@ impl TxManager {
                     continue;
                 }
             }
-            self.wait(started, nonce, &attempts).await?;
+            self.wait(started, nonce, &attempts, &mut wake).await?;
         }
     }
 
@@ -587,12 +607,14 @@ impl TxManager {
         Ok(false)
     }
 
-    /// Sleeps one poll interval, or fails with [`TxError::Stuck`] past the bound.
+    /// Sleeps one poll interval or until a new head, or fails with [`TxError::Stuck`]
+    /// past the bound.
     async fn wait(
         &self,
         started: Instant,
         nonce: u64,
         attempts: &[AttemptRecord],
+        wake: &mut Option<tokio::sync::watch::Receiver<u64>>,
     ) -> Result<(), TxError> {
         if started.elapsed() >= self.cfg.wait_bound {
             let last = attempts.last();
@@ -605,7 +627,16 @@ impl TxManager {
                 why: String::new(),
             });
         }
-        tokio::time::sleep(self.cfg.poll_interval).await;
+        let tick = tokio::time::sleep(self.cfg.poll_interval);
+        match wake {
+            Some(rx) => {
+                tokio::select! {
+                    _ = tick => {}
+                    changed = rx.changed() => if changed.is_err() { *wake = None },
+                }
+            }
+            None => tick.await,
+        }
         Ok(())
     }
 
