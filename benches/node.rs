@@ -91,11 +91,15 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
             .send()
             .await?;
         let (mut seen, mut submitted) = (None, None);
+        let mut states: Vec<(&'static str, f64)> = vec![];
         let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
         loop {
             let r = node.report(dev.contracts.market, id)?;
             if r.reason.as_deref() != Some("no such round") {
                 seen.get_or_insert_with(|| ms(t0));
+                if states.last().is_none_or(|(s, _)| *s != r.state.as_str()) {
+                    states.push((r.state.as_str(), ms(t0)));
+                }
             }
             if matches!(r.state, RoundState::Submitted | RoundState::Confirmed) {
                 submitted.get_or_insert_with(|| ms(t0));
@@ -112,6 +116,9 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let confirmed = ms(t0);
+        if std::env::var_os("BENCH_STATES").is_some() {
+            eprintln!("ws={ws} {states:?}");
+        }
         out.push(Split {
             seen: seen.unwrap_or(confirmed),
             submitted: submitted.unwrap_or(confirmed),

@@ -249,6 +249,21 @@ enum RoundsCmd {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+    /// Run a failed (or unfinished) round again now.
+    ///
+    /// Asks the running node through its API (POST /resolve on api.listen, with the bearer
+    /// token from the env var named by api.token_env): the node reopens a failed round and
+    /// runs it at once. When no node answers there, the round is reopened in the store and
+    /// the node runs it when it starts. A confirmed or skipped round is not run again.
+    Retry {
+        #[command(flatten)]
+        config: BaseConfigArgs,
+        /// Market id.
+        market_id: U256,
+        /// Base URL of the node's API (default: http://<api.listen>).
+        #[arg(long, value_name = "URL")]
+        api: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -295,8 +310,11 @@ struct AgentArgs {
 fn init_logging(format: &str, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CRESOLVER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    use std::io::IsTerminal;
+    // colours only for a terminal: a log file or a journal gets plain text
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
@@ -520,6 +538,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         }) => rounds_show(&config, market_id, json),
         Command::Rounds(RoundsCmd::Export { config, out }) => rounds_export(&config, &out),
+        Command::Rounds(RoundsCmd::Retry {
+            config,
+            market_id,
+            api,
+        }) => rounds_retry(&config, market_id, api).await,
         Command::Workflow(WorkflowCmd::Check { files }) => {
             for f in files {
                 let wf = cresolver::workflow::Workflow::load(&f)?;
@@ -911,6 +934,77 @@ fn open_store(cfg: &NodeConfig) -> anyhow::Result<Store> {
         db.display()
     );
     Ok(Store::open(&cfg.node.data_dir)?)
+}
+
+async fn rounds_retry(
+    config: &BaseConfigArgs,
+    id: U256,
+    api: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    use cresolver::store::RoundState;
+    let cfg = config.load()?;
+    let market = cfg.market()?;
+    let store = open_store(&cfg)?;
+    let Some(rec) = store.get(market, id)? else {
+        anyhow::bail!("no round for market {id} on {market} in the store");
+    };
+    if matches!(rec.state, RoundState::Confirmed | RoundState::Skipped) {
+        anyhow::bail!(
+            "the round of market {id} is {}: there is nothing to retry",
+            rec.state.as_str()
+        );
+    }
+    let token = std::env::var(&cfg.api.token_env)
+        .ok()
+        .filter(|t| !t.is_empty());
+    let base = api.unwrap_or_else(|| format!("http://{}", cfg.api.listen));
+    if let Some(token) = &token
+        && !cfg.api.listen.is_empty()
+    {
+        let url = format!("{}/resolve", base.trim_end_matches('/'));
+        let resp = reqwest::Client::new()
+            .post(&url)
+            .bearer_auth(token)
+            .json(&serde_json::json!({ "market_id": id.to_string() }))
+            .timeout(std::time::Duration::from_secs(10))
+            .send()
+            .await;
+        match resp {
+            Ok(r) if r.status().is_success() => {
+                println!("the node at {base} runs the round of market {id} now");
+                return Ok(ExitCode::SUCCESS);
+            }
+            Ok(r) => {
+                let status = r.status();
+                let body: String = r
+                    .text()
+                    .await
+                    .unwrap_or_default()
+                    .chars()
+                    .take(300)
+                    .collect();
+                anyhow::bail!("the node at {base} refused the retry ({status}): {body}");
+            }
+            // no node there: reopen in the store below
+            Err(e) if e.is_connect() => {}
+            Err(e) => anyhow::bail!("cannot reach the node at {base}: {e}"),
+        }
+    }
+    let decision = store.manual_request(market, id, &rec.workflow)?;
+    let now = store.get(market, id)?.map(|r| r.state);
+    println!(
+        "round of market {id}: {} ({decision:?}); a node runs it when it starts{}",
+        now.map_or("?", |s| s.as_str()),
+        if token.is_none() {
+            format!(
+                " (set {} to have a running node run it at once)",
+                cfg.api.token_env
+            )
+        } else {
+            String::new()
+        }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Result<ExitCode> {

@@ -199,7 +199,7 @@ impl Metrics {
         let rpc_errors = Family::<EndpointKindLabels, Counter>::default();
         registry.register(
             "cresolver_rpc_errors",
-            "Failed head probes of an RPC endpoint, by kind (timeout, connect, rate_limited, other)",
+            "Failed calls and head probes of an RPC endpoint, by kind (timeout, connect, rate_limited, other)",
             rpc_errors.clone(),
         );
         let rpc_latency: Family<EndpointLabels, Histogram, fn() -> Histogram> =

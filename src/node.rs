@@ -183,6 +183,7 @@ impl Node {
             },
             pool,
             heads.clone(),
+            metrics.clone(),
         ));
         let health = json!({"chain_id": chain_id, "markets": pipelines.iter().map(|p| p.market.to_string()).collect::<Vec<_>>()});
         Ok(Arc::new(Self {

@@ -451,3 +451,114 @@ async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction()
         "one resolution transaction"
     );
 }
+
+/// `cresolver rounds retry` with the node's data dir, market and API.
+async fn rounds_retry(
+    dir: &std::path::Path,
+    s: &MarketSetup,
+    listen: &str,
+) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_cresolver"))
+        .args(["rounds", "retry", &s.market_id.to_string()])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--market-address", &s.dev.contracts.market.to_string()])
+        .env("CRESOLVER__API__LISTEN", listen)
+        .env("CRESOLVER_API_TOKEN", "retry-token")
+        .env("CRESOLVER_LOG", "warn")
+        .output()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
+    let s = market_with_three_workers().await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let head = s.dev.provider.get_block_number().await.unwrap();
+    let dir = tmpdir("retry");
+    let wf = workflow_file(&dir, |t| t);
+    {
+        // a round that failed earlier (the watcher starts after its request)
+        let store = cresolver::store::Store::open(&dir.join("data")).unwrap();
+        let m = s.dev.contracts.market;
+        store
+            .manual_request(m, s.market_id, "cresolver-resolution")
+            .unwrap();
+        store
+            .set_state(m, s.market_id, RoundState::Failed, Some("failed earlier"))
+            .unwrap();
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let start = (head + 1).to_string();
+
+    // no node: the round is reopened in the store, and the next start runs it
+    let out = rounds_retry(&dir, &s, &listen).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("requested") && said.contains("when it starts"),
+        "{said}"
+    );
+    wait_state(&dir, &s, |st| st == RoundState::Requested).await;
+    let mut child = node_process_with(
+        &s,
+        &dir,
+        &wf,
+        None,
+        &[
+            ("CRESOLVER__CHAIN__START_BLOCK", &start),
+            ("CRESOLVER__API__LISTEN", &listen),
+            ("CRESOLVER_API_TOKEN", "retry-token"),
+        ],
+    );
+    assert_eq!(
+        wait_state(&dir, &s, RoundState::is_final).await,
+        RoundState::Confirmed
+    );
+    assert_eq!(resolved_events(&s).await.len(), 1);
+
+    // a confirmed round is not run again
+    let out = rounds_retry(&dir, &s, &listen).await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nothing to retry"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // a running node: it runs the reopened round at once
+    {
+        let store = cresolver::store::Store::open(&dir.join("data")).unwrap();
+        store
+            .set_state(
+                s.dev.contracts.market,
+                s.market_id,
+                RoundState::Failed,
+                Some("failed again"),
+            )
+            .unwrap();
+    }
+    let out = rounds_retry(&dir, &s, &listen).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("runs the round"));
+    // the market is resolved already: the node reads that and ends the round skipped,
+    // without a second resolution
+    let st = wait_state(&dir, &s, |st| st != RoundState::Failed && st.is_final()).await;
+    child.kill().await.unwrap();
+    assert_eq!(st, RoundState::Skipped);
+    assert_eq!(resolved_events(&s).await.len(), 1);
+}

@@ -1,7 +1,9 @@
 //! The node outlives its RPC: a TCP proxy between a real node and anvil refuses or
 //! blackholes traffic while markets are requested (directly on anvil); every market is
 //! resolved exactly once within seconds of the restore, and `/health/ready` tells the
-//! truth while it lasts.
+//! truth while it lasts. With several endpoints the node fails over, returns to the
+//! primary, and never reads from one that lags; a websocket cut past alloy's reconnect
+//! budget is rebuilt; a round cut off mid-way completes after the restore.
 
 mod common;
 
@@ -10,6 +12,7 @@ use common::chain::*;
 use common::node::*;
 use common::proxy::{self, Mode};
 use common::*;
+use cresolver::agent::DeterminationMode;
 use cresolver::store::RoundState;
 use std::time::{Duration, Instant};
 
@@ -48,6 +51,37 @@ async fn all_confirmed(r: &Running, s: &MarketSetup, ids: &[U256], within: Durat
     }
 }
 
+/// Waits until `/health` satisfies `cond` (panics with the last body after `within`).
+async fn health_until(
+    port: u16,
+    within: Duration,
+    what: &str,
+    cond: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(resp) = reqwest::get(format!("http://127.0.0.1:{port}/health")).await
+            && let Ok(h) = resp.json::<serde_json::Value>().await
+        {
+            if cond(&h) {
+                return h;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {within:?}: {h}"
+            );
+        } else {
+            assert!(Instant::now() < deadline, "{what}: the API never answered");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether endpoint `i` of a `/health` body serves reads.
+fn reads_from(h: &serde_json::Value, i: usize) -> bool {
+    h["endpoints"][i]["reads"] == serde_json::Value::Bool(true)
+}
+
 fn head_age(r: &Running) -> u64 {
     r.node
         .metrics
@@ -59,7 +93,7 @@ fn head_age(r: &Running) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn refused_for_20s_markets_requested_meanwhile_resolve_within_5s_of_the_restore() {
+async fn refused_for_60s_markets_requested_meanwhile_resolve_within_5s_of_the_restore() {
     let (s, ids) = setup(2).await;
     let px = proxy::start(&s.dev.rpc_url()).await;
     let dir = tmpdir("outage");
@@ -100,7 +134,7 @@ async fn refused_for_20s_markets_requested_meanwhile_resolve_within_5s_of_the_re
         "names the endpoint: {body}"
     );
     let age1 = head_age(&r);
-    tokio::time::sleep(Duration::from_secs(17)).await;
+    tokio::time::sleep(Duration::from_secs(57)).await;
     assert!(head_age(&r) > age1, "the head age grows during the outage");
     for id in &ids {
         assert_ne!(
@@ -151,4 +185,225 @@ async fn a_blackholed_rpc_blocks_nothing_for_good() {
     all_confirmed(&r, &s, &ids, Duration::from_secs(10)).await;
     r.stop().await;
     assert_eq!(resolved_events(&s).await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_endpoints_fail_over_and_return_to_the_primary() {
+    let (s, ids) = setup(3).await;
+    let a = proxy::start(&s.dev.rpc_url()).await;
+    let b = proxy::start(&s.dev.rpc_url()).await;
+    let dir = tmpdir("failover");
+    let mut cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    cfg.chain.rpc_urls = vec![a.url.clone(), b.url.clone()];
+    cfg.chain.rpc_timeout_ms = 1_000;
+    let port = free_port();
+    cfg.api.listen = format!("127.0.0.1:{port}");
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    let secs = Duration::from_secs;
+    health_until(port, secs(10), "reads from the primary", |h| {
+        reads_from(h, 0)
+    })
+    .await;
+
+    // the primary refuses: reads and broadcasts go to the second endpoint
+    a.set(Mode::Refuse);
+    for id in &ids[..2] {
+        s.dev.request_resolution(*id).await.unwrap();
+    }
+    all_confirmed(&r, &s, &ids[..2], secs(15)).await;
+    let h = health_until(port, secs(5), "primary out", |h| {
+        h["endpoints"][0]["in_service"] == false && reads_from(h, 1)
+    })
+    .await;
+    assert_eq!(h["status"], "degraded", "{h}");
+    let ready = reqwest::get(format!("http://127.0.0.1:{port}/health/ready"))
+        .await
+        .unwrap();
+    assert_eq!(ready.status().as_u16(), 200, "one endpoint serves: ready");
+
+    // it is back: reads return to it
+    a.set(Mode::Pass);
+    health_until(port, secs(5), "back on the primary", |h| reads_from(h, 0)).await;
+
+    // the primary accepts and never answers: the deadline moves the calls on
+    a.set(Mode::Blackhole);
+    s.dev.request_resolution(ids[2]).await.unwrap();
+    all_confirmed(&r, &s, &ids[..3], secs(20)).await;
+    a.set(Mode::Pass);
+    let h = health_until(port, secs(5), "back on the primary after the stall", |h| {
+        reads_from(h, 0)
+    })
+    .await;
+    assert_eq!(h["status"], "ok", "{h}");
+    s.dev.request_resolution(ids[3]).await.unwrap();
+    all_confirmed(&r, &s, &ids, secs(10)).await;
+    r.stop().await;
+    assert_eq!(
+        resolved_events(&s).await.len(),
+        ids.len(),
+        "each exactly once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_lags_is_not_used_for_reads() {
+    let (s, ids) = setup(0).await;
+    // another chain 31337 that stays at block 0: far behind the market's anvil
+    let behind = alloy::node_bindings::Anvil::at(cresolver::devnet::anvil_path().unwrap())
+        .try_spawn()
+        .unwrap();
+    let dir = tmpdir("lagging");
+    let mut cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    // listed first: it would be preferred if it were not behind
+    cfg.chain.rpc_urls = vec![behind.endpoint(), s.dev.rpc_url()];
+    let port = free_port();
+    cfg.api.listen = format!("127.0.0.1:{port}");
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    let h = health_until(port, Duration::from_secs(10), "lagging endpoint out", |h| {
+        reads_from(h, 1)
+    })
+    .await;
+    assert_eq!(h["endpoints"][0]["in_service"], false, "{h}");
+    assert!(
+        h["endpoints"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("trails the best head"),
+        "{h}"
+    );
+    // the market only exists on the endpoint in service: reading it from the other
+    // would fail the round
+    s.dev.request_resolution(ids[0]).await.unwrap();
+    all_confirmed(&r, &s, &ids, Duration::from_secs(15)).await;
+    r.stop().await;
+    assert_eq!(resolved_events(&s).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_cut_past_the_reconnect_budget_is_rebuilt() {
+    let (s, ids) = setup(1).await;
+    let px = proxy::start(&s.dev.rpc_url()).await;
+    let dir = tmpdir("ws-cut");
+    let mut cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    cfg.chain.rpc_url = px.url.replace("http://", "ws://");
+    // alloy's own budget: 2 reconnections 300 ms apart, spent well within the cut
+    cfg.chain.ws_reconnect_attempts = 2;
+    cfg.chain.ws_retry_interval_ms = 300;
+    cfg.chain.rpc_timeout_ms = 1_000;
+    // polling alone would take a minute: the wake-up has to come from the subscription
+    cfg.chain.poll_interval_ms = 60_000;
+    cfg.chain.max_backoff_ms = 2_000;
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    px.set(Mode::Refuse);
+    s.dev.request_resolution(ids[0]).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let restored = Instant::now();
+    px.set(Mode::Pass);
+    let done = all_confirmed(&r, &s, &ids[..1], Duration::from_secs(30)).await;
+    assert!(
+        done - restored < Duration::from_secs(5),
+        "the market requested during the cut resolved {:?} after the restore",
+        done - restored
+    );
+    let t0 = Instant::now();
+    s.dev.request_resolution(ids[1]).await.unwrap();
+    all_confirmed(&r, &s, &ids, Duration::from_secs(30)).await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "a market requested after the restore resolved in {:?}",
+        t0.elapsed()
+    );
+    r.stop().await;
+    assert_eq!(resolved_events(&s).await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_cut_off_for_90s_completes_after_the_restore() {
+    // slow workers: the round is still asking them when the RPC goes away
+    let mut uris = vec![];
+    for (det, conf) in [
+        (DeterminationMode::Yes, 0.9),
+        (DeterminationMode::Yes, 0.8),
+        (DeterminationMode::No, 0.6),
+    ] {
+        let mut b = behaviour(det, conf);
+        b.latency = Duration::from_secs(3);
+        uris.push(AgentUri::Endpoint(agent(b).await));
+    }
+    let s = market_with_workers(uris).await;
+    let px = proxy::start(&s.dev.rpc_url()).await;
+    let dir = tmpdir("mid-round");
+    let wf = workflow_file(&dir, |t| t);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = node_process_with(
+        &s,
+        &dir,
+        &wf,
+        None,
+        &[
+            ("CRESOLVER__CHAIN__RPC_URL", &px.url),
+            ("CRESOLVER__CHAIN__RPC_TIMEOUT_MS", "2000"),
+            ("CRESOLVER__API__LISTEN", &listen),
+        ],
+    );
+    health_until(port, Duration::from_secs(20), "node up", |h| {
+        h["status"] == "ok"
+    })
+    .await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    // the round's state, from the node's API
+    let id = s.market_id.to_string();
+    let state = || {
+        let url = format!("http://127.0.0.1:{port}/rounds/{id}");
+        async move {
+            let v: serde_json::Value = reqwest::get(url).await.ok()?.json().await.ok()?;
+            v["state"].as_str().map(String::from)
+        }
+    };
+    let is =
+        |st: &Option<String>, names: &[&str]| st.as_deref().is_some_and(|x| names.contains(&x));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = state().await;
+        if is(&st, &["discovered", "answered"]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the round never reached the workers: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    px.set(Mode::Refuse);
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    let st = state().await;
+    assert!(!is(&st, &["confirmed", "failed", "skipped"]), "{st:?}");
+    px.set(Mode::Pass);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let st = state().await;
+        if is(&st, &["confirmed"]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not confirmed after the restore: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    child.kill().await.unwrap();
+    assert_eq!(resolved_events(&s).await.len(), 1);
+    let log = std::fs::read_to_string(dir.join("node.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("round paused on a transient error")
+                && l.contains(&s.market_id.to_string())
+                && (l.contains("refused")
+                    || l.contains("out of service")
+                    || l.contains("timed out")
+                    || l.contains("connect"))),
+        "the log says why the round waited:\n{log}"
+    );
 }

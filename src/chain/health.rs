@@ -125,7 +125,13 @@ pub fn verdict(
 }
 
 impl ChainHealth {
-    pub fn new(limits: HealthLimits, pool: Arc<RpcPool>, feed: HeadFeed) -> Self {
+    pub fn new(
+        limits: HealthLimits,
+        pool: Arc<RpcPool>,
+        feed: HeadFeed,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        pool.set_metrics(metrics);
         Self {
             limits,
             pool,

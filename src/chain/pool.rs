@@ -61,6 +61,8 @@ pub struct EndpointView {
     pub name: String,
     /// Used for reads and broadcasts now.
     pub in_service: bool,
+    /// Reads go to this endpoint now (the first one in service).
+    pub reads: bool,
     pub head: Option<u64>,
     /// Timestamp of that head's block.
     #[serde(skip)]
@@ -129,9 +131,32 @@ impl Endpoint {
     }
 }
 
-/// Connection errors are typed transport errors; their text is redacted before it is kept.
-fn text(e: &TransportError) -> String {
-    redact_error(&e.to_string())
+/// An error's text with its causes (reqwest says only "error sending request"; the
+/// cause says "connection refused"), every URL in it redacted.
+fn text(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let m = c.to_string();
+        if !out.contains(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        cause = c.source();
+    }
+    redact_error(&out)
+}
+
+/// A failed call as callers see it: a connection-level error (whose text may hold the
+/// endpoint's URL, and the key in it) becomes a redacted text with its causes; typed
+/// errors (HTTP status, JSON-RPC error, decoding) keep their type for the retry policy.
+fn redacted(e: TransportError) -> TransportError {
+    match e {
+        TransportError::Transport(TransportErrorKind::Custom(_)) => {
+            TransportErrorKind::custom_str(&text(&e))
+        }
+        other => other,
+    }
 }
 
 /// Which endpoints to use for a read, best first: those in service in configured order,
@@ -178,6 +203,8 @@ pub struct RpcPool {
     current: Mutex<Option<usize>>,
     /// The chain every endpoint must serve (set once the first endpoint answered).
     chain_id: std::sync::OnceLock<u64>,
+    /// Where failed calls are counted (the probe counts its own).
+    metrics: std::sync::OnceLock<Arc<Metrics>>,
 }
 
 impl std::fmt::Debug for RpcPool {
@@ -313,6 +340,7 @@ impl RpcPool {
                 cfg,
                 current: Mutex::new(None),
                 chain_id: std::sync::OnceLock::new(),
+                metrics: std::sync::OnceLock::new(),
             }),
             all_local,
         ))
@@ -333,6 +361,7 @@ impl RpcPool {
                 EndpointView {
                     name: e.name.clone(),
                     in_service: false,
+                    reads: false,
                     head: s.head,
                     head_timestamp: s.head_timestamp,
                     behind: None,
@@ -343,6 +372,11 @@ impl RpcPool {
             })
             .collect();
         judge(&mut views, self.cfg.max_lag_blocks);
+        if let Some(&first) = read_order(&views).first()
+            && views[first].in_service
+        {
+            views[first].reads = true;
+        }
         views
     }
 
@@ -397,7 +431,7 @@ impl RpcPool {
                     let why = format!("serves chain {id}, not {expected}: check the URL");
                     return self.probe_failed(e, metrics, why);
                 }
-                Err(err) => return self.probe_failed(e, metrics, redact_error(&err.to_string())),
+                Err(err) => return self.probe_failed(e, metrics, text(&err)),
             }
         }
         let started = Instant::now();
@@ -416,7 +450,7 @@ impl RpcPool {
                 metrics.rpc_head(&e.name, b.header.number);
             }
             Ok(None) => self.probe_failed(e, metrics, "the endpoint has no latest block".into()),
-            Err(err) => self.probe_failed(e, metrics, redact_error(&err.to_string())),
+            Err(err) => self.probe_failed(e, metrics, text(&err)),
         }
     }
 
@@ -446,7 +480,24 @@ impl RpcPool {
                 e.state().chain_checked = true;
             }
         }
+        // know every endpoint's head before the first read picks one
+        self.probe(&Metrics::new()).await;
         Ok(())
+    }
+
+    /// Counts failed calls in `metrics` from now on.
+    pub fn set_metrics(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    /// A call to endpoint `i` failed: out of service until its next good probe.
+    fn call_failed(&self, i: usize, err: &TransportError) {
+        let e = &self.endpoints[i];
+        let why = text(err);
+        if let Some(m) = self.metrics.get() {
+            m.rpc_error(&e.name, crate::chain::health::error_kind(&why));
+        }
+        e.failed(&why);
     }
 
     fn note_current(&self, i: usize) {
@@ -472,8 +523,8 @@ impl RpcPool {
                     return Ok(resp);
                 }
                 Err(err) => {
-                    e.failed(&text(&err));
-                    last = Some(err);
+                    self.call_failed(i, &err);
+                    last = Some(redacted(err));
                 }
             }
         }
@@ -504,7 +555,7 @@ impl RpcPool {
                     let r = e.transport().call(req).await;
                     match &r {
                         Ok(_) => e.succeeded(started.elapsed()),
-                        Err(err) => e.failed(&text(err)),
+                        Err(err) => pool.call_failed(i, err),
                     }
                     (i, r)
                 }
@@ -525,7 +576,7 @@ impl RpcPool {
                         refused = Some((i, resp));
                     }
                 }
-                Err(err) => last_err = Some(err),
+                Err(err) => last_err = Some(redacted(err)),
             }
         }
         match (refused, last_err) {

@@ -145,10 +145,15 @@ pub fn node_process_with(
     env: &[(&str, &str)],
 ) -> tokio::process::Child {
     let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_cresolver"));
+    // an RPC URL among the settings replaces anvil's own
+    let rpc = env
+        .iter()
+        .find(|(k, _)| *k == "CRESOLVER__CHAIN__RPC_URL")
+        .map_or(s.dev.rpc_url(), |(_, v)| v.to_string());
     c.args([
         "node",
         "--rpc-url",
-        &s.dev.rpc_url(),
+        &rpc,
         "--market-address",
         &s.dev.contracts.market.to_string(),
     ])
@@ -167,7 +172,8 @@ pub fn node_process_with(
     .env_remove("CRESOLVER_TEST_CRASH_AFTER_SIGN")
     .env_remove("CRESOLVER_TEST_CRASH_AT")
     .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
+    // the log, for tests that check what it says (and for a failing test's reader)
+    .stderr(std::fs::File::create(dir.join("node.log")).unwrap())
     .kill_on_drop(true);
     for (k, v) in env {
         c.env(k, v);
