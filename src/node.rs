@@ -303,8 +303,14 @@ impl Node {
         // resolved ends `skipped`; the wait doubles up to the configured cap.
         let node = self.clone();
         let delay = Duration::from_secs(1u64 << n.min(6)).min(self.cfg.max_backoff());
+        let mut restored = self.heads.on_restore();
+        restored.borrow_and_update();
         tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
+            // the wait ends early when the RPC comes back after an outage
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = restored.changed() => {}
+            }
             let _ = node.run_round(market, market_id).await;
         });
     }

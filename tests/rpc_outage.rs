@@ -146,6 +146,8 @@ async fn refused_for_60s_markets_requested_meanwhile_resolve_within_5s_of_the_re
     px.set(Mode::Pass);
     let done = all_confirmed(&r, &s, &ids, Duration::from_secs(30)).await;
     let took = done - restored;
+    // the figure the README quotes (run with --nocapture)
+    eprintln!("60 s refusal: restore → 3 markets confirmed in {took:?}");
     assert!(
         took < Duration::from_secs(5),
         "resolved {took:?} after the restore"

@@ -16,6 +16,8 @@ use tokio::sync::watch;
 #[derive(Debug, Clone)]
 pub struct HeadFeed {
     tx: watch::Sender<u64>,
+    /// Bumped when an endpoint is in service again after none was.
+    restored: watch::Sender<u64>,
 }
 
 impl Default for HeadFeed {
@@ -28,7 +30,18 @@ impl HeadFeed {
     pub fn new() -> Self {
         Self {
             tx: watch::channel(0).0,
+            restored: watch::channel(0).0,
         }
+    }
+
+    /// An endpoint serves again after none did: wakes what waits on [`HeadFeed::on_restore`].
+    pub fn restored(&self) {
+        self.restored.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that wakes when the chain is reachable again after an outage.
+    pub fn on_restore(&self) -> watch::Receiver<u64> {
+        self.restored.subscribe()
     }
 
     /// Records a head; wakes receivers when it is newer than the last one.

@@ -27,6 +27,8 @@ pub struct ChainHealth {
     pool: Arc<RpcPool>,
     feed: HeadFeed,
     last_processed: RwLock<Option<u64>>,
+    /// Whether the last probe found no endpoint in service.
+    was_down: std::sync::atomic::AtomicBool,
 }
 
 /// The verdict of [`ChainHealth::assess`].
@@ -137,6 +139,7 @@ impl ChainHealth {
             pool,
             feed,
             last_processed: RwLock::new(None),
+            was_down: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -165,6 +168,15 @@ impl ChainHealth {
     pub async fn probe(&self, metrics: &Metrics) {
         self.pool.probe(metrics).await;
         let a = self.assess();
+        let down = a.status == "down";
+        if self
+            .was_down
+            .swap(down, std::sync::atomic::Ordering::Relaxed)
+            && !down
+        {
+            // rounds waiting out a backoff after the outage go now
+            self.feed.restored();
+        }
         if let Some(h) = a.head {
             metrics.set_chain_head(h);
             self.feed.publish(h);
