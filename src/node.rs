@@ -684,16 +684,27 @@ impl Node {
         let (trig_tx, mut trig_rx) = mpsc::channel::<Trigger>(1024);
         let mut tasks = JoinSet::new();
 
-        for rec in self.store.unfinished()? {
-            tracing::info!(market_id = %rec.market_id, state = rec.state.as_str(), "resuming unfinished round");
-            let _ = trig_tx
-                .send(Trigger {
-                    market: rec.market,
-                    market_id: rec.market_id,
-                    question: String::new(),
-                    log: None,
-                })
-                .await;
+        // Unfinished rounds are fed to the dispatcher by a task of their own: the channel
+        // holds 1024, and the dispatcher only starts draining it below.
+        let unfinished = self.store.unfinished()?;
+        if !unfinished.is_empty() {
+            tracing::info!(rounds = unfinished.len(), "resuming unfinished rounds");
+            let (tx, mut stop) = (trig_tx.clone(), stop_rx.clone());
+            tasks.spawn(async move {
+                for rec in unfinished {
+                    tracing::debug!(market_id = %rec.market_id, state = rec.state.as_str(), "resuming unfinished round");
+                    let t = Trigger {
+                        market: rec.market,
+                        market_id: rec.market_id,
+                        question: String::new(),
+                        log: None,
+                    };
+                    tokio::select! {
+                        sent = tx.send(t) => if sent.is_err() { return },
+                        _ = stop.changed() => return,
+                    }
+                }
+            });
         }
 
         let dev = is_dev_chain(self.chain_id);

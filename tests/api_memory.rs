@@ -44,11 +44,7 @@ async fn listing_300_large_rounds_8_times_at_once_stays_within_50_mib() {
                 .unwrap();
         }
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let child = node_process_with(&s, &dir, &wf, None, &[("CRESOLVER__API__LISTEN", &listen)]);
     let pid = child.id().unwrap();

@@ -489,11 +489,7 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
             .set_state(m, s.market_id, RoundState::Failed, Some("failed earlier"))
             .unwrap();
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let start = (head + 1).to_string();
 
@@ -560,5 +556,32 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
     let st = wait_state(&dir, &s, |st| st != RoundState::Failed && st.is_final()).await;
     child.kill().await.unwrap();
     assert_eq!(st, RoundState::Skipped);
+    assert_eq!(resolved_events(&s).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_unfinished_rounds_than_the_trigger_channel_holds_do_not_block_start() {
+    let s = market_with_three_workers().await;
+    let dir = tmpdir("resume-many");
+    {
+        // 1100 unfinished rounds of markets that do not exist (more than the 1024 the
+        // dispatcher's channel holds)
+        let store = cresolver::store::Store::open(&dir.join("data")).unwrap();
+        for i in 0..1100u64 {
+            store
+                .manual_request(
+                    s.dev.contracts.market,
+                    U256::from(1_000_000 + i),
+                    "cresolver-resolution",
+                )
+                .unwrap();
+        }
+    }
+    let cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let rep = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    assert_eq!(rep.state, RoundState::Confirmed, "{rep:?}");
+    r.stop().await;
     assert_eq!(resolved_events(&s).await.len(), 1);
 }

@@ -23,11 +23,6 @@ async fn setup(extra_markets: usize) -> (MarketSetup, Vec<U256>) {
     (s, ids)
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// Waits until every market's round is confirmed; returns when that happened.
 async fn all_confirmed(r: &Running, s: &MarketSetup, ids: &[U256], within: Duration) -> Instant {
     let deadline = Instant::now() + within;

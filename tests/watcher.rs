@@ -155,9 +155,25 @@ async fn range_is_halved_when_the_provider_refuses_it() {
     let (tx, mut rx) = mpsc::channel(16);
     let mut w = Watcher::new(provider, store, cfg(&s, 0, 1000));
     let r = w.scan_once(&tx).await.unwrap();
-    assert!(r.range <= 10, "range halved to fit: {}", r.range);
-    assert!(proxy.refused.load(Ordering::SeqCst) >= 1);
+    // halved until it fits (7), then tried at twice that after 8 good chunks
+    assert!(r.range <= 14, "range halved to fit: {}", r.range);
+    let refused = proxy.refused.load(Ordering::SeqCst);
+    assert!(refused >= 1);
     assert_eq!(r.triggers, 1);
     assert_eq!(drain(&mut rx).len(), 1);
     assert_eq!(r.to, Some(r.head));
+
+    // the range is not held small for ever: after a run of good chunks it grows again
+    // (and this provider refuses it again)
+    s.dev
+        .provider
+        .raw_request::<_, Value>("anvil_mine".into(), (U256::from(200),))
+        .await
+        .unwrap();
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!(r.to, Some(r.head));
+    assert!(
+        proxy.refused.load(Ordering::SeqCst) > refused,
+        "a larger range was tried again"
+    );
 }

@@ -68,24 +68,48 @@ pub struct Watcher {
     store: Arc<Store>,
     cfg: WatcherConfig,
     range: u64,
+    /// Chunks scanned without a range error since the range last changed.
+    good_chunks: u32,
 }
 
 /// Whether an RPC error says the queried block range (or result set) is too large.
+/// A rate-limit answer ("rate limit exceeded", "too many requests", HTTP 429) is not one,
+/// even when it shares words with one: it is retried with backoff, not answered with a
+/// smaller range.
 pub fn is_range_error(msg: &str) -> bool {
     let m = msg.to_lowercase();
-    [
-        "range",
-        "too many",
-        "limit exceeded",
-        "exceed",
-        "response size",
-        "too large",
-        "10000 results",
-        "query timeout",
+    let rate_limited = [
+        "rate limit",
+        "rate-limit",
+        "ratelimit",
+        "too many requests",
+        "requests per",
+        "429",
+        "capacity",
+        "throughput",
+        "credits",
     ]
     .iter()
-    .any(|k| m.contains(k))
+    .any(|k| m.contains(k));
+    !rate_limited
+        && [
+            "range",
+            "too many",
+            "limit exceeded",
+            "exceed",
+            "response size",
+            "too large",
+            "10000 results",
+            "query timeout",
+        ]
+        .iter()
+        .any(|k| m.contains(k))
 }
+
+/// Successful chunks at a halved range before the range is doubled again (towards
+/// `max_range`): a provider that refused one large range once is not held to the
+/// smallest range for ever.
+const GROW_AFTER_CHUNKS: u32 = 8;
 
 impl Watcher {
     pub fn new(provider: DynProvider, store: Arc<Store>, cfg: WatcherConfig) -> Self {
@@ -95,6 +119,7 @@ impl Watcher {
             store,
             cfg,
             range,
+            good_chunks: 0,
         }
     }
 
@@ -158,6 +183,7 @@ impl Watcher {
                 Ok(l) => l,
                 Err(e) if is_range_error(&e.to_string()) && self.range > 1 => {
                     self.range = (self.range / 2).max(1);
+                    self.good_chunks = 0;
                     tracing::info!(from, to, new_range = self.range, error = %e, "provider refused the range: halving");
                     continue;
                 }
@@ -181,6 +207,13 @@ impl Watcher {
             self.store.set_checkpoint(&key, to, hash)?;
             report.to = Some(to);
             from = to + 1;
+            if self.range < self.cfg.max_range {
+                self.good_chunks += 1;
+                if self.good_chunks >= GROW_AFTER_CHUNKS {
+                    self.range = self.range.saturating_mul(2).min(self.cfg.max_range.max(1));
+                    self.good_chunks = 0;
+                }
+            }
         }
         report.range = self.range;
         Ok(report)
@@ -276,5 +309,17 @@ mod tests {
             assert!(super::is_range_error(m), "{m}");
         }
         assert!(!super::is_range_error("connection refused"));
+        for m in [
+            "rate limit exceeded",
+            "Too Many Requests",
+            "exceeded 25 requests per second",
+            "HTTP error 429",
+            "your app has exceeded its compute units per second capacity",
+        ] {
+            assert!(
+                !super::is_range_error(m),
+                "a rate limit is not a range error: {m}"
+            );
+        }
     }
 }

@@ -183,3 +183,9 @@ pub fn node_process_with(
     }
     c.spawn().unwrap()
 }
+
+/// A port nothing listens on now (for a node's API).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
