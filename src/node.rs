@@ -104,6 +104,10 @@ pub struct Node {
     pub chain_health: Arc<crate::chain::health::ChainHealth>,
     /// The newest head (probe and push subscription): wakes the watcher and the txm.
     heads: HeadFeed,
+    /// Every task the node spawns outside its dispatcher (round retries), drained at
+    /// shutdown; `cancel` ends those that have not started their round yet.
+    tracker: tokio_util::task::TaskTracker,
+    cancel: tokio_util::sync::CancellationToken,
 }
 
 impl Node {
@@ -202,6 +206,8 @@ impl Node {
             health: Arc::new(std::sync::RwLock::new(health)),
             chain_health,
             heads,
+            tracker: tokio_util::task::TaskTracker::new(),
+            cancel: tokio_util::sync::CancellationToken::new(),
         }))
     }
 
@@ -305,11 +311,17 @@ impl Node {
         let delay = Duration::from_secs(1u64 << n.min(6)).min(self.cfg.max_backoff());
         let mut restored = self.heads.on_restore();
         restored.borrow_and_update();
-        tokio::spawn(async move {
+        let cancel = self.cancel.clone();
+        // tracked: shutdown waits for a retry that runs, and cancels one that waits
+        self.tracker.spawn(async move {
             // the wait ends early when the RPC comes back after an outage
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = restored.changed() => {}
+                _ = cancel.cancelled() => return,
+            }
+            if cancel.is_cancelled() {
+                return;
             }
             let _ = node.run_round(market, market_id).await;
         });
@@ -842,8 +854,14 @@ impl Node {
             "shutting down: letting in-flight rounds reach a persisted state"
         );
         let _ = stop_tx.send(true);
-        let _ = tokio::time::timeout(drain, async { while rounds.join_next().await.is_some() {} })
-            .await;
+        self.cancel.cancel();
+        self.tracker.close();
+        let tracker = self.tracker.clone();
+        let _ = tokio::time::timeout(drain, async {
+            while rounds.join_next().await.is_some() {}
+            tracker.wait().await;
+        })
+        .await;
         rounds.abort_all();
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
             while tasks.join_next().await.is_some() {}

@@ -560,14 +560,14 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn more_unfinished_rounds_than_the_trigger_channel_holds_do_not_block_start() {
+async fn five_thousand_unfinished_rounds_start_and_drain() {
     let s = market_with_three_workers().await;
     let dir = tmpdir("resume-many");
     {
-        // 1100 unfinished rounds of markets that do not exist (more than the 1024 the
+        // 5000 unfinished rounds of markets that do not exist (more than the 1024 the
         // dispatcher's channel holds)
         let store = cresolver::store::Store::open(&dir.join("data")).unwrap();
-        for i in 0..1100u64 {
+        for i in 0..5000u64 {
             store
                 .manual_request(
                     s.dev.contracts.market,
@@ -582,6 +582,24 @@ async fn more_unfinished_rounds_than_the_trigger_channel_holds_do_not_block_star
     s.dev.request_resolution(s.market_id).await.unwrap();
     let rep = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
     assert_eq!(rep.state, RoundState::Confirmed, "{rep:?}");
+    // and every resumed round reaches an end (they were run, not dropped)
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let open: u64 = r
+            .node
+            .store
+            .count_by_state()
+            .unwrap()
+            .iter()
+            .filter(|(st, _)| !st.is_final())
+            .map(|(_, n)| n)
+            .sum();
+        if open == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{open} rounds still open");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     r.stop().await;
     assert_eq!(resolved_events(&s).await.len(), 1);
 }

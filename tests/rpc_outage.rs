@@ -404,3 +404,34 @@ async fn a_round_cut_off_for_90s_completes_after_the_restore() {
         "the log says why the round waited:\n{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_a_retry_that_waits_and_leaves_nothing_behind() {
+    let (s, ids) = setup(0).await;
+    let px = proxy::start(&s.dev.rpc_url()).await;
+    let dir = tmpdir("shutdown-retry");
+    let mut cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    cfg.chain.rpc_url = px.url.clone();
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    px.set(Mode::Refuse);
+    let m = s.dev.contracts.market;
+    r.node.request(ids[0]).unwrap();
+    // the round cannot read the market: it pauses with a retry scheduled
+    let rep = r.node.run_round(m, ids[0]).await.unwrap();
+    assert!(!rep.state.is_final(), "{rep:?}");
+    let stopping = Instant::now();
+    r.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(3),
+        "shutdown waited {:?} for a retry that had not started",
+        stopping.elapsed()
+    );
+    // with the RPC back, nothing of the stopped node acts any more
+    px.set(Mode::Pass);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        resolved_events(&s).await.is_empty(),
+        "a retry ran after shutdown"
+    );
+}

@@ -307,3 +307,41 @@ async fn connect_retry_stays_inside_budget() {
         Err(WorkerFailure::Timeout { after_ms: 500 })
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_local_permit_is_not_charged_to_the_worker() {
+    // 64 rounds at once on one engine whose calls share 8 permits; every worker answers
+    // in 200 ms, well within its 1 s budget, but a call may wait seconds for a permit
+    let agents = futures::future::join_all((0..3).map(|_| {
+        agent(cresolver::agent::AgentBehaviour {
+            latency: Duration::from_millis(200),
+            ..behaviour(DeterminationMode::Yes, 0.9)
+        })
+    }))
+    .await;
+    let mut wf = workflow(1_000, 1_000);
+    wf.resolve.concurrency = 8;
+    let e = engine(wf);
+    let rounds = (0..64).map(|_| {
+        let slots: Vec<WorkerSlot> = agents
+            .iter()
+            .enumerate()
+            .map(|(i, a)| slot(i as u8 + 1, a))
+            .collect();
+        let e = &e;
+        async move { e.run(&input(slots)).await }
+    });
+    let started = std::time::Instant::now();
+    let results = futures::future::join_all(rounds).await;
+    // the permits really were the bottleneck: 64 × 3 calls of 200 ms, 8 at a time
+    assert!(started.elapsed() >= Duration::from_millis(2_400));
+    for r in results {
+        let out = r.unwrap();
+        for w in &out.tally.workers {
+            assert!(
+                w.responded,
+                "a worker was charged for the local wait: {w:?}"
+            );
+        }
+    }
+}
