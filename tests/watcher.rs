@@ -96,13 +96,37 @@ struct Proxy {
     max_range: u64,
     get_logs: Arc<AtomicUsize>,
     refused: Arc<AtomicUsize>,
+    /// Every other eth_getLogs and eth_call is answered with a rate limit (alternately
+    /// HTTP 429 and JSON-RPC -32005 "limit exceeded"); counts those answers.
+    rate_limited: Option<Arc<AtomicUsize>>,
+    /// eth_getLogs and eth_call requests seen by the rate-limit mode.
+    limited_calls: Arc<AtomicUsize>,
 }
 
 fn hex_block(v: &Value) -> Option<u64> {
     u64::from_str_radix(v.as_str()?.trim_start_matches("0x"), 16).ok()
 }
 
-async fn rpc(State(p): State<Proxy>, Json(body): Json<Value>) -> Json<Value> {
+async fn rpc(State(p): State<Proxy>, Json(body): Json<Value>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if let Some(limited) = &p.rate_limited
+        && (body["method"] == "eth_getLogs" || body["method"] == "eth_call")
+    {
+        let n = p.limited_calls.fetch_add(1, Ordering::SeqCst);
+        if n % 2 == 0 {
+            let k = limited.fetch_add(1, Ordering::SeqCst);
+            return if k % 2 == 0 {
+                (
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    "Too Many Requests",
+                )
+                    .into_response()
+            } else {
+                Json(json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32005, "message": "limit exceeded"}}))
+                    .into_response()
+            };
+        }
+    }
     if body["method"] == "eth_getLogs" {
         p.get_logs.fetch_add(1, Ordering::SeqCst);
         let f = &body["params"][0];
@@ -112,7 +136,8 @@ async fn rpc(State(p): State<Proxy>, Json(body): Json<Value>) -> Json<Value> {
             p.refused.fetch_add(1, Ordering::SeqCst);
             return Json(
                 json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32005, "message": format!("block range too large: max {}", p.max_range)}}),
-            );
+            )
+            .into_response();
         }
     }
     let reply: Value = reqwest::Client::new()
@@ -124,7 +149,7 @@ async fn rpc(State(p): State<Proxy>, Json(body): Json<Value>) -> Json<Value> {
         .json()
         .await
         .unwrap();
-    Json(reply)
+    Json(reply).into_response()
 }
 
 #[tokio::test]
@@ -142,6 +167,8 @@ async fn range_is_halved_when_the_provider_refuses_it() {
         max_range: 10,
         get_logs: Default::default(),
         refused: Default::default(),
+        rate_limited: None,
+        limited_calls: Default::default(),
     };
     let app = axum::Router::new()
         .route("/", axum::routing::post(rpc))
@@ -176,4 +203,55 @@ async fn range_is_halved_when_the_provider_refuses_it() {
         proxy.refused.load(Ordering::SeqCst) > refused,
         "a larger range was tried again"
     );
+}
+
+#[tokio::test]
+async fn rate_limits_are_retried_and_never_shrink_the_range() {
+    let s = market_with_n_workers(1).await;
+    s.dev
+        .provider
+        .raw_request::<_, Value>("anvil_mine".into(), (U256::from(40),))
+        .await
+        .unwrap();
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let limited = Arc::new(AtomicUsize::new(0));
+    let proxy = Proxy {
+        upstream: s.dev.rpc_url(),
+        max_range: 1_000,
+        get_logs: Default::default(),
+        refused: Default::default(),
+        rate_limited: Some(limited.clone()),
+        limited_calls: Default::default(),
+    };
+    let app = axum::Router::new()
+        .route("/", axum::routing::post(rpc))
+        .with_state(proxy.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let provider = cresolver::chain::connect(&url).await.unwrap();
+    let store = Arc::new(Store::in_memory().unwrap());
+    let (tx, mut rx) = mpsc::channel(16);
+    // ranges of 8 blocks: several eth_getLogs, half of them answered with a rate limit
+    let mut w = Watcher::new(provider.clone(), store, cfg(&s, 0, 8));
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!(r.range, 8, "a rate limit never shrinks the range");
+    assert_eq!(r.to, Some(r.head));
+    assert_eq!(r.triggers, 1, "nothing skipped");
+    assert_eq!(drain(&mut rx).len(), 1);
+    assert_eq!(proxy.refused.load(Ordering::SeqCst), 0);
+    // an eth_call answered with a rate limit is retried too
+    let before = limited.load(Ordering::SeqCst);
+    let market =
+        cresolver::chain::bindings::ICREsolverMarket::new(s.dev.contracts.market, provider);
+    for _ in 0..2 {
+        market.getMarket(s.market_id).call().await.unwrap();
+    }
+    assert!(
+        limited.load(Ordering::SeqCst) > before,
+        "the proxy did refuse calls"
+    );
+    let n = limited.load(Ordering::SeqCst);
+    assert!(n >= 4, "both kinds of rate limit were answered: {n}");
 }

@@ -72,10 +72,11 @@ pub struct Watcher {
     good_chunks: u32,
 }
 
-/// Whether an RPC error says the queried block range (or result set) is too large.
-/// A rate-limit answer ("rate limit exceeded", "too many requests", HTTP 429) is not one,
-/// even when it shares words with one: it is retried with backoff, not answered with a
-/// smaller range.
+/// Whether an RPC error says the queried block range (or result set) is too large: it
+/// must speak of the range, the results or the response size. A rate-limit answer
+/// ("rate limit exceeded", "limit exceeded", "too many requests", HTTP 429) is not one,
+/// even when it shares words with one: it is retried with backoff at the transport, not
+/// answered with a smaller range.
 pub fn is_range_error(msg: &str) -> bool {
     let m = msg.to_lowercase();
     let rate_limited = [
@@ -84,6 +85,7 @@ pub fn is_range_error(msg: &str) -> bool {
         "ratelimit",
         "too many requests",
         "requests per",
+        "request limit",
         "429",
         "capacity",
         "throughput",
@@ -94,12 +96,9 @@ pub fn is_range_error(msg: &str) -> bool {
     !rate_limited
         && [
             "range",
-            "too many",
-            "limit exceeded",
-            "exceed",
+            "results",
             "response size",
             "too large",
-            "10000 results",
             "query timeout",
         ]
         .iter()
@@ -305,6 +304,7 @@ mod tests {
             "eth_getLogs block range too large, range: 100001, max: 100000",
             "Log response size exceeded",
             "exceed maximum block range: 5000",
+            "block range limit exceeded",
         ] {
             assert!(super::is_range_error(m), "{m}");
         }
@@ -315,6 +315,8 @@ mod tests {
             "exceeded 25 requests per second",
             "HTTP error 429",
             "your app has exceeded its compute units per second capacity",
+            "limit exceeded",
+            "daily request count exceeded, request rate limited",
         ] {
             assert!(
                 !super::is_range_error(m),
