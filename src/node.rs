@@ -15,7 +15,7 @@ use crate::config::{NodeConfig, default_confirmations, is_dev_chain};
 use crate::discovery::{DiscoveredWorker, DiscoveryConfig, discover, to_slots};
 use crate::metrics::Metrics;
 use crate::resolve::report::ReportMetadata;
-use crate::round::{Engine, RoundError, RoundInput, RoundStage};
+use crate::round::{Engine, RoundError, RoundInput, RoundProgress, RoundStage};
 use crate::store::TxPayload;
 use crate::store::{RoundState, Store};
 use crate::submit::{Confirmed, SubmitError, Submitter, SubmitterConfig};
@@ -416,8 +416,10 @@ impl Node {
         .await;
         self.metrics
             .observe_stage("discover", span_started.elapsed().as_secs_f64());
-        self.store
-            .set_state(market, market_id, RoundState::Discovered, None)?;
+        if rec.state == RoundState::Requested {
+            self.store
+                .set_state(market, market_id, RoundState::Discovered, None)?;
+        }
         let reference_time = self.reference_time(rec.request_block).await;
         let input = RoundInput {
             market_id: id64,
@@ -427,19 +429,43 @@ impl Node {
             workers: to_slots(&found, &self.discovery.protocols),
             reputations: snapshot.workers.iter().map(|w| w.reputation).collect(),
         };
-        let store = self.store.clone();
-        let observe = move |stage: RoundStage| {
-            let state = match stage {
-                RoundStage::Answered => RoundState::Answered,
-                RoundStage::Challenged => RoundState::Challenged,
-                RoundStage::Evaluated => RoundState::Evaluated,
+        // what an interrupted run of this attempt recorded: its workers and the LLM are
+        // not asked again for a stage it passed
+        let progress = self
+            .store
+            .progress(market, market_id, rec.attempt)?
+            .and_then(|v| match serde_json::from_value::<RoundProgress>(v) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(market_id = %market_id, error = %e, "unreadable round progress: running the round from the start");
+                    None
+                }
+            })
+            .unwrap_or_default();
+        if progress.resolve.is_some() {
+            tracing::info!(market_id = %market_id, passed = progress.stage(), "resuming the round where it stopped; its workers are not asked again for the stages passed");
+        }
+        let (store, attempt) = (self.store.clone(), rec.attempt);
+        let persist = move |stage: RoundStage, progress: &RoundProgress| {
+            let (state, point) = match stage {
+                RoundStage::Answered => (RoundState::Answered, "answered"),
+                RoundStage::Challenged => (RoundState::Challenged, "challenged"),
+                RoundStage::Evaluated => (RoundState::Evaluated, "evaluated"),
             };
-            if let Err(e) = store.set_state(market, market_id, state, None) {
-                tracing::error!(error = %e, "cannot persist round state");
+            let saved = serde_json::to_value(progress)
+                .map_err(|e| e.to_string())
+                .and_then(|v| {
+                    store
+                        .save_progress(market, market_id, attempt, state, &v)
+                        .map_err(|e| e.to_string())
+                });
+            match saved {
+                Ok(()) => crate::txm::crash_point(point),
+                Err(e) => tracing::error!(error = %e, "cannot persist round progress"),
             }
         };
         let round_started = Instant::now();
-        let result = p.engine.run_observed(&input, &observe).await;
+        let result = p.engine.run_resumable(&input, progress, &persist).await;
         self.metrics
             .observe_stage("resolve+evaluate", round_started.elapsed().as_secs_f64());
         let mut transcript = transcript(&p.workflow, &snapshot, &found, &input);

@@ -1,6 +1,9 @@
 //! A round, end to end without the chain: fan out the question under quorum, challenge
 //! the responders, evaluate, tally, encode the report. The node, replay and dry-run all
-//! drive rounds through [`Engine::run`].
+//! drive rounds through [`Engine::run`]. What a round has passed ([`RoundProgress`]:
+//! answers, defences, evaluation, ratifying votes) is handed to the caller after each
+//! stage, and a round given its recorded progress continues from there without asking
+//! its workers or the LLM again.
 
 use crate::evaluate::{
     EvalError, EvalInput, EvalWorker, Evaluation, Evaluator, LlmConfig, LlmEvaluator,
@@ -14,7 +17,7 @@ use crate::workers::fanout::{
 use crate::workers::{ChallengeOutcome, ResolveRequest, StageClient, StageLimits, WorkerFailure};
 use crate::workflow::{EvaluatorKind, Workflow};
 use alloy::primitives::{Address, Bytes, U256};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +44,53 @@ pub enum RoundStage {
     Answered,
     Challenged,
     Evaluated,
+}
+
+/// The stages a round has passed, as the caller persists them (see
+/// [`Engine::run_resumable`]). Each stage is recorded only once it is complete.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RoundProgress {
+    /// The resolve stage, recorded once it met quorum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve: Option<ResolveStage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenges: Option<Vec<Option<ChallengeOutcome>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<Evaluation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratification: Option<Vec<RatifyResult>>,
+}
+
+impl RoundProgress {
+    /// Whether this progress belongs to a round over `input`'s workers (same addresses
+    /// in the same order, and every recorded stage of that length).
+    pub fn fits(&self, input: &RoundInput) -> bool {
+        let n = input.workers.len();
+        let same_workers = |addrs: &mut dyn Iterator<Item = Address>| {
+            addrs.eq(input.workers.iter().map(|w| w.address))
+        };
+        self.resolve
+            .as_ref()
+            .is_none_or(|r| same_workers(&mut r.results.iter().map(|r| r.address)))
+            && self.challenges.as_ref().is_none_or(|c| c.len() == n)
+            && (self.resolve.is_some() || self.challenges.is_none())
+            && (self.challenges.is_some() || self.evaluation.is_none())
+    }
+
+    /// The last stage passed, as a word for logs.
+    pub fn stage(&self) -> &'static str {
+        if self.ratification.is_some() {
+            "ratified"
+        } else if self.evaluation.is_some() {
+            "evaluated"
+        } else if self.challenges.is_some() {
+            "challenged"
+        } else if self.resolve.is_some() {
+            "answered"
+        } else {
+            "none"
+        }
+    }
 }
 
 /// Everything a finished round saw and decided.
@@ -198,6 +248,20 @@ impl Engine {
         input: &RoundInput,
         observe: &(dyn Fn(RoundStage) + Sync),
     ) -> Result<RoundOutcome, RoundError> {
+        self.run_resumable(input, RoundProgress::default(), &|stage, _| observe(stage))
+            .await
+    }
+
+    /// Runs one round from `progress` (what an earlier, interrupted run of it recorded):
+    /// recorded stages are taken as they are, the rest are run, and `persist` is told
+    /// the progress after each stage completes (it should store it before returning).
+    /// Progress that does not [`fit`](RoundProgress::fits) the input is ignored.
+    pub async fn run_resumable(
+        &self,
+        input: &RoundInput,
+        mut progress: RoundProgress,
+        persist: &(dyn Fn(RoundStage, &RoundProgress) + Sync),
+    ) -> Result<RoundOutcome, RoundError> {
         if input.workers.is_empty() {
             return Err(RoundError::NoWorkers);
         }
@@ -207,6 +271,13 @@ impl Engine {
                 reputations: input.reputations.len(),
             });
         }
+        if !progress.fits(input) {
+            tracing::warn!(
+                market = input.market_id,
+                "recorded progress does not match the market's workers: running the round from the start"
+            );
+            progress = RoundProgress::default();
+        }
         let wf = &self.workflow;
         let request = ResolveRequest {
             market_id: input.market_id,
@@ -214,38 +285,52 @@ impl Engine {
             deadline: input.deadline,
             context: None,
         };
-        let stage = resolve_stage(
-            &self.resolve_client,
-            &input.workers,
-            &request,
-            wf.quorum.rule,
-            wf.grace(),
-        )
-        .await;
-        tracing::info!(
-            market = input.market_id,
-            valid = stage.valid,
-            registered = stage.registered,
-            required = stage.required,
-            "resolve stage done"
-        );
-        if !stage.quorum_met {
-            return Err(RoundError::QuorumNotMet(Box::new(stage)));
-        }
-        observe(RoundStage::Answered);
-        let challenges = if wf.challenge.enabled {
-            challenge_stage(
-                &self.challenge_client,
-                &wf.challenge.templates(),
-                &request,
-                &input.workers,
-                &stage,
-            )
-            .await
-        } else {
-            vec![None; input.workers.len()]
+        let stage = match progress.resolve.clone() {
+            Some(stage) => stage,
+            None => {
+                let stage = resolve_stage(
+                    &self.resolve_client,
+                    &input.workers,
+                    &request,
+                    wf.quorum.rule,
+                    wf.grace(),
+                )
+                .await;
+                tracing::info!(
+                    market = input.market_id,
+                    valid = stage.valid,
+                    registered = stage.registered,
+                    required = stage.required,
+                    "resolve stage done"
+                );
+                if !stage.quorum_met {
+                    return Err(RoundError::QuorumNotMet(Box::new(stage)));
+                }
+                progress.resolve = Some(stage.clone());
+                persist(RoundStage::Answered, &progress);
+                stage
+            }
         };
-        observe(RoundStage::Challenged);
+        let challenges = match progress.challenges.clone() {
+            Some(c) => c,
+            None => {
+                let c = if wf.challenge.enabled {
+                    challenge_stage(
+                        &self.challenge_client,
+                        &wf.challenge.templates(),
+                        &request,
+                        &input.workers,
+                        &stage,
+                    )
+                    .await
+                } else {
+                    vec![None; input.workers.len()]
+                };
+                progress.challenges = Some(c.clone());
+                persist(RoundStage::Challenged, &progress);
+                c
+            }
+        };
 
         let mut eval_workers = Vec::new();
         let mut slot_of = Vec::new();
@@ -271,8 +356,15 @@ impl Engine {
             workers: eval_workers,
             reference_time: input.reference_time,
         };
-        let evaluation = self.evaluator.evaluate(&eval_input).await?;
-        observe(RoundStage::Evaluated);
+        let evaluation = match progress.evaluation.clone() {
+            Some(e) => e,
+            None => {
+                let e = self.evaluator.evaluate(&eval_input).await?;
+                progress.evaluation = Some(e.clone());
+                persist(RoundStage::Evaluated, &progress);
+                e
+            }
+        };
         let mut scores: Vec<Option<Dimensions>> = vec![None; input.workers.len()];
         for (k, &i) in slot_of.iter().enumerate() {
             scores[i] = evaluation.scores.get(k).copied();
@@ -295,7 +387,9 @@ impl Engine {
             .collect();
         let outcome = tally(U256::from(input.market_id), &tally_workers, wf.tally.tie)?;
         let report = outcome.report();
-        let ratification = if wf.challenge.ratify {
+        let ratification = if let Some(votes) = progress.ratification.clone() {
+            votes
+        } else if wf.challenge.ratify {
             let votes = ratify_stage(
                 &self.challenge_client,
                 &request,
@@ -321,6 +415,8 @@ impl Engine {
                     ),
                 }
             }
+            progress.ratification = Some(votes.clone());
+            persist(RoundStage::Evaluated, &progress);
             votes
         } else {
             vec![]

@@ -10,6 +10,7 @@ use common::node::*;
 use common::*;
 use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
 use cresolver::store::RoundState;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn good(det: DeterminationMode, conf: f64) -> AgentUriFuture {
@@ -602,4 +603,107 @@ async fn five_thousand_unfinished_rounds_start_and_drain() {
     }
     r.stop().await;
     assert_eq!(resolved_events(&s).await.len(), 1);
+}
+
+/// A reference agent whose requests are counted by path.
+async fn counted_agent(
+    det: DeterminationMode,
+    conf: f64,
+) -> (
+    String,
+    Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+) {
+    let counts: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>> =
+        Default::default();
+    let c = counts.clone();
+    let app = cresolver::agent::router(behaviour(det, conf)).layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let c = c.clone();
+            async move {
+                *c.lock()
+                    .unwrap()
+                    .entry(req.uri().path().to_string())
+                    .or_default() += 1;
+                next.run(req).await
+            }
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, counts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_killed_after_each_stage_resumes_without_asking_again() {
+    for point in ["answered", "challenged", "evaluated"] {
+        let mut uris = vec![];
+        let mut counts = vec![];
+        for (det, conf) in [
+            (DeterminationMode::Yes, 0.9),
+            (DeterminationMode::Yes, 0.8),
+            (DeterminationMode::No, 0.6),
+        ] {
+            let (url, c) = counted_agent(det, conf).await;
+            uris.push(AgentUri::Endpoint(url));
+            counts.push(c);
+        }
+        let s = market_with_workers(uris).await;
+        let entry = |id: &str| {
+            let mut o = serde_json::json!({ "workerId": id });
+            for n in cresolver::resolve::Dimensions::NAMES {
+                o[n] = serde_json::json!(70);
+            }
+            o
+        };
+        let content =
+            serde_json::json!({ "workers": [entry("W1"), entry("W2"), entry("W3")] }).to_string();
+        let (llm_url, llm) = llm_server(vec![Scripted::content(&content)]).await;
+        let dir = tmpdir(&format!("resume-{point}"));
+        let wf = workflow_file(&dir, |t| {
+            let t = t
+                .replace("kind = \"rubric\"", "kind = \"llm\"")
+                .replace("fallback = \"rubric\"", "fallback = \"fail\"");
+            format!(
+                "{t}\n[evaluator.llm]\nbase_url = \"{llm_url}\"\nmodel = \"m\"\nretries = 0\napi_key_env = \"CRESOLVER_TEST_NO_KEY\"\n"
+            )
+        });
+        s.dev.request_resolution(s.market_id).await.unwrap();
+        let key = [("CRESOLVER_TEST_NO_KEY", "test-key")];
+        let mut child = node_process_with(&s, &dir, &wf, Some(point), &key);
+        let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+            .await
+            .expect("the node stops at the crash point")
+            .unwrap();
+        assert_eq!(
+            status.code(),
+            Some(97),
+            "{point}: crashed where asked:\n{}",
+            std::fs::read_to_string(dir.join("node.log")).unwrap_or_default()
+        );
+        assert!(resolved_events(&s).await.is_empty());
+        let mut child = node_process_with(&s, &dir, &wf, None, &key);
+        let st = wait_state(&dir, &s, RoundState::is_final).await;
+        child.kill().await.unwrap();
+        assert_eq!(st, RoundState::Confirmed, "{point}");
+        assert_eq!(resolved_events(&s).await.len(), 1, "{point}");
+        for (i, c) in counts.iter().enumerate() {
+            let c = c.lock().unwrap();
+            assert_eq!(
+                c.get("/a2a/resolve"),
+                Some(&1),
+                "{point}: worker {i} asked once: {c:?}"
+            );
+            assert_eq!(
+                c.get("/a2a/challenge"),
+                Some(&1),
+                "{point}: worker {i} challenged once: {c:?}"
+            );
+        }
+        assert_eq!(
+            llm.requests.lock().unwrap().len(),
+            1,
+            "{point}: the LLM asked once"
+        );
+    }
 }

@@ -201,6 +201,9 @@ CREATE TABLE IF NOT EXISTS rounds (
     PRIMARY KEY (market, market_id));
 CREATE TABLE IF NOT EXISTS checkpoints (
     key TEXT PRIMARY KEY, block_number INTEGER NOT NULL, block_hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS round_progress (
+    market TEXT NOT NULL, market_id TEXT NOT NULL, attempt INTEGER NOT NULL, progress TEXT NOT NULL,
+    updated_at INTEGER NOT NULL, PRIMARY KEY (market, market_id));
 ";
 
 impl Store {
@@ -301,6 +304,58 @@ impl Store {
             return Err(StoreError::NoRound(market, market_id));
         }
         Ok(())
+    }
+
+    /// Records what attempt `attempt` of a round has passed and moves the round to
+    /// `state`, in one transaction (see `round::RoundProgress`).
+    pub fn save_progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+        state: RoundState,
+        progress: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let t = now() as i64;
+        let n = tx.execute(
+            "UPDATE rounds SET state = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2",
+            params![market.to_string(), market_id.to_string(), state.as_str(), t],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NoRound(market, market_id));
+        }
+        tx.execute(
+            "INSERT INTO round_progress (market, market_id, attempt, progress, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (market, market_id) DO UPDATE SET attempt = ?3, progress = ?4, updated_at = ?5",
+            params![market.to_string(), market_id.to_string(), attempt as i64, progress.to_string(), t],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// What attempt `attempt` of a round recorded as passed (None: nothing, or only an
+    /// earlier attempt's).
+    pub fn progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let raw: Option<String> = self
+            .conn()
+            .query_row(
+                "SELECT progress FROM round_progress WHERE market = ?1 AND market_id = ?2 AND attempt = ?3",
+                params![market.to_string(), market_id.to_string(), attempt as i64],
+                |r| r.get(0),
+            )
+            .optional()?;
+        raw.map(|r| {
+            serde_json::from_str(&r)
+                .map_err(|e| StoreError::Corrupt(format!("round progress: {e}")))
+        })
+        .transpose()
     }
 
     /// Stores the round's outcome/transcript JSON.
