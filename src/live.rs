@@ -59,13 +59,13 @@ pub async fn read(
         .map_err(|source| LiveError::Read { market_id, source })
 }
 
-/// Discovers the snapshot's workers at its block and runs one round with `engine`,
-/// judged at the block's time. Nothing is stored, signed or sent.
-pub async fn run_round(
+/// Discovers the snapshot's workers at its block and builds the round's input, judged at
+/// that block's time: the one way every path (node, dry-run, replay --live) prepares a
+/// round.
+pub async fn collect_input(
     ctx: &LiveContext<'_>,
-    engine: &Engine,
-    snapshot: MarketSnapshot,
-) -> Result<LiveRound, LiveError> {
+    snapshot: &MarketSnapshot,
+) -> Result<(Vec<DiscoveredWorker>, RoundInput), LiveError> {
     let id64 = u64::try_from(snapshot.market_id)
         .map_err(|_| LiveError::MarketIdTooLarge(snapshot.market_id))?;
     let found = discover(
@@ -86,6 +86,17 @@ pub async fn run_round(
         workers: to_slots(&found, &ctx.discovery.protocols),
         reputations: snapshot.workers.iter().map(|w| w.reputation).collect(),
     };
+    Ok((found, input))
+}
+
+/// Discovers the snapshot's workers at its block and runs one round with `engine`,
+/// judged at the block's time. Nothing is stored, signed or sent.
+pub async fn run_round(
+    ctx: &LiveContext<'_>,
+    engine: &Engine,
+    snapshot: MarketSnapshot,
+) -> Result<LiveRound, LiveError> {
+    let (found, input) = collect_input(ctx, &snapshot).await?;
     let result = engine.run(&input).await;
     Ok(LiveRound {
         snapshot,

@@ -9,10 +9,11 @@
 
 use crate::api::{ApiState, ManualTrigger};
 use crate::chain::heads::{HeadFeed, PushConfig};
-use crate::chain::reader::{MarketSnapshot, ReadError, read_market};
+use crate::chain::reader::{MarketSnapshot, ReadError, read_market, resolved_at_head};
 use crate::chain::watcher::{Trigger, Watcher, WatcherConfig};
 use crate::config::{NodeConfig, default_confirmations, is_dev_chain};
-use crate::discovery::{DiscoveredWorker, DiscoveryConfig, discover, to_slots};
+use crate::discovery::{DiscoveredWorker, DiscoveryConfig};
+use crate::live::{LiveContext, LiveError, collect_input};
 use crate::metrics::Metrics;
 use crate::resolve::report::ReportMetadata;
 use crate::round::{Engine, RoundError, RoundInput, RoundProgress, RoundStage};
@@ -23,7 +24,6 @@ use crate::txm::fees::FeePolicy;
 use crate::txm::{TxError, TxManager, TxOutcome, TxmConfig};
 use crate::workers::registry::{ProtocolKind, ProtocolSet};
 use crate::workflow::Workflow;
-use alloy::eips::BlockNumberOrTag;
 use alloy::network::EthereumWallet;
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::{DynProvider, Provider};
@@ -374,61 +374,77 @@ impl Node {
             return self.follow(p, market_id, n.nonce).await;
         }
         let span_started = Instant::now();
-        let snapshot = match read_market(
-            &self.provider,
-            market,
-            market_id,
-            None,
-            self.cfg.chain.multicall_address,
-        )
-        .await
-        {
-            Ok(s) => s,
+        // One judging point: the request's block. A manual request has no request log; it
+        // is judged at the head block of its first run, which is kept for every resume.
+        let block = match rec.request_block {
+            Some(b) => b,
+            None => {
+                let head = self
+                    .provider
+                    .get_block_number()
+                    .await
+                    .map_err(|e| Step::Transient(format!("eth_blockNumber: {e}")))?;
+                self.store.set_request_block(market, market_id, head)?;
+                tracing::info!(market_id = %market_id, block = head, "manual request: judged at this block from now on");
+                head
+            }
+        };
+        // nobody is asked about a market that is already resolved
+        match resolved_at_head(&self.provider, market, market_id).await {
+            Ok(false) => {}
+            Ok(true) => {
+                self.store.set_state(
+                    market,
+                    market_id,
+                    RoundState::Skipped,
+                    Some("the market is already resolved on chain"),
+                )?;
+                return Ok(());
+            }
             Err(ReadError::Rpc(e)) => {
                 return Err(Step::Transient(format!("reading the market: {e}")));
             }
             Err(e) => return self.fail(market, market_id, &e.to_string()),
-        };
-        if snapshot.resolved {
-            self.store.set_state(
-                market,
-                market_id,
-                RoundState::Skipped,
-                Some("the market is already resolved on chain"),
-            )?;
-            return Ok(());
         }
-        let Ok(id64) = u64::try_from(snapshot.market_id) else {
-            return self.fail(
-                market,
-                market_id,
-                "market id does not fit the worker protocol's number",
-            );
+        let multicall = self.cfg.chain.multicall_address;
+        let read = match read_market(&self.provider, market, market_id, Some(block), multicall)
+            .await
+        {
+            // A full (non-archive) endpoint has pruned the state of an old block: the
+            // market's terms and workers are read at the head instead (they do not change
+            // after the request); the round is still judged at the request block's time.
+            Err(ReadError::Rpc(e)) if is_pruned_state(&e) => {
+                tracing::warn!(market_id = %market_id, block, error = %e, "the endpoint has no state at the request block (pruned): reading the market at the head");
+                read_market(&self.provider, market, market_id, None, multicall).await
+            }
+            other => other,
         };
-        let found = discover(
-            &self.provider,
-            snapshot.identity_registry,
-            &snapshot.workers,
-            Some(snapshot.block),
-            &self.discovery,
-            &self.http,
-        )
-        .await;
+        let snapshot = match read {
+            Ok(s) => s,
+            Err(ReadError::Rpc(e)) => {
+                return Err(Step::Transient(format!(
+                    "reading the market at block {block}: {e}"
+                )));
+            }
+            Err(e) => return self.fail(market, market_id, &e.to_string()),
+        };
+        let ctx = LiveContext {
+            provider: &self.provider,
+            multicall: self.cfg.chain.multicall_address,
+            discovery: &self.discovery,
+            http: &self.http,
+        };
+        let (found, input) = match collect_input(&ctx, &snapshot).await {
+            Ok(x) => x,
+            Err(LiveError::Rpc(e)) => return Err(Step::Transient(e)),
+            Err(e) => return self.fail(market, market_id, &e.to_string()),
+        };
         self.metrics
             .observe_stage("discover", span_started.elapsed().as_secs_f64());
         if rec.state == RoundState::Requested {
             self.store
                 .set_state(market, market_id, RoundState::Discovered, None)?;
         }
-        let reference_time = self.reference_time(rec.request_block).await;
-        let input = RoundInput {
-            market_id: id64,
-            question: snapshot.question.clone(),
-            deadline: u64::try_from(snapshot.deadline).ok(),
-            reference_time,
-            workers: to_slots(&found, &self.discovery.protocols),
-            reputations: snapshot.workers.iter().map(|w| w.reputation).collect(),
-        };
         // what an interrupted run of this attempt recorded: its workers and the LLM are
         // not asked again for a stage it passed
         let progress = self
@@ -698,17 +714,6 @@ impl Node {
         self.store
             .set_state(market, market_id, RoundState::Failed, Some(reason))?;
         Ok(())
-    }
-
-    async fn reference_time(&self, block: Option<u64>) -> u64 {
-        let tag = block.map_or(BlockNumberOrTag::Latest, BlockNumberOrTag::Number);
-        match self.provider.get_block_by_number(tag).await {
-            Ok(Some(b)) => b.header.timestamp,
-            _ => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-        }
     }
 
     /// Runs the node until `shutdown` completes: watchers, API, dispatcher. In-flight
@@ -1043,6 +1048,22 @@ pub fn txm_config(cfg: &NodeConfig, chain_id: u64) -> TxmConfig {
         poll_interval: Duration::from_millis(cfg.chain.poll_interval_ms.clamp(10, 2_000)),
         wait_bound: Duration::from_millis(cfg.submit.receipt_timeout_ms.max(1_000)),
     }
+}
+
+/// Whether an RPC error says the state of an old block is not available (pruned by a
+/// full node).
+fn is_pruned_state(e: &str) -> bool {
+    let m = e.to_lowercase();
+    [
+        "missing trie node",
+        "pruned",
+        "historical state",
+        "state histories",
+        "state not available",
+        "header not found",
+    ]
+    .iter()
+    .any(|k| m.contains(k))
 }
 
 /// A transaction manager error as a round step.

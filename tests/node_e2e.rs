@@ -707,3 +707,47 @@ async fn a_round_killed_after_each_stage_resumes_without_asking_again() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_round_reads_and_judges_at_the_request_block() {
+    let s = market_with_three_workers().await;
+    let receipt = s.dev.request_resolution(s.market_id).await.unwrap();
+    let block = receipt.block_number.unwrap();
+    let at = s
+        .dev
+        .provider
+        .get_block_by_number(block.into())
+        .await
+        .unwrap()
+        .unwrap()
+        .header
+        .timestamp;
+    // a day passes and blocks are mined before the node sees the request
+    s.dev
+        .provider
+        .raw_request::<_, serde_json::Value>("evm_increaseTime".into(), (86_400u64,))
+        .await
+        .unwrap();
+    s.dev
+        .provider
+        .raw_request::<_, serde_json::Value>("anvil_mine".into(), (U256::from(5),))
+        .await
+        .unwrap();
+    let dir = tmpdir("judging-point");
+    let cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    let rep = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    r.stop().await;
+    assert_eq!(rep.state, RoundState::Confirmed, "{rep:?}");
+    let t = rep.transcript.unwrap();
+    assert_eq!(
+        t["market"]["block"],
+        serde_json::json!(block),
+        "market read at the request block"
+    );
+    assert_eq!(
+        t["reference_time"],
+        serde_json::json!(at),
+        "judged at the request block's time"
+    );
+}

@@ -68,6 +68,32 @@ pub enum ReadError {
     Invalid(String),
 }
 
+/// Whether the market is resolved at the head (one `getMarket` call): a round judged at
+/// its request block checks this first, so nobody is asked about a market already done.
+pub async fn resolved_at_head(
+    provider: &DynProvider,
+    market: Address,
+    market_id: U256,
+) -> Result<bool, ReadError> {
+    let m = ICREsolverMarket::new(market, provider.clone());
+    match m.getMarket(market_id).call().await {
+        Ok(t) if t.deadline.is_zero() => Err(ReadError::MarketDoesNotExist(market_id)),
+        Ok(t) => Ok(t.resolved),
+        Err(e) => match crate::chain::revert_data(&e) {
+            Some(data) => match crate::chain::decode_revert(&data) {
+                RevertReason::Market(
+                    ICREsolverMarket::ICREsolverMarketErrors::MarketDoesNotExist(_),
+                ) => Err(ReadError::MarketDoesNotExist(market_id)),
+                other => Err(ReadError::Invalid(format!(
+                    "getMarket reverted at the head: {}",
+                    other.name()
+                ))),
+            },
+            None => Err(ReadError::Rpc(format!("getMarket at the head: {e}"))),
+        },
+    }
+}
+
 /// Reads a snapshot of `market_id` on `market` at `block` (`None`: the current block,
 /// fetched once so that every read is made at the same block). With `multicall`, the
 /// calls are batched through Multicall3 `aggregate3`.

@@ -358,6 +358,23 @@ impl Store {
         .transpose()
     }
 
+    /// Records the block a round without a request log (a manual request) is judged at.
+    pub fn set_request_block(
+        &self,
+        market: Address,
+        market_id: U256,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        let n = self.conn().execute(
+            "UPDATE rounds SET request_block = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2",
+            params![market.to_string(), market_id.to_string(), block as i64, now() as i64],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NoRound(market, market_id));
+        }
+        Ok(())
+    }
+
     /// Stores the round's outcome/transcript JSON.
     pub fn set_outcome(
         &self,
