@@ -188,13 +188,36 @@ impl DryRunner {
 
     /// Runs the pipeline for `market_id` at the head and simulates the submission.
     pub async fn run(&self, market_id: U256) -> Result<DryRunReport, DryRunError> {
+        self.run_at(market_id, None).await
+    }
+
+    /// Runs the pipeline for `market_id` read and judged at `block` (the request's block,
+    /// as the node does; `None`: the head) and simulates the submission (at the head).
+    pub async fn run_at(
+        &self,
+        market_id: U256,
+        block: Option<u64>,
+    ) -> Result<DryRunReport, DryRunError> {
         let ctx = LiveContext {
             provider: &self.provider,
             multicall: self.multicall,
             discovery: &self.discovery,
             http: &self.http,
         };
-        let snapshot = crate::live::read(&ctx, self.market, market_id, None).await?;
+        if let Some(b) = block
+            && crate::chain::reader::resolved_at_head(&self.provider, self.market, market_id)
+                .await
+                .unwrap_or(false)
+        {
+            // resolved since the request: say so from the head's view
+            let snapshot = crate::live::read(&ctx, self.market, market_id, None).await?;
+            let mut r = self.report(&snapshot, "already_resolved");
+            r.reason = Some(format!(
+                "market {market_id} (requested at block {b}) is already resolved on chain"
+            ));
+            return Ok(r);
+        }
+        let snapshot = crate::live::read(&ctx, self.market, market_id, block).await?;
         if snapshot.resolved {
             let mut r = self.report(&snapshot, "already_resolved");
             r.reason = Some(format!(
@@ -364,7 +387,8 @@ impl DryRunner {
             tokio::select! {
                 t = rx.recv() => match t {
                     Some(t) => {
-                        let r = self.run(t.market_id).await;
+                        // judged at the request's block, as the node judges it
+                        let r = self.run_at(t.market_id, t.log.as_ref().map(|l| l.block_number)).await;
                         on_report(t.market_id, r);
                     }
                     None => break,

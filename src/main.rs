@@ -216,6 +216,11 @@ struct DryRunArgs {
     /// With --watch: first block to scan (default: the head).
     #[arg(long, requires = "watch", value_name = "BLOCK")]
     from_block: Option<u64>,
+    /// With --market: read the market and judge the round at this block, as the node does
+    /// at the block of the market's ResolutionRequested (default: the head). With
+    /// --watch every request is judged at its own block.
+    #[arg(long, conflicts_with = "watch", value_name = "BLOCK")]
+    at_block: Option<u64>,
     /// Resolver address to simulate from (default: the address of the configured key).
     #[arg(long, value_name = "ADDR")]
     from: Option<Address>,
@@ -913,7 +918,7 @@ async fn dry_run_cmd(a: DryRunArgs) -> anyhow::Result<ExitCode> {
     let id = a
         .market
         .context("--market N is required (or run with --watch)")?;
-    let r = runner.run(id).await?;
+    let r = runner.run_at(id, a.at_block).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

@@ -1182,3 +1182,71 @@ async fn bad_transcripts_are_errors_naming_file_and_field() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_at_the_request_block_gives_the_node_s_report() {
+    let s = market_with_workers(
+        good_uris(&[
+            (DeterminationMode::Yes, 0.9),
+            (DeterminationMode::Yes, 0.7),
+            (DeterminationMode::No, 0.6),
+        ])
+        .await,
+    )
+    .await;
+    let block = s
+        .dev
+        .request_resolution(s.market_id)
+        .await
+        .unwrap()
+        .block_number
+        .unwrap();
+    // the head moves on (and a day passes) before anyone looks
+    s.dev
+        .provider
+        .raw_request::<_, Value>("evm_increaseTime".into(), (86_400u64,))
+        .await
+        .unwrap();
+    s.dev
+        .provider
+        .raw_request::<_, Value>("anvil_mine".into(), (U256::from(3),))
+        .await
+        .unwrap();
+    let dir = tmpdir("dry-vs-node");
+    let config = dry_run_config(&s, &dir);
+    let out = cli(
+        &[
+            "dry-run",
+            "--config",
+            p(&config),
+            "--market",
+            &s.market_id.to_string(),
+            "--at-block",
+            &block.to_string(),
+            "--json",
+        ],
+        &[("CRESOLVER_PRIVATE_KEY", key_of(&s.dev.signers[0]))],
+    )
+    .await;
+    assert!(out.status.success(), "{}", show(&out));
+    let dry = json_of(&out);
+    assert_eq!(dry["block"], json!(block), "{dry:#}");
+    assert_eq!(dry["status"], "would_submit", "{dry:#}");
+    assert!(dry["report"].is_string(), "{dry:#}");
+    assert!(dry["tally"]["resolution"].is_boolean(), "{dry:#}");
+
+    let cfg = node_config(&s, &dir, workflow_file(&dir, "wf-node.toml", |t| t));
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    let rep = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    r.stop().await;
+    assert_eq!(rep.state, RoundState::Confirmed, "{rep:?}");
+    let t = rep.transcript.unwrap();
+    assert_eq!(
+        t["outcome"]["report"], dry["report"],
+        "the same report bytes"
+    );
+    assert_eq!(
+        t["outcome"]["tally"]["resolution"], dry["tally"]["resolution"],
+        "{dry:#}"
+    );
+}
