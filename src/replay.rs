@@ -23,10 +23,9 @@
 use crate::chain::bindings::{ICREsolverMarket, IKeystoneForwarder};
 use crate::chain::reader::{MarketSnapshot, read_market};
 use crate::chain::watcher::is_range_error;
-use crate::evaluate::{EvalInput, EvalWorker, Evaluation, Fallback, llm, neutral, rubric};
+use crate::evaluate::{EvalInput, Evaluation, Fallback, llm, neutral, rubric};
 use crate::resolve::report::split_raw_report;
-use crate::resolve::tally::Vote;
-use crate::resolve::{Dimensions, TallyWorker, decode_report, tally};
+use crate::resolve::{Dimensions, decode_report};
 use crate::round::{Engine, RoundError, RoundOutcome};
 use crate::transcript::{TallyRecord, Transcript};
 use crate::workers::ChallengeOutcome;
@@ -622,31 +621,14 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
         }
     }
 
-    // The evaluator's input, exactly as the engine builds it.
-    let mut eval_workers = Vec::new();
-    let mut slot_of = Vec::new();
-    for (i, r) in stage.results.iter().enumerate() {
-        if let Some(answer) = r.answer() {
-            let (ch, resp) = match &challenges[i] {
-                Some(c) => (c.challenges.clone(), c.responses.clone()),
-                None => (vec![], vec![]),
-            };
-            eval_workers.push(EvalWorker {
-                label: format!("W{}", eval_workers.len() + 1),
-                address: r.address,
-                answer: answer.clone(),
-                challenges: ch,
-                responses: resp,
-            });
-            slot_of.push(i);
-        }
-    }
-    let input = EvalInput {
+    // The evaluator's input, built by the engine's own function.
+    let (input, slot_of) = crate::round::evaluation_input(
         market_id,
-        question: t.question.clone(),
-        workers: eval_workers,
-        reference_time: t.reference_time,
-    };
+        &t.question,
+        t.reference_time,
+        stage,
+        &challenges,
+    );
     let evaluation = match wf.evaluator.kind {
         EvaluatorKind::Rubric => rubric::score_all(&input),
         EvaluatorKind::Llm => match replay_llm(t, wf, &input) {
@@ -667,34 +649,22 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
             evaluation.evaluator, rec.evaluator
         ));
     }
-    let mut scores: Vec<Option<Dimensions>> = vec![None; n];
-    for (k, &i) in slot_of.iter().enumerate() {
-        scores[i] = evaluation.scores.get(k).copied();
-    }
-    let tally_workers: Vec<TallyWorker> = stage
-        .results
-        .iter()
-        .zip(&scores)
-        .zip(&t.market.workers)
-        .map(|((r, s), w)| TallyWorker {
-            address: r.address,
-            vote: r.answer().map(|a| Vote {
-                determination: a.determination,
-                confidence: a.confidence,
-                abstain: a.abstain,
-            }),
-            scores: s.unwrap_or_default(),
-            reputation: w.reputation,
-        })
-        .collect();
-    match tally(t.market.market_id, &tally_workers, wf.tally.tie) {
-        Ok(outcome) => Replayed {
+    let reputations: Vec<_> = t.market.workers.iter().map(|w| w.reputation).collect();
+    match crate::round::decide(
+        t.market.market_id,
+        stage,
+        &slot_of,
+        &evaluation,
+        &reputations,
+        wf.tally.tie,
+    ) {
+        Ok(d) => Replayed {
             status: ReplayStatus::Resolved,
             quorum: Some(quorum),
-            report: Some(outcome.report()),
-            tally: Some(TallyRecord::from(&outcome)),
+            report: Some(d.report),
+            tally: Some(TallyRecord::from(&d.tally)),
             evaluation: Some(evaluation),
-            scores,
+            scores: d.scores,
             notes,
         },
         Err(e) => Replayed {
@@ -703,7 +673,7 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
             },
             quorum: Some(quorum),
             evaluation: Some(evaluation),
-            scores,
+            scores: vec![None; n],
             tally: None,
             report: None,
             notes,

@@ -332,30 +332,13 @@ impl Engine {
             }
         };
 
-        let mut eval_workers = Vec::new();
-        let mut slot_of = Vec::new();
-        for (i, r) in stage.results.iter().enumerate() {
-            if let Some(answer) = r.answer() {
-                let (ch, resp) = match &challenges[i] {
-                    Some(c) => (c.challenges.clone(), c.responses.clone()),
-                    None => (vec![], vec![]),
-                };
-                eval_workers.push(EvalWorker {
-                    label: format!("W{}", eval_workers.len() + 1),
-                    address: r.address,
-                    answer: answer.clone(),
-                    challenges: ch,
-                    responses: resp,
-                });
-                slot_of.push(i);
-            }
-        }
-        let eval_input = EvalInput {
-            market_id: input.market_id,
-            question: input.question.clone(),
-            workers: eval_workers,
-            reference_time: input.reference_time,
-        };
+        let (eval_input, slot_of) = evaluation_input(
+            input.market_id,
+            &input.question,
+            input.reference_time,
+            &stage,
+            &challenges,
+        );
         let evaluation = match progress.evaluation.clone() {
             Some(e) => e,
             None => {
@@ -365,28 +348,18 @@ impl Engine {
                 e
             }
         };
-        let mut scores: Vec<Option<Dimensions>> = vec![None; input.workers.len()];
-        for (k, &i) in slot_of.iter().enumerate() {
-            scores[i] = evaluation.scores.get(k).copied();
-        }
-        let tally_workers: Vec<TallyWorker> = stage
-            .results
-            .iter()
-            .zip(&scores)
-            .zip(&input.reputations)
-            .map(|((r, s), rep)| TallyWorker {
-                address: r.address,
-                vote: r.answer().map(|a| Vote {
-                    determination: a.determination,
-                    confidence: a.confidence,
-                    abstain: a.abstain,
-                }),
-                scores: s.unwrap_or_default(),
-                reputation: *rep,
-            })
-            .collect();
-        let outcome = tally(U256::from(input.market_id), &tally_workers, wf.tally.tie)?;
-        let report = outcome.report();
+        let Decision {
+            scores,
+            tally: outcome,
+            report,
+        } = decide(
+            U256::from(input.market_id),
+            &stage,
+            &slot_of,
+            &evaluation,
+            &input.reputations,
+            wf.tally.tie,
+        )?;
         let ratification = if let Some(votes) = progress.ratification.clone() {
             votes
         } else if wf.challenge.ratify {
@@ -431,4 +404,93 @@ impl Engine {
             ratification,
         })
     }
+}
+
+/// The evaluator's input for a resolve stage and its defences: the responders in slot
+/// order, labelled `W1…`, each with its answer and its challenges and responses. Returns
+/// the slot of each evaluated worker. The one place this input is built (live rounds and
+/// replays alike).
+pub fn evaluation_input(
+    market_id: u64,
+    question: &str,
+    reference_time: u64,
+    stage: &ResolveStage,
+    challenges: &[Option<ChallengeOutcome>],
+) -> (EvalInput, Vec<usize>) {
+    let mut workers = Vec::new();
+    let mut slot_of = Vec::new();
+    for (i, r) in stage.results.iter().enumerate() {
+        if let Some(answer) = r.answer() {
+            let (ch, resp) = match challenges.get(i).and_then(Option::as_ref) {
+                Some(c) => (c.challenges.clone(), c.responses.clone()),
+                None => (vec![], vec![]),
+            };
+            workers.push(EvalWorker {
+                label: format!("W{}", workers.len() + 1),
+                address: r.address,
+                answer: answer.clone(),
+                challenges: ch,
+                responses: resp,
+            });
+            slot_of.push(i);
+        }
+    }
+    let input = EvalInput {
+        market_id,
+        question: question.to_string(),
+        workers,
+        reference_time,
+    };
+    (input, slot_of)
+}
+
+/// What a round decides from its answers and their evaluation.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// Scores per slot (`None`: not evaluated).
+    pub scores: Vec<Option<Dimensions>>,
+    pub tally: TallyOutcome,
+    pub report: Bytes,
+}
+
+/// The pure half of a round: scores placed by slot, the tally over every registered
+/// worker (non-responders with weight 0) and the report bytes. Used by live rounds and
+/// replays alike.
+pub fn decide(
+    market_id: U256,
+    stage: &ResolveStage,
+    slot_of: &[usize],
+    evaluation: &Evaluation,
+    reputations: &[Reputation],
+    tie: crate::resolve::TieRule,
+) -> Result<Decision, TallyError> {
+    let mut scores: Vec<Option<Dimensions>> = vec![None; stage.results.len()];
+    for (k, &i) in slot_of.iter().enumerate() {
+        if let Some(slot) = scores.get_mut(i) {
+            *slot = evaluation.scores.get(k).copied();
+        }
+    }
+    let workers: Vec<TallyWorker> = stage
+        .results
+        .iter()
+        .zip(&scores)
+        .zip(reputations)
+        .map(|((r, s), rep)| TallyWorker {
+            address: r.address,
+            vote: r.answer().map(|a| Vote {
+                determination: a.determination,
+                confidence: a.confidence,
+                abstain: a.abstain,
+            }),
+            scores: s.unwrap_or_default(),
+            reputation: *rep,
+        })
+        .collect();
+    let tally = tally(market_id, &workers, tie)?;
+    let report = tally.report();
+    Ok(Decision {
+        scores,
+        tally,
+        report,
+    })
 }

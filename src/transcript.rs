@@ -5,7 +5,8 @@ use crate::evaluate::Evaluation;
 use crate::resolve::tally::{OnchainScores, TallyOutcome, WorkerResult};
 use crate::resolve::{Dimensions, Reputation};
 use crate::store::RoundRecord;
-use crate::workers::{ChallengeOutcome, ResolveAnswer, WorkerFailure};
+use crate::workers::ChallengeOutcome;
+use crate::workers::fanout::ResolveStage;
 use crate::workflow::{SubmitMode, Workflow};
 use alloy::primitives::{Address, B256, Bytes, U256};
 use serde::{Deserialize, Serialize};
@@ -31,7 +32,7 @@ pub struct Transcript {
     pub question: String,
     pub reference_time: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resolve: Option<ResolveStageRecord>,
+    pub resolve: Option<ResolveStage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<OutcomeRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,34 +91,10 @@ pub struct DiscoveryRecord {
     pub did: Option<String>,
 }
 
-/// The resolve stage (mirrors [`crate::workers::fanout::ResolveStage`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ResolveStageRecord {
-    pub results: Vec<ResolveResultRecord>,
-    pub registered: usize,
-    pub required: usize,
-    pub valid: usize,
-    pub quorum_met: bool,
-}
-
-/// One worker's resolve call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ResolveResultRecord {
-    pub address: Address,
-    pub outcome: Result<ResolveAnswer, WorkerFailure>,
-    pub elapsed_ms: u64,
-}
-
-impl ResolveResultRecord {
-    pub fn answer(&self) -> Option<&ResolveAnswer> {
-        self.outcome.as_ref().ok()
-    }
-}
-
 /// A finished round (mirrors [`crate::round::RoundOutcome`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutcomeRecord {
-    pub resolve: ResolveStageRecord,
+    pub resolve: ResolveStage,
     pub challenges: Vec<Option<ChallengeOutcome>>,
     pub scores: Vec<Option<Dimensions>>,
     pub evaluation: Evaluation,
@@ -422,7 +399,7 @@ impl Transcript {
     }
 
     /// The resolve stage, from the outcome or (quorum not met) the top level.
-    pub fn resolve_stage(&self) -> Option<&ResolveStageRecord> {
+    pub fn resolve_stage(&self) -> Option<&ResolveStage> {
         self.outcome
             .as_ref()
             .map(|o| &o.resolve)

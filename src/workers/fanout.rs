@@ -34,7 +34,7 @@ pub struct WorkerSlot {
 }
 
 /// What one worker's resolve call produced.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ResolveResult {
     pub address: Address,
     pub outcome: Result<ResolveAnswer, WorkerFailure>,
@@ -48,7 +48,7 @@ impl ResolveResult {
 }
 
 /// The resolve stage's results, in slot order, and the quorum verdict.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ResolveStage {
     pub results: Vec<ResolveResult>,
     pub registered: usize,
