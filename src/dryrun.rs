@@ -278,7 +278,7 @@ impl DryRunner {
             );
         }
         r.evaluator = Some(outcome.evaluation.evaluator.clone());
-        r.tally = Some(TallyRecord::from(&outcome.tally));
+        r.tally = Some(outcome.tally.clone());
         r.decoded_report = ReportView::from_report_bytes(&outcome.report);
         r.report = Some(outcome.report.clone());
 

@@ -1,9 +1,10 @@
 #![doc = include_str!("../docs/transcript.md")]
 
+use crate::chain::reader::MarketSnapshot;
 use crate::discovery::DiscardReason;
 use crate::evaluate::Evaluation;
-use crate::resolve::tally::{OnchainScores, TallyOutcome, WorkerResult};
-use crate::resolve::{Dimensions, Reputation};
+use crate::resolve::Dimensions;
+use crate::resolve::tally::TallyOutcome;
 use crate::store::RoundRecord;
 use crate::workers::ChallengeOutcome;
 use crate::workers::fanout::ResolveStage;
@@ -27,7 +28,7 @@ pub struct Transcript {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<RequestRecord>,
     pub workflow: Workflow,
-    pub market: MarketRecord,
+    pub market: MarketSnapshot,
     pub discovery: Vec<DiscoveryRecord>,
     pub question: String,
     pub reference_time: u64,
@@ -48,32 +49,6 @@ pub struct Transcript {
 pub struct RequestRecord {
     pub tx: Option<B256>,
     pub block: Option<u64>,
-}
-
-/// The market as the round read it (mirrors [`crate::chain::reader::MarketSnapshot`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MarketRecord {
-    pub market: Address,
-    pub market_id: U256,
-    pub question: String,
-    pub reward_pool: U256,
-    pub deadline: U256,
-    pub creator: Address,
-    pub resolved: bool,
-    pub resolution: bool,
-    pub identity_registry: Address,
-    pub workers: Vec<WorkerRecord>,
-    pub block: u64,
-}
-
-/// One registered worker as read (mirrors [`crate::chain::reader::WorkerInfo`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkerRecord {
-    pub address: Address,
-    pub agent_id: U256,
-    pub stake: U256,
-    pub reputation: Reputation,
-    pub market_is_operator: bool,
 }
 
 /// Discovery of one worker (mirrors [`crate::discovery::DiscoveredWorker`]).
@@ -105,61 +80,8 @@ pub struct OutcomeRecord {
     pub ratification: Vec<crate::workers::fanout::RatifyResult>,
 }
 
-/// The tally (mirrors [`TallyOutcome`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TallyRecord {
-    pub market_id: U256,
-    pub resolution: bool,
-    pub yes_weight: f64,
-    pub no_weight: f64,
-    pub tie: bool,
-    pub workers: Vec<TallyWorkerRecord>,
-}
-
-/// One worker of the tally (mirrors [`WorkerResult`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TallyWorkerRecord {
-    pub address: Address,
-    pub responded: bool,
-    pub determination: Option<bool>,
-    pub scores: OnchainScores,
-    pub quality: f64,
-    pub reputation_factor: f64,
-    pub vote_weight: f64,
-    pub voted_with_outcome: bool,
-    pub weight: u64,
-}
-
-impl From<&WorkerResult> for TallyWorkerRecord {
-    fn from(w: &WorkerResult) -> Self {
-        Self {
-            address: w.address,
-            responded: w.responded,
-            determination: w.determination,
-            scores: w.scores,
-            quality: w.quality,
-            reputation_factor: w.reputation_factor,
-            vote_weight: w.vote_weight,
-            voted_with_outcome: w.voted_with_outcome,
-            weight: w.weight,
-        }
-    }
-}
-
-impl From<&TallyOutcome> for TallyRecord {
-    fn from(t: &TallyOutcome) -> Self {
-        Self {
-            market_id: t.market_id,
-            resolution: t.resolution,
-            yes_weight: t.yes_weight,
-            no_weight: t.no_weight,
-            tie: t.tie,
-            workers: t.workers.iter().map(TallyWorkerRecord::from).collect(),
-        }
-    }
-}
+/// The tally as a transcript records it: the domain type itself.
+pub type TallyRecord = TallyOutcome;
 
 /// The prepared submission transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -159,6 +159,13 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
     ));
     assert!(file.is_file(), "{}", show(&out));
     assert_eq!(std::fs::read_dir(&exported).unwrap().count(), 1);
+    // CRESOLVER_WRITE_FIXTURE=1 refreshes the version-2 transcript that
+    // `a_stored_v2_transcript_still_loads_and_replays` keeps loading
+    if std::env::var_os("CRESOLVER_WRITE_FIXTURE").is_some() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        std::fs::create_dir_all(&fixtures).unwrap();
+        std::fs::copy(&file, fixtures.join("transcript-v2.json")).unwrap();
+    }
 
     // the library replay reproduces the report bytes bit for bit
     let t = Transcript::load(&file).unwrap();
@@ -1249,4 +1256,18 @@ async fn dry_run_at_the_request_block_gives_the_node_s_report() {
         t["outcome"]["tally"]["resolution"], dry["tally"]["resolution"],
         "{dry:#}"
     );
+}
+
+#[test]
+fn a_stored_v2_transcript_still_loads_and_replays() {
+    // written by `cresolver rounds export` from a live round on anvil (see
+    // CRESOLVER_WRITE_FIXTURE above); it must keep loading as the types evolve
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/transcript-v2.json");
+    let t = Transcript::load(&file).unwrap();
+    assert_eq!(t.version, 2);
+    let recorded = t.outcome.as_ref().unwrap();
+    assert_eq!(recorded.resolve.results.len(), 3);
+    let replayed = cresolver::replay::replay_transcript(&t, &t.workflow);
+    assert_eq!(replayed.report.as_ref(), Some(&recorded.report));
+    assert_eq!(replayed.tally.as_ref(), Some(&recorded.tally));
 }

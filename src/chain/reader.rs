@@ -26,7 +26,7 @@ pub const MAX_WORKERS: usize = 10;
 pub const MAX_REPUTATION_AVERAGE: u64 = 100;
 
 /// One registered worker of a market.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct WorkerInfo {
     pub address: Address,
     /// `workerAgentIds(marketId, worker)`; 0 is a valid id in the reference registry.
@@ -41,7 +41,7 @@ pub struct WorkerInfo {
 }
 
 /// A market as read at one block.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct MarketSnapshot {
     pub market: Address,
     pub market_id: U256,

@@ -195,7 +195,7 @@ pub struct TallyWorker {
 }
 
 /// Per-worker results of the tally.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerResult {
     pub address: Address,
@@ -210,7 +210,7 @@ pub struct WorkerResult {
 }
 
 /// The outcome of a tally: everything `resolveMarket` needs, plus the working.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TallyOutcome {
     pub market_id: U256,

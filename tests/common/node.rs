@@ -30,13 +30,16 @@ impl AsRef<std::path::Path> for TmpDir {
     }
 }
 
+/// A fresh temporary directory (kept after the test when `CRESOLVER_TEST_KEEP` is set,
+/// for a reader who wants its logs and files).
 pub fn tmpdir(tag: &str) -> TmpDir {
-    TmpDir(
-        tempfile::Builder::new()
-            .prefix(&format!("cresolver-e2e-{tag}-"))
-            .tempdir()
-            .unwrap(),
-    )
+    let prefix = format!("cresolver-e2e-{tag}-");
+    let mut b = tempfile::Builder::new();
+    b.prefix(&prefix);
+    if std::env::var_os("CRESOLVER_TEST_KEEP").is_some() {
+        b.disable_cleanup(true);
+    }
+    TmpDir(b.tempdir().unwrap())
 }
 
 /// Writes the default workflow with `edit` applied to its text.
