@@ -5,7 +5,9 @@
 //! signed submission transaction *before* it is broadcast, and the watcher's checkpoint.
 //! The transaction manager's nonces and attempts live in [`txs`].
 
+mod round_store;
 mod txs;
+pub use round_store::{RoundStore, SqliteStore};
 pub use txs::{AttemptRecord, KeyRef, NonceRecord, NonceState, TxPayload};
 
 use alloy::primitives::{Address, B256, Bytes, U256};
@@ -174,6 +176,8 @@ pub enum StoreError {
     Corrupt(String),
     #[error("no round for market {0} / {1}")]
     NoRound(Address, U256),
+    #[error("store task failed: {0}")]
+    Task(String),
 }
 
 /// The store. Cheap operations behind a mutex; every write is durable when it returns.

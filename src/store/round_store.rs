@@ -1,0 +1,318 @@
+//! The store as the node's async code uses it: the [`RoundStore`] trait, so that a
+//! PostgreSQL implementation can stand behind the same calls, and [`SqliteStore`], the
+//! embedded SQLite store ([`Store`], synchronous, `synchronous=FULL`) with every call run
+//! on tokio's blocking pool, so a durable write never stalls an async worker thread.
+
+use super::{
+    AttemptRecord, KeyRef, LogRef, NonceRecord, NonceState, RequestDecision, RoundRecord,
+    RoundState, RoundSummary, Store, StoreError, TxPayload,
+};
+use alloy::primitives::{Address, B256, U256};
+use std::sync::Arc;
+
+/// Every store operation the node, the watcher, the transaction manager and the API use.
+/// Writes are durable when the call returns.
+#[async_trait::async_trait]
+pub trait RoundStore: Send + Sync + 'static {
+    /// Records a trigger log and decides whether it starts a round. Idempotent.
+    async fn record_request(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        log: &LogRef,
+    ) -> Result<RequestDecision, StoreError>;
+    async fn manual_request(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+    ) -> Result<RequestDecision, StoreError>;
+    async fn set_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError>;
+    async fn save_progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+        state: RoundState,
+        progress: &serde_json::Value,
+    ) -> Result<(), StoreError>;
+    async fn progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+    ) -> Result<Option<serde_json::Value>, StoreError>;
+    async fn set_request_block(
+        &self,
+        market: Address,
+        market_id: U256,
+        block: u64,
+    ) -> Result<(), StoreError>;
+    async fn set_outcome(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+    ) -> Result<(), StoreError>;
+    async fn get(&self, market: Address, market_id: U256)
+    -> Result<Option<RoundRecord>, StoreError>;
+    async fn list_summaries(
+        &self,
+        limit: usize,
+        before: Option<i64>,
+    ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError>;
+    async fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError>;
+    async fn count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError>;
+    async fn probe_write(&self) -> Result<(), StoreError>;
+    async fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError>;
+    async fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError>;
+    /// Reserves the next nonce of `key` for `payload` and moves its round to `submitted`,
+    /// in one transaction.
+    async fn reserve_nonce(
+        &self,
+        key: KeyRef,
+        chain_pending: u64,
+        payload: &TxPayload,
+    ) -> Result<u64, StoreError>;
+    async fn add_attempt(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+        a: &AttemptRecord,
+    ) -> Result<(), StoreError>;
+    async fn mark_attempt_sent(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        seq: u32,
+        block: u64,
+    ) -> Result<(), StoreError>;
+    async fn finish_nonce(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        state: NonceState,
+        mined: Option<(B256, u64)>,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError>;
+    async fn pending_nonce_of(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<NonceRecord>, StoreError>;
+    async fn nonce_record(&self, key: KeyRef, nonce: u64)
+    -> Result<Option<NonceRecord>, StoreError>;
+    async fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError>;
+    async fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError>;
+    async fn tx_history(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError>;
+    async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError>;
+}
+
+/// The embedded SQLite store behind [`RoundStore`].
+#[derive(Clone)]
+pub struct SqliteStore(Arc<Store>);
+
+impl SqliteStore {
+    pub fn new(store: Store) -> Self {
+        Self(Arc::new(store))
+    }
+
+    /// The synchronous store underneath (for code that is not async: the CLI, tests).
+    pub fn sync(&self) -> &Store {
+        &self.0
+    }
+}
+
+/// Runs `$body` with `$s` bound to the store on the blocking pool.
+macro_rules! blocking {
+    ($self:ident, |$s:ident| $body:expr) => {{
+        let $s = $self.0.clone();
+        match tokio::task::spawn_blocking(move || $body).await {
+            Ok(r) => r,
+            Err(e) => Err(StoreError::Task(e.to_string())),
+        }
+    }};
+}
+
+#[async_trait::async_trait]
+impl RoundStore for SqliteStore {
+    async fn record_request(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        log: &LogRef,
+    ) -> Result<RequestDecision, StoreError> {
+        let (w, l) = (workflow.to_string(), log.clone());
+        blocking!(self, |s| s.record_request(market, market_id, &w, &l))
+    }
+    async fn manual_request(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+    ) -> Result<RequestDecision, StoreError> {
+        let w = workflow.to_string();
+        blocking!(self, |s| s.manual_request(market, market_id, &w))
+    }
+    async fn set_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let r = reason.map(str::to_string);
+        blocking!(self, |s| s.set_state(market, market_id, state, r.as_deref()))
+    }
+    async fn save_progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+        state: RoundState,
+        progress: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let p = progress.clone();
+        blocking!(self, |s| s.save_progress(market, market_id, attempt, state, &p))
+    }
+    async fn progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        blocking!(self, |s| s.progress(market, market_id, attempt))
+    }
+    async fn set_request_block(
+        &self,
+        market: Address,
+        market_id: U256,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        blocking!(self, |s| s.set_request_block(market, market_id, block))
+    }
+    async fn set_outcome(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let o = outcome.clone();
+        blocking!(self, |s| s.set_outcome(market, market_id, &o))
+    }
+    async fn get(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<RoundRecord>, StoreError> {
+        blocking!(self, |s| s.get(market, market_id))
+    }
+    async fn list_summaries(
+        &self,
+        limit: usize,
+        before: Option<i64>,
+    ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
+        blocking!(self, |s| s.list_summaries(limit, before))
+    }
+    async fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
+        blocking!(self, |s| s.unfinished())
+    }
+    async fn count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
+        blocking!(self, |s| s.count_by_state())
+    }
+    async fn probe_write(&self) -> Result<(), StoreError> {
+        blocking!(self, |s| s.probe_write())
+    }
+    async fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
+        let k = key.to_string();
+        blocking!(self, |s| s.checkpoint(&k))
+    }
+    async fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
+        let k = key.to_string();
+        blocking!(self, |s| s.set_checkpoint(&k, block, hash))
+    }
+    async fn reserve_nonce(
+        &self,
+        key: KeyRef,
+        chain_pending: u64,
+        payload: &TxPayload,
+    ) -> Result<u64, StoreError> {
+        let p = payload.clone();
+        blocking!(self, |s| s.reserve_nonce(key, chain_pending, &p))
+    }
+    async fn add_attempt(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+        a: &AttemptRecord,
+    ) -> Result<(), StoreError> {
+        let a = a.clone();
+        blocking!(self, |s| s.add_attempt(key, market, market_id, &a))
+    }
+    async fn mark_attempt_sent(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        seq: u32,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        blocking!(self, |s| s.mark_attempt_sent(key, nonce, seq, block))
+    }
+    async fn finish_nonce(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        state: NonceState,
+        mined: Option<(B256, u64)>,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let d = detail.map(str::to_string);
+        blocking!(self, |s| s.finish_nonce(key, nonce, state, mined, d.as_deref()))
+    }
+    async fn pending_nonce_of(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<NonceRecord>, StoreError> {
+        blocking!(self, |s| s.pending_nonce_of(key, market, market_id))
+    }
+    async fn nonce_record(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<Option<NonceRecord>, StoreError> {
+        blocking!(self, |s| s.nonce_record(key, nonce))
+    }
+    async fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError> {
+        blocking!(self, |s| s.pending_nonces(key))
+    }
+    async fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError> {
+        blocking!(self, |s| s.attempts(key, nonce))
+    }
+    async fn tx_history(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
+        blocking!(self, |s| s.tx_history(market, market_id))
+    }
+    async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
+        blocking!(self, |s| s.highest_nonce(key))
+    }
+}
