@@ -88,7 +88,7 @@ fn main() -> anyhow::Result<()> {
             confirmed = 0;
             failed.clear();
             for id in &ids {
-                let r = node.report(dev.contracts.market, *id)?;
+                let r = node.report(dev.contracts.market, *id).await?;
                 match r.state {
                     RoundState::Confirmed => confirmed += 1,
                     s if s.is_final() && r.reason.as_deref() != Some("no such round") => {

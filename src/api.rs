@@ -5,7 +5,7 @@
 //! Every error is answered as JSON `{"error": "..."}`, unknown routes included.
 
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::RoundStore;
 use alloy::primitives::{Address, U256};
 use axum::Router;
 use axum::body::Bytes;
@@ -44,7 +44,7 @@ pub struct ManualTrigger {
 /// What the handlers share.
 #[derive(Clone)]
 pub struct ApiState {
-    pub store: Arc<Store>,
+    pub store: Arc<dyn RoundStore>,
     pub metrics: Arc<Metrics>,
     pub trigger: mpsc::Sender<ManualTrigger>,
     /// Bearer token for `POST /resolve`; `None` disables the endpoint.
@@ -104,16 +104,6 @@ async fn method_not_allowed(method: Method, uri: Uri) -> Response {
     )
 }
 
-/// Runs a store call off the async workers (SQLite blocks).
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
-) -> Result<T, String> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(e) => Err(format!("store task failed: {e}")),
-    }
-}
-
 async fn health(State(s): State<ApiState>) -> Response {
     let mut body = serde_json::Map::new();
     {
@@ -159,7 +149,7 @@ async fn ready(State(s): State<ApiState>) -> Response {
         }
     }
     let store = s.store.clone();
-    if let Err(e) = blocking(move || store.probe_write()).await {
+    if let Err(e) = store.probe_write().await {
         reasons.push(format!("the store does not take writes: {e}"));
     }
     let ready = reasons.is_empty();
@@ -179,7 +169,7 @@ async fn ready(State(s): State<ApiState>) -> Response {
 
 async fn metrics(State(s): State<ApiState>) -> Response {
     let store = s.store.clone();
-    match blocking(move || store.count_by_state()).await {
+    match store.count_by_state().await {
         Ok(counts) => s.metrics.set_rounds_by_state(&counts),
         // Still serve the rest: a scrape should not fail because one gauge is stale.
         Err(e) => tracing::warn!(error = %e, "metrics: cannot count rounds by state"),
@@ -222,7 +212,7 @@ async fn list_rounds(
         }
     };
     let store = s.store.clone();
-    match blocking(move || store.list_summaries(limit, cursor)).await {
+    match store.list_summaries(limit, cursor).await {
         Ok((rounds, next)) => {
             let mut resp = axum::Json(rounds).into_response();
             if let Some(n) = next
@@ -232,7 +222,7 @@ async fn list_rounds(
             }
             resp
         }
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
@@ -241,11 +231,11 @@ async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Respon
         return error(StatusCode::BAD_REQUEST, BAD_MARKET_ID_PATH);
     };
     let (store, market) = (s.store.clone(), s.market);
-    let round = blocking(move || {
-        let round = store.get(market, market_id)?;
-        let txs = store.tx_history(market, market_id)?;
+    let round = async {
+        let round = store.get(market, market_id).await?;
+        let txs = store.tx_history(market, market_id).await?;
         Ok::<_, crate::store::StoreError>(round.map(|r| (r, txs)))
-    })
+    }
     .await;
     match round {
         Ok(Some((round, txs))) => {
@@ -257,7 +247,7 @@ async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Respon
             StatusCode::NOT_FOUND,
             format!("no round for market {market_id}"),
         ),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

@@ -160,7 +160,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoSummary> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut last = None;
     let report = loop {
-        let r = node.report(market, market_id)?;
+        let r = node.report(market, market_id).await?;
         if last != Some(r.state) && r.reason.as_deref() != Some("no such round") {
             say(opts.progress, &format!("round state: {}", r.state.as_str()));
             last = Some(r.state);

@@ -25,7 +25,7 @@ use crate::discovery::DiscoveryConfig;
 use crate::live::{LiveContext, LiveError};
 use crate::replay::ReportView;
 use crate::round::Engine;
-use crate::store::Store;
+use crate::store::{SqliteStore, Store};
 use crate::submit::{Simulation, Submitter};
 use crate::transcript::TallyRecord;
 use crate::workflow::Workflow;
@@ -341,9 +341,10 @@ impl DryRunner {
             .get_block_number()
             .await
             .map_err(|e| DryRunError::Rpc(format!("eth_blockNumber: {e}")))?;
-        let store = Arc::new(
-            Store::in_memory().map_err(|e| DryRunError::Rpc(format!("in-memory store: {e}")))?,
-        );
+        let store: Arc<dyn crate::store::RoundStore> =
+            Arc::new(SqliteStore::new(Store::in_memory().map_err(|e| {
+                DryRunError::Rpc(format!("in-memory store: {e}"))
+            })?));
         let watcher = Watcher::new(
             self.provider.clone(),
             store,

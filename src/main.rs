@@ -393,13 +393,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let signer = cfg.signer()?;
             let node = Node::build(cfg, Some(signer)).await?;
             let market_addr = node.pipelines[0].market;
-            node.request(market)?;
+            node.request(market).await?;
             let mut report = node.run_round(market_addr, market).await?;
             // Transient trouble: the node retries in the background; wait for a final state.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
             while !report.state.is_final() && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                report = node.report(market_addr, market)?;
+                report = node.report(market_addr, market).await?;
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);

@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::resolve::report::ReportMetadata;
 use crate::round::{Engine, RoundError, RoundInput, RoundProgress, RoundStage};
 use crate::store::TxPayload;
-use crate::store::{RoundState, Store};
+use crate::store::{RoundState, RoundStore, SqliteStore, Store};
 use crate::submit::{Confirmed, SubmitError, Submitter, SubmitterConfig};
 use crate::txm::fees::FeePolicy;
 use crate::txm::{TxError, TxManager, TxOutcome, TxmConfig};
@@ -89,7 +89,7 @@ pub struct Node {
     pub cfg: NodeConfig,
     pub provider: DynProvider,
     pub chain_id: u64,
-    pub store: Arc<Store>,
+    pub store: Arc<dyn RoundStore>,
     pub metrics: Arc<Metrics>,
     pub pipelines: Vec<Pipeline>,
     pub discovery: DiscoveryConfig,
@@ -154,7 +154,8 @@ impl Node {
                 submitter,
             });
         }
-        let store = Arc::new(Store::open(&cfg.node.data_dir)?);
+        let store: Arc<dyn RoundStore> =
+            Arc::new(SqliteStore::new(Store::open(&cfg.node.data_dir)?));
         let discovery = discovery_config(&cfg)?;
         let metrics = Arc::new(Metrics::new());
         let heads = HeadFeed::new();
@@ -216,16 +217,18 @@ impl Node {
     }
 
     /// Records a manual request for `market_id` on the first workflow's market.
-    pub fn request(&self, market_id: U256) -> Result<Option<Trigger>, NodeError> {
+    pub async fn request(&self, market_id: U256) -> Result<Option<Trigger>, NodeError> {
         let p = &self.pipelines[0];
         let d = self
             .store
-            .manual_request(p.market, market_id, &p.workflow.name)?;
+            .manual_request(p.market, market_id, &p.workflow.name)
+            .await?;
         tracing::info!(market_id = %market_id, decision = ?d, "manual resolution request");
         // A manual request also resumes an unfinished round that is not running.
         let unfinished = self
             .store
-            .get(p.market, market_id)?
+            .get(p.market, market_id)
+            .await?
             .is_some_and(|r| !r.state.is_final());
         Ok((d.starts_round() || unfinished).then(|| Trigger {
             market: p.market,
@@ -241,11 +244,13 @@ impl Node {
         market: Address,
         market_id: U256,
     ) -> Result<RoundReport, NodeError> {
-        {
-            let mut f = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-            if !f.insert((market, market_id)) {
-                return self.report(market, market_id);
-            }
+        let running = !self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((market, market_id));
+        if running {
+            return self.report(market, market_id).await;
         }
         let _permit = self.rounds.acquire().await.ok();
         let started = Instant::now();
@@ -261,7 +266,8 @@ impl Node {
             Err(Step::Transient(reason)) => {
                 let stage = self
                     .store
-                    .get(market, market_id)?
+                    .get(market, market_id)
+                    .await?
                     .map_or("requested", |r| r.state.as_str());
                 self.metrics.round_stopped(stage, "retry");
                 tracing::warn!(market_id = %market_id, stage, %reason, "round paused on a transient error; will retry");
@@ -269,7 +275,7 @@ impl Node {
             }
             Err(Step::Store(e)) => return Err(NodeError::Store(e)),
         }
-        let r = self.report(market, market_id)?;
+        let r = self.report(market, market_id).await?;
         if matches!(r.state, RoundState::Failed | RoundState::Skipped) {
             let stage = r.transcript.as_ref().map_or("before evaluation", |t| {
                 if t.get("confirmation").is_some() {
@@ -328,8 +334,8 @@ impl Node {
     }
 
     /// The stored state of a round.
-    pub fn report(&self, market: Address, market_id: U256) -> Result<RoundReport, NodeError> {
-        let rec = self.store.get(market, market_id)?;
+    pub async fn report(&self, market: Address, market_id: U256) -> Result<RoundReport, NodeError> {
+        let rec = self.store.get(market, market_id).await?;
         Ok(match rec {
             Some(r) => RoundReport {
                 market,
@@ -358,9 +364,11 @@ impl Node {
 
     async fn drive(&self, market: Address, market_id: U256) -> Result<(), Step> {
         let Some(p) = self.pipeline(market) else {
-            return self.fail(market, market_id, "no workflow watches this market");
+            return self
+                .fail(market, market_id, "no workflow watches this market")
+                .await;
         };
-        let Some(rec) = self.store.get(market, market_id)? else {
+        let Some(rec) = self.store.get(market, market_id).await? else {
             return Ok(());
         };
         if rec.state.is_final() {
@@ -368,7 +376,7 @@ impl Node {
         }
         // A nonce is reserved for this round: follow it, never sign a second payload.
         if let Some(txm) = &self.txm
-            && let Some(n) = txm.pending_for(market, market_id).map_err(tx_step)?
+            && let Some(n) = txm.pending_for(market, market_id).await.map_err(tx_step)?
         {
             tracing::info!(market_id = %market_id, nonce = n.nonce, state = rec.state.as_str(), "resuming a reserved transaction");
             return self.follow(p, market_id, n.nonce).await;
@@ -384,7 +392,9 @@ impl Node {
                     .get_block_number()
                     .await
                     .map_err(|e| Step::Transient(format!("eth_blockNumber: {e}")))?;
-                self.store.set_request_block(market, market_id, head)?;
+                self.store
+                    .set_request_block(market, market_id, head)
+                    .await?;
                 tracing::info!(market_id = %market_id, block = head, "manual request: judged at this block from now on");
                 head
             }
@@ -393,18 +403,20 @@ impl Node {
         match resolved_at_head(&self.provider, market, market_id).await {
             Ok(false) => {}
             Ok(true) => {
-                self.store.set_state(
-                    market,
-                    market_id,
-                    RoundState::Skipped,
-                    Some("the market is already resolved on chain"),
-                )?;
+                self.store
+                    .set_state(
+                        market,
+                        market_id,
+                        RoundState::Skipped,
+                        Some("the market is already resolved on chain"),
+                    )
+                    .await?;
                 return Ok(());
             }
             Err(ReadError::Rpc(e)) => {
                 return Err(Step::Transient(format!("reading the market: {e}")));
             }
-            Err(e) => return self.fail(market, market_id, &e.to_string()),
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         }
         let multicall = self.cfg.chain.multicall_address;
         let read = match read_market(&self.provider, market, market_id, Some(block), multicall)
@@ -426,7 +438,7 @@ impl Node {
                     "reading the market at block {block}: {e}"
                 )));
             }
-            Err(e) => return self.fail(market, market_id, &e.to_string()),
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         };
         let ctx = LiveContext {
             provider: &self.provider,
@@ -437,19 +449,20 @@ impl Node {
         let (found, input) = match collect_input(&ctx, &snapshot).await {
             Ok(x) => x,
             Err(LiveError::Rpc(e)) => return Err(Step::Transient(e)),
-            Err(e) => return self.fail(market, market_id, &e.to_string()),
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         };
         self.metrics
             .observe_stage("discover", span_started.elapsed().as_secs_f64());
         if rec.state == RoundState::Requested {
             self.store
-                .set_state(market, market_id, RoundState::Discovered, None)?;
+                .set_state(market, market_id, RoundState::Discovered, None)
+                .await?;
         }
         // what an interrupted run of this attempt recorded: its workers and the LLM are
         // not asked again for a stage it passed
         let progress = self
             .store
-            .progress(market, market_id, rec.attempt)?
+            .progress(market, market_id, rec.attempt).await?
             .and_then(|v| match serde_json::from_value::<RoundProgress>(v) {
                 Ok(p) => Some(p),
                 Err(e) => {
@@ -468,17 +481,22 @@ impl Node {
                 RoundStage::Challenged => (RoundState::Challenged, "challenged"),
                 RoundStage::Evaluated => (RoundState::Evaluated, "evaluated"),
             };
-            let saved = serde_json::to_value(progress)
-                .map_err(|e| e.to_string())
-                .and_then(|v| {
-                    store
+            let value = serde_json::to_value(progress);
+            let store = store.clone();
+            let fut: futures::future::BoxFuture<'static, ()> = Box::pin(async move {
+                let saved = match value {
+                    Ok(v) => store
                         .save_progress(market, market_id, attempt, state, &v)
-                        .map_err(|e| e.to_string())
-                });
-            match saved {
-                Ok(()) => crate::txm::crash_point(point),
-                Err(e) => tracing::error!(error = %e, "cannot persist round progress"),
-            }
+                        .await
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match saved {
+                    Ok(()) => crate::txm::crash_point(point),
+                    Err(e) => tracing::error!(error = %e, "cannot persist round progress"),
+                }
+            });
+            fut
         };
         let round_started = Instant::now();
         let result = p.engine.run_resumable(&input, progress, &persist).await;
@@ -493,36 +511,46 @@ impl Node {
                 if let RoundError::QuorumNotMet(stage) = &e {
                     transcript["resolve"] = serde_json::to_value(stage).unwrap_or_default();
                 }
-                self.store.set_outcome(market, market_id, &transcript)?;
-                return self.fail(market, market_id, &e.to_string());
+                self.store
+                    .set_outcome(market, market_id, &transcript)
+                    .await?;
+                return self.fail(market, market_id, &e.to_string()).await;
             }
         };
         self.metrics.record_round(&outcome);
         transcript["outcome"] = serde_json::to_value(&outcome).unwrap_or_default();
-        self.store.set_outcome(market, market_id, &transcript)?;
+        self.store
+            .set_outcome(market, market_id, &transcript)
+            .await?;
 
         let prepared = match p.submitter.prepare(&snapshot, &outcome.tally).await {
             Ok(x) => x,
             Err(SubmitError::AlreadyResolved { .. }) => {
-                self.store.set_state(
-                    market,
-                    market_id,
-                    RoundState::Skipped,
-                    Some("the market was resolved on chain meanwhile"),
-                )?;
+                self.store
+                    .set_state(
+                        market,
+                        market_id,
+                        RoundState::Skipped,
+                        Some("the market was resolved on chain meanwhile"),
+                    )
+                    .await?;
                 return Ok(());
             }
             Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
-            Err(e) => return self.fail(market, market_id, &e.to_string()),
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         };
         transcript["submission"] = json!({"to": prepared.to, "calldata": prepared.calldata, "gas_limit": prepared.gas_limit, "from": prepared.from, "mode": prepared.mode});
-        self.store.set_outcome(market, market_id, &transcript)?;
+        self.store
+            .set_outcome(market, market_id, &transcript)
+            .await?;
         let Some(txm) = &self.txm else {
-            return self.fail(
-                market,
-                market_id,
-                "no signing key: the node can simulate but not submit",
-            );
+            return self
+                .fail(
+                    market,
+                    market_id,
+                    "no signing key: the node can simulate but not submit",
+                )
+                .await;
         };
         let nonce = match txm
             .submit(TxPayload {
@@ -537,7 +565,7 @@ impl Node {
             Ok(n) => n,
             Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
             Err(TxError::Store(e)) => return Err(Step::Store(e)),
-            Err(e) => return self.fail(market, market_id, &e.to_string()),
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         };
         self.follow(p, market_id, nonce).await
     }
@@ -569,13 +597,11 @@ impl Node {
                             market,
                             market_id,
                             json!({"status": "skipped", "detail": reason}),
-                        )?;
-                        self.store.set_state(
-                            market,
-                            market_id,
-                            RoundState::Skipped,
-                            Some(&reason),
-                        )?;
+                        )
+                        .await?;
+                        self.store
+                            .set_state(market, market_id, RoundState::Skipped, Some(&reason))
+                            .await?;
                         return Ok(());
                     }
                     fresh += 1;
@@ -584,9 +610,9 @@ impl Node {
                             market,
                             market_id,
                             &format!("the resolver key's nonce was used by other transactions {MAX_FRESH_NONCES} times in a row: is another process signing with this key?"),
-                        );
+                        ).await;
                     }
-                    let Some(rec) = self.store.nonce_record(txm.key(), lost)? else {
+                    let Some(rec) = self.store.nonce_record(txm.key(), lost).await? else {
                         return Err(Step::Transient(format!(
                             "nonce {lost} vanished from the store"
                         )));
@@ -600,11 +626,13 @@ impl Node {
                         match e.as_error_resp().and_then(|r| r.as_revert_data()) {
                             Some(d) => {
                                 let r = crate::chain::decode_revert(&d);
-                                return self.fail(
-                                    market,
-                                    market_id,
-                                    &format!("re-simulation after a lost nonce reverted: {r}"),
-                                );
+                                return self
+                                    .fail(
+                                        market,
+                                        market_id,
+                                        &format!("re-simulation after a lost nonce reverted: {r}"),
+                                    )
+                                    .await;
                             }
                             None => {
                                 return Err(Step::Transient(format!(
@@ -618,12 +646,12 @@ impl Node {
                         Ok(n) => n,
                         Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
                         Err(TxError::Store(e)) => return Err(Step::Store(e)),
-                        Err(e) => return self.fail(market, market_id, &e.to_string()),
+                        Err(e) => return self.fail(market, market_id, &e.to_string()).await,
                     };
                 }
                 Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
                 Err(TxError::Store(e)) => return Err(Step::Store(e)),
-                Err(e) => return self.fail(market, market_id, &e.to_string()),
+                Err(e) => return self.fail(market, market_id, &e.to_string()).await,
             }
         }
     }
@@ -659,9 +687,11 @@ impl Node {
                     market_id,
                     json!({"status": "confirmed", "tx_hash": tx_hash, "block_number": block_number,
                         "resolution": resolution, "resolver": resolver, "gas_used": gas_used}),
-                )?;
+                )
+                .await?;
                 self.store
-                    .set_state(p.market, market_id, RoundState::Confirmed, None)?;
+                    .set_state(p.market, market_id, RoundState::Confirmed, None)
+                    .await?;
                 Ok(())
             }
             Err(e) => {
@@ -680,16 +710,18 @@ impl Node {
                     p.market,
                     market_id,
                     json!({"status": "failed", "tx_hash": tx, "detail": e.to_string()}),
-                )?;
+                )
+                .await?;
                 self.store
-                    .set_state(p.market, market_id, state, Some(&reason))?;
+                    .set_state(p.market, market_id, state, Some(&reason))
+                    .await?;
                 Ok(())
             }
         }
     }
 
     /// Adds the receipt outcome to the stored transcript (`confirmation`).
-    fn record_confirmation(
+    async fn record_confirmation(
         &self,
         market: Address,
         market_id: U256,
@@ -697,22 +729,25 @@ impl Node {
     ) -> Result<(), Step> {
         if let Some(mut t) = self
             .store
-            .get(market, market_id)?
+            .get(market, market_id)
+            .await?
             .and_then(|r| r.outcome)
             .filter(|t| t.is_object())
         {
             t["confirmation"] = confirmation;
-            t["transactions"] =
-                crate::transcript::transactions_json(&self.store.tx_history(market, market_id)?);
-            self.store.set_outcome(market, market_id, &t)?;
+            t["transactions"] = crate::transcript::transactions_json(
+                &self.store.tx_history(market, market_id).await?,
+            );
+            self.store.set_outcome(market, market_id, &t).await?;
         }
         Ok(())
     }
 
-    fn fail(&self, market: Address, market_id: U256, reason: &str) -> Result<(), Step> {
+    async fn fail(&self, market: Address, market_id: U256, reason: &str) -> Result<(), Step> {
         tracing::warn!(market_id = %market_id, %reason, "round failed");
         self.store
-            .set_state(market, market_id, RoundState::Failed, Some(reason))?;
+            .set_state(market, market_id, RoundState::Failed, Some(reason))
+            .await?;
         Ok(())
     }
 
@@ -729,7 +764,7 @@ impl Node {
 
         // Unfinished rounds are fed to the dispatcher by a task of their own: the channel
         // holds 1024, and the dispatcher only starts draining it below.
-        let unfinished = self.store.unfinished()?;
+        let unfinished = self.store.unfinished().await?;
         if !unfinished.is_empty() {
             tracing::info!(rounds = unfinished.len(), "resuming unfinished rounds");
             let (tx, mut stop) = (trig_tx.clone(), stop_rx.clone());
@@ -871,7 +906,7 @@ impl Node {
                     });
                 }
                 Some(m) = api_rx.recv() => {
-                    match self.request(m.market_id) {
+                    match self.request(m.market_id).await {
                         Ok(Some(t)) => { let _ = trig_tx.send(t).await; }
                         Ok(None) => {}
                         Err(e) => tracing::error!(error = %e, "manual request failed"),

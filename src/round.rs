@@ -248,8 +248,11 @@ impl Engine {
         input: &RoundInput,
         observe: &(dyn Fn(RoundStage) + Sync),
     ) -> Result<RoundOutcome, RoundError> {
-        self.run_resumable(input, RoundProgress::default(), &|stage, _| observe(stage))
-            .await
+        self.run_resumable(input, RoundProgress::default(), &|stage, _| {
+            observe(stage);
+            Box::pin(async {})
+        })
+        .await
     }
 
     /// Runs one round from `progress` (what an earlier, interrupted run of it recorded):
@@ -260,7 +263,9 @@ impl Engine {
         &self,
         input: &RoundInput,
         mut progress: RoundProgress,
-        persist: &(dyn Fn(RoundStage, &RoundProgress) + Sync),
+        persist: &(
+             dyn Fn(RoundStage, &RoundProgress) -> futures::future::BoxFuture<'static, ()> + Sync
+         ),
     ) -> Result<RoundOutcome, RoundError> {
         if input.workers.is_empty() {
             return Err(RoundError::NoWorkers);
@@ -307,7 +312,7 @@ impl Engine {
                     return Err(RoundError::QuorumNotMet(Box::new(stage)));
                 }
                 progress.resolve = Some(stage.clone());
-                persist(RoundStage::Answered, &progress);
+                persist(RoundStage::Answered, &progress).await;
                 stage
             }
         };
@@ -327,7 +332,7 @@ impl Engine {
                     vec![None; input.workers.len()]
                 };
                 progress.challenges = Some(c.clone());
-                persist(RoundStage::Challenged, &progress);
+                persist(RoundStage::Challenged, &progress).await;
                 c
             }
         };
@@ -344,7 +349,7 @@ impl Engine {
             None => {
                 let e = self.evaluator.evaluate(&eval_input).await?;
                 progress.evaluation = Some(e.clone());
-                persist(RoundStage::Evaluated, &progress);
+                persist(RoundStage::Evaluated, &progress).await;
                 e
             }
         };
@@ -389,7 +394,7 @@ impl Engine {
                 }
             }
             progress.ratification = Some(votes.clone());
-            persist(RoundStage::Evaluated, &progress);
+            persist(RoundStage::Evaluated, &progress).await;
             votes
         } else {
             vec![]

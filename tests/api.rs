@@ -3,7 +3,7 @@
 use alloy::primitives::{Address, U256};
 use cresolver::api::{ApiState, ManualTrigger, serve};
 use cresolver::metrics::Metrics;
-use cresolver::store::Store;
+use cresolver::store::{RoundStore, SqliteStore, Store};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ const MARKET: Address = Address::repeat_byte(0x11);
 
 struct Server {
     base: String,
-    store: Arc<Store>,
+    store: Arc<SqliteStore>,
     triggers: mpsc::Receiver<ManualTrigger>,
     http: reqwest::Client,
     _stop: oneshot::Sender<()>,
@@ -47,7 +47,7 @@ impl Server {
 }
 
 async fn start(token: Option<&str>) -> Server {
-    let store = Arc::new(Store::in_memory().unwrap());
+    let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, rx) = mpsc::channel(4);
     let state = ApiState {
         store: store.clone(),
@@ -97,6 +97,7 @@ async fn metrics_include_rounds_by_state() {
     let s = start(None).await;
     s.store
         .manual_request(MARKET, U256::from(5), "default")
+        .await
         .unwrap();
     let resp = s.http.get(s.url("/metrics")).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
@@ -123,13 +124,16 @@ async fn rounds_list_and_get() {
 
     s.store
         .manual_request(MARKET, U256::from(7), "default")
+        .await
         .unwrap();
     s.store
         .manual_request(MARKET, U256::from(8), "default")
+        .await
         .unwrap();
     // Another market's round is listed but not found by id under the node's market.
     s.store
         .manual_request(Address::repeat_byte(0x22), U256::from(9), "default")
+        .await
         .unwrap();
 
     let (status, body) = s.get("/rounds").await;
@@ -193,6 +197,7 @@ async fn rounds_list_and_get() {
                 gas_limit: 90_000,
             },
         )
+        .await
         .unwrap();
     for seq in 0..2u32 {
         s.store
@@ -212,6 +217,7 @@ async fn rounds_list_and_get() {
                     created_at: 0,
                 },
             )
+            .await
             .unwrap();
     }
     let (status, body) = s.get("/rounds/7").await;
@@ -349,7 +355,7 @@ async fn resolve_answers_503_when_the_queue_is_full() {
 
 #[tokio::test]
 async fn serve_stops_on_shutdown() {
-    let store = Arc::new(Store::in_memory().unwrap());
+    let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, _rx) = mpsc::channel(1);
     let state = ApiState {
         store,

@@ -329,6 +329,7 @@ async fn unauthorized_key_fails_once_with_decoded_reason() {
     assert_eq!(
         r.node
             .report(s.dev.contracts.market, s.market_id)
+            .await
             .unwrap()
             .state,
         RoundState::Failed
@@ -590,6 +591,7 @@ async fn five_thousand_unfinished_rounds_start_and_drain() {
             .node
             .store
             .count_by_state()
+            .await
             .unwrap()
             .iter()
             .filter(|(st, _)| !st.is_final())

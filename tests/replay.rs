@@ -383,7 +383,7 @@ async fn a_changed_tie_rule_is_named_and_flips_a_tied_market() {
     let node = Node::build(node_config(&s, &dir, wf), Some(s.dev.signers[0].clone()))
         .await
         .unwrap();
-    node.request(s.market_id).unwrap();
+    node.request(s.market_id).await.unwrap();
     let report = node
         .run_round(s.dev.contracts.market, s.market_id)
         .await

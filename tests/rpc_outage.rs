@@ -29,7 +29,7 @@ async fn all_confirmed(r: &Running, s: &MarketSetup, ids: &[U256], within: Durat
     loop {
         let mut done = true;
         for id in ids {
-            let rep = r.node.report(s.dev.contracts.market, *id).unwrap();
+            let rep = r.node.report(s.dev.contracts.market, *id).await.unwrap();
             assert!(
                 rep.state == RoundState::Confirmed
                     || !rep.state.is_final()
@@ -133,7 +133,11 @@ async fn refused_for_60s_markets_requested_meanwhile_resolve_within_5s_of_the_re
     assert!(head_age(&r) > age1, "the head age grows during the outage");
     for id in &ids {
         assert_ne!(
-            r.node.report(s.dev.contracts.market, *id).unwrap().state,
+            r.node
+                .report(s.dev.contracts.market, *id)
+                .await
+                .unwrap()
+                .state,
             RoundState::Confirmed
         );
     }
@@ -416,7 +420,7 @@ async fn shutdown_ends_a_retry_that_waits_and_leaves_nothing_behind() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     px.set(Mode::Refuse);
     let m = s.dev.contracts.market;
-    r.node.request(ids[0]).unwrap();
+    r.node.request(ids[0]).await.unwrap();
     // the round cannot read the market: it pauses with a retry scheduled
     let rep = r.node.run_round(m, ids[0]).await.unwrap();
     assert!(!rep.state.is_final(), "{rep:?}");

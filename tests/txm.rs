@@ -12,7 +12,9 @@ use alloy::rpc::types::anvil::ReorgOptions;
 use common::chain::*;
 use common::node::*;
 use common::*;
-use cresolver::store::{AttemptRecord, NonceRecord, NonceState, RoundState, Store};
+use cresolver::store::{
+    AttemptRecord, NonceRecord, NonceState, RoundState, RoundStore, SqliteStore, Store,
+};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -25,10 +27,10 @@ async fn three_workers() -> MarketSetup {
 type History = Vec<(NonceRecord, Vec<AttemptRecord>)>;
 
 /// Waits until the round's newest attempt was broadcast (sent at some block).
-async fn wait_sent(store: &Store, market: Address, id: U256) -> History {
+async fn wait_sent(store: &dyn RoundStore, market: Address, id: U256) -> History {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let h = store.tx_history(market, id).unwrap();
+        let h = store.tx_history(market, id).await.unwrap();
         if h.last()
             .and_then(|(_, a)| a.last())
             .is_some_and(|a| a.sent_block.is_some())
@@ -106,6 +108,7 @@ async fn twenty_markets_requested_in_one_block_resolve_exactly_once_with_contigu
             .node
             .store
             .tx_history(s.dev.contracts.market, *id)
+            .await
             .unwrap();
         assert_eq!(h.len(), 1, "one nonce for market {id}");
         assert_eq!(h[0].0.state, NonceState::Mined);
@@ -158,7 +161,7 @@ async fn an_underpriced_attempt_is_replaced_at_the_same_nonce_with_higher_fees()
     let market = s.dev.contracts.market;
     let r = start(cfg, s.dev.signers[0].clone()).await;
     request_in_one_block(&s, &[s.market_id], false).await;
-    let h = wait_sent(&r.node.store, market, s.market_id).await;
+    let h = wait_sent(r.node.store.as_ref(), market, s.market_id).await;
     let first = h[0].1[0].clone();
     assert!(first.max_fee_per_gas < 100 * GWEI);
     // the base fee jumps far above the signed max fee: the attempt cannot be mined
@@ -171,7 +174,7 @@ async fn an_underpriced_attempt_is_replaced_at_the_same_nonce_with_higher_fees()
     let _miner = Miner::start(&s, Duration::from_millis(250));
     let report = wait_final(&r.node, market, s.market_id).await;
     assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
-    let h = r.node.store.tx_history(market, s.market_id).unwrap();
+    let h = r.node.store.tx_history(market, s.market_id).await.unwrap();
     assert_eq!(h.len(), 1, "one nonce");
     let attempts = &h[0].1;
     assert!(attempts.len() >= 2, "replaced: {attempts:?}");
@@ -198,7 +201,7 @@ async fn a_dropped_attempt_is_rebroadcast() {
     let market = s.dev.contracts.market;
     let r = start(cfg, s.dev.signers[0].clone()).await;
     request_in_one_block(&s, &[s.market_id], false).await;
-    let h = wait_sent(&r.node.store, market, s.market_id).await;
+    let h = wait_sent(r.node.store.as_ref(), market, s.market_id).await;
     let tx = h[0].1[0].tx_hash;
     let p = &s.dev.provider;
     assert_eq!(p.anvil_drop_transaction(tx).await.unwrap(), Some(tx));
@@ -213,7 +216,7 @@ async fn a_dropped_attempt_is_rebroadcast() {
     p.evm_mine(None).await.unwrap();
     let report = wait_final(&r.node, market, s.market_id).await;
     assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
-    let h = r.node.store.tx_history(market, s.market_id).unwrap();
+    let h = r.node.store.tx_history(market, s.market_id).await.unwrap();
     assert_eq!(mined_attempt(&h).tx_hash, tx, "the same transaction");
     assert_eq!(h[0].1.len(), 1, "not re-signed");
     r.stop().await;
@@ -320,7 +323,7 @@ async fn killed_after_persisting_a_replacement_then_restarted_resolves_once() {
     let before = nonce(&s, s.dev.accounts[0]).await;
     request_in_one_block(&s, &[s.market_id], false).await;
     let mut child = node_process(&s, &dir, &wf, Some("replaced"));
-    let store = Store::open(&dir.join("data")).unwrap();
+    let store = SqliteStore::new(Store::open(&dir.join("data")).unwrap());
     wait_sent(&store, market, s.market_id).await;
     let p = &s.dev.provider;
     p.anvil_set_next_block_base_fee_per_gas(100 * GWEI)
@@ -332,7 +335,7 @@ async fn killed_after_persisting_a_replacement_then_restarted_resolves_once() {
         .expect("node exits after storing the replacement")
         .unwrap();
     assert_eq!(status.code(), Some(97));
-    let h = store.tx_history(market, s.market_id).unwrap();
+    let h = store.tx_history(market, s.market_id).await.unwrap();
     assert_eq!(h[0].1.len(), 2, "original and stored replacement");
     assert_eq!(h[0].1[1].sent_block, None, "the replacement was not sent");
 
@@ -343,7 +346,7 @@ async fn killed_after_persisting_a_replacement_then_restarted_resolves_once() {
     assert_eq!(st, RoundState::Confirmed);
     assert_eq!(resolved_events(&s).await.len(), 1);
     assert_eq!(nonce(&s, s.dev.accounts[0]).await, before + 1);
-    let h = store.tx_history(market, s.market_id).unwrap();
+    let h = store.tx_history(market, s.market_id).await.unwrap();
     assert_eq!(h.len(), 1);
     assert!(mined_attempt(&h).seq >= 1, "a replacement was mined");
 }
@@ -410,7 +413,7 @@ async fn a_resolution_reorged_away_before_it_is_deep_enough_is_resubmitted() {
     let r = start(cfg, s.dev.signers[0].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     p.anvil_mine(Some(2), None).await.unwrap(); // two blocks on top of the request
-    let h = wait_sent(&r.node.store, market, s.market_id).await;
+    let h = wait_sent(r.node.store.as_ref(), market, s.market_id).await;
     let tx = h[0].1[0].tx_hash;
     // automine puts it in a block at once; wait for its receipt
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -428,7 +431,7 @@ async fn a_resolution_reorged_away_before_it_is_deep_enough_is_resubmitted() {
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        r.node.report(market, s.market_id).unwrap().state,
+        r.node.report(market, s.market_id).await.unwrap().state,
         RoundState::Submitted,
         "not confirmed without 2 blocks on top"
     );
@@ -447,7 +450,7 @@ async fn a_resolution_reorged_away_before_it_is_deep_enough_is_resubmitted() {
     assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
     let events = resolved_events(&s).await;
     assert_eq!(events.len(), 1, "one MarketResolved on the canonical chain");
-    let h = r.node.store.tx_history(market, s.market_id).unwrap();
+    let h = r.node.store.tx_history(market, s.market_id).await.unwrap();
     let mined = mined_attempt(&h);
     let rc = p
         .get_transaction_receipt(mined.tx_hash)
@@ -486,7 +489,7 @@ async fn a_request_reorged_away_before_it_is_deep_enough_starts_nothing() {
     .unwrap();
     p.anvil_mine(Some(3), None).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let report = r.node.report(market, s.market_id).unwrap();
+    let report = r.node.report(market, s.market_id).await.unwrap();
     assert_eq!(
         report.reason.as_deref(),
         Some("no such round"),
@@ -535,7 +538,7 @@ async fn report_mode_preflight_names_forwarder_reverts_and_sends_nothing() {
     s.dev.request_resolution(s.market_id).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let reason = loop {
-        let rep = r.node.report(market, s.market_id).unwrap();
+        let rep = r.node.report(market, s.market_id).await.unwrap();
         if rep.state == RoundState::Failed
             && rep
                 .reason

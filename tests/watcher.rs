@@ -10,7 +10,7 @@ use axum::Json;
 use axum::extract::State;
 use common::chain::*;
 use cresolver::chain::watcher::{Trigger, Watcher, WatcherConfig};
-use cresolver::store::Store;
+use cresolver::store::{RoundStore, SqliteStore, Store};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,7 +41,7 @@ fn drain(rx: &mut mpsc::Receiver<Trigger>) -> Vec<Trigger> {
 #[tokio::test]
 async fn confirmations_checkpoint_duplicates_and_rewind() {
     let s = market_with_n_workers(1).await;
-    let store = Arc::new(Store::in_memory().unwrap());
+    let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, mut rx) = mpsc::channel(16);
     let mut w = Watcher::new(s.dev.provider.clone(), store.clone(), cfg(&s, 2, 1000));
 
@@ -70,6 +70,7 @@ async fn confirmations_checkpoint_duplicates_and_rewind() {
     // the checkpoint's hash no longer matches: rewind and rescan; logs already seen stay seen
     let (n, _) = store
         .checkpoint(&format!("watch:{}:wf", s.dev.contracts.market))
+        .await
         .unwrap()
         .unwrap();
     store
@@ -78,6 +79,7 @@ async fn confirmations_checkpoint_duplicates_and_rewind() {
             n,
             B256::repeat_byte(0xee),
         )
+        .await
         .unwrap();
     let r = w.scan_once(&tx).await.unwrap();
     assert_eq!(r.rewound_to, Some(n.saturating_sub(64)));
@@ -178,7 +180,7 @@ async fn range_is_halved_when_the_provider_refuses_it() {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let provider = cresolver::chain::connect(&url).await.unwrap();
-    let store = Arc::new(Store::in_memory().unwrap());
+    let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, mut rx) = mpsc::channel(16);
     let mut w = Watcher::new(provider, store, cfg(&s, 0, 1000));
     let r = w.scan_once(&tx).await.unwrap();
@@ -231,7 +233,7 @@ async fn rate_limits_are_retried_and_never_shrink_the_range() {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let provider = cresolver::chain::connect(&url).await.unwrap();
-    let store = Arc::new(Store::in_memory().unwrap());
+    let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, mut rx) = mpsc::channel(16);
     // ranges of 8 blocks: several eth_getLogs, half of them answered with a rate limit
     let mut w = Watcher::new(provider.clone(), store, cfg(&s, 0, 8));

@@ -8,7 +8,7 @@
 //! endpoint is pushed by a `newHeads` subscription.
 
 use crate::chain::bindings::ICREsolverMarket;
-use crate::store::{LogRef, RequestDecision, Store, StoreError};
+use crate::store::{LogRef, RequestDecision, RoundStore, StoreError};
 use alloy::eips::BlockNumberOrTag;
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::{DynProvider, Provider};
@@ -65,7 +65,7 @@ pub struct ScanReport {
 
 pub struct Watcher {
     provider: DynProvider,
-    store: Arc<Store>,
+    store: Arc<dyn RoundStore>,
     cfg: WatcherConfig,
     range: u64,
     /// Chunks scanned without a range error since the range last changed.
@@ -111,7 +111,7 @@ pub fn is_range_error(msg: &str) -> bool {
 const GROW_AFTER_CHUNKS: u32 = 8;
 
 impl Watcher {
-    pub fn new(provider: DynProvider, store: Arc<Store>, cfg: WatcherConfig) -> Self {
+    pub fn new(provider: DynProvider, store: Arc<dyn RoundStore>, cfg: WatcherConfig) -> Self {
         let range = cfg.max_range.max(1);
         Self {
             provider,
@@ -159,7 +159,7 @@ impl Watcher {
             range: self.range,
             ..Default::default()
         };
-        let mut from = match self.store.checkpoint(&key)? {
+        let mut from = match self.store.checkpoint(&key).await? {
             Some((n, hash)) => match self.block_hash(n).await? {
                 Some(h) if h == hash => n + 1,
                 other => {
@@ -190,7 +190,7 @@ impl Watcher {
             };
             report.logs += logs.len();
             for log in &logs {
-                if let Some(t) = self.record(log)? {
+                if let Some(t) = self.record(log).await? {
                     report.triggers += 1;
                     // The request is durable; a closed channel only means shutdown.
                     let _ = out.send(t).await;
@@ -203,7 +203,7 @@ impl Watcher {
                     "the endpoint has no block {to} yet: the range is scanned again"
                 ))
             })?;
-            self.store.set_checkpoint(&key, to, hash)?;
+            self.store.set_checkpoint(&key, to, hash).await?;
             report.to = Some(to);
             from = to + 1;
             if self.range < self.cfg.max_range {
@@ -218,7 +218,7 @@ impl Watcher {
         Ok(report)
     }
 
-    fn record(&self, log: &Log) -> Result<Option<Trigger>, WatchError> {
+    async fn record(&self, log: &Log) -> Result<Option<Trigger>, WatchError> {
         let (Some(tx_hash), Some(log_index), Some(block_number), Some(block_hash)) = (
             log.transaction_hash,
             log.log_index,
@@ -242,9 +242,10 @@ impl Watcher {
             block_hash,
         };
         let market_id = ev.data.marketId;
-        let decision =
-            self.store
-                .record_request(self.cfg.market, market_id, &self.cfg.workflow, &log_ref)?;
+        let decision = self
+            .store
+            .record_request(self.cfg.market, market_id, &self.cfg.workflow, &log_ref)
+            .await?;
         tracing::info!(market_id = %market_id, block = block_number, %tx_hash, ?decision, "ResolutionRequested");
         Ok(match decision {
             RequestDecision::New | RequestDecision::Reopened => Some(Trigger {

@@ -61,8 +61,11 @@ pub trait RoundStore: Send + Sync + 'static {
         market_id: U256,
         outcome: &serde_json::Value,
     ) -> Result<(), StoreError>;
-    async fn get(&self, market: Address, market_id: U256)
-    -> Result<Option<RoundRecord>, StoreError>;
+    async fn get(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<RoundRecord>, StoreError>;
     async fn list_summaries(
         &self,
         limit: usize,
@@ -109,8 +112,11 @@ pub trait RoundStore: Send + Sync + 'static {
         market: Address,
         market_id: U256,
     ) -> Result<Option<NonceRecord>, StoreError>;
-    async fn nonce_record(&self, key: KeyRef, nonce: u64)
-    -> Result<Option<NonceRecord>, StoreError>;
+    async fn nonce_record(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<Option<NonceRecord>, StoreError>;
     async fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError>;
     async fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError>;
     async fn tx_history(
@@ -176,7 +182,12 @@ impl RoundStore for SqliteStore {
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         let r = reason.map(str::to_string);
-        blocking!(self, |s| s.set_state(market, market_id, state, r.as_deref()))
+        blocking!(self, |s| s.set_state(
+            market,
+            market_id,
+            state,
+            r.as_deref()
+        ))
     }
     async fn save_progress(
         &self,
@@ -187,7 +198,8 @@ impl RoundStore for SqliteStore {
         progress: &serde_json::Value,
     ) -> Result<(), StoreError> {
         let p = progress.clone();
-        blocking!(self, |s| s.save_progress(market, market_id, attempt, state, &p))
+        blocking!(self, |s| s
+            .save_progress(market, market_id, attempt, state, &p))
     }
     async fn progress(
         &self,
@@ -282,7 +294,13 @@ impl RoundStore for SqliteStore {
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
         let d = detail.map(str::to_string);
-        blocking!(self, |s| s.finish_nonce(key, nonce, state, mined, d.as_deref()))
+        blocking!(self, |s| s.finish_nonce(
+            key,
+            nonce,
+            state,
+            mined,
+            d.as_deref()
+        ))
     }
     async fn pending_nonce_of(
         &self,

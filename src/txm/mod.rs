@@ -17,7 +17,9 @@
 pub mod fees;
 
 use crate::metrics::Metrics;
-use crate::store::{AttemptRecord, KeyRef, NonceRecord, NonceState, Store, StoreError, TxPayload};
+use crate::store::{
+    AttemptRecord, KeyRef, NonceRecord, NonceState, RoundStore, StoreError, TxPayload,
+};
 use alloy::eips::{BlockNumberOrTag, Encodable2718};
 use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
 use alloy::primitives::{Address, B256, U256};
@@ -156,7 +158,7 @@ pub struct TxManager {
     wallet: EthereumWallet,
     key: KeyRef,
     signer_label: String,
-    store: Arc<Store>,
+    store: Arc<dyn RoundStore>,
     cfg: TxmConfig,
     metrics: Arc<Metrics>,
     /// Serializes reservation, signing and broadcast of this key.
@@ -172,7 +174,7 @@ impl TxManager {
         wallet: EthereumWallet,
         signer: Address,
         chain_id: u64,
-        store: Arc<Store>,
+        store: Arc<dyn RoundStore>,
         cfg: TxmConfig,
         metrics: Arc<Metrics>,
     ) -> Self {
@@ -209,12 +211,15 @@ impl TxManager {
     }
 
     /// The reserved, unfinished nonce of a market's round, if any.
-    pub fn pending_for(
+    pub async fn pending_for(
         &self,
         market: Address,
         market_id: U256,
     ) -> Result<Option<NonceRecord>, TxError> {
-        Ok(self.store.pending_nonce_of(self.key, market, market_id)?)
+        Ok(self
+            .store
+            .pending_nonce_of(self.key, market, market_id)
+            .await?)
     }
 
     /// Reserves a nonce for `payload` (moving its round to `submitted`), signs, stores
@@ -228,7 +233,10 @@ impl TxManager {
             .pending()
             .await
             .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))?;
-        let nonce = self.store.reserve_nonce(self.key, pending, &payload)?;
+        let nonce = self
+            .store
+            .reserve_nonce(self.key, pending, &payload)
+            .await?;
         tracing::info!(market_id = %payload.market_id, nonce, signer = %self.key.signer, "nonce reserved");
         crash_point("reserved");
         self.first_attempt_locked(nonce, &payload).await?;
@@ -254,7 +262,8 @@ impl TxManager {
         })?;
         let attempt = self.sign(nonce, 0, payload, fees).await?;
         self.store
-            .add_attempt(self.key, payload.market, payload.market_id, &attempt)?;
+            .add_attempt(self.key, payload.market, payload.market_id, &attempt)
+            .await?;
         crash_point("signed");
         self.metrics.tx_attempt(&self.signer_label, "first");
         let sent = self.broadcast(&attempt, head.number).await;
@@ -304,7 +313,10 @@ impl TxManager {
             Err(e) => classify(&e.to_string()),
         };
         if matches!(sent, Sent::Accepted | Sent::Known)
-            && let Err(e) = self.store.mark_attempt_sent(self.key, a.nonce, a.seq, head)
+            && let Err(e) = self
+                .store
+                .mark_attempt_sent(self.key, a.nonce, a.seq, head)
+                .await
         {
             tracing::error!(error = %e, "cannot record the broadcast of an attempt");
         }
@@ -396,16 +408,17 @@ impl TxManager {
         loop {
             let rec = self
                 .store
-                .nonce_record(self.key, nonce)?
+                .nonce_record(self.key, nonce)
+                .await?
                 .ok_or(TxError::UnknownNonce(nonce))?;
-            let attempts = self.store.attempts(self.key, nonce)?;
+            let attempts = self.store.attempts(self.key, nonce).await?;
             if rec.state == NonceState::Lost {
                 return Ok(TxOutcome::Lost { nonce });
             }
             if attempts.is_empty() {
                 // reserved, then the process stopped before signing
                 let _guard = self.lock.lock().await;
-                if self.store.attempts(self.key, nonce)?.is_empty() {
+                if self.store.attempts(self.key, nonce).await?.is_empty() {
                     self.first_attempt_locked(nonce, &rec.payload).await?;
                 }
                 continue;
@@ -429,13 +442,15 @@ impl TxManager {
                             .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
                             .map(|b| b.header.hash);
                         if canonical.is_some() && canonical == r.block_hash {
-                            self.store.finish_nonce(
-                                self.key,
-                                nonce,
-                                NonceState::Mined,
-                                Some((a.tx_hash, block)),
-                                None,
-                            )?;
+                            self.store
+                                .finish_nonce(
+                                    self.key,
+                                    nonce,
+                                    NonceState::Mined,
+                                    Some((a.tx_hash, block)),
+                                    None,
+                                )
+                                .await?;
                             self.metrics.tx_event(&self.signer_label, "mined");
                             self.refresh_backlog().await;
                             return Ok(TxOutcome::Mined {
@@ -488,13 +503,9 @@ impl TxManager {
                         attempts.len()
                     );
                     tracing::warn!(market_id = %rec.payload.market_id, nonce, "{detail}");
-                    self.store.finish_nonce(
-                        self.key,
-                        nonce,
-                        NonceState::Lost,
-                        None,
-                        Some(&detail),
-                    )?;
+                    self.store
+                        .finish_nonce(self.key, nonce, NonceState::Lost, None, Some(&detail))
+                        .await?;
                     self.metrics.tx_event(&self.signer_label, "lost");
                     self.refresh_backlog().await;
                     return Ok(TxOutcome::Lost { nonce });
@@ -537,12 +548,9 @@ impl TxManager {
                 match fees::bump(current, estimate, head.next_base_fee, &self.cfg.fees) {
                     Bump::Replace(f) => {
                         let a = self.sign(nonce, newest.seq + 1, &rec.payload, f).await?;
-                        self.store.add_attempt(
-                            self.key,
-                            rec.payload.market,
-                            rec.payload.market_id,
-                            &a,
-                        )?;
+                        self.store
+                            .add_attempt(self.key, rec.payload.market, rec.payload.market_id, &a)
+                            .await?;
                         crash_point("replaced");
                         self.metrics.tx_attempt(&self.signer_label, "replacement");
                         let sent = self.broadcast(&a, head.number).await;
@@ -644,7 +652,7 @@ impl TxManager {
     /// Updates the backlog gauges: age of the oldest pending nonce, and how many nonces
     /// are reserved beyond the chain's mined count.
     async fn refresh_backlog(&self) {
-        let Ok(pending) = self.store.pending_nonces(self.key) else {
+        let Ok(pending) = self.store.pending_nonces(self.key).await else {
             return;
         };
         let oldest = pending

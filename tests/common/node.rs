@@ -90,7 +90,7 @@ impl Running {
 pub async fn wait_final(node: &Node, market: Address, id: U256) -> RoundReport {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let r = node.report(market, id).unwrap();
+        let r = node.report(market, id).await.unwrap();
         if r.state.is_final() && r.reason.as_deref() != Some("no such round") {
             return r;
         }
