@@ -446,11 +446,19 @@ impl Node {
             discovery: &self.discovery,
             http: &self.http,
         };
-        let (found, input) = match collect_input(&ctx, &snapshot).await {
+        let (found, mut input) = match collect_input(&ctx, &snapshot).await {
             Ok(x) => x,
             Err(LiveError::Rpc(e)) => return Err(Step::Transient(e)),
             Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         };
+        if snapshot.block != block {
+            // read at the head (pruned state): still judged at the request block's time
+            input.reference_time = match crate::live::block_time(&self.provider, Some(block)).await
+            {
+                Ok(t) => t,
+                Err(e) => return Err(Step::Transient(e.to_string())),
+            };
+        }
         self.metrics
             .observe_stage("discover", span_started.elapsed().as_secs_f64());
         if rec.state == RoundState::Requested {

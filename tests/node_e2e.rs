@@ -753,3 +753,90 @@ async fn the_round_reads_and_judges_at_the_request_block() {
         "judged at the request block's time"
     );
 }
+
+/// A JSON-RPC proxy in front of anvil that has "pruned" the state of every block up to
+/// `pruned_to`: `eth_call` there fails the way a full node says it (headers stay).
+async fn pruning_proxy(upstream: String, pruned_to: u64) -> String {
+    use axum::Json;
+    use axum::extract::State;
+    async fn rpc(
+        State((upstream, pruned_to)): State<(String, u64)>,
+        Json(body): Json<serde_json::Value>,
+    ) -> Json<serde_json::Value> {
+        if body["method"] == "eth_call"
+            && let Some(b) = body["params"][1].as_str()
+            && let Ok(n) = u64::from_str_radix(b.trim_start_matches("0x"), 16)
+            && n <= pruned_to
+        {
+            return Json(
+                serde_json::json!({"jsonrpc": "2.0", "id": body["id"], "error": {
+                    "code": -32000,
+                    "message": format!("missing trie node 5a1e (path ) state {b} is not available")
+                }}),
+            );
+        }
+        let reply = reqwest::Client::new()
+            .post(&upstream)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        Json(reply)
+    }
+    let app = axum::Router::new()
+        .route("/", axum::routing::post(rpc))
+        .with_state((upstream, pruned_to));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_state_at_the_request_block_is_read_at_the_head_and_judged_at_the_request() {
+    let s = market_with_three_workers().await;
+    let receipt = s.dev.request_resolution(s.market_id).await.unwrap();
+    let block = receipt.block_number.unwrap();
+    let at = s
+        .dev
+        .provider
+        .get_block_by_number(block.into())
+        .await
+        .unwrap()
+        .unwrap()
+        .header
+        .timestamp;
+    s.dev
+        .provider
+        .raw_request::<_, serde_json::Value>("evm_increaseTime".into(), (3_600u64,))
+        .await
+        .unwrap();
+    s.dev
+        .provider
+        .raw_request::<_, serde_json::Value>("anvil_mine".into(), (U256::from(3),))
+        .await
+        .unwrap();
+    let url = pruning_proxy(s.dev.rpc_url(), block).await;
+    let dir = tmpdir("pruned");
+    let mut cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    cfg.chain.rpc_url = url;
+    let r = start(cfg, s.dev.signers[0].clone()).await;
+    let rep = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
+    r.stop().await;
+    assert_eq!(rep.state, RoundState::Confirmed, "{rep:?}");
+    let t = rep.transcript.unwrap();
+    assert!(
+        t["market"]["block"].as_u64().unwrap() > block,
+        "read at the head: {}",
+        t["market"]["block"]
+    );
+    assert_eq!(
+        t["reference_time"],
+        serde_json::json!(at),
+        "judged at the request block's time"
+    );
+    assert_eq!(resolved_events(&s).await.len(), 1);
+}
