@@ -22,7 +22,6 @@
 
 use crate::chain::bindings::{ICREsolverMarket, IKeystoneForwarder};
 use crate::chain::reader::{MarketSnapshot, read_market};
-use crate::chain::watcher::is_range_error;
 use crate::evaluate::{EvalInput, Evaluation, Fallback, llm, neutral, rubric};
 use crate::resolve::report::split_raw_report;
 use crate::resolve::{Dimensions, decode_report};
@@ -68,29 +67,20 @@ pub async fn scan_logs(
     if from > to {
         return Err(ReplayError::BadRange { from, to });
     }
-    let mut range = max_range.max(1);
+    let mut scanner = crate::chain::scan::LogScanner::new(max_range);
     let mut out = Vec::new();
     let mut start = from;
     while start <= to {
-        let end = start.saturating_add(range - 1).min(to);
-        match provider
-            .get_logs(&filter.clone().from_block(start).to_block(end))
+        let (end, logs) = scanner
+            .next_chunk(provider, filter, start, to)
             .await
-        {
-            Ok(logs) => {
-                out.extend(logs);
-                on_progress(end);
-                if end == u64::MAX {
-                    break;
-                }
-                start = end + 1;
-            }
-            Err(e) if range > 1 && is_range_error(&e.to_string()) => {
-                range = (range / 2).max(1);
-                tracing::debug!(start, end, new_range = range, error = %e, "provider refused the range: halving");
-            }
-            Err(e) => return Err(ReplayError::Rpc(format!("eth_getLogs {start}..{end}: {e}"))),
+            .map_err(ReplayError::Rpc)?;
+        out.extend(logs);
+        on_progress(end);
+        if end == u64::MAX {
+            break;
         }
+        start = end + 1;
     }
     Ok(out)
 }

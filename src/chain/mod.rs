@@ -8,6 +8,7 @@ pub mod health;
 pub mod pool;
 pub mod reader;
 pub mod revert;
+pub mod scan;
 pub mod watcher;
 
 pub use revert::{RevertReason, decode_revert, revert_data};
@@ -26,7 +27,7 @@ pub struct NoRangeRetry;
 impl RetryPolicy for NoRangeRetry {
     fn should_retry(&self, error: &TransportError) -> bool {
         if let Some(resp) = error.as_error_resp()
-            && watcher::is_range_error(&resp.message)
+            && scan::is_range_error(&resp.message)
         {
             return false;
         }

@@ -8,6 +8,7 @@
 //! endpoint is pushed by a `newHeads` subscription.
 
 use crate::chain::bindings::ICREsolverMarket;
+use crate::chain::scan::LogScanner;
 use crate::store::{LogRef, RequestDecision, RoundStore, StoreError};
 use alloy::eips::BlockNumberOrTag;
 use alloy::primitives::{Address, B256, U256};
@@ -67,58 +68,19 @@ pub struct Watcher {
     provider: DynProvider,
     store: Arc<dyn RoundStore>,
     cfg: WatcherConfig,
-    range: u64,
-    /// Chunks scanned without a range error since the range last changed.
-    good_chunks: u32,
+    scanner: LogScanner,
 }
 
-/// Whether an RPC error says the queried block range (or result set) is too large: it
-/// must speak of the range, the results or the response size. A rate-limit answer
-/// ("rate limit exceeded", "limit exceeded", "too many requests", HTTP 429) is not one,
-/// even when it shares words with one: it is retried with backoff at the transport, not
-/// answered with a smaller range.
-pub fn is_range_error(msg: &str) -> bool {
-    let m = msg.to_lowercase();
-    let rate_limited = [
-        "rate limit",
-        "rate-limit",
-        "ratelimit",
-        "too many requests",
-        "requests per",
-        "request limit",
-        "429",
-        "capacity",
-        "throughput",
-        "credits",
-    ]
-    .iter()
-    .any(|k| m.contains(k));
-    !rate_limited
-        && [
-            "range",
-            "results",
-            "response size",
-            "too large",
-            "query timeout",
-        ]
-        .iter()
-        .any(|k| m.contains(k))
-}
-
-/// Successful chunks at a halved range before the range is doubled again (towards
-/// `max_range`): a provider that refused one large range once is not held to the
-/// smallest range for ever.
-const GROW_AFTER_CHUNKS: u32 = 8;
+pub use crate::chain::scan::is_range_error;
 
 impl Watcher {
     pub fn new(provider: DynProvider, store: Arc<dyn RoundStore>, cfg: WatcherConfig) -> Self {
-        let range = cfg.max_range.max(1);
+        let scanner = LogScanner::new(cfg.max_range);
         Self {
             provider,
             store,
             cfg,
-            range,
-            good_chunks: 0,
+            scanner,
         }
     }
 
@@ -156,7 +118,7 @@ impl Watcher {
         let safe = head.saturating_sub(self.cfg.confirmations);
         let mut report = ScanReport {
             head,
-            range: self.range,
+            range: self.scanner.range(),
             ..Default::default()
         };
         let mut from = match self.store.checkpoint(&key).await? {
@@ -173,21 +135,11 @@ impl Watcher {
         };
         report.from = from;
         while from <= safe {
-            let to = from.saturating_add(self.range - 1).min(safe);
-            let logs = match self
-                .provider
-                .get_logs(&self.filter().from_block(from).to_block(to))
+            let (to, logs) = self
+                .scanner
+                .next_chunk(&self.provider, &self.filter(), from, safe)
                 .await
-            {
-                Ok(l) => l,
-                Err(e) if is_range_error(&e.to_string()) && self.range > 1 => {
-                    self.range = (self.range / 2).max(1);
-                    self.good_chunks = 0;
-                    tracing::info!(from, to, new_range = self.range, error = %e, "provider refused the range: halving");
-                    continue;
-                }
-                Err(e) => return Err(WatchError::Rpc(e.to_string())),
-            };
+                .map_err(WatchError::Rpc)?;
             report.logs += logs.len();
             for log in &logs {
                 if let Some(t) = self.record(log).await? {
@@ -206,15 +158,8 @@ impl Watcher {
             self.store.set_checkpoint(&key, to, hash).await?;
             report.to = Some(to);
             from = to + 1;
-            if self.range < self.cfg.max_range {
-                self.good_chunks += 1;
-                if self.good_chunks >= GROW_AFTER_CHUNKS {
-                    self.range = self.range.saturating_mul(2).min(self.cfg.max_range.max(1));
-                    self.good_chunks = 0;
-                }
-            }
         }
-        report.range = self.range;
+        report.range = self.scanner.range();
         Ok(report)
     }
 
@@ -292,37 +237,6 @@ impl Watcher {
             if *shutdown.borrow() {
                 return;
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn range_errors() {
-        for m in [
-            "query returned more than 10000 results",
-            "eth_getLogs block range too large, range: 100001, max: 100000",
-            "Log response size exceeded",
-            "exceed maximum block range: 5000",
-            "block range limit exceeded",
-        ] {
-            assert!(super::is_range_error(m), "{m}");
-        }
-        assert!(!super::is_range_error("connection refused"));
-        for m in [
-            "rate limit exceeded",
-            "Too Many Requests",
-            "exceeded 25 requests per second",
-            "HTTP error 429",
-            "your app has exceeded its compute units per second capacity",
-            "limit exceeded",
-            "daily request count exceeded, request rate limited",
-        ] {
-            assert!(
-                !super::is_range_error(m),
-                "a rate limit is not a range error: {m}"
-            );
         }
     }
 }
