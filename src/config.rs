@@ -451,6 +451,31 @@ impl NodeConfig {
         Ok(())
     }
 
+    /// The watcher settings of this config for `market`'s workflow `workflow` on chain
+    /// `chain_id`, starting at `start_block` when there is no checkpoint (the one place
+    /// the node and `dry-run --watch` take them from).
+    pub fn watcher_config(
+        &self,
+        market: alloy::primitives::Address,
+        workflow: &str,
+        chain_id: u64,
+        start_block: u64,
+    ) -> crate::chain::watcher::WatcherConfig {
+        crate::chain::watcher::WatcherConfig {
+            market,
+            workflow: workflow.to_string(),
+            confirmations: self
+                .chain
+                .confirmations
+                .unwrap_or(default_confirmations(chain_id)),
+            start_block,
+            poll_interval: std::time::Duration::from_millis(self.chain.poll_interval_ms),
+            max_range: self.chain.max_block_range,
+            reorg_window: 64,
+            max_backoff: self.max_backoff(),
+        }
+    }
+
     /// The chain's endpoints in order of preference: `rpc_urls`, or `rpc_url` alone.
     pub fn rpc_urls(&self) -> Vec<String> {
         if self.chain.rpc_urls.is_empty() {

@@ -19,8 +19,8 @@
 
 use crate::chain::bindings::ICREsolverMarket;
 use crate::chain::reader::MarketSnapshot;
-use crate::chain::watcher::{Trigger, Watcher, WatcherConfig};
-use crate::config::{ConfigError, NodeConfig, default_confirmations};
+use crate::chain::watcher::{Trigger, Watcher};
+use crate::config::{ConfigError, NodeConfig};
 use crate::discovery::DiscoveryConfig;
 use crate::live::{LiveContext, LiveError};
 use crate::replay::ReportView;
@@ -348,19 +348,12 @@ impl DryRunner {
         let watcher = Watcher::new(
             self.provider.clone(),
             store,
-            WatcherConfig {
-                market: self.market,
-                workflow: self.engine.workflow.name.clone(),
-                confirmations: cfg
-                    .chain
-                    .confirmations
-                    .unwrap_or(default_confirmations(chain_id)),
-                start_block: start_block.unwrap_or(head),
-                poll_interval: Duration::from_millis(cfg.chain.poll_interval_ms),
-                max_range: cfg.chain.max_block_range,
-                reorg_window: 64,
-                max_backoff: cfg.max_backoff(),
-            },
+            cfg.watcher_config(
+                self.market,
+                &self.engine.workflow.name,
+                chain_id,
+                start_block.unwrap_or(head),
+            ),
         );
         let (tx, mut rx) = mpsc::channel::<Trigger>(256);
         let mut stop = shutdown.clone();

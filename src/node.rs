@@ -10,7 +10,7 @@
 use crate::api::{ApiState, ManualTrigger};
 use crate::chain::heads::{HeadFeed, PushConfig};
 use crate::chain::reader::{MarketSnapshot, ReadError, read_market, resolved_at_head};
-use crate::chain::watcher::{Trigger, Watcher, WatcherConfig};
+use crate::chain::watcher::{Trigger, Watcher};
 use crate::config::{NodeConfig, default_confirmations, is_dev_chain};
 use crate::discovery::{DiscoveredWorker, DiscoveryConfig};
 use crate::live::{LiveContext, LiveError, collect_input};
@@ -796,24 +796,14 @@ impl Node {
         let dev = is_dev_chain(self.chain_id);
         let head = self.provider.get_block_number().await.unwrap_or(0);
         for p in &self.pipelines {
-            let wcfg = WatcherConfig {
-                market: p.market,
-                workflow: p.workflow.name.clone(),
-                confirmations: self
-                    .cfg
-                    .chain
-                    .confirmations
-                    .unwrap_or(default_confirmations(self.chain_id)),
-                start_block: self
-                    .cfg
-                    .chain
-                    .start_block
-                    .unwrap_or(if dev { 0 } else { head }),
-                poll_interval: Duration::from_millis(self.cfg.chain.poll_interval_ms),
-                max_range: self.cfg.chain.max_block_range,
-                reorg_window: 64,
-                max_backoff: self.cfg.max_backoff(),
-            };
+            let start = self
+                .cfg
+                .chain
+                .start_block
+                .unwrap_or(if dev { 0 } else { head });
+            let wcfg = self
+                .cfg
+                .watcher_config(p.market, &p.workflow.name, self.chain_id, start);
             let watcher = Watcher::new(self.provider.clone(), self.store.clone(), wcfg);
             let (tx, rx, m, h, ch, wake) = (
                 trig_tx.clone(),
