@@ -119,18 +119,22 @@ fn refused(detail: impl Into<String>) -> DiscardReason {
     }
 }
 
-/// The outcome of discovery for one registered worker.
-#[derive(Debug, Clone, Serialize)]
+/// The outcome of discovery for one registered worker (also what a transcript records).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct DiscoveredWorker {
     pub address: Address,
     pub agent_id: U256,
     /// The registration's `name`, when the file could be read.
     pub name: Option<String>,
     pub endpoint: Result<Url, DiscardReason>,
-    /// The protocol of the chosen service ([`ProtocolKind::name`]), when one was chosen.
-    pub protocol: Option<String>,
+    /// The protocol of the chosen service, when one was chosen.
+    #[serde(
+        default,
+        deserialize_with = "crate::workers::registry::lenient_protocol"
+    )]
+    pub protocol: Option<ProtocolKind>,
     /// The agent's `did` from the chosen service (Agora: whom the node addresses).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub did: Option<String>,
 }
 
@@ -210,7 +214,7 @@ async fn discover_one(
             return Err(DiscardReason::Inactive);
         }
         let service = worker_service(&reg).ok_or(DiscardReason::NoA2aEndpoint)?;
-        found.protocol = Some(service.kind.name().to_string());
+        found.protocol = Some(service.kind);
         found.did = service.did.clone();
         if service.kind == ProtocolKind::Agora && service.did.is_none() {
             return Err(invalid(
@@ -272,11 +276,7 @@ pub fn to_slots(found: &[DiscoveredWorker], protocols: &ProtocolSet) -> Vec<Work
             address: w.address,
             target: match &w.endpoint {
                 Ok(url) => {
-                    let kind = w
-                        .protocol
-                        .as_deref()
-                        .and_then(ProtocolKind::from_label)
-                        .unwrap_or(ProtocolKind::A2a);
+                    let kind = w.protocol.unwrap_or(ProtocolKind::A2a);
                     protocols
                         .for_worker(kind, w.did.as_deref())
                         .map(|protocol| WorkerTarget {
@@ -1138,7 +1138,7 @@ mod tests {
                 agent_id: U256::from(1),
                 name: Some("a".into()),
                 endpoint: Ok(Url::parse("http://127.0.0.1:1").unwrap()),
-                protocol: Some("a2a".into()),
+                protocol: Some(ProtocolKind::A2a),
                 did: None,
             },
             DiscoveredWorker {
@@ -1154,7 +1154,7 @@ mod tests {
                 agent_id: U256::from(3),
                 name: None,
                 endpoint: Ok(Url::parse("http://127.0.0.1:3").unwrap()),
-                protocol: Some("chorus".into()),
+                protocol: Some(ProtocolKind::Chorus),
                 did: None,
             },
         ];

@@ -1165,7 +1165,7 @@ fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Result<
         println!(
             "receipt: {} (tx {}{})",
             c.status,
-            c.tx_hash,
+            c.tx_hash.map_or("-".to_string(), |h| h.to_string()),
             c.block_number
                 .map(|b| format!(", block {b}"))
                 .unwrap_or_default()

@@ -9,14 +9,14 @@
 
 use crate::api::{ApiState, ManualTrigger};
 use crate::chain::heads::{HeadFeed, PushConfig};
-use crate::chain::reader::{MarketSnapshot, ReadError, read_market, resolved_at_head};
+use crate::chain::reader::{ReadError, read_market, resolved_at_head};
 use crate::chain::watcher::{Trigger, Watcher};
 use crate::config::{NodeConfig, default_confirmations, is_dev_chain};
-use crate::discovery::{DiscoveredWorker, DiscoveryConfig};
+use crate::discovery::DiscoveryConfig;
 use crate::live::{LiveContext, LiveError, collect_input};
 use crate::metrics::Metrics;
 use crate::resolve::report::ReportMetadata;
-use crate::round::{Engine, RoundError, RoundInput, RoundProgress, RoundStage};
+use crate::round::{Engine, RoundError, RoundProgress, RoundStage};
 use crate::store::TxPayload;
 use crate::store::{RoundState, RoundStore, SqliteStore, Store};
 use crate::submit::{Confirmed, SubmitError, Submitter, SubmitterConfig};
@@ -39,6 +39,7 @@ use tokio::task::JoinSet;
 
 /// Version of the transcript JSON stored with each round (schema: [`crate::transcript`]).
 pub use crate::transcript::TRANSCRIPT_VERSION;
+use crate::transcript::{ConfirmationRecord, RequestRecord, SubmissionRecord, Transcript};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -510,26 +511,41 @@ impl Node {
         let result = p.engine.run_resumable(&input, progress, &persist).await;
         self.metrics
             .observe_stage("resolve+evaluate", round_started.elapsed().as_secs_f64());
-        let mut transcript = transcript(&p.workflow, &snapshot, &found, &input);
-        transcript["chain_id"] = json!(self.chain_id);
-        transcript["request"] = json!({"tx": rec.request_tx, "block": rec.request_block});
+        let mut transcript = Transcript {
+            version: TRANSCRIPT_VERSION,
+            chain_id: Some(self.chain_id),
+            request: Some(RequestRecord {
+                tx: rec.request_tx,
+                block: rec.request_block,
+            }),
+            workflow: p.workflow.clone(),
+            market: snapshot.clone(),
+            discovery: found,
+            question: input.question.clone(),
+            reference_time: input.reference_time,
+            resolve: None,
+            outcome: None,
+            submission: None,
+            confirmation: None,
+            transactions: None,
+            round: None,
+        };
         let outcome = match result {
             Ok(o) => o,
             Err(e) => {
                 if let RoundError::QuorumNotMet(stage) = &e {
-                    transcript["resolve"] = serde_json::to_value(stage).unwrap_or_default();
+                    transcript.resolve = Some((**stage).clone());
                 }
-                self.store
-                    .set_outcome(market, market_id, &transcript)
-                    .await?;
+                self.save_transcript(market, market_id, &transcript).await?;
                 return self.fail(market, market_id, &e.to_string()).await;
             }
         };
         self.metrics.record_round(&outcome);
-        transcript["outcome"] = serde_json::to_value(&outcome).unwrap_or_default();
-        self.store
-            .set_outcome(market, market_id, &transcript)
-            .await?;
+        transcript.outcome = Some(outcome);
+        self.save_transcript(market, market_id, &transcript).await?;
+        let Some(outcome) = transcript.outcome.as_ref() else {
+            return Ok(());
+        };
 
         let prepared = match p.submitter.prepare(&snapshot, &outcome.tally).await {
             Ok(x) => x,
@@ -547,10 +563,14 @@ impl Node {
             Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
             Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         };
-        transcript["submission"] = json!({"to": prepared.to, "calldata": prepared.calldata, "gas_limit": prepared.gas_limit, "from": prepared.from, "mode": prepared.mode});
-        self.store
-            .set_outcome(market, market_id, &transcript)
-            .await?;
+        transcript.submission = Some(SubmissionRecord {
+            to: prepared.to,
+            calldata: prepared.calldata.clone(),
+            gas_limit: prepared.gas_limit,
+            from: prepared.from,
+            mode: prepared.mode,
+        });
+        self.save_transcript(market, market_id, &transcript).await?;
         let Some(txm) = &self.txm else {
             return self
                 .fail(
@@ -604,7 +624,15 @@ impl Node {
                         self.record_confirmation(
                             market,
                             market_id,
-                            json!({"status": "skipped", "detail": reason}),
+                            ConfirmationRecord {
+                                status: "skipped".into(),
+                                tx_hash: None,
+                                block_number: None,
+                                resolution: None,
+                                resolver: None,
+                                gas_used: None,
+                                detail: Some(reason.clone()),
+                            },
                         )
                         .await?;
                         self.store
@@ -693,8 +721,15 @@ impl Node {
                 self.record_confirmation(
                     p.market,
                     market_id,
-                    json!({"status": "confirmed", "tx_hash": tx_hash, "block_number": block_number,
-                        "resolution": resolution, "resolver": resolver, "gas_used": gas_used}),
+                    ConfirmationRecord {
+                        status: "confirmed".into(),
+                        tx_hash: Some(tx_hash),
+                        block_number: Some(block_number),
+                        resolution: Some(resolution),
+                        resolver: Some(resolver),
+                        gas_used: Some(gas_used),
+                        detail: None,
+                    },
                 )
                 .await?;
                 self.store
@@ -717,7 +752,15 @@ impl Node {
                 self.record_confirmation(
                     p.market,
                     market_id,
-                    json!({"status": "failed", "tx_hash": tx, "detail": e.to_string()}),
+                    ConfirmationRecord {
+                        status: "failed".into(),
+                        tx_hash: Some(tx),
+                        block_number: None,
+                        resolution: None,
+                        resolver: None,
+                        gas_used: None,
+                        detail: Some(e.to_string()),
+                    },
                 )
                 .await?;
                 self.store
@@ -728,27 +771,46 @@ impl Node {
         }
     }
 
-    /// Adds the receipt outcome to the stored transcript (`confirmation`).
+    /// Stores a round's transcript (written by serde; see `crate::transcript`).
+    async fn save_transcript(
+        &self,
+        market: Address,
+        market_id: U256,
+        t: &Transcript,
+    ) -> Result<(), Step> {
+        let v = serde_json::to_value(t)
+            .map_err(|e| Step::Transient(format!("cannot encode the transcript: {e}")))?;
+        self.store.set_outcome(market, market_id, &v).await?;
+        Ok(())
+    }
+
+    /// Adds the receipt outcome and every transaction attempt to the stored transcript.
     async fn record_confirmation(
         &self,
         market: Address,
         market_id: U256,
-        confirmation: serde_json::Value,
+        confirmation: ConfirmationRecord,
     ) -> Result<(), Step> {
-        if let Some(mut t) = self
+        let Some(stored) = self
             .store
             .get(market, market_id)
             .await?
             .and_then(|r| r.outcome)
-            .filter(|t| t.is_object())
-        {
-            t["confirmation"] = confirmation;
-            t["transactions"] = crate::transcript::transactions_json(
-                &self.store.tx_history(market, market_id).await?,
-            );
-            self.store.set_outcome(market, market_id, &t).await?;
-        }
-        Ok(())
+        else {
+            return Ok(());
+        };
+        let mut t: Transcript = match serde_json::from_value(stored) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(market_id = %market_id, error = %e, "the stored transcript does not parse: the confirmation is not added to it");
+                return Ok(());
+            }
+        };
+        t.confirmation = Some(confirmation);
+        t.transactions = Some(crate::transcript::transactions_json(
+            &self.store.tx_history(market, market_id).await?,
+        ));
+        self.save_transcript(market, market_id, &t).await
     }
 
     async fn fail(&self, market: Address, market_id: U256, reason: &str) -> Result<(), Step> {
@@ -1121,21 +1183,4 @@ impl From<crate::store::StoreError> for Step {
     fn from(e: crate::store::StoreError) -> Self {
         Step::Store(e)
     }
-}
-
-/// The transcript skeleton of a round (schema `TRANSCRIPT_VERSION`).
-fn transcript(
-    wf: &Workflow,
-    snapshot: &MarketSnapshot,
-    found: &[DiscoveredWorker],
-    input: &RoundInput,
-) -> serde_json::Value {
-    json!({
-        "version": TRANSCRIPT_VERSION,
-        "workflow": wf,
-        "market": snapshot,
-        "discovery": found,
-        "question": input.question,
-        "reference_time": input.reference_time,
-    })
 }

@@ -588,8 +588,7 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
         let speaks_a2a = |i: usize| {
             t.discovery
                 .get(i)
-                .and_then(|d| d.protocol.as_deref())
-                .and_then(ProtocolKind::from_label)
+                .and_then(|d| d.protocol)
                 .is_none_or(|k| k == ProtocolKind::A2a)
         };
         let differ = stage

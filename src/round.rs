@@ -93,8 +93,8 @@ impl RoundProgress {
     }
 }
 
-/// Everything a finished round saw and decided.
-#[derive(Debug, Clone, Serialize)]
+/// Everything a finished round saw and decided (also what a transcript records).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundOutcome {
     pub resolve: ResolveStage,
     /// Per worker (slot order): its defence, or `None` when it was not challenged.
@@ -105,7 +105,7 @@ pub struct RoundOutcome {
     pub tally: TallyOutcome,
     pub report: Bytes,
     /// Ratifying votes on the outcome (`challenge.ratify`, protocols that have one).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ratification: Vec<RatifyResult>,
 }
 

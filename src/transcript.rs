@@ -1,18 +1,13 @@
 #![doc = include_str!("../docs/transcript.md")]
 
 use crate::chain::reader::MarketSnapshot;
-use crate::discovery::DiscardReason;
-use crate::evaluate::Evaluation;
-use crate::resolve::Dimensions;
 use crate::resolve::tally::TallyOutcome;
 use crate::store::RoundRecord;
-use crate::workers::ChallengeOutcome;
 use crate::workers::fanout::ResolveStage;
 use crate::workflow::{SubmitMode, Workflow};
 use alloy::primitives::{Address, B256, Bytes, U256};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use url::Url;
 
 /// Version written by this build (see the schema above).
 pub const TRANSCRIPT_VERSION: u32 = 2;
@@ -40,6 +35,9 @@ pub struct Transcript {
     pub submission: Option<SubmissionRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmation: Option<ConfirmationRecord>,
+    /// Every nonce and attempt of the round's submission (see [`transactions_json`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<RoundInfo>,
 }
@@ -51,34 +49,11 @@ pub struct RequestRecord {
     pub block: Option<u64>,
 }
 
-/// Discovery of one worker (mirrors [`crate::discovery::DiscoveredWorker`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DiscoveryRecord {
-    pub address: Address,
-    pub agent_id: U256,
-    pub name: Option<String>,
-    pub endpoint: Result<Url, DiscardReason>,
-    /// The chosen service's protocol (`a2a`, `factagora`, `roundtable`, `chorus`,
-    /// `agora`); version 1 and early version 2 transcripts hold the service's raw
-    /// `protocol` label instead (e.g. `cresolver`), read as A2A.
-    pub protocol: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub did: Option<String>,
-}
+/// Discovery of one worker as a transcript records it: the domain type itself.
+pub type DiscoveryRecord = crate::discovery::DiscoveredWorker;
 
-/// A finished round (mirrors [`crate::round::RoundOutcome`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OutcomeRecord {
-    pub resolve: ResolveStage,
-    pub challenges: Vec<Option<ChallengeOutcome>>,
-    pub scores: Vec<Option<Dimensions>>,
-    pub evaluation: Evaluation,
-    pub tally: TallyRecord,
-    pub report: Bytes,
-    /// Ratifying votes on the outcome, when the workflow asked for them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ratification: Vec<crate::workers::fanout::RatifyResult>,
-}
+/// A finished round as a transcript records it: the domain type itself.
+pub type OutcomeRecord = crate::round::RoundOutcome;
 
 /// The tally as a transcript records it: the domain type itself.
 pub type TallyRecord = TallyOutcome;
@@ -96,9 +71,11 @@ pub struct SubmissionRecord {
 /// The receipt outcome of the submission.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfirmationRecord {
-    /// `confirmed` (the market was resolved by our transaction) or `failed`.
+    /// `confirmed` (the market was resolved by our transaction), `failed`, or `skipped`
+    /// (resolved by someone else; no transaction of ours to name).
     pub status: String,
-    pub tx_hash: B256,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_hash: Option<B256>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_number: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

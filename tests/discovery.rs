@@ -124,7 +124,7 @@ async fn five_workers_one_endpoint_four_discards_in_order() {
         &Url::parse(&endpoint).unwrap()
     );
     assert_eq!(found[0].name.as_deref(), Some("worker-1"));
-    assert_eq!(found[0].protocol.as_deref(), Some("a2a"));
+    assert_eq!(found[0].protocol.map(|k| k.name()), Some("a2a"));
     assert_eq!(reason(&found[1]), &DiscardReason::NoTokenUri);
     assert!(
         matches!(reason(&found[2]), DiscardReason::InvalidMetadata { detail } if detail.contains("base64")),

@@ -23,6 +23,16 @@ pub enum ProtocolKind {
     Agora,
 }
 
+/// Reads a recorded protocol leniently: the protocol's name, or (in version 1 and early
+/// version 2 transcripts) the service's raw `protocol` label, read as [`ProtocolKind::from_label`]
+/// does and as A2A when it names none.
+pub fn lenient_protocol<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ProtocolKind>, D::Error> {
+    let label: Option<String> = serde::Deserialize::deserialize(d)?;
+    Ok(label.map(|l| ProtocolKind::from_label(&l).unwrap_or(ProtocolKind::A2a)))
+}
+
 impl ProtocolKind {
     pub const ALL: [ProtocolKind; 5] = [
         ProtocolKind::A2a,
@@ -167,6 +177,31 @@ impl Default for ProtocolSet {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn recorded_protocols_read_leniently() {
+        #[derive(serde::Deserialize)]
+        struct R {
+            #[serde(default, deserialize_with = "super::lenient_protocol")]
+            protocol: Option<super::ProtocolKind>,
+        }
+        let read = |j: &str| serde_json::from_str::<R>(j).unwrap().protocol;
+        assert_eq!(
+            read(r#"{"protocol":"factagora"}"#),
+            Some(super::ProtocolKind::Factagora)
+        );
+        // a raw service label of a version-1 transcript
+        assert_eq!(
+            read(r#"{"protocol":"cresolver"}"#),
+            Some(super::ProtocolKind::A2a)
+        );
+        assert_eq!(
+            read(r#"{"protocol":"something-else"}"#),
+            Some(super::ProtocolKind::A2a)
+        );
+        assert_eq!(read(r#"{"protocol":null}"#), None);
+        assert_eq!(read("{}"), None);
+    }
+
     use super::*;
 
     #[test]
