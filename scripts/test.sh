@@ -14,5 +14,7 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --locked --all-targets -- -D warnings
+echo "== cargo clippy --no-default-features (the production build, without the dev harness)"
+cargo clippy --locked --no-default-features --lib --bins -- -D warnings
 echo "== cargo test"
 cargo test --locked

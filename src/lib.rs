@@ -6,13 +6,18 @@
 //! `workflow` holding the declarative workflow files and `round` driving one round;
 //! `submit` checks and simulates the submission and `txm` (the transaction manager)
 //! signs, broadcasts and follows it until it is mined deep enough.
-//! `devnet` deploys the contracts on a local chain for tests and the demo.
+//! `devnet` deploys the contracts on a local chain for tests and the demo; with `agent`
+//! (the reference worker) and `demo` it is the development harness, behind the default-on
+//! `devnet` feature.
 
+#[cfg(feature = "devnet")]
 pub mod agent;
 pub mod api;
 pub mod chain;
 pub mod config;
+#[cfg(feature = "devnet")]
 pub mod demo;
+#[cfg(feature = "devnet")]
 pub mod devnet;
 pub mod discovery;
 pub mod dryrun;

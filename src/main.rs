@@ -4,6 +4,7 @@ use alloy::primitives::{Address, U256};
 use alloy::providers::{DynProvider, Provider as _};
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+#[cfg(feature = "devnet")]
 use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
 use cresolver::config::{NodeConfig, Overrides};
 use cresolver::dryrun::DryRunner;
@@ -27,7 +28,8 @@ use std::time::Duration;
 /// challenges them, scores them (LLM or offline rubric), and submits the weighted
 /// result on chain — directly with resolveMarket, or as a CRE report.
 ///
-/// Start with `cresolver demo` (a whole round on a local anvil chain).
+/// Start with `cresolver demo` (a whole round on a local anvil chain; part of the default
+/// `devnet` feature, which a production build may leave out).
 #[derive(Debug, Parser)]
 #[command(name = "cresolver", version, about, long_about)]
 struct Cli {
@@ -112,8 +114,10 @@ enum Command {
     #[command(subcommand)]
     Config(ConfigCmd),
     /// Run the reference worker (an A2A agent with deterministic, configurable behaviour).
+    #[cfg(feature = "devnet")]
     Agent(AgentArgs),
     /// Run a whole resolution on a local anvil chain: deploy, workers, market, node, summary.
+    #[cfg(feature = "devnet")]
     Demo {
         /// Number of reference workers (1-10).
         #[arg(long, default_value_t = 3)]
@@ -290,6 +294,7 @@ enum WorkflowCmd {
     },
 }
 
+#[cfg(feature = "devnet")]
 #[derive(Debug, Args)]
 struct AgentArgs {
     /// Listen address.
@@ -332,6 +337,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo prints its own progress; its logs stay quiet unless CRESOLVER_LOG asks.
     let default = match cli.command {
+        #[cfg(feature = "devnet")]
         Command::Demo { .. } => "warn",
         _ => "info,alloy=warn,hyper=warn,reqwest=warn",
     };
@@ -461,6 +467,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("config ok");
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "devnet")]
         Command::Agent(a) => {
             if let Some(c) = a.confidence {
                 anyhow::ensure!(
@@ -490,6 +497,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cresolver::agent::serve(listener, behaviour, shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "devnet")]
         Command::Demo { workers, json } => {
             let summary = cresolver::demo::run(cresolver::demo::DemoOptions {
                 workers,
