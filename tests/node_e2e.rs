@@ -710,31 +710,33 @@ async fn a_round_killed_after_each_stage_resumes_without_asking_again() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_round_reads_and_judges_at_the_request_block() {
-    let s = market_with_three_workers().await;
+/// Requests resolution, then lets `secs` pass and mines `blocks` blocks; returns the
+/// request's block and its timestamp.
+async fn request_then_age(s: &MarketSetup, secs: u64, blocks: u64) -> (u64, u64) {
     let receipt = s.dev.request_resolution(s.market_id).await.unwrap();
     let block = receipt.block_number.unwrap();
-    let at = s
-        .dev
-        .provider
+    let p = &s.dev.provider;
+    let at = p
         .get_block_by_number(block.into())
         .await
         .unwrap()
         .unwrap()
         .header
         .timestamp;
+    p.raw_request::<_, serde_json::Value>("evm_increaseTime".into(), (secs,))
+        .await
+        .unwrap();
+    p.raw_request::<_, serde_json::Value>("anvil_mine".into(), (U256::from(blocks),))
+        .await
+        .unwrap();
+    (block, at)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_round_reads_and_judges_at_the_request_block() {
+    let s = market_with_three_workers().await;
     // a day passes and blocks are mined before the node sees the request
-    s.dev
-        .provider
-        .raw_request::<_, serde_json::Value>("evm_increaseTime".into(), (86_400u64,))
-        .await
-        .unwrap();
-    s.dev
-        .provider
-        .raw_request::<_, serde_json::Value>("anvil_mine".into(), (U256::from(5),))
-        .await
-        .unwrap();
+    let (block, at) = request_then_age(&s, 86_400, 5).await;
     let dir = tmpdir("judging-point");
     let cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
     let r = start(cfg, s.dev.signers[0].clone()).await;
@@ -798,27 +800,7 @@ async fn pruning_proxy(upstream: String, pruned_to: u64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pruned_state_at_the_request_block_is_read_at_the_head_and_judged_at_the_request() {
     let s = market_with_three_workers().await;
-    let receipt = s.dev.request_resolution(s.market_id).await.unwrap();
-    let block = receipt.block_number.unwrap();
-    let at = s
-        .dev
-        .provider
-        .get_block_by_number(block.into())
-        .await
-        .unwrap()
-        .unwrap()
-        .header
-        .timestamp;
-    s.dev
-        .provider
-        .raw_request::<_, serde_json::Value>("evm_increaseTime".into(), (3_600u64,))
-        .await
-        .unwrap();
-    s.dev
-        .provider
-        .raw_request::<_, serde_json::Value>("anvil_mine".into(), (U256::from(3),))
-        .await
-        .unwrap();
+    let (block, at) = request_then_age(&s, 3_600, 3).await;
     let url = pruning_proxy(s.dev.rpc_url(), block).await;
     let dir = tmpdir("pruned");
     let mut cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));

@@ -105,6 +105,29 @@ struct Proxy {
     limited_calls: Arc<AtomicUsize>,
 }
 
+/// Serves the proxy on a free port; returns its URL.
+async fn serve(proxy: Proxy) -> String {
+    let app = axum::Router::new()
+        .route("/", axum::routing::post(rpc))
+        .with_state(proxy);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// A market whose request comes after 40 empty blocks (room for several chunks).
+async fn spread_out_request() -> MarketSetup {
+    let s = market_with_n_workers(1).await;
+    s.dev
+        .provider
+        .raw_request::<_, Value>("anvil_mine".into(), (U256::from(40),))
+        .await
+        .unwrap();
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    s
+}
+
 fn hex_block(v: &Value) -> Option<u64> {
     u64::from_str_radix(v.as_str()?.trim_start_matches("0x"), 16).ok()
 }
@@ -156,14 +179,7 @@ async fn rpc(State(p): State<Proxy>, Json(body): Json<Value>) -> axum::response:
 
 #[tokio::test]
 async fn range_is_halved_when_the_provider_refuses_it() {
-    let s = market_with_n_workers(1).await;
-    // spread the chain out: 40 empty blocks, then the request
-    s.dev
-        .provider
-        .raw_request::<_, Value>("anvil_mine".into(), (U256::from(40),))
-        .await
-        .unwrap();
-    s.dev.request_resolution(s.market_id).await.unwrap();
+    let s = spread_out_request().await;
     let proxy = Proxy {
         upstream: s.dev.rpc_url(),
         max_range: 10,
@@ -172,12 +188,7 @@ async fn range_is_halved_when_the_provider_refuses_it() {
         rate_limited: None,
         limited_calls: Default::default(),
     };
-    let app = axum::Router::new()
-        .route("/", axum::routing::post(rpc))
-        .with_state(proxy.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = serve(proxy.clone()).await;
 
     let provider = cresolver::chain::connect(&url).await.unwrap();
     let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
@@ -209,13 +220,7 @@ async fn range_is_halved_when_the_provider_refuses_it() {
 
 #[tokio::test]
 async fn rate_limits_are_retried_and_never_shrink_the_range() {
-    let s = market_with_n_workers(1).await;
-    s.dev
-        .provider
-        .raw_request::<_, Value>("anvil_mine".into(), (U256::from(40),))
-        .await
-        .unwrap();
-    s.dev.request_resolution(s.market_id).await.unwrap();
+    let s = spread_out_request().await;
     let limited = Arc::new(AtomicUsize::new(0));
     let proxy = Proxy {
         upstream: s.dev.rpc_url(),
@@ -225,12 +230,7 @@ async fn rate_limits_are_retried_and_never_shrink_the_range() {
         rate_limited: Some(limited.clone()),
         limited_calls: Default::default(),
     };
-    let app = axum::Router::new()
-        .route("/", axum::routing::post(rpc))
-        .with_state(proxy.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = serve(proxy.clone()).await;
 
     let provider = cresolver::chain::connect(&url).await.unwrap();
     let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
