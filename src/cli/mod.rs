@@ -1,0 +1,136 @@
+//! The command line: one module per command family, with its arguments, its work and
+//! its rendering; this module holds what they share (config flags, connecting, the store,
+//! progress bars, the shutdown signal). `main.rs` parses and dispatches.
+
+pub mod dry_run;
+pub mod replay_cmd;
+pub mod rounds;
+
+use alloy::primitives::{Address, U256};
+use alloy::providers::{DynProvider, Provider as _};
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use cresolver::config::{NodeConfig, Overrides};
+use cresolver::dryrun::DryRunner;
+use cresolver::live::LiveContext;
+use cresolver::replay::{self, MarketReplay, ReplayOptions, ReplaySummary};
+use cresolver::round::Engine;
+use cresolver::store::Store;
+use cresolver::transcript::Transcript;
+use cresolver::workflow::Workflow;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Where the node configuration comes from (file < env CRESOLVER__SECTION__KEY < flags).
+#[derive(Debug, Args, Clone)]
+pub struct ConfigArgs {
+    #[command(flatten)]
+    pub base: BaseConfigArgs,
+    /// Workflow files (repeatable); default workflows/cresolver-resolution.toml.
+    #[arg(long = "workflow", short = 'w')]
+    pub workflows: Vec<PathBuf>,
+}
+
+/// The node configuration flags other than the workflows.
+#[derive(Debug, Args, Clone)]
+pub struct BaseConfigArgs {
+    /// Node config file (TOML). Every key can also be set as CRESOLVER__SECTION__KEY.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// RPC URL: http(s):// (polling) or ws(s):// (subscription).
+    #[arg(long)]
+    pub rpc_url: Option<String>,
+    /// The market contract.
+    #[arg(long)]
+    pub market_address: Option<Address>,
+    /// Where the round store lives.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl BaseConfigArgs {
+    pub fn load_with(&self, workflows: Vec<PathBuf>) -> anyhow::Result<NodeConfig> {
+        let o = Overrides {
+            rpc_url: self.rpc_url.clone(),
+            market_address: self.market_address,
+            data_dir: self.data_dir.clone(),
+            workflows,
+        };
+        Ok(NodeConfig::load(self.config.as_deref(), &o)?)
+    }
+
+    pub fn load(&self) -> anyhow::Result<NodeConfig> {
+        self.load_with(vec![])
+    }
+}
+
+impl ConfigArgs {
+    pub fn load(&self) -> anyhow::Result<NodeConfig> {
+        self.base.load_with(self.workflows.clone())
+    }
+}
+
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested");
+}
+
+pub fn progress(len: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({elapsed}, eta {eta})")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
+pub fn open_store(cfg: &NodeConfig) -> anyhow::Result<Store> {
+    let db = cfg.node.data_dir.join("cresolver.sqlite3");
+    anyhow::ensure!(
+        db.is_file(),
+        "no round store at {} (point --data-dir or node.data_dir at the node's data dir)",
+        db.display()
+    );
+    Ok(Store::open(&cfg.node.data_dir)?)
+}
+
+/// Connects to the configured endpoints (`chain.rpc_urls`, or `chain.rpc_url`) and reads
+/// the chain id.
+pub async fn connect(cfg: &NodeConfig) -> anyhow::Result<(alloy::providers::DynProvider, u64)> {
+    let (_pool, provider, chain_id) =
+        cresolver::chain::connect_pool_checked(&cfg.rpc_urls(), cfg.pool_config()).await?;
+    Ok((provider, chain_id))
+}
+
+/// The configured endpoints as they may be printed (no keys, no paths).
+pub fn endpoints(cfg: &NodeConfig) -> String {
+    cfg.rpc_urls()
+        .iter()
+        .map(|u| cresolver::chain::redact_url(u))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,332 @@
+//! `cresolver replay`: re-run historical markets from transcripts (or live) and compare
+//! with what happened on chain.
+
+use super::*;
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("markets").required(true).args(["transcript", "market", "from_block"])))]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub config: BaseConfigArgs,
+    /// Replay the round recorded in this transcript file (from `cresolver rounds export`).
+    #[arg(long, value_name = "FILE")]
+    pub transcript: Option<PathBuf>,
+    /// Replay this market id of the configured market contract.
+    #[arg(long, value_name = "N")]
+    pub market: Option<U256>,
+    /// Replay every market whose resolution was requested from this block on.
+    #[arg(long, value_name = "A")]
+    pub from_block: Option<u64>,
+    /// Last block of the scan (default: the head). Also bounds the request search of --market.
+    #[arg(long, value_name = "B")]
+    pub to_block: Option<u64>,
+    /// Replay under this workflow file instead of the recorded one; every changed
+    /// parameter is listed (for --live without a transcript: the workflow to run).
+    #[arg(long, short = 'w', value_name = "FILE")]
+    pub workflow: Option<PathBuf>,
+    /// Ask today's workers (and the LLM, if the workflow uses one) instead of using the
+    /// recorded answers.
+    #[arg(long, conflicts_with = "offline")]
+    pub live: bool,
+    /// Directory of exported transcripts to replay --market / ranges from (default: the
+    /// node's store in the data dir).
+    #[arg(long, value_name = "DIR")]
+    pub transcripts: Option<PathBuf>,
+    /// With --transcript: read nothing from the chain and compare with the recorded round only.
+    #[arg(long, requires = "transcript")]
+    pub offline: bool,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The transcripts `replay --market/--from-block` can use: exported files, or the store.
+pub enum TranscriptSource {
+    Files(Vec<(Transcript, String)>),
+    Store(Store, PathBuf),
+    None,
+}
+
+impl TranscriptSource {
+    pub fn open(dir: Option<&PathBuf>, cfg: &NodeConfig) -> anyhow::Result<Self> {
+        if let Some(dir) = dir {
+            let mut files = Vec::new();
+            let entries = std::fs::read_dir(dir)
+                .with_context(|| format!("cannot read transcript directory {}", dir.display()))?;
+            let mut paths: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                .collect();
+            paths.sort();
+            for p in paths {
+                let t = Transcript::load(&p)?;
+                files.push((t, p.display().to_string()));
+            }
+            return Ok(Self::Files(files));
+        }
+        let db = cfg.node.data_dir.join("cresolver.sqlite3");
+        if db.is_file() {
+            return Ok(Self::Store(Store::open(&cfg.node.data_dir)?, db));
+        }
+        Ok(Self::None)
+    }
+
+    pub fn get(&self, market: Address, id: U256) -> anyhow::Result<Option<(Transcript, String)>> {
+        match self {
+            Self::Files(files) => Ok(files
+                .iter()
+                .find(|(t, _)| t.market.market == market && t.market.market_id == id)
+                .cloned()),
+            Self::Store(store, db) => {
+                let Some(rec) = store.get(market, id)? else {
+                    return Ok(None);
+                };
+                if rec.outcome.is_none() {
+                    return Ok(None);
+                }
+                let name = format!("{} (round {id})", db.display());
+                let doc = cresolver::transcript::export_document(&rec)?;
+                Ok(Some((Transcript::from_value(doc, Path::new(&name))?, name)))
+            }
+            Self::None => Ok(None),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Files(f) => format!("{} transcript file(s)", f.len()),
+            Self::Store(_, db) => format!("the store {}", db.display()),
+            Self::None => {
+                "no transcript source (no --transcripts and no store in the data dir)".into()
+            }
+        }
+    }
+}
+
+pub async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let cfg = a.config.load()?;
+    let wf_override = a.workflow.as_deref().map(Workflow::load).transpose()?;
+    let opts = ReplayOptions {
+        max_range: cfg.chain.max_block_range,
+        multicall: cfg.chain.multicall_address,
+        offline: a.offline,
+    };
+    let mut markets = Vec::new();
+    if let Some(path) = &a.transcript {
+        let t = Transcript::load(path)?;
+        let name = path.display().to_string();
+        if a.offline {
+            markets.push(
+                replay::replay_from_transcript(None, &t, name, wf_override.as_ref(), &opts).await?,
+            );
+        } else {
+            let (provider, chain_id) = connect(&cfg).await?;
+            if let Some(c) = t.chain_id {
+                anyhow::ensure!(
+                    c == chain_id,
+                    "transcript {name} was recorded on chain {c} but the RPC {} is chain {chain_id}",
+                    endpoints(&cfg)
+                );
+            }
+            if a.live {
+                // A manual request has no request block: the block the node read at.
+                let block = t.request_block().unwrap_or(t.market.block);
+                let request = replay::RequestRef {
+                    market_id: t.market.market_id,
+                    block,
+                    tx: t.request.as_ref().and_then(|r| r.tx),
+                };
+                let wf = wf_override.clone().unwrap_or_else(|| t.workflow.clone());
+                markets.push(
+                    live_replay(
+                        &provider,
+                        &cfg,
+                        wf,
+                        t.market.market,
+                        request,
+                        Some((&t, name)),
+                        &opts,
+                    )
+                    .await?,
+                );
+            } else {
+                markets.push(
+                    replay::replay_from_transcript(
+                        Some(&provider),
+                        &t,
+                        name,
+                        wf_override.as_ref(),
+                        &opts,
+                    )
+                    .await?,
+                );
+            }
+        }
+    } else {
+        let market = cfg.market()?;
+        let source = TranscriptSource::open(a.transcripts.as_ref(), &cfg)?;
+        let (provider, chain_id) = connect(&cfg).await?;
+        let head = provider
+            .get_block_number()
+            .await
+            .context("eth_blockNumber")?;
+        let to = a.to_block.unwrap_or(head).min(head);
+        let requests = match a.market {
+            Some(id) => {
+                // With a transcript, its request (a manual one: the block the node read at).
+                let known = source.get(market, id)?.map(|(t, _)| replay::RequestRef {
+                    market_id: id,
+                    block: t.request_block().unwrap_or(t.market.block),
+                    tx: t.request.as_ref().and_then(|r| r.tx),
+                });
+                match known {
+                    Some(r) => vec![r],
+                    None => {
+                        let from = a.from_block.or(cfg.chain.start_block).unwrap_or(0);
+                        let pb = progress(to.saturating_sub(from) + 1, "searching the request");
+                        let found = replay::scan_requests(
+                            &provider,
+                            market,
+                            Some(id),
+                            from,
+                            to,
+                            cfg.chain.max_block_range,
+                            &mut |done| pb.set_position(done.saturating_sub(from) + 1),
+                        )
+                        .await?;
+                        pb.finish_and_clear();
+                        anyhow::ensure!(
+                            !found.is_empty(),
+                            "no ResolutionRequested for market {id} on {market} in blocks {from}..{to}"
+                        );
+                        found
+                    }
+                }
+            }
+            None => {
+                let from = a.from_block.unwrap_or(0);
+                anyhow::ensure!(
+                    from <= to,
+                    "--from-block {from} is after --to-block {to} (the head is {head})"
+                );
+                let pb = progress(to - from + 1, "scanning blocks");
+                let found = replay::scan_requests(
+                    &provider,
+                    market,
+                    None,
+                    from,
+                    to,
+                    cfg.chain.max_block_range,
+                    &mut |done| pb.set_position(done.saturating_sub(from) + 1),
+                )
+                .await?;
+                pb.finish_and_clear();
+                if !a.json {
+                    eprintln!(
+                        "{} market(s) requested in blocks {from}..{to}; transcripts from {}",
+                        found.len(),
+                        source.describe()
+                    );
+                }
+                found
+            }
+        };
+        let pb = progress(requests.len() as u64, "replaying markets");
+        for req in requests {
+            let id = req.market_id;
+            let t = source.get(market, id)?;
+            let mismatch = t.as_ref().and_then(|(t, name)| {
+                t.chain_id
+                    .filter(|c| *c != chain_id)
+                    .map(|c| (c, name.clone()))
+            });
+            let m = if let Some((c, name)) = mismatch {
+                let on_chain =
+                    replay::onchain_outcome(&provider, market, id, req.block, opts.max_range)
+                        .await?;
+                MarketReplay::unavailable(
+                    market,
+                    id,
+                    Some(req),
+                    on_chain,
+                    format!(
+                        "transcript {name} was recorded on chain {c}, the RPC is chain {chain_id}"
+                    ),
+                )
+            } else if a.live {
+                let wf = match (&wf_override, &t) {
+                    (Some(w), _) => w.clone(),
+                    (None, Some((t, _))) => t.workflow.clone(),
+                    (None, None) => {
+                        let p = cfg
+                            .node
+                            .workflows
+                            .first()
+                            .context("no workflow configured: pass --workflow FILE")?;
+                        Workflow::load(p)?
+                    }
+                };
+                let tr = t.as_ref().map(|(t, n)| (t, n.clone()));
+                live_replay(&provider, &cfg, wf, market, req, tr, &opts).await?
+            } else if let Some((t, name)) = &t {
+                replay::replay_from_transcript(
+                    Some(&provider),
+                    t,
+                    name.clone(),
+                    wf_override.as_ref(),
+                    &opts,
+                )
+                .await?
+            } else {
+                let on_chain =
+                    replay::onchain_outcome(&provider, market, id, req.block, opts.max_range)
+                        .await?;
+                MarketReplay::unavailable(
+                    market,
+                    id,
+                    Some(req),
+                    on_chain,
+                    format!(
+                        "no transcript for market {id} in {} (export with `cresolver rounds export`, point --transcripts at them, or use --live)",
+                        source.describe()
+                    ),
+                )
+            };
+            markets.push(m);
+            pb.inc(1);
+        }
+        pb.finish_and_clear();
+    }
+    let summary = ReplaySummary::new(markets);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{}", replay::render_table(&summary));
+    }
+    Ok(if summary.all_agree {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+pub async fn live_replay(
+    provider: &DynProvider,
+    cfg: &NodeConfig,
+    workflow: Workflow,
+    market: Address,
+    request: replay::RequestRef,
+    transcript: Option<(&Transcript, String)>,
+    opts: &ReplayOptions,
+) -> anyhow::Result<MarketReplay> {
+    let engine = Engine::new(workflow)?;
+    let discovery = cresolver::node::discovery_config(cfg)?;
+    let http = cresolver::workers::StageClient::default_http();
+    let ctx = LiveContext {
+        provider,
+        multicall: cfg.chain.multicall_address,
+        discovery: &discovery,
+        http: &http,
+    };
+    Ok(replay::replay_live(&ctx, &engine, market, request, transcript, opts).await?)
+}

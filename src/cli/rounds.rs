@@ -1,0 +1,311 @@
+//! `cresolver rounds`: the node's stored rounds — show, export, retry.
+
+use super::*;
+
+#[derive(Debug, Subcommand)]
+pub enum RoundsCmd {
+    /// Show one stored round: state, request, submission and its transcript.
+    Show {
+        #[command(flatten)]
+        config: BaseConfigArgs,
+        /// Market id.
+        market_id: U256,
+        /// Print the exported transcript document (JSON) instead of a summary.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write every stored round's transcript, one JSON file per round, into a directory.
+    ///
+    /// With --market-address (or chain.market_address in the config), only that market's
+    /// rounds are written. Files are named <market address>-<market id>.json and hold the transcript (see
+    /// docs/transcript.md) with the store record under `round`. Rounds that never reached
+    /// discovery have no transcript and are listed, not written.
+    Export {
+        #[command(flatten)]
+        config: BaseConfigArgs,
+        /// Output directory (created if missing; files in it are overwritten).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Run a failed (or unfinished) round again now.
+    ///
+    /// Asks the running node through its API (POST /resolve on api.listen, with the bearer
+    /// token from the env var named by api.token_env): the node reopens a failed round and
+    /// runs it at once. When no node answers there, the round is reopened in the store and
+    /// the node runs it when it starts. A confirmed or skipped round is not run again.
+    Retry {
+        #[command(flatten)]
+        config: BaseConfigArgs,
+        /// Market id.
+        market_id: U256,
+        /// Base URL of the node's API (default: http://<api.listen>).
+        #[arg(long, value_name = "URL")]
+        api: Option<String>,
+    },
+}
+
+pub async fn rounds_retry(
+    config: &BaseConfigArgs,
+    id: U256,
+    api: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    use cresolver::store::RoundState;
+    let cfg = config.load()?;
+    let market = cfg.market()?;
+    let store = open_store(&cfg)?;
+    let Some(rec) = store.get(market, id)? else {
+        anyhow::bail!("no round for market {id} on {market} in the store");
+    };
+    if matches!(rec.state, RoundState::Confirmed | RoundState::Skipped) {
+        anyhow::bail!(
+            "the round of market {id} is {}: there is nothing to retry",
+            rec.state.as_str()
+        );
+    }
+    let token = std::env::var(&cfg.api.token_env)
+        .ok()
+        .filter(|t| !t.is_empty());
+    let base = api.unwrap_or_else(|| format!("http://{}", cfg.api.listen));
+    if let Some(token) = &token
+        && !cfg.api.listen.is_empty()
+    {
+        let url = format!("{}/resolve", base.trim_end_matches('/'));
+        let resp = reqwest::Client::new()
+            .post(&url)
+            .bearer_auth(token)
+            .json(&serde_json::json!({ "market_id": id.to_string() }))
+            .timeout(std::time::Duration::from_secs(10))
+            .send()
+            .await;
+        match resp {
+            Ok(r) if r.status().is_success() => {
+                println!("the node at {base} runs the round of market {id} now");
+                return Ok(ExitCode::SUCCESS);
+            }
+            Ok(r) => {
+                let status = r.status();
+                let body: String = r
+                    .text()
+                    .await
+                    .unwrap_or_default()
+                    .chars()
+                    .take(300)
+                    .collect();
+                anyhow::bail!("the node at {base} refused the retry ({status}): {body}");
+            }
+            // no node there: reopen in the store below
+            Err(e) if e.is_connect() => {}
+            Err(e) => anyhow::bail!("cannot reach the node at {base}: {e}"),
+        }
+    }
+    let decision = store.manual_request(market, id, &rec.workflow)?;
+    let now = store.get(market, id)?.map(|r| r.state);
+    println!(
+        "round of market {id}: {} ({decision:?}); a node runs it when it starts{}",
+        now.map_or("?", |s| s.as_str()),
+        if token.is_none() {
+            format!(
+                " (set {} to have a running node run it at once)",
+                cfg.api.token_env
+            )
+        } else {
+            String::new()
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Result<ExitCode> {
+    let cfg = config.load()?;
+    let store = open_store(&cfg)?;
+    let rec = match cfg.chain.market_address {
+        Some(m) => store
+            .get(m, id)?
+            .with_context(|| format!("no round for market {id} on {m} in the store"))?,
+        None => {
+            let mut all: Vec<_> = store
+                .list(i64::MAX as usize)?
+                .into_iter()
+                .filter(|r| r.market_id == id)
+                .collect();
+            match all.len() {
+                0 => anyhow::bail!("no round for market {id} in the store"),
+                1 => all.remove(0),
+                n => anyhow::bail!(
+                    "{n} market contracts have a round {id}: pass --market-address to pick one"
+                ),
+            }
+        }
+    };
+    let txs = store.tx_history(rec.market, rec.market_id)?;
+    if json {
+        let mut doc = match cresolver::transcript::export_document(&rec) {
+            Ok(d) => d,
+            // No transcript yet: the store record alone.
+            Err(_) => serde_json::json!({
+                "round": cresolver::transcript::RoundInfo::from(&rec)
+            }),
+        };
+        doc["transactions"] = cresolver::transcript::transactions_json(&txs);
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "market {} on {}: {} (attempt {}, workflow {})",
+        rec.market_id,
+        rec.market,
+        rec.state.as_str(),
+        rec.attempt,
+        rec.workflow
+    );
+    if let Some(r) = &rec.reason {
+        println!("reason: {r}");
+    }
+    match (rec.request_tx, rec.request_block) {
+        (Some(tx), Some(b)) => println!("request: tx {tx} in block {b}"),
+        _ => println!("request: manual"),
+    }
+    if let Some(tx) = rec.submit_tx {
+        println!("submission: tx {tx}");
+    }
+    for (n, attempts) in &txs {
+        println!(
+            "nonce {}: {}{}{}",
+            n.nonce,
+            n.state.as_str(),
+            n.mined_block
+                .map(|b| format!(" in block {b}"))
+                .unwrap_or_default(),
+            n.detail
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        );
+        for a in attempts {
+            println!(
+                "  attempt {}: tx {}, max fee {:.3} gwei, tip {:.3} gwei, {}{}",
+                a.seq,
+                a.tx_hash,
+                a.max_fee_per_gas as f64 / 1e9,
+                a.max_priority_fee_per_gas as f64 / 1e9,
+                a.sent_block
+                    .map(|b| format!("sent at block {b}"))
+                    .unwrap_or_else(|| "stored, not sent".into()),
+                if n.mined_tx == Some(a.tx_hash) {
+                    ", mined"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    let Ok(doc) = cresolver::transcript::export_document(&rec) else {
+        println!("transcript: none (the round did not reach discovery)");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let t = Transcript::from_value(doc, Path::new("store"))?;
+    println!("question: {}", t.question);
+    println!(
+        "transcript: version {}, market read at block {}",
+        t.version, t.market.block
+    );
+    if let Some(stage) = t.resolve_stage() {
+        for (i, r) in stage.results.iter().enumerate() {
+            let what = match &r.outcome {
+                Ok(a) => format!(
+                    "{} ({:.0}%)",
+                    if a.determination { "YES" } else { "NO" },
+                    a.confidence * 100.0
+                ),
+                Err(f) => format!("no answer: {f}"),
+            };
+            let tally = t
+                .outcome
+                .as_ref()
+                .and_then(|o| o.tally.workers.get(i))
+                .map(|w| {
+                    format!(
+                        ", weight {}, scores {}/{}/{}",
+                        w.weight,
+                        w.scores.res_quality,
+                        w.scores.src_quality,
+                        w.scores.analysis_depth
+                    )
+                })
+                .unwrap_or_default();
+            println!(
+                "  worker #{} {}: {what} in {} ms{tally}",
+                i + 1,
+                r.address,
+                r.elapsed_ms
+            );
+        }
+        println!(
+            "quorum: {} of {} valid, {} required",
+            stage.valid, stage.registered, stage.required
+        );
+    }
+    if let Some(o) = &t.outcome {
+        println!(
+            "evaluator: {}{}",
+            o.evaluation.evaluator,
+            o.evaluation
+                .fallback_reason
+                .as_ref()
+                .map(|r| format!(" (fallback: {r})"))
+                .unwrap_or_default()
+        );
+        println!(
+            "tally: {} (yes {} / no {}{})",
+            if o.tally.resolution { "YES" } else { "NO" },
+            o.tally.yes_weight,
+            o.tally.no_weight,
+            if o.tally.tie { ", tie" } else { "" }
+        );
+        println!("report: {}", o.report);
+    }
+    if let Some(c) = &t.confirmation {
+        println!(
+            "receipt: {} (tx {}{})",
+            c.status,
+            c.tx_hash.map_or("-".to_string(), |h| h.to_string()),
+            c.block_number
+                .map(|b| format!(", block {b}"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Result<ExitCode> {
+    let cfg = config.load()?;
+    let store = open_store(&cfg)?;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut written = 0usize;
+    let mut skipped = Vec::new();
+    for rec in store.list(i64::MAX as usize)? {
+        if cfg.chain.market_address.is_some_and(|m| m != rec.market) {
+            continue;
+        }
+        match cresolver::transcript::export_document(&rec) {
+            Ok(doc) => {
+                let path = out.join(cresolver::transcript::export_file_name(
+                    rec.market,
+                    rec.market_id,
+                ));
+                std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                written += 1;
+            }
+            Err(_) => skipped.push(format!("{} ({})", rec.market_id, rec.state.as_str())),
+        }
+    }
+    println!("exported {written} round(s) to {}", out.display());
+    if !skipped.is_empty() {
+        println!(
+            "without a transcript (not exported): market(s) {}",
+            skipped.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
