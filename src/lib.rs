@@ -10,28 +10,24 @@
 //! (the reference worker) and `demo` it is the development harness, behind the default-on
 //! `devnet` feature.
 
-#[cfg(feature = "devnet")]
-pub mod agent;
-pub mod api;
 pub mod chain;
 pub mod config;
 #[cfg(feature = "devnet")]
-pub mod demo;
-#[cfg(feature = "devnet")]
 pub mod devnet;
 pub mod discovery;
-pub mod dryrun;
 pub mod evaluate;
-pub mod live;
-pub mod metrics;
 pub mod node;
-pub mod replay;
+pub mod pipeline;
 pub mod resolve;
-pub mod round;
 pub mod store;
 pub mod submit;
 pub mod tally_cli;
-pub mod transcript;
-pub mod txm;
 pub mod workers;
 pub mod workflow;
+
+// The stages' modules under their historical paths (`cresolver::round`, …).
+#[cfg(feature = "devnet")]
+pub use devnet::{agent, demo};
+pub use node::{api, metrics};
+pub use pipeline::{dryrun, live, replay, round, transcript};
+pub use submit::txm;

@@ -11,6 +11,8 @@
 //! mined receipt: confirmation is the `MarketResolved` event (and, in report mode,
 //! `ReportProcessed.result`), not the receipt status alone.
 
+pub mod txm;
+
 use crate::chain::bindings::{ICREsolverMarket, IKeystoneForwarder, IReceiver};
 use crate::chain::reader::MarketSnapshot;
 use crate::chain::{RevertReason, decode_revert};

@@ -1,4 +1,4 @@
-#![doc = include_str!("../docs/transcript.md")]
+#![doc = include_str!("../../docs/transcript.md")]
 
 use crate::chain::reader::MarketSnapshot;
 use crate::resolve::tally::TallyOutcome;

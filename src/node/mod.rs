@@ -7,6 +7,9 @@
 //! by at most one transaction of this node. Shutdown lets in-flight rounds reach a
 //! persisted state first.
 
+pub mod api;
+pub mod metrics;
+
 use crate::api::{ApiState, ManualTrigger};
 use crate::chain::heads::{HeadFeed, PushConfig};
 use crate::chain::reader::{ReadError, read_market, resolved_at_head};

@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::time::{Duration, Instant};
 
 /// The default workflow file, built in so the demo runs from any directory.
-pub const DEFAULT_WORKFLOW: &str = include_str!("../workflows/cresolver-resolution.toml");
+pub const DEFAULT_WORKFLOW: &str = include_str!("../../workflows/cresolver-resolution.toml");
 
 #[derive(Debug, Clone)]
 pub struct DemoOptions {

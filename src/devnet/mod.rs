@@ -3,6 +3,9 @@
 //! `data:` registration files, and drives markets (create, join, request). Everything it
 //! starts stops when the [`Devnet`] is dropped.
 
+pub mod agent;
+pub mod demo;
+
 use crate::chain::bindings::artifacts::{
     CREReceiver, CREsolverMarket, IdentityRegistry, Multicall3, ReputationRegistry, TestForwarder,
 };
