@@ -382,26 +382,7 @@ fn base64_decode(text: &[u8]) -> Result<Vec<u8>, base64::DecodeError> {
 
 /// `%XY` → byte; malformed escapes are kept as they are.
 fn percent_decode(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
-        {
-            out.push(h << 4 | l);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    out
-}
-
-fn hex(c: u8) -> Option<u8> {
-    (c as char).to_digit(16).map(|d| d as u8)
+    percent_encoding::percent_decode_str(s).collect()
 }
 
 /// `ipfs://CID[/path]` (also `ipfs://ipfs/CID/…`) → a URL under the gateway.

@@ -319,17 +319,12 @@ fn years(s: &str) -> impl Iterator<Item = i64> + '_ {
         .filter(|y| (1990..=2100).contains(y))
 }
 
-/// The proleptic Gregorian year of a Unix timestamp.
+/// The proleptic Gregorian year of a Unix timestamp (9999 beyond the calendar's range).
 pub fn year_of_unix(secs: u64) -> i64 {
-    // Howard Hinnant's civil_from_days.
-    let z = (secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    yoe + era * 400 + i64::from(month <= 2)
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .map_or(9999, |t| i64::from(t.year()))
 }
 
 #[cfg(test)]

@@ -351,125 +351,25 @@ pub fn clip(s: &str, max: usize) -> String {
 
 /// Unix milliseconds as RFC 3339 UTC with milliseconds (`2026-02-02T15:30:00.000Z`).
 pub fn format_ts(ms: i64) -> String {
-    let days = ms.div_euclid(86_400_000);
-    let rem = ms.rem_euclid(86_400_000);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600_000,
-        rem / 60_000 % 60,
-        rem / 1000 % 60,
-        rem % 1000
-    )
+    const FORMAT: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(FORMAT).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_string())
 }
 
 /// Parses an RFC 3339 date-time (`YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`) into Unix
 /// milliseconds (fractions beyond milliseconds are truncated). `None` if invalid.
 pub fn parse_ts(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b.len() > MAX_TS_BYTES {
+    // the `T` separator is required (RFC 3339 lets applications accept a space; the
+    // protocol's envelopes use `T`)
+    if s.len() > MAX_TS_BYTES || !matches!(s.as_bytes().get(10), Some(b'T' | b't')) {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let part = b.get(r)?;
-        if !part.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        Some(
-            part.iter()
-                .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0')),
-        )
-    };
-    if b[4] != b'-'
-        || b[7] != b'-'
-        || !matches!(b[10], b'T' | b't')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return None;
-    }
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month)
-        || day < 1
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let mut i = 19;
-    let mut frac_ms = 0i64;
-    if b.get(i) == Some(&b'.') {
-        let start = i + 1;
-        let mut end = start;
-        while end < b.len() && b[end].is_ascii_digit() {
-            end += 1;
-        }
-        if end == start || end - start > 9 {
-            return None;
-        }
-        let digits = &b[start..end.min(start + 3)];
-        let mut v = digits
-            .iter()
-            .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
-        for _ in digits.len()..3 {
-            v *= 10;
-        }
-        frac_ms = v;
-        i = end;
-    }
-    let offset_min = match b.get(i)? {
-        b'Z' | b'z' if i + 1 == b.len() => 0,
-        sign @ (b'+' | b'-') if i + 6 == b.len() && b[i + 3] == b':' => {
-            let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
-            if oh > 23 || om > 59 {
-                return None;
-            }
-            let m = oh * 60 + om;
-            if *sign == b'-' { -m } else { m }
-        }
-        _ => return None,
-    };
-    let days = days_from_civil(year, month, day);
-    Some(
-        days * 86_400_000 + hour * 3_600_000 + minute * 60_000 + second * 1000 + frac_ms
-            - offset_min * 60_000,
-    )
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos().div_euclid(1_000_000)).ok()
 }
 
 #[cfg(test)]
