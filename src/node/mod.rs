@@ -1036,7 +1036,7 @@ pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, crate::config::Conf
         set = set.with(
             ProtocolKind::Factagora,
             Arc::new(FactagoraProtocol::new(FactagoraSettings {
-                token: secret(&p.factagora.token_env),
+                token: secret(&p.factagora.token_env).map(Into::into),
             })),
         );
     }
@@ -1044,7 +1044,7 @@ pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, crate::config::Conf
         set = set.with(
             ProtocolKind::Roundtable,
             Arc::new(RoundTableProtocol::new(RoundTableSettings {
-                api_key: secret(&p.roundtable.api_key_env),
+                api_key: secret(&p.roundtable.api_key_env).map(Into::into),
             })),
         );
     }

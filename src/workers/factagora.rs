@@ -39,6 +39,7 @@ use super::protocol::{
     type_name, validate_resolve_answer,
 };
 use futures::future::BoxFuture;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -88,32 +89,16 @@ const ACTION_TYPES: [&str; 6] = [
 const EVIDENCE_TYPES: [&str; 3] = ["link", "data", "citation"];
 
 /// Settings of one Factagora worker.
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct FactagoraSettings {
     /// The token sent as `Authorization: Bearer <token>`; `None` sends no header.
-    pub token: Option<String>,
-}
-
-impl std::fmt::Debug for FactagoraSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FactagoraSettings")
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
+    pub token: Option<SecretString>,
 }
 
 /// The Factagora BYOA webhook protocol.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct FactagoraProtocol {
-    token: Option<String>,
-}
-
-impl std::fmt::Debug for FactagoraProtocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FactagoraProtocol")
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
+    token: Option<SecretString>,
 }
 
 impl FactagoraProtocol {
@@ -130,7 +115,10 @@ impl FactagoraProtocol {
         endpoint: &Url,
         body: &Value,
     ) -> Result<AgentResponse, WorkerFailure> {
-        let headers = bearer_header(self.token.as_deref(), "Factagora token")?;
+        let headers = bearer_header(
+            self.token.as_ref().map(|t| t.expose_secret()),
+            "Factagora token",
+        )?;
         let reply = client
             .post_json_with(endpoint.clone(), body, headers)
             .await
@@ -194,9 +182,8 @@ pub fn prediction_id(market_id: u64, question: &str) -> String {
     let digest = h.finalize();
     let mut b = [0u8; 16];
     b.copy_from_slice(&digest[..16]);
-    b[6] = (b[6] & 0x0f) | 0x80;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    uuid::Uuid::from_bytes(b).to_string()
+    // the uuid crate sets the version (8) and variant bits
+    uuid::Uuid::new_v8(b).to_string()
 }
 
 /// The `PredictionRequest` body of `round`; `now` (Unix seconds) stands in for a missing
@@ -1208,7 +1195,7 @@ mod tests {
         let p = FactagoraProtocol::new(s.clone());
         for text in [format!("{s:?}"), format!("{p:?}")] {
             assert!(!text.contains("s3cret"), "{text}");
-            assert!(text.contains("redacted"), "{text}");
+            assert!(text.contains("REDACTED"), "{text}");
         }
     }
 

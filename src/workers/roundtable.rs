@@ -33,6 +33,7 @@ use super::protocol::{
     WorkerFailure, WorkerProtocol, type_name, validate_resolve_answer,
 };
 use futures::future::BoxFuture;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -73,39 +74,25 @@ const INJECTION_PHRASES: &[&str] = &[
 const SEVERITIES: [&str; 3] = ["critical", "warning", "info"];
 
 /// Configuration of the round-table adapter.
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RoundTableSettings {
     /// Sent as `Authorization: Bearer <api_key>` when set.
-    pub api_key: Option<String>,
-}
-
-impl std::fmt::Debug for RoundTableSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RoundTableSettings")
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
+    pub api_key: Option<SecretString>,
 }
 
 /// The round-table external agent protocol (`roundtable`).
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct RoundTableProtocol {
-    api_key: Option<String>,
-}
-
-impl std::fmt::Debug for RoundTableProtocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RoundTableProtocol")
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
+    api_key: Option<SecretString>,
 }
 
 impl RoundTableProtocol {
     /// A blank API key counts as none (no `Authorization` header is sent).
     pub fn new(settings: RoundTableSettings) -> Self {
         Self {
-            api_key: settings.api_key.filter(|k| !k.trim().is_empty()),
+            api_key: settings
+                .api_key
+                .filter(|k| !k.expose_secret().trim().is_empty()),
         }
     }
 
@@ -118,7 +105,10 @@ impl RoundTableProtocol {
         body: &Value,
     ) -> Result<Reply, WorkerFailure> {
         let url = join_endpoint(endpoint, path)?;
-        let headers = bearer_header(self.api_key.as_deref(), "round-table api key")?;
+        let headers = bearer_header(
+            self.api_key.as_ref().map(|k| k.expose_secret()),
+            "round-table api key",
+        )?;
         let reply = client.post_json_with(url, body, headers).await?;
         let mut value = parse_json(&reply.body)?;
         let nulls = strip_nulls(&mut value);
@@ -1167,12 +1157,12 @@ mod tests {
         };
         for d in [format!("{p:?}"), format!("{s:?}")] {
             assert!(!d.contains("s3cret"), "{d}");
-            assert!(d.contains("redacted"), "{d}");
+            assert!(d.contains("REDACTED"), "{d}");
         }
         let blank = RoundTableProtocol::new(RoundTableSettings {
             api_key: Some("  ".into()),
         });
-        assert_eq!(blank.api_key, None);
+        assert!(blank.api_key.is_none());
     }
 
     type Edit = fn(&mut Value);

@@ -34,7 +34,7 @@ fn client(timeout_ms: u64) -> StageClient {
 
 fn proto(token: Option<&str>) -> FactagoraProtocol {
     FactagoraProtocol::new(FactagoraSettings {
-        token: token.map(str::to_string),
+        token: token.map(Into::into),
     })
 }
 

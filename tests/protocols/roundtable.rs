@@ -49,7 +49,7 @@ fn request() -> ResolveRequest {
 
 fn protocol(key: Option<&str>) -> RoundTableProtocol {
     RoundTableProtocol::new(RoundTableSettings {
-        api_key: key.map(str::to_string),
+        api_key: key.map(Into::into),
     })
 }
 

@@ -171,14 +171,8 @@ impl AgoraNode {
     pub fn from_secret_hex(hex: &str, settings: AgoraSettings) -> Result<Self, String> {
         let h = hex.trim();
         let h = h.strip_prefix("0x").unwrap_or(h);
-        if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err("agora secret key must be 64 hex digits".into());
-        }
-        let mut secret = [0u8; 32];
-        for (i, byte) in secret.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&h[2 * i..2 * i + 2], 16)
-                .map_err(|_| "agora secret key must be 64 hex digits".to_string())?;
-        }
+        let secret: [u8; 32] = alloy::hex::decode_to_array(h)
+            .map_err(|_| "agora secret key must be 64 hex digits".to_string())?;
         Self::new(secret, settings)
     }
 
