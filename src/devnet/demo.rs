@@ -179,46 +179,34 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoSummary> {
     let _ = runner.await;
 
     let m = dev.market();
-    let tally = report
+    let outcome = report
         .transcript
         .as_ref()
-        .and_then(|t| t.pointer("/outcome/tally/workers"))
-        .cloned()
-        .unwrap_or_default();
-    let results = report
-        .transcript
-        .as_ref()
-        .and_then(|t| t.pointer("/outcome/resolve/results"))
-        .cloned()
-        .unwrap_or_default();
+        .and_then(|t| <crate::transcript::Transcript as serde::Deserialize>::deserialize(t).ok())
+        .and_then(|t| t.outcome);
     let mut workers = Vec::new();
     for (i, agent) in agents.iter().enumerate() {
-        let t = &tally[i];
-        let r = &results[i];
+        let t = outcome.as_ref().and_then(|o| o.tally.workers.get(i));
+        let r = outcome.as_ref().and_then(|o| o.resolve.results.get(i));
         let balance = m.balances(agent.owner).call().await.unwrap_or_default();
-        let score = |k: &str| {
-            t.pointer(&format!("/scores/{k}"))
-                .and_then(|v| v.as_u64())
-                .unwrap_or(0) as u8
-        };
+        let answer = r.and_then(|r| r.outcome.as_ref().ok());
         workers.push(DemoWorker {
             address: agent.owner,
             agent_id: agent.agent_id,
             endpoint: endpoints[i].clone(),
-            determination: r
-                .pointer("/outcome/Ok/determination")
-                .and_then(|v| v.as_bool()),
-            confidence: r.pointer("/outcome/Ok/confidence").and_then(|v| v.as_f64()),
-            failure: r.pointer("/outcome/Err").map(|v| v.to_string()),
-            scores: [
-                score("resQuality"),
-                score("srcQuality"),
-                score("analysisDepth"),
-            ],
-            weight: t
-                .get("weight")
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "0".into()),
+            determination: answer.map(|a| a.determination),
+            confidence: answer.map(|a| a.confidence),
+            failure: r
+                .and_then(|r| r.outcome.as_ref().err())
+                .map(|f| f.to_string()),
+            scores: t.map_or([0; 3], |t| {
+                [
+                    t.scores.res_quality,
+                    t.scores.src_quality,
+                    t.scores.analysis_depth,
+                ]
+            }),
+            weight: t.map_or_else(|| "0".into(), |t| t.weight.to_string()),
             payout_eth: format_ether(balance),
         });
     }

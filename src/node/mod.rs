@@ -31,7 +31,7 @@ use alloy::network::EthereumWallet;
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::signers::local::PrivateKeySigner;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -350,8 +350,9 @@ impl Node {
                 resolution: r
                     .outcome
                     .as_ref()
-                    .and_then(|o| o.pointer("/outcome/tally/resolution"))
-                    .and_then(|v| v.as_bool()),
+                    .and_then(|o| Transcript::deserialize(o).ok())
+                    .and_then(|t| t.outcome)
+                    .map(|o| o.tally.resolution),
                 transcript: r.outcome,
             },
             None => RoundReport {
