@@ -5,18 +5,13 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 mod cli;
+use cli::ConfigArgs;
 use cli::dry_run::{DryRunArgs, dry_run_cmd};
 use cli::replay_cmd::{ReplayArgs, replay_cmd};
 use cli::rounds::{RoundsCmd, rounds_export, rounds_retry, rounds_show};
-use cli::{ConfigArgs, connect, endpoints, shutdown_signal};
-#[cfg(feature = "devnet")]
-use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
-use cresolver::node::Node;
-use cresolver::store::RoundState;
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// cresolver — resolution orchestrator for AI-resolved prediction markets.
 ///
@@ -63,7 +58,7 @@ enum Command {
     Config(ConfigCmd),
     /// Run the reference worker (an A2A agent with deterministic, configurable behaviour).
     #[cfg(feature = "devnet")]
-    Agent(AgentArgs),
+    Agent(cli::devnet::AgentArgs),
     /// Run a whole resolution on a local anvil chain: deploy, workers, market, node, summary.
     #[cfg(feature = "devnet")]
     Demo {
@@ -137,29 +132,6 @@ enum WorkflowCmd {
     },
 }
 
-#[cfg(feature = "devnet")]
-#[derive(Debug, clap::Args)]
-struct AgentArgs {
-    /// Listen address.
-    #[arg(long, default_value = "127.0.0.1:8700")]
-    listen: String,
-    /// Name shown in answers and /health.
-    #[arg(long, default_value = "reference-agent")]
-    name: String,
-    /// How to decide: yes, no, or hash (from the question, like the reference mock).
-    #[arg(long, value_enum, default_value_t = DeterminationMode::Hash)]
-    determination: DeterminationMode,
-    /// Fixed confidence in [0,1] (default: from the question hash).
-    #[arg(long)]
-    confidence: Option<f64>,
-    /// Delay before every answer, in milliseconds.
-    #[arg(long, default_value_t = 0)]
-    latency_ms: u64,
-    /// Misbehave on purpose.
-    #[arg(long, value_enum)]
-    failure: Option<FailureMode>,
-}
-
 fn init_logging(format: &str, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CRESOLVER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
@@ -203,140 +175,17 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Node { config } => {
-            let cfg = config.load()?;
-            let signer = cfg.signer()?;
-            tracing::info!(resolver = %signer.address(), "starting node");
-            let node = Node::build(cfg, Some(signer)).await?;
-            node.run(shutdown_signal(), Duration::from_secs(30)).await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Node { config } => cli::node::node_cmd(&config).await,
         Command::Resolve {
             config,
             market,
             json,
-        } => {
-            let cfg = config.load()?;
-            let signer = cfg.signer()?;
-            let node = Node::build(cfg, Some(signer)).await?;
-            let market_addr = node.pipelines[0].market;
-            node.request(market).await?;
-            let mut report = node.run_round(market_addr, market).await?;
-            // Transient trouble: the node retries in the background; wait for a final state.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-            while !report.state.is_final() && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                report = node.report(market_addr, market).await?;
-            }
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                println!(
-                    "market {market}: {}{}{}",
-                    report.state.as_str(),
-                    report
-                        .reason
-                        .as_ref()
-                        .map(|r| format!(" — {r}"))
-                        .unwrap_or_default(),
-                    report
-                        .tx_hash
-                        .map(|t| format!(" (tx {t})"))
-                        .unwrap_or_default()
-                );
-            }
-            Ok(if report.state == RoundState::Confirmed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
-        Command::Config(ConfigCmd::Check { config }) => {
-            let cfg = config.load()?;
-            for w in &cfg.node.workflows {
-                cresolver::workflow::Workflow::load(w)?;
-                println!("workflow {}: ok", w.display());
-            }
-            let (provider, chain_id) = connect(&cfg).await?;
-            use alloy::providers::Provider;
-            let head = provider
-                .get_block_number()
-                .await
-                .context("eth_blockNumber")?;
-            println!(
-                "rpc {}: chain {chain_id}, head block {head}",
-                endpoints(&cfg)
-            );
-            if let Some(m) = cfg.chain.market_address {
-                let code = provider.get_code_at(m).await.context("eth_getCode")?;
-                anyhow::ensure!(
-                    !code.is_empty(),
-                    "no contract at market address {m} on chain {chain_id}"
-                );
-                let market = cresolver::chain::bindings::ICREsolverMarket::new(m, provider.clone());
-                let count = market
-                    .marketCount()
-                    .call()
-                    .await
-                    .context("marketCount() on the market address")?;
-                println!("market {m}: {count} markets");
-            }
-            match cfg.signer() {
-                Ok(s) => println!("signer: {}", s.address()),
-                Err(e) => println!("signer: none ({e})"),
-            }
-            println!("config ok");
-            Ok(ExitCode::SUCCESS)
-        }
+        } => cli::node::resolve_cmd(&config, market, json).await,
+        Command::Config(ConfigCmd::Check { config }) => cli::node::config_check(&config).await,
         #[cfg(feature = "devnet")]
-        Command::Agent(a) => {
-            if let Some(c) = a.confidence {
-                anyhow::ensure!(
-                    c.is_finite() && (0.0..=1.0).contains(&c),
-                    "--confidence must be in [0, 1]"
-                );
-            }
-            let behaviour = AgentBehaviour {
-                name: a.name,
-                determination: a.determination,
-                confidence: a.confidence,
-                latency: Duration::from_millis(a.latency_ms),
-                failure: a.failure,
-            };
-            let listener = tokio::net::TcpListener::bind(&a.listen)
-                .await
-                .with_context(|| {
-                    format!(
-                        "cannot listen on {} (port in use? pick another with --listen)",
-                        a.listen
-                    )
-                })?;
-            eprintln!(
-                "reference agent listening on http://{}",
-                listener.local_addr()?
-            );
-            cresolver::agent::serve(listener, behaviour, shutdown_signal()).await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Agent(a) => cli::devnet::agent_cmd(a).await,
         #[cfg(feature = "devnet")]
-        Command::Demo { workers, json } => {
-            let summary = cresolver::demo::run(cresolver::demo::DemoOptions {
-                workers,
-                progress: !json,
-                ..Default::default()
-            })
-            .await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&summary)?);
-            } else {
-                print!("{}", cresolver::demo::render(&summary));
-            }
-            Ok(if summary.state == RoundState::Confirmed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        Command::Demo { workers, json } => cli::devnet::demo_cmd(workers, json).await,
         Command::Tally { input } => {
             let text = if input == "-" {
                 let mut s = String::new();

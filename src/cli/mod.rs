@@ -2,7 +2,10 @@
 //! its rendering; this module holds what they share (config flags, connecting, the store,
 //! progress bars, the shutdown signal). `main.rs` parses and dispatches.
 
+#[cfg(feature = "devnet")]
+pub mod devnet;
 pub mod dry_run;
+pub mod node;
 pub mod replay_cmd;
 pub mod rounds;
 
@@ -15,13 +18,14 @@ use cresolver::dryrun::DryRunner;
 use cresolver::live::LiveContext;
 use cresolver::replay::{self, MarketReplay, ReplayOptions, ReplaySummary};
 use cresolver::round::Engine;
-use cresolver::store::Store;
+use cresolver::store::{RoundState, Store};
 use cresolver::transcript::Transcript;
 use cresolver::workflow::Workflow;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Where the node configuration comes from (file < env CRESOLVER__SECTION__KEY < flags).
 #[derive(Debug, Args, Clone)]
