@@ -164,9 +164,10 @@ impl ChainHealth {
         self.pool.views()
     }
 
-    /// Probes every endpoint once and updates the head feed and the chain metrics.
-    pub async fn probe(&self, metrics: &Metrics) {
-        self.pool.probe(metrics).await;
+    /// Probes every endpoint (waiting at most `wait` for them) and updates the head feed
+    /// and the chain metrics.
+    pub async fn probe(&self, metrics: &Arc<Metrics>, wait: Duration) {
+        self.pool.probe(metrics, wait).await;
         let a = self.assess();
         let down = a.status == "down";
         if self
@@ -207,7 +208,7 @@ impl ChainHealth {
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         loop {
-            self.probe(&metrics).await;
+            self.probe(&metrics, every).await;
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 _ = stop.changed() => return,

@@ -92,36 +92,8 @@ pub async fn connect_pool_checked(
     cfg: pool::PoolConfig,
 ) -> Result<(std::sync::Arc<pool::RpcPool>, DynProvider, u64), ConnectError> {
     let (pool, provider) = connect_pool(urls, cfg).await?;
-    let names: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
-    let id = provider.get_chain_id().await.map_err(|e| {
-        ConnectError(format!(
-            "no RPC endpoint ({}) answers eth_chainId: {}; is the node running and the URL right?",
-            names.join(", "),
-            redact_error(&e.to_string())
-        ))
-    })?;
-    pool.check_chain(id).await?;
+    let id = pool.check_chain().await?;
     Ok((pool, provider, id))
-}
-
-/// Connects and checks the RPC answers (returns its chain id).
-pub async fn connect_checked(rpc_url: &str) -> Result<(DynProvider, u64), ConnectError> {
-    connect_checked_with(rpc_url, DEFAULT_RPC_TIMEOUT).await
-}
-
-/// [`connect_checked`] with a per-call deadline.
-pub async fn connect_checked_with(
-    rpc_url: &str,
-    timeout: std::time::Duration,
-) -> Result<(DynProvider, u64), ConnectError> {
-    let p = connect_with(rpc_url, timeout).await?;
-    let id = p.get_chain_id().await.map_err(|e| {
-        ConnectError(format!(
-            "RPC {} does not answer eth_chainId: {e}; is the node running and the URL right?",
-            redact_url(rpc_url)
-        ))
-    })?;
-    Ok((p, id))
 }
 
 /// An RPC URL fit for logs and errors: scheme, host and port only (providers put their

@@ -98,6 +98,8 @@ struct Endpoint {
     ws: bool,
     transport: RwLock<BoxTransport>,
     state: Mutex<EndpointState>,
+    /// A probe of this endpoint is running (a slow one is not started twice).
+    probing: std::sync::atomic::AtomicBool,
 }
 
 impl Endpoint {
@@ -325,6 +327,7 @@ impl RpcPool {
                 url: url.clone(),
                 ws,
                 transport: RwLock::new(transport),
+                probing: std::sync::atomic::AtomicBool::new(false),
                 state: Mutex::new(EndpointState {
                     error,
                     ..Default::default()
@@ -393,9 +396,26 @@ impl RpcPool {
 
     /// Probes every endpoint once, concurrently: reads its head (with the deadline), and
     /// rebuilds a websocket endpoint that failed three probes in a row.
-    pub async fn probe(&self, metrics: &Metrics) {
-        let probes = self.endpoints.iter().map(|e| self.probe_one(e, metrics));
-        futures::future::join_all(probes).await;
+    ///
+    /// Each endpoint's probe runs in a task of its own, and this call waits for them at
+    /// most `wait`: an endpoint that stalls (or a websocket being rebuilt) holds back
+    /// neither the others' probes nor the next round of them; its probe is not started
+    /// again while it runs.
+    pub async fn probe(self: &Arc<Self>, metrics: &Arc<Metrics>, wait: Duration) {
+        use std::sync::atomic::Ordering;
+        let mut started = Vec::new();
+        for i in 0..self.endpoints.len() {
+            if self.endpoints[i].probing.swap(true, Ordering::AcqRel) {
+                continue;
+            }
+            let (pool, metrics) = (self.clone(), metrics.clone());
+            started.push(tokio::spawn(async move {
+                let e = &pool.endpoints[i];
+                pool.probe_one(e, &metrics).await;
+                e.probing.store(false, Ordering::Release);
+            }));
+        }
+        let _ = tokio::time::timeout(wait, futures::future::join_all(started)).await;
         let views = self.views();
         for v in &views {
             metrics.rpc_in_service(&v.name, v.in_service);
@@ -462,27 +482,44 @@ impl RpcPool {
         s.failed_probes = s.failed_probes.saturating_add(1);
     }
 
-    /// Checks that every endpoint that answers serves `chain_id`; from then on the probe
-    /// keeps an endpoint that serves another chain (or that could not be asked yet) out.
-    pub async fn check_chain(&self, chain_id: u64) -> Result<(), crate::chain::ConnectError> {
-        let _ = self.chain_id.set(chain_id);
+    /// Reads every endpoint's chain id: the first that answers sets the chain, every other
+    /// that answers must serve it; from then on the probe keeps an endpoint that serves
+    /// another chain (or that could not be asked yet) out. Returns the chain id.
+    pub async fn check_chain(self: &Arc<Self>) -> Result<u64, crate::chain::ConnectError> {
+        let mut chain: Option<u64> = None;
+        let mut last_error = None;
         for e in &self.endpoints {
             let provider = ProviderBuilder::new()
                 .connect_client(RpcClient::new(e.transport(), false))
                 .erased();
-            if let Ok(id) = provider.get_chain_id().await {
-                if id != chain_id {
+            match provider.get_chain_id().await {
+                Ok(id) if chain.is_none_or(|c| c == id) => {
+                    chain = Some(id);
+                    e.state().chain_checked = true;
+                }
+                Ok(id) => {
                     return Err(crate::chain::ConnectError(format!(
-                        "RPC endpoint {} serves chain {id}, the others chain {chain_id}: every endpoint in rpc_urls must serve the same chain",
-                        e.name
+                        "RPC endpoint {} serves chain {id}, the others chain {}: every endpoint in rpc_urls must serve the same chain",
+                        e.name,
+                        chain.unwrap_or_default()
                     )));
                 }
-                e.state().chain_checked = true;
+                Err(err) => last_error = Some(text(&err)),
             }
         }
+        let Some(chain_id) = chain else {
+            let names: Vec<&str> = self.endpoints.iter().map(|e| e.name.as_str()).collect();
+            return Err(crate::chain::ConnectError(format!(
+                "no RPC endpoint ({}) answers eth_chainId: {}; is the node running and the URL right?",
+                names.join(", "),
+                last_error.unwrap_or_default()
+            )));
+        };
+        let _ = self.chain_id.set(chain_id);
         // know every endpoint's head before the first read picks one
-        self.probe(&Metrics::new()).await;
-        Ok(())
+        self.probe(&Arc::new(Metrics::new()), self.cfg.timeout)
+            .await;
+        Ok(chain_id)
     }
 
     /// Counts failed calls in `metrics` from now on.
