@@ -185,6 +185,14 @@ pub struct Store {
     conn: Mutex<Connection>,
 }
 
+/// An `UPDATE` of one round: it must have found the round.
+fn touched(rows: usize, market: Address, market_id: U256) -> Result<(), StoreError> {
+    if rows == 0 {
+        return Err(StoreError::NoRound(market, market_id));
+    }
+    Ok(())
+}
+
 pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -304,10 +312,7 @@ impl Store {
             "UPDATE rounds SET state = ?3, reason = ?4, updated_at = ?5 WHERE market = ?1 AND market_id = ?2",
             params![market.to_string(), market_id.to_string(), state.as_str(), reason, now() as i64],
         )?;
-        if n == 0 {
-            return Err(StoreError::NoRound(market, market_id));
-        }
-        Ok(())
+        touched(n, market, market_id)
     }
 
     /// Records what attempt `attempt` of a round has passed and moves the round to
@@ -327,9 +332,7 @@ impl Store {
             "UPDATE rounds SET state = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2",
             params![market.to_string(), market_id.to_string(), state.as_str(), t],
         )?;
-        if n == 0 {
-            return Err(StoreError::NoRound(market, market_id));
-        }
+        touched(n, market, market_id)?;
         tx.execute(
             "INSERT INTO round_progress (market, market_id, attempt, progress, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (market, market_id) DO UPDATE SET attempt = ?3, progress = ?4, updated_at = ?5",
@@ -373,10 +376,7 @@ impl Store {
             "UPDATE rounds SET request_block = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2",
             params![market.to_string(), market_id.to_string(), block as i64, now() as i64],
         )?;
-        if n == 0 {
-            return Err(StoreError::NoRound(market, market_id));
-        }
-        Ok(())
+        touched(n, market, market_id)
     }
 
     /// Stores the round's outcome/transcript JSON.
