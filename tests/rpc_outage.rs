@@ -439,3 +439,41 @@ async fn shutdown_ends_a_retry_that_waits_and_leaves_nothing_behind() {
         "a retry ran after shutdown"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_new_heads_subscription_is_rebuilt_after_a_cut() {
+    let s = market_with_three_workers().await;
+    let px = proxy::start(&s.dev.rpc_url()).await;
+    let dir = tmpdir("push-rebuild");
+    let wf = workflow_file(&dir, |t| t);
+    let ws = px.url.replace("http://", "ws://");
+    let mut child = node_process_with(
+        &s,
+        &dir,
+        &wf,
+        None,
+        &[
+            ("CRESOLVER__CHAIN__RPC_URL", &ws),
+            ("CRESOLVER__CHAIN__WS_RECONNECT_ATTEMPTS", "1"),
+            ("CRESOLVER__CHAIN__WS_RETRY_INTERVAL_MS", "200"),
+            ("CRESOLVER__CHAIN__RPC_TIMEOUT_MS", "1000"),
+            ("CRESOLVER_LOG", "info"),
+        ],
+    );
+    let log = || std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
+    let subscribed = || log().matches("subscribed to new heads").count();
+    let wait_for = |n: usize, what: &'static str| async move {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while subscribed() < n {
+            assert!(Instant::now() < deadline, "{what}:\n{}", log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    wait_for(1, "never subscribed").await;
+    px.set(Mode::Refuse);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    px.set(Mode::Pass);
+    wait_for(2, "the subscription was not rebuilt after the cut").await;
+    child.kill().await.unwrap();
+    assert!(log().contains("head subscription ended"), "{}", log());
+}
