@@ -2,13 +2,11 @@
 //! rubric evaluator, http polling at 50 ms vs. a ws subscription), and the idle RSS of a
 //! `cresolver node` process. Run: `cargo bench --bench node`.
 
-use alloy::primitives::utils::parse_ether;
-use cresolver::agent::{AgentBehaviour, DeterminationMode};
-use cresolver::config::NodeConfig;
 use cresolver::devnet::Devnet;
-use cresolver::node::Node;
 use cresolver::store::RoundState;
 use std::time::{Duration, Instant};
+
+mod common;
 
 const MARKETS: usize = 15;
 
@@ -25,61 +23,16 @@ struct Split {
 }
 
 async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
-    let dev = Devnet::start().await?;
-    let mut endpoints = vec![];
-    for i in 0..3 {
-        let b = AgentBehaviour {
-            name: format!("w{i}"),
-            determination: DeterminationMode::Yes,
-            confidence: Some(0.8),
-            latency: Duration::ZERO,
-            failure: None,
-        };
-        endpoints.push(cresolver::agent::spawn("127.0.0.1:0", b).await?.0);
-    }
-    let mut agents = vec![];
-    for (i, e) in endpoints.iter().enumerate() {
-        let owner = dev.accounts[i + 1];
-        agents.push(
-            dev.register_agent(owner, Some(dev.registration_uri("w", owner, e)))
-                .await?,
-        );
-    }
-    let mut ids = vec![];
-    for _ in 0..MARKETS {
-        let id = dev
-            .create_market("bench?", parse_ether("1")?, 86_400)
-            .await?;
-        for (i, a) in agents.iter().enumerate() {
-            dev.join(id, dev.accounts[i + 1], a.agent_id, parse_ether("0.01")?)
-                .await?;
-        }
-        ids.push(id);
-    }
-    let dir =
-        std::env::temp_dir().join(format!("cresolver-bench-node-{}-{ws}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    let wf = dir.join("wf.toml");
-    std::fs::write(&wf, cresolver::demo::DEFAULT_WORKFLOW)?;
-    let mut cfg = NodeConfig::default();
-    cfg.chain.rpc_url = if ws { dev.ws_endpoint() } else { dev.rpc_url() };
-    cfg.chain.market_address = Some(dev.contracts.market);
-    cfg.chain.multicall_address = Some(dev.contracts.multicall);
-    cfg.chain.poll_interval_ms = if ws { 1_000 } else { 50 };
-    cfg.node.data_dir = dir.join("data");
-    cfg.node.workflows = vec![wf];
-    cfg.discovery.allow_private_endpoints = true;
-    cfg.api.listen = String::new();
-    let node = Node::build(cfg, dev.signers.first().cloned()).await?;
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(node.clone().run(
-        async move {
-            let _ = rx.await;
-        },
-        Duration::from_secs(5),
-    ));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (dev, ids) = common::devnet_with_markets(MARKETS, "bench?").await?;
+    let rpc = if ws { dev.ws_endpoint() } else { dev.rpc_url() };
+    let r = common::start_node(
+        &dev,
+        &format!("node-{ws}"),
+        rpc,
+        if ws { 1_000 } else { 50 },
+    )
+    .await?;
+    let node = r.node.clone();
     let mut out = vec![];
     for id in ids {
         let t0 = Instant::now();
@@ -125,9 +78,7 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
             confirmed,
         });
     }
-    let _ = stop.send(());
-    let _ = task.await;
-    let _ = std::fs::remove_dir_all(&dir);
+    r.stop().await;
     Ok(out)
 }
 

@@ -1,0 +1,100 @@
+//! What the node benches share: a devnet with three instant reference workers and
+//! markets they joined, and an in-process node over it.
+
+use alloy::primitives::{U256, utils::parse_ether};
+use cresolver::agent::{AgentBehaviour, DeterminationMode};
+use cresolver::config::NodeConfig;
+use cresolver::devnet::Devnet;
+use cresolver::node::Node;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A devnet with 3 instant YES workers registered, and `markets` markets they all joined.
+pub async fn devnet_with_markets(
+    markets: usize,
+    question: &str,
+) -> anyhow::Result<(Devnet, Vec<U256>)> {
+    let dev = Devnet::start().await?;
+    let mut agents = vec![];
+    for i in 0..3 {
+        let b = AgentBehaviour {
+            name: format!("w{i}"),
+            determination: DeterminationMode::Yes,
+            confidence: Some(0.8),
+            latency: Duration::ZERO,
+            failure: None,
+        };
+        let url = cresolver::agent::spawn("127.0.0.1:0", b).await?.0;
+        let owner = dev.accounts[i + 1];
+        agents.push(
+            dev.register_agent(owner, Some(dev.registration_uri("w", owner, &url)))
+                .await?,
+        );
+    }
+    let mut ids = vec![];
+    for _ in 0..markets {
+        let id = dev
+            .create_market(question, parse_ether("1")?, 86_400)
+            .await?;
+        for (i, a) in agents.iter().enumerate() {
+            dev.join(id, dev.accounts[i + 1], a.agent_id, parse_ether("0.01")?)
+                .await?;
+        }
+        ids.push(id);
+    }
+    Ok((dev, ids))
+}
+
+/// A node running in this process until `stop` is sent.
+pub struct Running {
+    pub node: Arc<Node>,
+    pub dir: std::path::PathBuf,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), cresolver::node::NodeError>>,
+}
+
+impl Running {
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts a node on `dev`'s market through `rpc_url`, polling every `poll_ms`.
+pub async fn start_node(
+    dev: &Devnet,
+    tag: &str,
+    rpc_url: String,
+    poll_ms: u64,
+) -> anyhow::Result<Running> {
+    let dir = std::env::temp_dir().join(format!("cresolver-bench-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let wf = dir.join("wf.toml");
+    std::fs::write(&wf, cresolver::demo::DEFAULT_WORKFLOW)?;
+    let mut cfg = NodeConfig::default();
+    cfg.chain.rpc_url = rpc_url;
+    cfg.chain.market_address = Some(dev.contracts.market);
+    cfg.chain.multicall_address = Some(dev.contracts.multicall);
+    cfg.chain.poll_interval_ms = poll_ms;
+    cfg.node.data_dir = dir.join("data");
+    cfg.node.workflows = vec![wf];
+    cfg.discovery.allow_private_endpoints = true;
+    cfg.api.listen = String::new();
+    let node = Node::build(cfg, dev.signers.first().cloned()).await?;
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(node.clone().run(
+        async move {
+            let _ = rx.await;
+        },
+        Duration::from_secs(5),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(Running {
+        node,
+        dir,
+        stop,
+        task,
+    })
+}
