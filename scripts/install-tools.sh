@@ -4,6 +4,8 @@
 #       .tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
 #   - solc-js + OpenZeppelin contracts for scripts/compile-contracts.mjs, into contracts-abi/node_modules
 #     (versions pinned by contracts-abi/package.json + package-lock.json).
+#   - PostgreSQL (Debian's postgresql package, via apt-get) when no /usr/lib/postgresql/*/bin/initdb
+#     exists; tests/common/pg.rs starts throwaway servers from it (PG_BIN overrides the bin dir).
 # Usage: scripts/install-tools.sh            (prints the anvil path on success)
 set -euo pipefail
 
@@ -74,5 +76,39 @@ else
   npm install --prefix "$CONTRACTS_DIR" --no-audit --no-fund >&2 || die "npm install --prefix contracts-abi failed"
 fi
 contracts_deps_ok || die "contracts-abi dependencies do not match contracts-abi/package.json after install"
+
+# ── PostgreSQL (integration tests) ───────────────────────────────────────
+# Only the binaries are needed: tests initdb and start their own servers, so the cluster the
+# package may create is left alone (it need not be running).
+
+# initdb of the highest installed version, or empty.
+pg_initdb() {
+  local f
+  for f in /usr/lib/postgresql/*/bin/initdb; do
+    if [ -x "$f" ]; then echo "$f"; fi
+  done | sort -V | tail -n 1
+}
+if [ -n "${PG_BIN:-}" ] && [ -x "$PG_BIN/initdb" ]; then
+  log "PostgreSQL present (PG_BIN=$PG_BIN): $("$PG_BIN/initdb" --version)"
+elif [ -n "$(pg_initdb)" ]; then
+  log "PostgreSQL present: $("$(pg_initdb)" --version)"
+else
+  command -v apt-get >/dev/null 2>&1 \
+    || die "PostgreSQL not found and apt-get is missing: install PostgreSQL 15+ and set PG_BIN to its bin dir"
+  if [ "$(id -u)" -eq 0 ]; then
+    AS_ROOT=()
+  elif command -v sudo >/dev/null 2>&1; then
+    AS_ROOT=(sudo)
+  else
+    die "PostgreSQL not found: install Debian's postgresql package (as root: apt-get install postgresql)"
+  fi
+  log "installing Debian's postgresql package (apt-get)"
+  "${AS_ROOT[@]}" apt-get update >&2 || die "apt-get update failed"
+  "${AS_ROOT[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends postgresql >&2 \
+    || die "apt-get install postgresql failed"
+  [ -n "$(pg_initdb)" ] || die "initdb missing after installing postgresql: no /usr/lib/postgresql/*/bin/initdb"
+  log "PostgreSQL installed: $("$(pg_initdb)" --version)"
+fi
 
 echo "$ANVIL_BIN"

@@ -17,6 +17,56 @@ pub struct NodeConfig {
     pub discovery: DiscoveryCfg,
     pub api: ApiCfg,
     pub protocols: ProtocolsCfg,
+    pub store: StoreCfg,
+}
+
+/// Where the node keeps its rounds. Empty `url`: the embedded SQLite file in
+/// `node.data_dir` (one node). A `postgres://` URL: a database that any number of nodes
+/// share; they split the rounds between them with leases (see `store::pg`). The URL's
+/// password is never shown; it can also come from `CRESOLVER__STORE__URL`.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreCfg {
+    pub url: String,
+    /// This node's name in the cluster (lease holder). Empty: the host name and a random
+    /// suffix, new at every start. A fixed name lets a restarted node take back its own
+    /// rounds at once instead of after their leases expire; two running nodes must never
+    /// share one.
+    pub node_id: String,
+    /// How long a node's claim on a round lasts without a renewal (renewed every third).
+    pub lease_secs: u64,
+    /// Connections to PostgreSQL per node.
+    pub max_connections: usize,
+}
+
+impl Default for StoreCfg {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            node_id: String::new(),
+            lease_secs: 15,
+            max_connections: 16,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreCfg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreCfg")
+            .field("url", &crate::store::pg::redact_url(&self.url))
+            .field("node_id", &self.node_id)
+            .field("lease_secs", &self.lease_secs)
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
+}
+
+impl StoreCfg {
+    /// Whether the store is a shared PostgreSQL database.
+    pub fn is_postgres(&self) -> bool {
+        let u = self.url.trim();
+        u.starts_with("postgres://") || u.starts_with("postgresql://")
+    }
 }
 
 /// The agent protocols the node speaks besides A2A, and their settings. Every protocol
@@ -442,6 +492,18 @@ impl NodeConfig {
                 message: "must be at least 10 (nodes refuse smaller replacements)".into(),
             });
         }
+        if !self.store.url.trim().is_empty() && !self.store.is_postgres() {
+            return Err(ConfigError::Invalid {
+                key: "store.url",
+                message: "must be a postgres:// URL, or empty for the embedded SQLite store".into(),
+            });
+        }
+        if self.store.lease_secs < 2 {
+            return Err(ConfigError::Invalid {
+                key: "store.lease_secs",
+                message: "must be at least 2".into(),
+            });
+        }
         if url::Url::parse(&self.discovery.ipfs_gateway).is_err() {
             return Err(ConfigError::Invalid {
                 key: "discovery.ipfs_gateway",
@@ -474,6 +536,23 @@ impl NodeConfig {
             reorg_window: 64,
             max_backoff: self.max_backoff(),
         }
+    }
+
+    /// This node's name as a lease holder: `store.node_id`, or the host name with a
+    /// random suffix.
+    pub fn node_id(&self) -> String {
+        let configured = self.store.node_id.trim();
+        if !configured.is_empty() {
+            return configured.to_string();
+        }
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "node".into());
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        format!("{host}-{}", &suffix[..8])
     }
 
     /// The chain's endpoints in order of preference: `rpc_urls`, or `rpc_url` alone.

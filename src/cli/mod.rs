@@ -113,6 +113,10 @@ pub fn progress(len: u64, what: &str) -> ProgressBar {
 }
 
 pub fn open_store(cfg: &NodeConfig) -> anyhow::Result<Store> {
+    anyhow::ensure!(
+        !cfg.store.is_postgres(),
+        "this command reads the embedded SQLite store, but store.url names a shared PostgreSQL database: ask any node of the cluster instead (GET /rounds, GET /rounds/<market id>, POST /resolve with the API token)"
+    );
     let db = cfg.node.data_dir.join("cresolver.sqlite3");
     anyhow::ensure!(
         db.is_file(),

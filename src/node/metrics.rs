@@ -85,6 +85,13 @@ pub struct Metrics {
     chain_head: U64Gauge,
     head_age: U64Gauge,
     rounds_stopped: Family<ReasonLabels, Counter>,
+    leases_held: U64Gauge,
+    lease_events: Family<LeaseLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    event: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -229,6 +236,21 @@ impl Metrics {
             "Rounds that stopped short of confirmed, by the stage they stopped in and why (failed, skipped, retry)",
             rounds_stopped.clone(),
         );
+        let leases_held = U64Gauge::default();
+        registry.register(
+            "cresolver_leases_held",
+            "Rounds this node holds the lease of (drives) now",
+            leases_held.clone(),
+        );
+        let lease_events = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "cresolver_lease_events",
+            "Lease events of this node: claimed, takeover (claimed after another node's lease expired), lost (another node took it, or it could not be renewed in time)",
+            lease_events.clone(),
+        );
+        for event in ["claimed", "takeover", "lost"] {
+            let _ = lease_events.get_or_create(&LeaseLabels { event });
+        }
 
         // Expose the common series from the start, so rates and dashboards see zeros
         // rather than missing data.
@@ -263,7 +285,25 @@ impl Metrics {
             chain_head,
             head_age,
             rounds_stopped,
+            leases_held,
+            lease_events,
         }
+    }
+
+    /// Counts a lease event: `claimed`, `takeover` or `lost`.
+    pub fn lease_event(&self, event: &'static str) {
+        self.lease_events.get_or_create(&LeaseLabels { event }).inc();
+    }
+
+    /// How many rounds this node holds now.
+    pub fn set_leases_held(&self, n: u64) {
+        self.leases_held.set(n);
+    }
+
+    /// The lease counters (`/health`): claimed, takeover, lost.
+    pub fn lease_counts(&self) -> [(&'static str, u64); 3] {
+        ["claimed", "takeover", "lost"]
+            .map(|event| (event, self.lease_events.get_or_create(&LeaseLabels { event }).get()))
     }
 
     pub fn rpc_up(&self, endpoint: &str, up: bool) {

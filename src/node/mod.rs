@@ -158,8 +158,7 @@ impl Node {
                 submitter,
             });
         }
-        let store: Arc<dyn RoundStore> =
-            Arc::new(SqliteStore::new(Store::open(&cfg.node.data_dir)?));
+        let store = open_store(&cfg).await?;
         let discovery = discovery_config(&cfg)?;
         let metrics = Arc::new(Metrics::new());
         let heads = HeadFeed::new();
@@ -248,6 +247,17 @@ impl Node {
         market: Address,
         market_id: U256,
     ) -> Result<RoundReport, NodeError> {
+        self.run_round_as(market, market_id, Claim::Direct).await
+    }
+
+    /// [`Self::run_round`], claiming the round's lease first: `Claim::FromStore` (the
+    /// claim loop) respects the back-off a paused round was released with.
+    async fn run_round_as(
+        self: &Arc<Self>,
+        market: Address,
+        market_id: U256,
+        how: Claim,
+    ) -> Result<RoundReport, NodeError> {
         let running = !self
             .in_flight
             .lock()
@@ -258,7 +268,7 @@ impl Node {
         }
         let _permit = self.rounds.acquire().await.ok();
         let started = Instant::now();
-        let result = self.drive(market, market_id).await;
+        let result = self.drive_leased(market, market_id, how).await;
         self.in_flight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -278,6 +288,15 @@ impl Node {
                 self.schedule_retry(market, market_id);
             }
             Err(Step::Store(e)) => return Err(NodeError::Store(e)),
+            Err(Step::LeaseLost) => {
+                self.metrics.lease_event("lost");
+                tracing::warn!(market_id = %market_id, node = self.store.node_id(), "lease lost: another node drives this round now; this node stopped it and wrote nothing more");
+                return self.report(market, market_id).await;
+            }
+            Err(Step::NotHeld) => {
+                tracing::debug!(market_id = %market_id, "round held by another node (or final): not run here");
+                return self.report(market, market_id).await;
+            }
         }
         let r = self.report(market, market_id).await?;
         if matches!(r.state, RoundState::Failed | RoundState::Skipped) {
@@ -308,6 +327,71 @@ impl Node {
         Ok(r)
     }
 
+    /// Claims the round, drives it while a renewal task keeps the lease, and releases it.
+    /// The drive stops at once when the lease is lost (a renewal refused, or not renewed
+    /// within the lease: the node then cannot know it still holds it).
+    async fn drive_leased(
+        &self,
+        market: Address,
+        market_id: U256,
+        how: Claim,
+    ) -> Result<(), Step> {
+        let lease = match self
+            .store
+            .claim(market, market_id, how == Claim::Direct)
+            .await?
+        {
+            Some(l) => l,
+            None => return Err(Step::NotHeld),
+        };
+        if self.store.shared() {
+            self.metrics.lease_event("claimed");
+            if let Some(prev) = &lease.taken_from {
+                self.metrics.lease_event("takeover");
+                tracing::warn!(market_id = %market_id, from = %prev, term = lease.term, "taking over a round whose holder's lease expired; continuing from its persisted stage");
+            } else {
+                tracing::debug!(market_id = %market_id, term = lease.term, "lease claimed");
+            }
+        }
+        self.metrics.set_leases_held(self.store.held() as u64);
+        let lost = tokio_util::sync::CancellationToken::new();
+        let renewal = self
+            .store
+            .shared()
+            .then(|| tokio::spawn(renew_lease(self.store.clone(), market, market_id, lost.clone())));
+        let result = tokio::select! {
+            r = self.drive(market, market_id, &lost) => r,
+            _ = lost.cancelled() => Err(Step::LeaseLost),
+        };
+        if let Some(r) = renewal {
+            r.abort();
+        }
+        let retry_after = match &result {
+            Err(Step::Transient(_)) => Some(self.retry_delay(market, market_id, 1)),
+            _ => None,
+        };
+        if !matches!(result, Err(Step::LeaseLost))
+            && let Err(e) = self.store.release(market, market_id, retry_after).await
+        {
+            tracing::warn!(market_id = %market_id, error = %e, "cannot release the round's lease: it expires by itself");
+        }
+        self.metrics.set_leases_held(self.store.held() as u64);
+        result
+    }
+
+    /// The wait before the `n`-th retry of a round, counting the retries so far.
+    fn retry_delay(&self, market: Address, market_id: U256, extra: u32) -> Duration {
+        let n = self
+            .retries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(market, market_id))
+            .copied()
+            .unwrap_or(0)
+            + extra;
+        Duration::from_secs(1u64 << n.min(6)).min(self.cfg.max_backoff())
+    }
+
     fn schedule_retry(self: &Arc<Self>, market: Address, market_id: U256) {
         let n = {
             let mut r = self.retries.lock().unwrap_or_else(|p| p.into_inner());
@@ -318,7 +402,8 @@ impl Node {
         // Retried for as long as the market is open: a round that reads the market
         // resolved ends `skipped`; the wait doubles up to the configured cap.
         let node = self.clone();
-        let delay = Duration::from_secs(1u64 << n.min(6)).min(self.cfg.max_backoff());
+        let delay = self.retry_delay(market, market_id, 0);
+        let _ = n;
         let mut restored = self.heads.on_restore();
         restored.borrow_and_update();
         let cancel = self.cancel.clone();
@@ -367,7 +452,12 @@ impl Node {
         })
     }
 
-    async fn drive(&self, market: Address, market_id: U256) -> Result<(), Step> {
+    async fn drive(
+        &self,
+        market: Address,
+        market_id: U256,
+        lost: &tokio_util::sync::CancellationToken,
+    ) -> Result<(), Step> {
         let Some(p) = self.pipeline(market) else {
             return self
                 .fail(market, market_id, "no workflow watches this market")
@@ -487,7 +577,7 @@ impl Node {
         if progress.resolve.is_some() {
             tracing::info!(market_id = %market_id, passed = progress.stage(), "resuming the round where it stopped; its workers are not asked again for the stages passed");
         }
-        let (store, attempt) = (self.store.clone(), rec.attempt);
+        let (store, attempt, lost) = (self.store.clone(), rec.attempt, lost.clone());
         let persist = move |stage: RoundStage, progress: &RoundProgress| {
             let (state, point) = match stage {
                 RoundStage::Answered => (RoundState::Answered, "answered"),
@@ -495,18 +585,24 @@ impl Node {
                 RoundStage::Evaluated => (RoundState::Evaluated, "evaluated"),
             };
             let value = serde_json::to_value(progress);
-            let store = store.clone();
+            let (store, lost) = (store.clone(), lost.clone());
             let fut: futures::future::BoxFuture<'static, ()> = Box::pin(async move {
                 let saved = match value {
                     Ok(v) => store
                         .save_progress(market, market_id, attempt, state, &v)
                         .await
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
+                        .map_err(Some),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot encode round progress");
+                        Err(None)
+                    }
                 };
                 match saved {
                     Ok(()) => crate::txm::crash_point(point),
-                    Err(e) => tracing::error!(error = %e, "cannot persist round progress"),
+                    // another node drives the round now: stop before the next stage
+                    Err(Some(e)) if e.is_lease_lost() => lost.cancel(),
+                    Err(Some(e)) => tracing::error!(error = %e, "cannot persist round progress"),
+                    Err(None) => {}
                 }
             });
             fut
@@ -596,7 +692,7 @@ impl Node {
         {
             Ok(n) => n,
             Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
-            Err(TxError::Store(e)) => return Err(Step::Store(e)),
+            Err(TxError::Store(e)) => return Err(Step::from(e)),
             Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         };
         self.follow(p, market_id, nonce).await
@@ -685,12 +781,12 @@ impl Node {
                     nonce = match txm.submit(rec.payload).await {
                         Ok(n) => n,
                         Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
-                        Err(TxError::Store(e)) => return Err(Step::Store(e)),
+                        Err(TxError::Store(e)) => return Err(Step::from(e)),
                         Err(e) => return self.fail(market, market_id, &e.to_string()).await,
                     };
                 }
                 Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
-                Err(TxError::Store(e)) => return Err(Step::Store(e)),
+                Err(TxError::Store(e)) => return Err(Step::from(e)),
                 Err(e) => return self.fail(market, market_id, &e.to_string()).await,
             }
         }
@@ -825,6 +921,74 @@ impl Node {
         Ok(())
     }
 
+    /// A shared store's claim loop: every tick, as many claimable rounds as this node has
+    /// room for (`max_concurrent_rounds` less the rounds it runs) are handed to the
+    /// dispatcher, which claims each before it runs it; other nodes do the same, so the
+    /// rounds spread over the nodes with room. Also keeps `/health`'s cluster view.
+    async fn claim_loop(
+        self: Arc<Self>,
+        tx: mpsc::Sender<(Address, U256)>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 1_000));
+        let mut failing = false;
+        loop {
+            // a little jitter, so that nodes do not race for the same rounds in step
+            let jitter = Duration::from_millis(rand::random::<u64>() % (every.as_millis() as u64 / 4 + 1));
+            tokio::select! {
+                _ = tokio::time::sleep(every + jitter) => {}
+                _ = stop.changed() => return,
+            }
+            let held = self.store.held() as u64;
+            self.metrics.set_leases_held(held);
+            if let Ok(mut h) = self.health.write() {
+                let counts = self.metrics.lease_counts();
+                h["cluster"] = json!({
+                    "node_id": self.store.node_id(),
+                    "lease_secs": self.store.lease_duration().as_secs(),
+                    "leases_held": held,
+                    "leases_claimed": counts[0].1,
+                    "takeovers": counts[1].1,
+                    "leases_lost": counts[2].1,
+                });
+            }
+            let busy = self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).len();
+            let room = self.cfg.node.max_concurrent_rounds.saturating_sub(busy);
+            if room == 0 {
+                continue;
+            }
+            let ids = match self.store.claimable(room).await {
+                Ok(ids) => {
+                    if failing {
+                        tracing::info!("the shared store answers again");
+                        failing = false;
+                    }
+                    ids
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(error = %e, "cannot read claimable rounds from the shared store; retrying");
+                        failing = true;
+                    }
+                    continue;
+                }
+            };
+            for (market, market_id) in ids {
+                let running = self
+                    .in_flight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&(market, market_id));
+                if running || self.pipeline(market).is_none() {
+                    continue;
+                }
+                if tx.send((market, market_id)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
     /// Runs the node until `shutdown` completes: watchers, API, dispatcher. In-flight
     /// rounds get up to `drain` to reach a persisted state.
     pub async fn run(
@@ -838,7 +1002,13 @@ impl Node {
 
         // Unfinished rounds are fed to the dispatcher by a task of their own: the channel
         // holds 1024, and the dispatcher only starts draining it below.
-        let unfinished = self.store.unfinished().await?;
+        // A shared store: the claim loop below finds every round a node may drive,
+        // this node's unfinished ones included (once their leases expire).
+        let unfinished = if self.store.shared() {
+            Vec::new()
+        } else {
+            self.store.unfinished().await?
+        };
         if !unfinished.is_empty() {
             tracing::info!(rounds = unfinished.len(), "resuming unfinished rounds");
             let (tx, mut stop) = (trig_tx.clone(), stop_rx.clone());
@@ -922,6 +1092,14 @@ impl Node {
             tasks.spawn(async move { crate::chain::heads::run_push(url, cfg, feed, rx).await });
         }
 
+        let (claim_tx, mut claim_rx) = mpsc::channel::<(Address, U256)>(256);
+        if self.store.shared() {
+            let (node, rx) = (self.clone(), stop_rx.clone());
+            tasks.spawn(async move { node.claim_loop(claim_tx, rx).await });
+        } else {
+            drop(claim_tx);
+        }
+
         let (api_tx, mut api_rx) = mpsc::channel::<ManualTrigger>(64);
         if !self.cfg.api.listen.trim().is_empty() {
             let addr = self.cfg.api.listen.clone();
@@ -969,6 +1147,14 @@ impl Node {
                         }
                     });
                 }
+                Some((market, market_id)) = claim_rx.recv() => {
+                    let node = self.clone();
+                    rounds.spawn(async move {
+                        if let Err(e) = node.run_round_as(market, market_id, Claim::FromStore).await {
+                            tracing::error!(market_id = %market_id, error = %e, "round error");
+                        }
+                    });
+                }
                 Some(m) = api_rx.recv() => {
                     match self.request(m.market_id).await {
                         Ok(Some(t)) => { let _ = trig_tx.send(t).await; }
@@ -999,6 +1185,32 @@ impl Node {
         .await;
         tasks.abort_all();
         Ok(())
+    }
+}
+
+/// The node's store: the shared PostgreSQL database of `[store] url`, or the embedded
+/// SQLite file in the data dir.
+pub async fn open_store(cfg: &NodeConfig) -> Result<Arc<dyn RoundStore>, NodeError> {
+    if cfg.store.is_postgres() {
+        let node_id = cfg.node_id();
+        let store = crate::store::PgStore::connect(
+            cfg.store.url.trim(),
+            crate::store::PgSettings {
+                node_id: node_id.clone(),
+                lease: Duration::from_secs(cfg.store.lease_secs),
+                max_connections: cfg.store.max_connections,
+            },
+        )
+        .await?;
+        tracing::info!(
+            database = %crate::store::pg::redact_url(&cfg.store.url),
+            node_id,
+            lease_secs = cfg.store.lease_secs,
+            "shared PostgreSQL store: rounds are split between the nodes by leases"
+        );
+        Ok(Arc::new(store))
+    } else {
+        Ok(Arc::new(SqliteStore::new(Store::open(&cfg.node.data_dir)?)))
     }
 }
 
@@ -1168,7 +1380,7 @@ fn is_pruned_state(e: &str) -> bool {
 /// A transaction manager error as a round step.
 fn tx_step(e: TxError) -> Step {
     match e {
-        TxError::Store(e) => Step::Store(e),
+        TxError::Store(e) => Step::from(e),
         e => Step::Transient(e.to_string()),
     }
 }
@@ -1181,10 +1393,59 @@ enum Step {
     /// Worth retrying later; the round stays unfinished.
     Transient(String),
     Store(crate::store::StoreError),
+    /// Another node took the round over: stop, write nothing more.
+    LeaseLost,
+    /// The round could not be claimed: another node holds it, or it is final.
+    NotHeld,
 }
 
 impl From<crate::store::StoreError> for Step {
     fn from(e: crate::store::StoreError) -> Self {
-        Step::Store(e)
+        if e.is_lease_lost() {
+            Step::LeaseLost
+        } else {
+            Step::Store(e)
+        }
+    }
+}
+
+/// How a round is claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// A trigger, a retry or an operator: a released round's back-off does not apply.
+    Direct,
+    /// The claim loop of a shared store.
+    FromStore,
+}
+
+/// Renews a lease every third of its duration until aborted; cancels `lost` when the
+/// store refuses (another node holds the round) or when no renewal succeeded for
+/// two thirds of the lease (the node cannot know it still holds it, so it stops first).
+async fn renew_lease(
+    store: Arc<dyn RoundStore>,
+    market: Address,
+    market_id: U256,
+    lost: tokio_util::sync::CancellationToken,
+) {
+    let lease = store.lease_duration();
+    let every = lease / 3;
+    let mut last_ok = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        match tokio::time::timeout(every, store.renew(market, market_id)).await {
+            Ok(Ok(true)) => last_ok = Instant::now(),
+            Ok(Ok(false)) => {
+                tracing::warn!(market_id = %market_id, "lease renewal refused: another node holds the round");
+                lost.cancel();
+                return;
+            }
+            Ok(Err(e)) => tracing::warn!(market_id = %market_id, error = %e, "cannot renew the round's lease"),
+            Err(_) => tracing::warn!(market_id = %market_id, "renewing the round's lease timed out"),
+        }
+        if last_ok.elapsed() >= lease * 2 / 3 {
+            tracing::warn!(market_id = %market_id, "the lease could not be renewed in time: stopping the round before it expires");
+            lost.cancel();
+            return;
+        }
     }
 }

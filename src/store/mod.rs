@@ -5,8 +5,10 @@
 //! signed submission transaction *before* it is broadcast, and the watcher's checkpoint.
 //! The transaction manager's nonces and attempts live in [`txs`].
 
+pub mod pg;
 mod round_store;
 mod txs;
+pub use pg::{PgSettings, PgStore};
 pub use round_store::{RoundStore, SqliteStore};
 pub use txs::{AttemptRecord, KeyRef, NonceRecord, NonceState, TxPayload};
 
@@ -101,6 +103,18 @@ pub struct RoundRecord {
     pub outcome: Option<serde_json::Value>,
     pub created_at: u64,
     pub updated_at: u64,
+    /// The node that holds the round's lease (drives it), while it is unfinished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+}
+
+/// A node's claim on a round (see [`pg`]): the term is the fencing token every write
+/// of the round is checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub term: u64,
+    /// The node that held the round before, when its lease expired (a takeover).
+    pub taken_from: Option<String>,
 }
 
 /// A round without its transcript: what `GET /rounds` lists.
@@ -117,12 +131,18 @@ pub struct RoundSummary {
     pub submit_tx: Option<B256>,
     pub created_at: u64,
     pub updated_at: u64,
+    /// The node driving the round (unfinished rounds of a cluster, or of this node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// How long the holder's lease still runs, in milliseconds (a cluster only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
 }
 
 /// Longest reason a summary carries.
 pub const SUMMARY_REASON_BYTES: usize = 512;
 
-fn truncate(mut s: String, max: usize) -> String {
+pub(crate) fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut cut = max;
         while !s.is_char_boundary(cut) {
@@ -178,6 +198,20 @@ pub enum StoreError {
     NoRound(Address, U256),
     #[error("store task failed: {0}")]
     Task(String),
+    #[error("PostgreSQL: {0}")]
+    Postgres(String),
+    #[error("cannot use the database at {url}: {error}")]
+    Connect { url: String, error: String },
+    /// This node no longer holds the round (another node claimed it): nothing was written.
+    #[error("the lease of market {0} / {1} was lost to another node: this node stops the round")]
+    LeaseLost(Address, U256),
+}
+
+impl StoreError {
+    /// Whether the error is a lost lease (the round is someone else's now).
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, StoreError::LeaseLost(..))
+    }
 }
 
 /// The store. Cheap operations behind a mutex; every write is durable when it returns.
@@ -218,6 +252,36 @@ CREATE TABLE IF NOT EXISTS round_progress (
     updated_at INTEGER NOT NULL, PRIMARY KEY (market, market_id));
 ";
 
+/// The schema version this binary writes (`PRAGMA user_version`).
+const SQLITE_VERSION: i64 = 2;
+
+/// Creates the tables, then applies what a file of an older version lacks: version 2
+/// adds the lease columns (holder, term, lease_until) to `rounds`.
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch(SCHEMA)?;
+    conn.execute_batch(txs::SCHEMA)?;
+    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if v > SQLITE_VERSION {
+        return Err(StoreError::Corrupt(format!(
+            "the database schema is version {v}, newer than this binary's {SQLITE_VERSION}: upgrade the node"
+        )));
+    }
+    if v < 2 {
+        let has_holder: bool = conn
+            .prepare("SELECT 1 FROM pragma_table_info('rounds') WHERE name = 'holder'")?
+            .exists([])?;
+        if !has_holder {
+            conn.execute_batch(
+                "ALTER TABLE rounds ADD COLUMN holder TEXT;
+                 ALTER TABLE rounds ADD COLUMN term INTEGER NOT NULL DEFAULT 0;
+                 ALTER TABLE rounds ADD COLUMN lease_until INTEGER;",
+            )?;
+        }
+        conn.execute_batch(&format!("PRAGMA user_version = {SQLITE_VERSION}"))?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating if needed) `cresolver.sqlite3` in `data_dir`.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
@@ -227,8 +291,7 @@ impl Store {
         })?;
         let conn = Connection::open(data_dir.join("cresolver.sqlite3"))?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(txs::SCHEMA)?;
+        migrate(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -237,8 +300,7 @@ impl Store {
     /// A throwaway in-memory store (tests, dry runs).
     pub fn in_memory() -> Result<Self, StoreError> {
         let conn = Connection::open_in_memory()?;
-        conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(txs::SCHEMA)?;
+        migrate(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -428,7 +490,7 @@ impl Store {
     ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT rowid, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, created_at, updated_at
+            "SELECT rowid, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, created_at, updated_at, holder
              FROM rounds WHERE rowid < ?1 ORDER BY rowid DESC LIMIT ?2",
         )?;
         let rows = stmt.query_map(params![before.unwrap_or(i64::MAX), limit as i64], |r| {
@@ -445,14 +507,16 @@ impl Store {
                 r.get::<_, Option<String>>(9)?,
                 r.get::<_, i64>(10)?,
                 r.get::<_, i64>(11)?,
+                r.get::<_, Option<String>>(12)?,
             ))
         })?;
         let corrupt = |what: &str, e: String| StoreError::Corrupt(format!("{what}: {e}"));
         let mut out = Vec::new();
         let mut last = None;
         for row in rows {
-            let (rowid, market, id, state, attempt, workflow, rtx, rblock, reason, stx, c, u) =
+            let (rowid, market, id, state, attempt, workflow, rtx, rblock, reason, stx, c, u, holder) =
                 row?;
+            let state = RoundState::from_str(&state)?;
             last = Some(rowid);
             let hash = |h: Option<String>, what: &str| {
                 h.map(|h| B256::from_str(&h))
@@ -462,7 +526,7 @@ impl Store {
             out.push(RoundSummary {
                 market: Address::from_str(&market).map_err(|e| corrupt("market", e.to_string()))?,
                 market_id: U256::from_str(&id).map_err(|e| corrupt("market_id", e.to_string()))?,
-                state: RoundState::from_str(&state)?,
+                state,
                 attempt: attempt as u32,
                 workflow,
                 request_tx: hash(rtx, "request_tx")?,
@@ -471,6 +535,8 @@ impl Store {
                 submit_tx: hash(stx, "submit_tx")?,
                 created_at: c as u64,
                 updated_at: u as u64,
+                holder: holder.filter(|_| !state.is_final()),
+                lease_ms: None,
             });
         }
         let next = (out.len() == limit).then_some(last).flatten();
@@ -535,7 +601,40 @@ impl Store {
     }
 }
 
-const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, raw_tx, outcome, created_at, updated_at FROM rounds";
+impl Store {
+    /// Makes `node` the holder of an unfinished round with a new term. SQLite serves one
+    /// node, so every claim of an unfinished round is granted (the holder is shown to
+    /// operators; fencing between nodes is the PostgreSQL store's). `None`: no such
+    /// round, or it is final.
+    pub fn claim(
+        &self,
+        market: Address,
+        market_id: U256,
+        node: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        let conn = self.conn();
+        let term: Option<i64> = conn
+            .query_row(
+                "UPDATE rounds SET holder = ?3, term = term + 1 WHERE market = ?1 AND market_id = ?2
+                 AND state NOT IN ('confirmed', 'failed', 'skipped') RETURNING term",
+                params![market.to_string(), market_id.to_string(), node],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(term.map(|t| t as u64))
+    }
+
+    /// Clears a round's holder.
+    pub fn release(&self, market: Address, market_id: U256) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE rounds SET holder = NULL WHERE market = ?1 AND market_id = ?2",
+            params![market.to_string(), market_id.to_string()],
+        )?;
+        Ok(())
+    }
+}
+
+const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, raw_tx, outcome, created_at, updated_at, holder FROM rounds";
 
 fn upsert_round(
     tx: &rusqlite::Transaction<'_>,
@@ -568,7 +667,7 @@ fn upsert_round(
         Some((state, _)) if state == "failed" => {
             tx.execute(
                 "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = COALESCE(?4, request_tx),
-                 request_block = COALESCE(?5, request_block), reason = NULL, updated_at = ?6
+                 request_block = COALESCE(?5, request_block), reason = NULL, updated_at = ?6, holder = NULL, lease_until = NULL
                  WHERE market = ?1 AND market_id = ?2",
                 params![market.to_string(), market_id.to_string(), workflow, req_tx, req_block, t],
             )?;
@@ -596,6 +695,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RowResult> {
     let outcome: Option<String> = r.get(10)?;
     let created_at: i64 = r.get(11)?;
     let updated_at: i64 = r.get(12)?;
+    let holder: Option<String> = r.get(13)?;
     let corrupt = |what: &str, e: String| StoreError::Corrupt(format!("{what}: {e}"));
     Ok((|| {
         Ok(RoundRecord {
@@ -622,6 +722,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RowResult> {
                 .map_err(|e| corrupt("outcome", e.to_string()))?,
             created_at: created_at as u64,
             updated_at: updated_at as u64,
+            holder,
         })
     })())
 }

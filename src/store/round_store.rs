@@ -4,11 +4,12 @@
 //! on tokio's blocking pool, so a durable write never stalls an async worker thread.
 
 use super::{
-    AttemptRecord, KeyRef, LogRef, NonceRecord, NonceState, RequestDecision, RoundRecord,
+    AttemptRecord, KeyRef, Lease, LogRef, NonceRecord, NonceState, RequestDecision, RoundRecord,
     RoundState, RoundSummary, Store, StoreError, TxPayload,
 };
 use alloy::primitives::{Address, B256, U256};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Every store operation the node, the watcher, the transaction manager and the API use.
 /// Writes are durable when the call returns.
@@ -125,15 +126,61 @@ pub trait RoundStore: Send + Sync + 'static {
         market_id: U256,
     ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError>;
     async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError>;
+
+    // ── leases: which node drives which round ─────────────────────────────────────
+    /// Whether several nodes share this store (PostgreSQL): rounds are then claimed
+    /// from the store by whichever node has room, not only from this node's triggers.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// This node's name as a lease holder.
+    fn node_id(&self) -> &str;
+    /// How long a lease lasts without a renewal.
+    fn lease_duration(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+    /// Claims an unfinished round that is unheld (and past a back-off set at release,
+    /// unless `ignore_backoff`), whose lease expired, or that this node holds; bumps
+    /// its term. `None`: another node holds it, or it is final or unknown.
+    async fn claim(
+        &self,
+        market: Address,
+        market_id: U256,
+        ignore_backoff: bool,
+    ) -> Result<Option<Lease>, StoreError>;
+    /// Extends this node's lease; `false` when it was lost.
+    async fn renew(&self, market: Address, market_id: U256) -> Result<bool, StoreError>;
+    /// Gives the round up; with `retry_after`, no node claims it from the store before
+    /// that (a round paused on a transient error keeps its back-off cluster-wide).
+    async fn release(
+        &self,
+        market: Address,
+        market_id: U256,
+        retry_after: Option<Duration>,
+    ) -> Result<(), StoreError>;
+    /// Unfinished rounds that a node may claim now, oldest first.
+    async fn claimable(&self, limit: usize) -> Result<Vec<(Address, U256)>, StoreError>;
+    /// Whether this node still holds the round at the term it claimed (checked before
+    /// every broadcast).
+    async fn fence_ok(&self, market: Address, market_id: U256) -> Result<bool, StoreError>;
+    /// How many rounds this node holds.
+    fn held(&self) -> usize;
 }
 
 /// The embedded SQLite store behind [`RoundStore`].
 #[derive(Clone)]
-pub struct SqliteStore(Arc<Store>);
+pub struct SqliteStore(Arc<Store>, Arc<std::sync::Mutex<std::collections::HashSet<(Address, U256)>>>);
+
+/// The holder name of the single node of a SQLite store.
+const LOCAL_NODE: &str = "local";
 
 impl SqliteStore {
     pub fn new(store: Store) -> Self {
-        Self(Arc::new(store))
+        Self(Arc::new(store), Default::default())
+    }
+
+    fn held_set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<(Address, U256)>> {
+        self.1.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The synchronous store underneath (for code that is not async: the CLI, tests).
@@ -332,5 +379,50 @@ impl RoundStore for SqliteStore {
     }
     async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
         blocking!(self, |s| s.highest_nonce(key))
+    }
+
+    fn node_id(&self) -> &str {
+        LOCAL_NODE
+    }
+    async fn claim(
+        &self,
+        market: Address,
+        market_id: U256,
+        _ignore_backoff: bool,
+    ) -> Result<Option<Lease>, StoreError> {
+        let term = blocking!(self, |s| s.claim(market, market_id, LOCAL_NODE))?;
+        if term.is_some() {
+            self.held_set().insert((market, market_id));
+        }
+        Ok(term.map(|term| Lease {
+            term,
+            taken_from: None,
+        }))
+    }
+    async fn renew(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
+        Ok(self.held_set().contains(&(market, market_id)))
+    }
+    async fn release(
+        &self,
+        market: Address,
+        market_id: U256,
+        _retry_after: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.held_set().remove(&(market, market_id));
+        blocking!(self, |s| s.release(market, market_id))
+    }
+    async fn claimable(&self, limit: usize) -> Result<Vec<(Address, U256)>, StoreError> {
+        let all = blocking!(self, |s| s.unfinished())?;
+        Ok(all
+            .into_iter()
+            .take(limit)
+            .map(|r| (r.market, r.market_id))
+            .collect())
+    }
+    async fn fence_ok(&self, _market: Address, _market_id: U256) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+    fn held(&self) -> usize {
+        self.held_set().len()
     }
 }

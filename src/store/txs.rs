@@ -46,7 +46,7 @@ impl NonceState {
             NonceState::Lost => "lost",
         }
     }
-    fn parse(s: &str) -> Result<Self, StoreError> {
+    pub(crate) fn parse(s: &str) -> Result<Self, StoreError> {
         [NonceState::Pending, NonceState::Mined, NonceState::Lost]
             .into_iter()
             .find(|x| x.as_str() == s)

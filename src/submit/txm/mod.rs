@@ -266,7 +266,7 @@ impl TxManager {
             .await?;
         crash_point("signed");
         self.metrics.tx_attempt(&self.signer_label, "first");
-        let sent = self.broadcast(&attempt, head.number).await;
+        let sent = self.broadcast(payload, &attempt, head.number).await?;
         tracing::info!(market_id = %payload.market_id, nonce, tx = %attempt.tx_hash, max_fee_gwei = %gwei(fees.max_fee_per_gas), result = ?sent, "transaction broadcast");
         crash_point("broadcast");
         Ok(())
@@ -306,8 +306,12 @@ impl TxManager {
     }
 
     /// Sends an attempt's bytes; a node that accepted it or already has it marks the
-    /// attempt sent at `head`.
-    async fn broadcast(&self, a: &AttemptRecord, head: u64) -> Sent {
+    /// attempt sent at `head`. Only while this node holds the round's lease: a node
+    /// that lost it (paused, partitioned) sends nothing.
+    async fn broadcast(&self, p: &TxPayload, a: &AttemptRecord, head: u64) -> Result<Sent, TxError> {
+        if !self.store.fence_ok(p.market, p.market_id).await? {
+            return Err(TxError::Store(StoreError::LeaseLost(p.market, p.market_id)));
+        }
         let sent = match self.provider.send_raw_transaction(&a.raw).await {
             Ok(_) => Sent::Accepted,
             Err(e) => classify(&e.to_string()),
@@ -329,7 +333,7 @@ impl TxManager {
             }
             _ => {}
         }
-        sent
+        Ok(sent)
     }
 
     async fn estimate(&self) -> Result<Fees, TxError> {
@@ -469,7 +473,7 @@ impl TxManager {
                     self.metrics.tx_event(&self.signer_label, "reorged");
                     if let Some(a) = attempts.iter().find(|a| a.tx_hash == tx) {
                         self.metrics.tx_attempt(&self.signer_label, "rebroadcast");
-                        let _ = self.broadcast(a, head.number).await;
+                        let _ = self.broadcast(&rec.payload, a, head.number).await?;
                     }
                 }
                 // Not mined: has the chain used the nonce for something else?
@@ -522,7 +526,7 @@ impl TxManager {
             };
             let Some(sent_block) = newest.sent_block else {
                 // stored, never accepted by a node (a crash, or a refused broadcast)
-                match self.broadcast(newest, head.number).await {
+                match self.broadcast(&rec.payload, newest, head.number).await? {
                     Sent::Underpriced(_) => force_bump = true,
                     Sent::NonceTooLow => last_head = None,
                     _ => {}
@@ -553,7 +557,7 @@ impl TxManager {
                             .await?;
                         crash_point("replaced");
                         self.metrics.tx_attempt(&self.signer_label, "replacement");
-                        let sent = self.broadcast(&a, head.number).await;
+                        let sent = self.broadcast(&rec.payload, &a, head.number).await?;
                         tracing::warn!(market_id = %rec.payload.market_id, nonce, ?reason, replaces = %newest.tx_hash, tx = %a.tx_hash,
                             max_fee_gwei = %gwei(f.max_fee_per_gas), tip_gwei = %gwei(f.max_priority_fee_per_gas),
                             next_base_fee_gwei = %gwei(head.next_base_fee), result = ?sent, "transaction replaced with higher fees");
@@ -583,7 +587,7 @@ impl TxManager {
                 if known.is_none() {
                     tracing::warn!(market_id = %rec.payload.market_id, nonce, tx = %newest.tx_hash, "transaction dropped from the pool; re-broadcasting it");
                     self.metrics.tx_attempt(&self.signer_label, "rebroadcast");
-                    match self.broadcast(newest, head.number).await {
+                    match self.broadcast(&rec.payload, newest, head.number).await? {
                         Sent::Underpriced(_) => force_bump = true,
                         Sent::NonceTooLow => last_head = None,
                         _ => {}

@@ -1,0 +1,1220 @@
+//! The shared store of a cluster: the same [`RoundStore`] on PostgreSQL, so that any
+//! number of nodes share one database that decides who drives which round.
+//!
+//! - **Schema** versioned in [`MIGRATIONS`], applied at start under an advisory lock
+//!   (several nodes may start at once); a database newer than the binary is refused.
+//! - **Leases with fencing.** A node claims an unfinished round that is unheld, released
+//!   past its back-off, or whose lease expired, with one conditional `UPDATE` that bumps
+//!   the round's `term`; it renews the lease while it works. Every write for a round
+//!   (state, progress, outcome, nonce reservation, attempts) runs in a transaction that
+//!   first locks the round's row and checks that this node still holds it at the term it
+//!   claimed: a node that lost its lease writes nothing ([`StoreError::LeaseLost`]).
+//!   Lease times are the database's clock, so nodes' clocks do not matter.
+//! - **Shared keys.** A nonce is reserved under a row lock of its key (`tx_keys`), so
+//!   nodes that share a signing key never reserve the same nonce.
+//!
+//! Timestamps shown to operators (`created_at`, `updated_at`) stay unix seconds, as in
+//! SQLite; lease times are milliseconds of the database clock.
+
+use super::{
+    AttemptRecord, KeyRef, Lease, LogRef, NonceRecord, NonceState, RequestDecision, RoundRecord,
+    RoundState, RoundStore, RoundSummary, SUMMARY_REASON_BYTES, StoreError, TxPayload, now,
+    truncate,
+};
+use alloy::primitives::{Address, B256, Bytes, U256};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio_postgres::{NoTls, Row, Transaction};
+
+/// The oldest PostgreSQL the store is tested against (`server_version_num`).
+pub const MIN_SERVER_VERSION: i32 = 120_000;
+
+/// The database clock in milliseconds.
+const NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+
+/// Versioned migrations: (version, what it does, SQL). Append only.
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "rounds, logs, checkpoints, progress, leases, nonces and attempts",
+    "
+CREATE TABLE seen_logs (
+    tx_hash TEXT NOT NULL, log_index BIGINT NOT NULL, market TEXT NOT NULL, market_id TEXT NOT NULL,
+    block_number BIGINT NOT NULL, block_hash TEXT NOT NULL, PRIMARY KEY (tx_hash, log_index));
+CREATE TABLE rounds (
+    id BIGSERIAL UNIQUE,
+    market TEXT NOT NULL, market_id TEXT NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL,
+    workflow TEXT NOT NULL, request_tx TEXT, request_block BIGINT, reason TEXT, submit_tx TEXT,
+    raw_tx BYTEA, outcome TEXT, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
+    holder TEXT, term BIGINT NOT NULL DEFAULT 0, lease_until BIGINT,
+    PRIMARY KEY (market, market_id));
+CREATE INDEX rounds_open ON rounds (lease_until) WHERE state NOT IN ('confirmed', 'failed', 'skipped');
+CREATE TABLE checkpoints (key TEXT PRIMARY KEY, block_number BIGINT NOT NULL, block_hash TEXT NOT NULL);
+CREATE TABLE round_progress (
+    market TEXT NOT NULL, market_id TEXT NOT NULL, attempt INTEGER NOT NULL, progress TEXT NOT NULL,
+    updated_at BIGINT NOT NULL, PRIMARY KEY (market, market_id));
+CREATE TABLE tx_keys (signer TEXT NOT NULL, chain_id BIGINT NOT NULL, PRIMARY KEY (signer, chain_id));
+CREATE TABLE tx_nonces (
+    signer TEXT NOT NULL, chain_id BIGINT NOT NULL, nonce BIGINT NOT NULL,
+    market TEXT NOT NULL, market_id TEXT NOT NULL, to_addr TEXT NOT NULL, calldata BYTEA NOT NULL,
+    gas_limit BIGINT NOT NULL, state TEXT NOT NULL, mined_tx TEXT, mined_block BIGINT,
+    detail TEXT, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
+    PRIMARY KEY (signer, chain_id, nonce));
+CREATE INDEX tx_nonces_market ON tx_nonces (market, market_id);
+CREATE TABLE tx_attempts (
+    signer TEXT NOT NULL, chain_id BIGINT NOT NULL, nonce BIGINT NOT NULL, seq INTEGER NOT NULL,
+    tx_hash TEXT NOT NULL, raw BYTEA NOT NULL, max_fee TEXT NOT NULL, max_priority_fee TEXT NOT NULL,
+    gas_limit BIGINT NOT NULL, sent_block BIGINT, created_at BIGINT NOT NULL,
+    PRIMARY KEY (signer, chain_id, nonce, seq));
+",
+)];
+
+/// Settings of the PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PgSettings {
+    /// This node's name as a lease holder (unique per running node).
+    pub node_id: String,
+    /// How long a claimed round stays this node's without a renewal.
+    pub lease: Duration,
+    /// Connections in the pool.
+    pub max_connections: usize,
+}
+
+/// The PostgreSQL store.
+pub struct PgStore {
+    pool: Pool,
+    node: String,
+    lease: Duration,
+    /// The rounds this node holds, with the term it claimed them at (the fencing token).
+    held: Mutex<HashMap<(Address, U256), i64>>,
+}
+
+/// A connection URL without its password (for every message that shows it).
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.has_host() => {
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.to_string()
+        }
+        _ => "(a connection string that is not a URL)".into(),
+    }
+}
+
+fn pg_err(e: tokio_postgres::Error) -> StoreError {
+    // tokio-postgres' messages carry no connection parameters; the database's own
+    // message (code, detail) is what an operator needs
+    let detail = e
+        .as_db_error()
+        .map(|d| format!("{} ({})", d.message(), d.code().code()))
+        .unwrap_or_else(|| {
+            let mut s = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(c) = src {
+                s.push_str(": ");
+                s.push_str(&c.to_string());
+                src = c.source();
+            }
+            s
+        });
+    StoreError::Postgres(detail)
+}
+
+fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => pg_err(e),
+        e => StoreError::Postgres(format!("connection pool: {e}")),
+    }
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+const FINAL: &str = "('confirmed', 'failed', 'skipped')";
+
+impl PgStore {
+    /// Connects, checks the server's version and applies the migrations. Errors name the
+    /// URL without its password.
+    pub async fn connect(url: &str, settings: PgSettings) -> Result<Self, StoreError> {
+        let shown = redact_url(url);
+        let mut cfg = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::Connect {
+            url: shown.clone(),
+            error: format!("not a PostgreSQL connection URL: {e}"),
+        })?;
+        cfg.connect_timeout(Duration::from_secs(5))
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10))
+            .tcp_user_timeout(Duration::from_secs(15))
+            // a stalled server ends a statement instead of a round's progress
+            .options("-c statement_timeout=15000 -c lock_timeout=10000")
+            .application_name("cresolver");
+        let mgr = Manager::from_config(
+            cfg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(settings.max_connections.max(2))
+            .wait_timeout(Some(Duration::from_secs(10)))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .recycle_timeout(Some(Duration::from_secs(5)))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Connect {
+                url: shown.clone(),
+                error: e.to_string(),
+            })?;
+        let store = Self {
+            pool,
+            node: settings.node_id,
+            lease: settings.lease,
+            held: Mutex::new(HashMap::new()),
+        };
+        let connect_err = |e: StoreError| StoreError::Connect {
+            url: shown.clone(),
+            error: e.to_string(),
+        };
+        let client = store.pool.get().await.map_err(pool_err).map_err(connect_err)?;
+        let version: String = client
+            .query_one("SHOW server_version_num", &[])
+            .await
+            .map_err(pg_err)
+            .map_err(connect_err)?
+            .get(0);
+        let num: i32 = version.trim().parse().unwrap_or(0);
+        if num < MIN_SERVER_VERSION {
+            return Err(StoreError::Connect {
+                url: shown,
+                error: format!(
+                    "PostgreSQL server version {version} is not supported: use PostgreSQL 12 or newer"
+                ),
+            });
+        }
+        drop(client);
+        store.migrate().await.map_err(connect_err)?;
+        Ok(store)
+    }
+
+    /// This node's name as a lease holder.
+    pub fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    /// Applies the migrations the database does not have yet, one transaction, under an
+    /// advisory lock so that nodes starting together apply each once.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.pool.get().await.map_err(pool_err)?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        tx.execute("SELECT pg_advisory_xact_lock(7370657263)", &[])
+            .await
+            .map_err(pg_err)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        )
+        .await
+        .map_err(pg_err)?;
+        let have: Option<i32> = tx
+            .query_one("SELECT MAX(version) FROM schema_migrations", &[])
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        let have = have.unwrap_or(0);
+        let newest = MIGRATIONS.last().map_or(0, |m| m.0);
+        if have > newest {
+            return Err(StoreError::Corrupt(format!(
+                "the database schema is version {have}, newer than this binary's {newest}: upgrade the node"
+            )));
+        }
+        for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > have) {
+            tx.batch_execute(sql).await.map_err(pg_err)?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version, description) VALUES ($1, $2)",
+                &[version, description],
+            )
+            .await
+            .map_err(pg_err)?;
+            tracing::info!(version, description, "database migration applied");
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_err)
+    }
+
+    fn term_of(&self, market: Address, market_id: U256) -> Option<i64> {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(market, market_id))
+            .copied()
+    }
+
+    fn forget(&self, market: Address, market_id: U256) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(market, market_id));
+    }
+
+    /// Locks the round's row and checks this node still holds it at its term: the fence
+    /// of every write for a round.
+    async fn fence(
+        &self,
+        tx: &Transaction<'_>,
+        market: Address,
+        market_id: U256,
+    ) -> Result<(), StoreError> {
+        let lost = StoreError::LeaseLost(market, market_id);
+        let Some(term) = self.term_of(market, market_id) else {
+            return Err(lost);
+        };
+        let row = tx
+            .query_opt(
+                "SELECT holder, term FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+                &[&market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?
+            .ok_or(StoreError::NoRound(market, market_id))?;
+        let holder: Option<String> = row.get(0);
+        let t: i64 = row.get(1);
+        if holder.as_deref() != Some(self.node.as_str()) || t != term {
+            self.forget(market, market_id);
+            return Err(lost);
+        }
+        Ok(())
+    }
+
+    /// The round a reserved nonce belongs to.
+    async fn nonce_round(
+        &self,
+        tx: &Transaction<'_>,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<(Address, U256), StoreError> {
+        let row = tx
+            .query_opt(
+                "SELECT market, market_id FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
+                &[&key.signer.to_string(), &(key.chain_id as i64), &(nonce as i64)],
+            )
+            .await
+            .map_err(pg_err)?
+            .ok_or_else(|| corrupt("tx_nonces", format!("nonce {nonce} is not reserved")))?;
+        let m: String = row.get(0);
+        let id: String = row.get(1);
+        Ok((
+            Address::from_str(&m).map_err(|e| corrupt("market", e))?,
+            U256::from_str(&id).map_err(|e| corrupt("market_id", e))?,
+        ))
+    }
+
+    async fn upsert_round(
+        &self,
+        tx: &Transaction<'_>,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        request: Option<(B256, u64)>,
+    ) -> Result<RequestDecision, StoreError> {
+        let (m, id) = (market.to_string(), market_id.to_string());
+        let existing = tx
+            .query_opt(
+                "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+                &[&m, &id],
+            )
+            .await
+            .map_err(pg_err)?;
+        let req_tx = request.map(|(h, _)| h.to_string());
+        let req_block = request.map(|(_, b)| b as i64);
+        let t = now() as i64;
+        match existing {
+            None => {
+                // two nodes may insert the same market at once: the loser sees it handled
+                let n = tx
+                    .execute(
+                        "INSERT INTO rounds (market, market_id, state, attempt, workflow, request_tx, request_block, created_at, updated_at)
+                         VALUES ($1, $2, 'requested', 1, $3, $4, $5, $6, $6) ON CONFLICT DO NOTHING",
+                        &[&m, &id, &workflow, &req_tx, &req_block, &t],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                Ok(if n == 1 {
+                    RequestDecision::New
+                } else {
+                    RequestDecision::AlreadyHandled(RoundState::Requested)
+                })
+            }
+            Some(row) => {
+                let state: String = row.get(0);
+                if state == "failed" {
+                    tx.execute(
+                        "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
+                         request_tx = COALESCE($4, request_tx), request_block = COALESCE($5, request_block),
+                         reason = NULL, updated_at = $6, holder = NULL, lease_until = NULL
+                         WHERE market = $1 AND market_id = $2",
+                        &[&m, &id, &workflow, &req_tx, &req_block, &t],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                    Ok(RequestDecision::Reopened)
+                } else {
+                    Ok(RequestDecision::AlreadyHandled(RoundState::from_str(
+                        &state,
+                    )?))
+                }
+            }
+        }
+    }
+}
+
+const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, raw_tx, outcome, created_at, updated_at, holder FROM rounds";
+
+fn hash(h: Option<String>, what: &str) -> Result<Option<B256>, StoreError> {
+    h.map(|h| B256::from_str(&h))
+        .transpose()
+        .map_err(|e| corrupt(what, e))
+}
+
+fn read_round(r: &Row) -> Result<RoundRecord, StoreError> {
+    let market: String = r.get(0);
+    let market_id: String = r.get(1);
+    let state: String = r.get(2);
+    let outcome: Option<String> = r.get(10);
+    Ok(RoundRecord {
+        market: Address::from_str(&market).map_err(|e| corrupt("market", e))?,
+        market_id: U256::from_str(&market_id).map_err(|e| corrupt("market_id", e))?,
+        state: RoundState::from_str(&state)?,
+        attempt: r.get::<_, i32>(3) as u32,
+        workflow: r.get(4),
+        request_tx: hash(r.get(5), "request_tx")?,
+        request_block: r.get::<_, Option<i64>>(6).map(|b| b as u64),
+        reason: r.get(7),
+        submit_tx: hash(r.get(8), "submit_tx")?,
+        raw_tx: r.get::<_, Option<Vec<u8>>>(9).map(Bytes::from),
+        outcome: outcome
+            .map(|o| serde_json::from_str(&o))
+            .transpose()
+            .map_err(|e| corrupt("outcome", e))?,
+        created_at: r.get::<_, i64>(11) as u64,
+        updated_at: r.get::<_, i64>(12) as u64,
+        holder: r.get(13),
+    })
+}
+
+const NONCE_SELECT: &str = "SELECT nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at FROM tx_nonces";
+
+fn read_nonce(r: &Row) -> Result<NonceRecord, StoreError> {
+    let state: String = r.get(1);
+    let market: String = r.get(2);
+    let market_id: String = r.get(3);
+    let to: String = r.get(4);
+    Ok(NonceRecord {
+        nonce: r.get::<_, i64>(0) as u64,
+        state: NonceState::parse(&state)?,
+        payload: TxPayload {
+            market: Address::from_str(&market).map_err(|e| corrupt("market", e))?,
+            market_id: U256::from_str(&market_id).map_err(|e| corrupt("market_id", e))?,
+            to: Address::from_str(&to).map_err(|e| corrupt("to", e))?,
+            calldata: Bytes::from(r.get::<_, Vec<u8>>(5)),
+            gas_limit: r.get::<_, i64>(6) as u64,
+        },
+        mined_tx: hash(r.get(7), "mined_tx")?,
+        mined_block: r.get::<_, Option<i64>>(8).map(|b| b as u64),
+        detail: r.get(9),
+        created_at: r.get::<_, i64>(10) as u64,
+        updated_at: r.get::<_, i64>(11) as u64,
+    })
+}
+
+const ATTEMPT_SELECT: &str = "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at FROM tx_attempts";
+
+fn read_attempt(r: &Row) -> Result<AttemptRecord, StoreError> {
+    let tx_hash: String = r.get(2);
+    let max_fee: String = r.get(4);
+    let prio: String = r.get(5);
+    Ok(AttemptRecord {
+        nonce: r.get::<_, i64>(0) as u64,
+        seq: r.get::<_, i32>(1) as u32,
+        tx_hash: B256::from_str(&tx_hash).map_err(|e| corrupt("tx_hash", e))?,
+        raw: Bytes::from(r.get::<_, Vec<u8>>(3)),
+        max_fee_per_gas: max_fee.parse().map_err(|e| corrupt("max_fee", e))?,
+        max_priority_fee_per_gas: prio.parse().map_err(|e| corrupt("max_priority_fee", e))?,
+        gas_limit: r.get::<_, i64>(6) as u64,
+        sent_block: r.get::<_, Option<i64>>(7).map(|b| b as u64),
+        created_at: r.get::<_, i64>(8) as u64,
+    })
+}
+
+fn key_params(key: &KeyRef) -> (String, i64) {
+    (key.signer.to_string(), key.chain_id as i64)
+}
+
+#[async_trait::async_trait]
+impl RoundStore for PgStore {
+    async fn record_request(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        log: &LogRef,
+    ) -> Result<RequestDecision, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let inserted = tx
+            .execute(
+                "INSERT INTO seen_logs (tx_hash, log_index, market, market_id, block_number, block_hash)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                &[
+                    &log.tx_hash.to_string(),
+                    &(log.log_index as i64),
+                    &market.to_string(),
+                    &market_id.to_string(),
+                    &(log.block_number as i64),
+                    &log.block_hash.to_string(),
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        if inserted == 0 {
+            return Ok(RequestDecision::DuplicateLog);
+        }
+        let d = self
+            .upsert_round(
+                &tx,
+                market,
+                market_id,
+                workflow,
+                Some((log.tx_hash, log.block_number)),
+            )
+            .await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(d)
+    }
+
+    async fn manual_request(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+    ) -> Result<RequestDecision, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let d = self
+            .upsert_round(&tx, market, market_id, workflow, None)
+            .await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(d)
+    }
+
+    async fn set_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(
+            "UPDATE rounds SET state = $3, reason = $4, updated_at = $5 WHERE market = $1 AND market_id = $2",
+            &[
+                &market.to_string(),
+                &market_id.to_string(),
+                &state.as_str(),
+                &reason,
+                &(now() as i64),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    async fn save_progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+        state: RoundState,
+        progress: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, market, market_id).await?;
+        let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
+        tx.execute(
+            "UPDATE rounds SET state = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
+            &[&m, &id, &state.as_str(), &t],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(
+            "INSERT INTO round_progress (market, market_id, attempt, progress, updated_at) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (market, market_id) DO UPDATE SET attempt = $3, progress = $4, updated_at = $5",
+            &[&m, &id, &(attempt as i32), &progress.to_string(), &t],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    async fn progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT progress FROM round_progress WHERE market = $1 AND market_id = $2 AND attempt = $3",
+                &[&market.to_string(), &market_id.to_string(), &(attempt as i32)],
+            )
+            .await
+            .map_err(pg_err)?;
+        row.map(|r| {
+            serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| corrupt("round progress", e))
+        })
+        .transpose()
+    }
+
+    async fn set_request_block(
+        &self,
+        market: Address,
+        market_id: U256,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(
+            "UPDATE rounds SET request_block = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
+            &[
+                &market.to_string(),
+                &market_id.to_string(),
+                &(block as i64),
+                &(now() as i64),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    async fn set_outcome(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(
+            "UPDATE rounds SET outcome = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
+            &[
+                &market.to_string(),
+                &market_id.to_string(),
+                &outcome.to_string(),
+                &(now() as i64),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    async fn get(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<RoundRecord>, StoreError> {
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!("{SELECT} WHERE market = $1 AND market_id = $2"),
+                &[&market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| read_round(&r))
+            .transpose()
+    }
+
+    async fn list_summaries(
+        &self,
+        limit: usize,
+        before: Option<i64>,
+    ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT id, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx,
+                        created_at, updated_at, holder,
+                        CASE WHEN lease_until > {NOW_MS} THEN lease_until - {NOW_MS} END
+                     FROM rounds WHERE id < $1 ORDER BY id DESC LIMIT $2"
+                ),
+                &[&before.unwrap_or(i64::MAX), &(limit as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut last = None;
+        for r in rows {
+            last = Some(r.get::<_, i64>(0));
+            let market: String = r.get(1);
+            let market_id: String = r.get(2);
+            let state: String = r.get(3);
+            let state = RoundState::from_str(&state)?;
+            let holder: Option<String> = r.get(12);
+            let lease_ms: Option<i64> = r.get(13);
+            out.push(RoundSummary {
+                market: Address::from_str(&market).map_err(|e| corrupt("market", e))?,
+                market_id: U256::from_str(&market_id).map_err(|e| corrupt("market_id", e))?,
+                state,
+                attempt: r.get::<_, i32>(4) as u32,
+                workflow: r.get(5),
+                request_tx: hash(r.get(6), "request_tx")?,
+                request_block: r.get::<_, Option<i64>>(7).map(|b| b as u64),
+                reason: r
+                    .get::<_, Option<String>>(8)
+                    .map(|s| truncate(s, SUMMARY_REASON_BYTES)),
+                submit_tx: hash(r.get(9), "submit_tx")?,
+                created_at: r.get::<_, i64>(10) as u64,
+                updated_at: r.get::<_, i64>(11) as u64,
+                holder: holder.filter(|_| !state.is_final()),
+                lease_ms: lease_ms.filter(|_| !state.is_final()).map(|m| m as u64),
+            });
+        }
+        let next = (out.len() == limit).then_some(last).flatten();
+        Ok((out, next))
+    }
+
+    async fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!("{SELECT} WHERE state NOT IN {FINAL} ORDER BY created_at, id"),
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(read_round).collect()
+    }
+
+    async fn count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT state, COUNT(*) FROM rounds GROUP BY state", &[])
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                let s: String = r.get(0);
+                Ok((RoundState::from_str(&s)?, r.get::<_, i64>(1) as u64))
+            })
+            .collect()
+    }
+
+    async fn probe_write(&self) -> Result<(), StoreError> {
+        self.set_checkpoint(&format!("health:probe:{}", self.node), now(), B256::ZERO)
+            .await
+    }
+
+    async fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT block_number, block_hash FROM checkpoints WHERE key = $1",
+                &[&key],
+            )
+            .await
+            .map_err(pg_err)?;
+        row.map(|r| {
+            let h: String = r.get(1);
+            Ok((
+                r.get::<_, i64>(0) as u64,
+                B256::from_str(&h).map_err(|e| corrupt("checkpoint hash", e))?,
+            ))
+        })
+        .transpose()
+    }
+
+    async fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO checkpoints (key, block_number, block_hash) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash",
+                &[&key, &(block as i64), &hash.to_string()],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn reserve_nonce(
+        &self,
+        key: KeyRef,
+        chain_pending: u64,
+        payload: &TxPayload,
+    ) -> Result<u64, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, payload.market, payload.market_id).await?;
+        // the key's row lock: nodes sharing the key reserve one at a time
+        tx.execute(
+            "INSERT INTO tx_keys (signer, chain_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[&signer, &chain],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(
+            "SELECT 1 FROM tx_keys WHERE signer = $1 AND chain_id = $2 FOR UPDATE",
+            &[&signer, &chain],
+        )
+        .await
+        .map_err(pg_err)?;
+        let highest: Option<i64> = tx
+            .query_one(
+                "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
+                &[&signer, &chain],
+            )
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        let nonce = highest.map_or(chain_pending, |h| chain_pending.max(h as u64 + 1));
+        let t = now() as i64;
+        tx.execute(
+            "INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9)",
+            &[
+                &signer,
+                &chain,
+                &(nonce as i64),
+                &payload.market.to_string(),
+                &payload.market_id.to_string(),
+                &payload.to.to_string(),
+                &payload.calldata.as_ref(),
+                &(payload.gas_limit as i64),
+                &t,
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(
+            "UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = $3 WHERE market = $1 AND market_id = $2",
+            &[&payload.market.to_string(), &payload.market_id.to_string(), &t],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(nonce)
+    }
+
+    async fn add_attempt(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+        a: &AttemptRecord,
+    ) -> Result<(), StoreError> {
+        let (signer, chain) = key_params(&key);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(
+            "INSERT INTO tx_attempts (signer, chain_id, nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            &[
+                &signer,
+                &chain,
+                &(a.nonce as i64),
+                &(a.seq as i32),
+                &a.tx_hash.to_string(),
+                &a.raw.as_ref(),
+                &a.max_fee_per_gas.to_string(),
+                &a.max_priority_fee_per_gas.to_string(),
+                &(a.gas_limit as i64),
+                &a.sent_block.map(|b| b as i64),
+                &(a.created_at as i64),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(
+            "UPDATE rounds SET submit_tx = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
+            &[
+                &market.to_string(),
+                &market_id.to_string(),
+                &a.tx_hash.to_string(),
+                &(now() as i64),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    async fn mark_attempt_sent(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        seq: u32,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        let (signer, chain) = key_params(&key);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let (market, market_id) = self.nonce_round(&tx, key, nonce).await?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(
+            "UPDATE tx_attempts SET sent_block = COALESCE(sent_block, $5)
+             WHERE signer = $1 AND chain_id = $2 AND nonce = $3 AND seq = $4",
+            &[
+                &signer,
+                &chain,
+                &(nonce as i64),
+                &(seq as i32),
+                &(block as i64),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    async fn finish_nonce(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        state: NonceState,
+        mined: Option<(B256, u64)>,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let (signer, chain) = key_params(&key);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let (market, market_id) = self.nonce_round(&tx, key, nonce).await?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(
+            "UPDATE tx_nonces SET state = $4, mined_tx = $5, mined_block = $6, detail = $7, updated_at = $8
+             WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
+            &[
+                &signer,
+                &chain,
+                &(nonce as i64),
+                &state.as_str(),
+                &mined.map(|(h, _)| h.to_string()),
+                &mined.map(|(_, b)| b as i64),
+                &detail,
+                &(now() as i64),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        if let Some((h, _)) = mined {
+            tx.execute(
+                "UPDATE rounds SET submit_tx = $3 WHERE market = $1 AND market_id = $2",
+                &[&market.to_string(), &market_id.to_string(), &h.to_string()],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)
+    }
+
+    async fn pending_nonce_of(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<NonceRecord>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!(
+                    "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND market = $3 AND market_id = $4 AND state = 'pending'
+                     ORDER BY nonce LIMIT 1"
+                ),
+                &[&signer, &chain, &market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| read_nonce(&r))
+            .transpose()
+    }
+
+    async fn nonce_record(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<Option<NonceRecord>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!("{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3"),
+                &[&signer, &chain, &(nonce as i64)],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| read_nonce(&r))
+            .transpose()
+    }
+
+    async fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND state = 'pending' ORDER BY nonce"
+                ),
+                &[&signer, &chain],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(read_nonce).collect()
+    }
+
+    async fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "{ATTEMPT_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3 ORDER BY seq"
+                ),
+                &[&signer, &chain, &(nonce as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(read_attempt).collect()
+    }
+
+    async fn tx_history(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = $1 AND market_id = $2 ORDER BY created_at, nonce",
+                &[&market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?;
+        drop(client);
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let signer: String = r.get(0);
+            let key = KeyRef {
+                signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
+                chain_id: r.get::<_, i64>(1) as u64,
+            };
+            let nonce = r.get::<_, i64>(2) as u64;
+            if let Some(rec) = self.nonce_record(key, nonce).await? {
+                out.push((rec, self.attempts(key, nonce).await?));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        let h: Option<i64> = client
+            .query_one(
+                "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
+                &[&signer, &chain],
+            )
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        Ok(h.map(|h| h as u64))
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    fn lease_duration(&self) -> Duration {
+        self.lease
+    }
+
+    async fn claim(
+        &self,
+        market: Address,
+        market_id: U256,
+        ignore_backoff: bool,
+    ) -> Result<Option<Lease>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let (m, id) = (market.to_string(), market_id.to_string());
+        let Some(row) = tx
+            .query_opt(
+                &format!(
+                    "SELECT holder, state, lease_until IS NULL OR lease_until < {NOW_MS}
+                     FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE"
+                ),
+                &[&m, &id],
+            )
+            .await
+            .map_err(pg_err)?
+        else {
+            return Ok(None);
+        };
+        let prev: Option<String> = row.get(0);
+        let state: String = row.get(1);
+        let expired: bool = row.get(2);
+        let ours = prev.as_deref() == Some(self.node.as_str());
+        let free = expired || ours || (prev.is_none() && ignore_backoff);
+        if RoundState::from_str(&state)?.is_final() || !free {
+            return Ok(None);
+        }
+        let term: i64 = tx
+            .query_one(
+                &format!(
+                    "UPDATE rounds SET holder = $3, term = term + 1, lease_until = {NOW_MS} + $4
+                     WHERE market = $1 AND market_id = $2 RETURNING term"
+                ),
+                &[&m, &id, &self.node, &(self.lease.as_millis() as i64)],
+            )
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        tx.commit().await.map_err(pg_err)?;
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((market, market_id), term);
+        Ok(Some(Lease {
+            term: term as u64,
+            taken_from: prev.filter(|p| p != &self.node),
+        }))
+    }
+
+    async fn renew(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
+        let Some(term) = self.term_of(market, market_id) else {
+            return Ok(false);
+        };
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                &format!(
+                    "UPDATE rounds SET lease_until = {NOW_MS} + $4
+                     WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $5"
+                ),
+                &[
+                    &market.to_string(),
+                    &market_id.to_string(),
+                    &self.node,
+                    &(self.lease.as_millis() as i64),
+                    &term,
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        if n == 0 {
+            self.forget(market, market_id);
+        }
+        Ok(n == 1)
+    }
+
+    async fn release(
+        &self,
+        market: Address,
+        market_id: U256,
+        retry_after: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let Some(term) = self.term_of(market, market_id) else {
+            return Ok(());
+        };
+        self.forget(market, market_id);
+        let client = self.client().await?;
+        let after = retry_after.map(|d| d.as_millis() as i64);
+        client
+            .execute(
+                &format!(
+                    "UPDATE rounds SET holder = NULL,
+                       lease_until = CASE WHEN $5::BIGINT IS NULL THEN NULL ELSE {NOW_MS} + $5::BIGINT END
+                     WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4"
+                ),
+                &[
+                    &market.to_string(),
+                    &market_id.to_string(),
+                    &self.node,
+                    &term,
+                    &after,
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn claimable(&self, limit: usize) -> Result<Vec<(Address, U256)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT market, market_id FROM rounds
+                     WHERE state NOT IN {FINAL} AND (lease_until IS NULL OR lease_until < {NOW_MS})
+                     ORDER BY id LIMIT $1"
+                ),
+                &[&(limit as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                let m: String = r.get(0);
+                let id: String = r.get(1);
+                Ok((
+                    Address::from_str(&m).map_err(|e| corrupt("market", e))?,
+                    U256::from_str(&id).map_err(|e| corrupt("market_id", e))?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn fence_ok(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
+        let Some(term) = self.term_of(market, market_id) else {
+            return Ok(false);
+        };
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4",
+                &[&market.to_string(), &market_id.to_string(), &self.node, &term],
+            )
+            .await
+            .map_err(pg_err)?;
+        if row.is_none() {
+            self.forget(market, market_id);
+        }
+        Ok(row.is_some())
+    }
+
+    fn held(&self) -> usize {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
