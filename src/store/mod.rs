@@ -137,6 +137,10 @@ pub struct RoundSummary {
     /// How long the holder's lease still runs, in milliseconds (a cluster only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<u64>,
+    /// The node that claimed the round last: the one that drove it to its end, for a
+    /// final round (a cluster only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driven_by: Option<String>,
 }
 
 /// Longest reason a summary carries.
@@ -537,6 +541,7 @@ impl Store {
                 updated_at: u as u64,
                 holder: holder.filter(|_| !state.is_final()),
                 lease_ms: None,
+                driven_by: None,
             });
         }
         let next = (out.len() == limit).then_some(last).flatten();

@@ -48,7 +48,7 @@ CREATE TABLE rounds (
     market TEXT NOT NULL, market_id TEXT NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL,
     workflow TEXT NOT NULL, request_tx TEXT, request_block BIGINT, reason TEXT, submit_tx TEXT,
     raw_tx BYTEA, outcome TEXT, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
-    holder TEXT, term BIGINT NOT NULL DEFAULT 0, lease_until BIGINT,
+    holder TEXT, term BIGINT NOT NULL DEFAULT 0, lease_until BIGINT, last_holder TEXT,
     PRIMARY KEY (market, market_id));
 CREATE INDEX rounds_open ON rounds (lease_until) WHERE state NOT IN ('confirmed', 'failed', 'skipped');
 CREATE TABLE checkpoints (key TEXT PRIMARY KEY, block_number BIGINT NOT NULL, block_hash TEXT NOT NULL);
@@ -660,7 +660,7 @@ impl RoundStore for PgStore {
             .query(
                 &format!(
                     "SELECT id, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx,
-                        created_at, updated_at, holder,
+                        created_at, updated_at, holder, last_holder,
                         CASE WHEN lease_until > {NOW_MS} THEN lease_until - {NOW_MS} END
                      FROM rounds WHERE id < $1 ORDER BY id DESC LIMIT $2"
                 ),
@@ -677,7 +677,8 @@ impl RoundStore for PgStore {
             let state: String = r.get(3);
             let state = RoundState::from_str(&state)?;
             let holder: Option<String> = r.get(12);
-            let lease_ms: Option<i64> = r.get(13);
+            let last_holder: Option<String> = r.get(13);
+            let lease_ms: Option<i64> = r.get(14);
             out.push(RoundSummary {
                 market: Address::from_str(&market).map_err(|e| corrupt("market", e))?,
                 market_id: U256::from_str(&market_id).map_err(|e| corrupt("market_id", e))?,
@@ -694,6 +695,7 @@ impl RoundStore for PgStore {
                 updated_at: r.get::<_, i64>(11) as u64,
                 holder: holder.filter(|_| !state.is_final()),
                 lease_ms: lease_ms.filter(|_| !state.is_final()).map(|m| m as u64),
+                driven_by: last_holder,
             });
         }
         let next = (out.len() == limit).then_some(last).flatten();
@@ -1093,7 +1095,7 @@ impl RoundStore for PgStore {
         let term: i64 = tx
             .query_one(
                 &format!(
-                    "UPDATE rounds SET holder = $3, term = term + 1, lease_until = {NOW_MS} + $4
+                    "UPDATE rounds SET holder = $3, last_holder = $3, term = term + 1, lease_until = {NOW_MS} + $4
                      WHERE market = $1 AND market_id = $2 RETURNING term"
                 ),
                 &[&m, &id, &self.node, &(self.lease.as_millis() as i64)],

@@ -7,6 +7,7 @@ pub mod chain;
 pub mod chorus_peer;
 pub mod factagora_peer;
 pub mod node;
+pub mod pg;
 pub mod proxy;
 pub mod roundtable_peer;
 

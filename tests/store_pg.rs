@@ -1,0 +1,348 @@
+//! The store interface against both backends (the embedded SQLite file and a real
+//! PostgreSQL server started by the harness), and what only a shared store has: leases
+//! with fencing terms, takeovers, and nonces reserved by several nodes at once.
+
+mod common;
+
+use alloy::primitives::{Address, B256, Bytes, U256};
+use common::pg::Pg;
+use cresolver::store::{
+    AttemptRecord, KeyRef, LogRef, NonceState, PgSettings, PgStore, RequestDecision, RoundState,
+    RoundStore, SqliteStore, Store, StoreError, TxPayload,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn settings(node: &str, lease: Duration) -> PgSettings {
+    PgSettings {
+        node_id: node.into(),
+        lease,
+        max_connections: 8,
+    }
+}
+
+async fn pg_store(pg: &Pg, node: &str, lease: Duration) -> PgStore {
+    PgStore::connect(&pg.url(), settings(node, lease))
+        .await
+        .unwrap()
+}
+
+fn log(i: u8) -> LogRef {
+    LogRef {
+        tx_hash: B256::repeat_byte(i),
+        log_index: 0,
+        block_number: i as u64,
+        block_hash: B256::repeat_byte(0xb0 + i),
+    }
+}
+
+fn payload(m: Address, id: u64) -> TxPayload {
+    TxPayload {
+        market: m,
+        market_id: U256::from(id),
+        to: Address::repeat_byte(2),
+        calldata: Bytes::from(vec![1, 2, 3]),
+        gas_limit: 100_000,
+    }
+}
+
+fn attempt(nonce: u64, seq: u32) -> AttemptRecord {
+    AttemptRecord {
+        nonce,
+        seq,
+        tx_hash: B256::repeat_byte(seq as u8 + 1),
+        raw: Bytes::from(vec![seq as u8; 3]),
+        max_fee_per_gas: u128::MAX - seq as u128,
+        max_priority_fee_per_gas: 7,
+        gas_limit: 1,
+        sent_block: None,
+        created_at: 0,
+    }
+}
+
+/// The round state machine, progress, checkpoints, nonces and attempts: the same
+/// sequence on either backend gives the same answers.
+async fn store_contract(s: &dyn RoundStore) {
+    let m = Address::repeat_byte(1);
+    let id = U256::from(7);
+    assert_eq!(
+        s.record_request(m, id, "wf", &log(1)).await.unwrap(),
+        RequestDecision::New
+    );
+    assert_eq!(
+        s.record_request(m, id, "wf", &log(1)).await.unwrap(),
+        RequestDecision::DuplicateLog
+    );
+    assert_eq!(
+        s.record_request(m, id, "wf", &log(2)).await.unwrap(),
+        RequestDecision::AlreadyHandled(RoundState::Requested)
+    );
+    assert!(s.claim(m, id, true).await.unwrap().is_some());
+    s.set_state(m, id, RoundState::Failed, Some("quorum not met"))
+        .await
+        .unwrap();
+    s.release(m, id, None).await.unwrap();
+    assert_eq!(
+        s.record_request(m, id, "wf", &log(3)).await.unwrap(),
+        RequestDecision::Reopened
+    );
+    let r = s.get(m, id).await.unwrap().unwrap();
+    assert_eq!(
+        (r.state, r.attempt, r.reason.clone(), r.request_tx),
+        (RoundState::Requested, 2, None, Some(B256::repeat_byte(3)))
+    );
+    assert_eq!(s.unfinished().await.unwrap().len(), 1);
+
+    // progress is kept per attempt
+    assert!(s.claim(m, id, true).await.unwrap().is_some());
+    let p = serde_json::json!({"resolve": {"x": 1}});
+    s.save_progress(m, id, 2, RoundState::Answered, &p)
+        .await
+        .unwrap();
+    assert_eq!(s.progress(m, id, 2).await.unwrap(), Some(p));
+    assert_eq!(s.progress(m, id, 1).await.unwrap(), None);
+    s.set_request_block(m, id, 99).await.unwrap();
+    s.set_outcome(m, id, &serde_json::json!({"version": 2}))
+        .await
+        .unwrap();
+    let r = s.get(m, id).await.unwrap().unwrap();
+    assert_eq!(r.state, RoundState::Answered);
+    assert_eq!(r.request_block, Some(99));
+    assert_eq!(r.outcome, Some(serde_json::json!({"version": 2})));
+
+    // nonces: never handed out twice, whatever the chain's pending count says
+    let key = KeyRef {
+        signer: Address::repeat_byte(9),
+        chain_id: 31337,
+    };
+    for i in 1..=3u64 {
+        s.manual_request(m, U256::from(100 + i), "wf").await.unwrap();
+        assert!(s.claim(m, U256::from(100 + i), true).await.unwrap().is_some());
+    }
+    assert_eq!(s.reserve_nonce(key, 5, &payload(m, 101)).await.unwrap(), 5);
+    assert_eq!(s.reserve_nonce(key, 5, &payload(m, 102)).await.unwrap(), 6);
+    assert_eq!(
+        s.reserve_nonce(key, 10, &payload(m, 103)).await.unwrap(),
+        10
+    );
+    assert_eq!(
+        s.get(m, U256::from(102)).await.unwrap().unwrap().state,
+        RoundState::Submitted
+    );
+    for seq in 0..3 {
+        s.add_attempt(key, m, U256::from(101), &attempt(5, seq))
+            .await
+            .unwrap();
+    }
+    s.mark_attempt_sent(key, 5, 1, 42).await.unwrap();
+    s.mark_attempt_sent(key, 5, 1, 50).await.unwrap();
+    let a = s.attempts(key, 5).await.unwrap();
+    assert_eq!(a.len(), 3);
+    assert_eq!(a[1].sent_block, Some(42), "the first broadcast block is kept");
+    assert_eq!(a[2].max_fee_per_gas, u128::MAX - 2, "u128 fees round-trip");
+    s.finish_nonce(key, 6, NonceState::Lost, None, Some("used elsewhere"))
+        .await
+        .unwrap();
+    s.finish_nonce(
+        key,
+        5,
+        NonceState::Mined,
+        Some((B256::repeat_byte(2), 9)),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.pending_nonces(key)
+            .await
+            .unwrap()
+            .iter()
+            .map(|n| n.nonce)
+            .collect::<Vec<_>>(),
+        vec![10]
+    );
+    assert_eq!(
+        s.pending_nonce_of(key, m, U256::from(103))
+            .await
+            .unwrap()
+            .map(|n| n.nonce),
+        Some(10)
+    );
+    assert_eq!(s.highest_nonce(key).await.unwrap(), Some(10));
+    let h = s.tx_history(m, U256::from(101)).await.unwrap();
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0].0.state, NonceState::Mined);
+    assert_eq!(h[0].1.len(), 3);
+    assert_eq!(
+        s.get(m, U256::from(101)).await.unwrap().unwrap().submit_tx,
+        Some(B256::repeat_byte(2)),
+        "the mined attempt"
+    );
+
+    // checkpoints, summaries and counts
+    s.set_checkpoint("k", 42, B256::repeat_byte(4)).await.unwrap();
+    assert_eq!(
+        s.checkpoint("k").await.unwrap(),
+        Some((42, B256::repeat_byte(4)))
+    );
+    let (page, next) = s.list_summaries(2, None).await.unwrap();
+    assert_eq!(page.len(), 2);
+    let (rest, _) = s.list_summaries(10, next).await.unwrap();
+    assert_eq!(page.len() + rest.len(), 4, "pages cover every round once");
+    let total: u64 = s
+        .count_by_state()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(total, 4);
+    s.probe_write().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_store_contract_holds_on_sqlite() {
+    let s = SqliteStore::new(Store::in_memory().unwrap());
+    store_contract(&s).await;
+}
+
+#[tokio::test]
+async fn the_store_contract_holds_on_postgres() {
+    let pg = Pg::start();
+    let s = pg_store(&pg, "node-a", Duration::from_secs(15)).await;
+    store_contract(&s).await;
+    // a second node connecting to the migrated database applies nothing twice
+    let again = pg_store(&pg, "node-b", Duration::from_secs(15)).await;
+    assert_eq!(again.unfinished().await.unwrap().len(), 4);
+    assert_eq!(
+        pg.psql("SELECT string_agg(version::text, ',') FROM schema_migrations"),
+        "1"
+    );
+}
+
+#[tokio::test]
+async fn leases_fence_a_node_that_lost_its_round() {
+    let pg = Pg::start();
+    let lease = Duration::from_millis(600);
+    let a = pg_store(&pg, "node-a", lease).await;
+    let b = pg_store(&pg, "node-b", lease).await;
+    let (m, id) = (Address::repeat_byte(1), U256::from(1));
+    a.manual_request(m, id, "wf").await.unwrap();
+
+    let la = a.claim(m, id, false).await.unwrap().expect("a claims");
+    assert!(
+        b.claim(m, id, false).await.unwrap().is_none(),
+        "held by a"
+    );
+    assert!(b.claim(m, id, true).await.unwrap().is_none(), "held by a");
+    assert!(a.renew(m, id).await.unwrap());
+    assert!(b.claimable(10).await.unwrap().is_empty());
+    a.set_state(m, id, RoundState::Discovered, None)
+        .await
+        .unwrap();
+
+    // a stops renewing (paused); its lease expires; b takes the round over
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    assert_eq!(b.claimable(10).await.unwrap(), vec![(m, id)]);
+    let lb = b.claim(m, id, false).await.unwrap().expect("b takes over");
+    assert!(lb.term > la.term, "a new term fences the old one");
+    assert_eq!(lb.taken_from.as_deref(), Some("node-a"));
+    b.set_state(m, id, RoundState::Answered, None).await.unwrap();
+
+    // a wakes up: every write and every broadcast check is refused, nothing of b's is overwritten
+    let key = KeyRef {
+        signer: Address::repeat_byte(9),
+        chain_id: 1,
+    };
+    let refused = [
+        a.set_state(m, id, RoundState::Failed, Some("stale")).await,
+        a.save_progress(m, id, 1, RoundState::Evaluated, &serde_json::json!({}))
+            .await,
+        a.set_outcome(m, id, &serde_json::json!({"stale": true}))
+            .await,
+        a.reserve_nonce(key, 0, &payload(m, 1)).await.map(|_| ()),
+    ];
+    for r in refused {
+        assert!(
+            matches!(r, Err(StoreError::LeaseLost(..))),
+            "a stale write was not refused: {r:?}"
+        );
+    }
+    assert!(!a.fence_ok(m, id).await.unwrap());
+    assert!(!a.renew(m, id).await.unwrap());
+    let r = b.get(m, id).await.unwrap().unwrap();
+    assert_eq!(r.state, RoundState::Answered);
+    assert_eq!(r.outcome, None);
+    assert_eq!(r.holder.as_deref(), Some("node-b"));
+    assert!(b.pending_nonce_of(key, m, id).await.unwrap().is_none());
+
+    // b's writes go on; a release with a back-off keeps other nodes' claim loops away
+    assert_eq!(b.reserve_nonce(key, 0, &payload(m, 1)).await.unwrap(), 0);
+    b.add_attempt(key, m, id, &attempt(0, 0)).await.unwrap();
+    assert!(b.fence_ok(m, id).await.unwrap());
+    b.release(m, id, Some(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(a.claimable(10).await.unwrap().is_empty(), "backing off");
+    assert!(a.claim(m, id, false).await.unwrap().is_none());
+    // an operator's retry (or the node's own) does not wait for the back-off
+    assert!(a.claim(m, id, true).await.unwrap().is_some());
+    a.set_state(m, id, RoundState::Confirmed, None).await.unwrap();
+    a.release(m, id, None).await.unwrap();
+    assert!(
+        b.claim(m, id, true).await.unwrap().is_none(),
+        "a final round is never claimed"
+    );
+    let (page, _) = b.list_summaries(10, None).await.unwrap();
+    assert_eq!(page[0].driven_by.as_deref(), Some("node-a"));
+    assert_eq!(page[0].holder, None);
+}
+
+#[tokio::test]
+async fn nodes_sharing_a_key_never_reserve_the_same_nonce() {
+    let pg = Pg::start();
+    let nodes: Vec<Arc<PgStore>> = futures::future::join_all(
+        ["a", "b", "c"].map(|n| pg_store(&pg, n, Duration::from_secs(30))),
+    )
+    .await
+    .into_iter()
+    .map(Arc::new)
+    .collect();
+    let m = Address::repeat_byte(1);
+    let key = KeyRef {
+        signer: Address::repeat_byte(9),
+        chain_id: 31337,
+    };
+    // 3 nodes × 15 rounds each, all reserving at once; the chain's pending count lags
+    let mut tasks = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        for j in 0..15u64 {
+            let (node, id) = (node.clone(), (i as u64) * 100 + j);
+            tasks.push(tokio::spawn(async move {
+                node.manual_request(m, U256::from(id), "wf").await.unwrap();
+                node.claim(m, U256::from(id), true).await.unwrap().unwrap();
+                node.reserve_nonce(key, 3, &payload(m, id)).await.unwrap()
+            }));
+        }
+    }
+    let mut nonces: Vec<u64> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    nonces.sort();
+    assert_eq!(nonces, (3..48).collect::<Vec<_>>(), "45 distinct nonces, no gap");
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_a_clear_error_without_its_password() {
+    let port = common::node::free_port();
+    let url = format!("postgres://resolver:hunter2secret@127.0.0.1:{port}/cresolver");
+    let e = match PgStore::connect(&url, settings("x", Duration::from_secs(15))).await {
+        Ok(_) => panic!("nothing listens there"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
+    assert!(!e.contains("hunter2secret"), "the password leaked: {e}");
+    assert!(e.to_lowercase().contains("refused"), "{e}");
+}
