@@ -116,8 +116,15 @@ async fn store_contract(s: &dyn RoundStore) {
         chain_id: 31337,
     };
     for i in 1..=3u64 {
-        s.manual_request(m, U256::from(100 + i), "wf").await.unwrap();
-        assert!(s.claim(m, U256::from(100 + i), true).await.unwrap().is_some());
+        s.manual_request(m, U256::from(100 + i), "wf")
+            .await
+            .unwrap();
+        assert!(
+            s.claim(m, U256::from(100 + i), true)
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
     assert_eq!(s.reserve_nonce(key, 5, &payload(m, 101)).await.unwrap(), 5);
     assert_eq!(s.reserve_nonce(key, 5, &payload(m, 102)).await.unwrap(), 6);
@@ -138,7 +145,11 @@ async fn store_contract(s: &dyn RoundStore) {
     s.mark_attempt_sent(key, 5, 1, 50).await.unwrap();
     let a = s.attempts(key, 5).await.unwrap();
     assert_eq!(a.len(), 3);
-    assert_eq!(a[1].sent_block, Some(42), "the first broadcast block is kept");
+    assert_eq!(
+        a[1].sent_block,
+        Some(42),
+        "the first broadcast block is kept"
+    );
     assert_eq!(a[2].max_fee_per_gas, u128::MAX - 2, "u128 fees round-trip");
     s.finish_nonce(key, 6, NonceState::Lost, None, Some("used elsewhere"))
         .await
@@ -180,7 +191,9 @@ async fn store_contract(s: &dyn RoundStore) {
     );
 
     // checkpoints, summaries and counts
-    s.set_checkpoint("k", 42, B256::repeat_byte(4)).await.unwrap();
+    s.set_checkpoint("k", 42, B256::repeat_byte(4))
+        .await
+        .unwrap();
     assert_eq!(
         s.checkpoint("k").await.unwrap(),
         Some((42, B256::repeat_byte(4)))
@@ -230,10 +243,7 @@ async fn leases_fence_a_node_that_lost_its_round() {
     a.manual_request(m, id, "wf").await.unwrap();
 
     let la = a.claim(m, id, false).await.unwrap().expect("a claims");
-    assert!(
-        b.claim(m, id, false).await.unwrap().is_none(),
-        "held by a"
-    );
+    assert!(b.claim(m, id, false).await.unwrap().is_none(), "held by a");
     assert!(b.claim(m, id, true).await.unwrap().is_none(), "held by a");
     assert!(a.renew(m, id).await.unwrap());
     assert!(b.claimable(10).await.unwrap().is_empty());
@@ -247,7 +257,9 @@ async fn leases_fence_a_node_that_lost_its_round() {
     let lb = b.claim(m, id, false).await.unwrap().expect("b takes over");
     assert!(lb.term > la.term, "a new term fences the old one");
     assert_eq!(lb.taken_from.as_deref(), Some("node-a"));
-    b.set_state(m, id, RoundState::Answered, None).await.unwrap();
+    b.set_state(m, id, RoundState::Answered, None)
+        .await
+        .unwrap();
 
     // a wakes up: every write and every broadcast check is refused, nothing of b's is overwritten
     let key = KeyRef {
@@ -287,7 +299,9 @@ async fn leases_fence_a_node_that_lost_its_round() {
     assert!(a.claim(m, id, false).await.unwrap().is_none());
     // an operator's retry (or the node's own) does not wait for the back-off
     assert!(a.claim(m, id, true).await.unwrap().is_some());
-    a.set_state(m, id, RoundState::Confirmed, None).await.unwrap();
+    a.set_state(m, id, RoundState::Confirmed, None)
+        .await
+        .unwrap();
     a.release(m, id, None).await.unwrap();
     assert!(
         b.claim(m, id, true).await.unwrap().is_none(),
@@ -331,7 +345,11 @@ async fn nodes_sharing_a_key_never_reserve_the_same_nonce() {
         .map(|r| r.unwrap())
         .collect();
     nonces.sort();
-    assert_eq!(nonces, (3..48).collect::<Vec<_>>(), "45 distinct nonces, no gap");
+    assert_eq!(
+        nonces,
+        (3..48).collect::<Vec<_>>(),
+        "45 distinct nonces, no gap"
+    );
 }
 
 #[tokio::test]

@@ -292,7 +292,9 @@ impl Metrics {
 
     /// Counts a lease event: `claimed`, `takeover` or `lost`.
     pub fn lease_event(&self, event: &'static str) {
-        self.lease_events.get_or_create(&LeaseLabels { event }).inc();
+        self.lease_events
+            .get_or_create(&LeaseLabels { event })
+            .inc();
     }
 
     /// How many rounds this node holds now.
@@ -302,8 +304,14 @@ impl Metrics {
 
     /// The lease counters (`/health`): claimed, takeover, lost.
     pub fn lease_counts(&self) -> [(&'static str, u64); 3] {
-        ["claimed", "takeover", "lost"]
-            .map(|event| (event, self.lease_events.get_or_create(&LeaseLabels { event }).get()))
+        ["claimed", "takeover", "lost"].map(|event| {
+            (
+                event,
+                self.lease_events
+                    .get_or_create(&LeaseLabels { event })
+                    .get(),
+            )
+        })
     }
 
     pub fn rpc_up(&self, endpoint: &str, up: bool) {

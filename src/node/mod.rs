@@ -278,14 +278,15 @@ impl Node {
         match result {
             Ok(()) => {}
             Err(Step::Transient(reason)) => {
-                let stage = self
-                    .store
-                    .get(market, market_id)
-                    .await?
-                    .map_or("requested", |r| r.state.as_str());
+                // the store may be what is failing: the retry is scheduled regardless
+                let stage = match self.store.get(market, market_id).await {
+                    Ok(r) => r.map_or("requested", |r| r.state.as_str()),
+                    Err(_) => "unknown",
+                };
                 self.metrics.round_stopped(stage, "retry");
                 tracing::warn!(market_id = %market_id, stage, %reason, "round paused on a transient error; will retry");
                 self.schedule_retry(market, market_id);
+                return self.report(market, market_id).await;
             }
             Err(Step::Store(e)) => return Err(NodeError::Store(e)),
             Err(Step::LeaseLost) => {
@@ -330,12 +331,7 @@ impl Node {
     /// Claims the round, drives it while a renewal task keeps the lease, and releases it.
     /// The drive stops at once when the lease is lost (a renewal refused, or not renewed
     /// within the lease: the node then cannot know it still holds it).
-    async fn drive_leased(
-        &self,
-        market: Address,
-        market_id: U256,
-        how: Claim,
-    ) -> Result<(), Step> {
+    async fn drive_leased(&self, market: Address, market_id: U256, how: Claim) -> Result<(), Step> {
         let lease = match self
             .store
             .claim(market, market_id, how == Claim::Direct)
@@ -354,14 +350,18 @@ impl Node {
             }
         }
         self.metrics.set_leases_held(self.store.held() as u64);
-        let lost = tokio_util::sync::CancellationToken::new();
-        let renewal = self
-            .store
-            .shared()
-            .then(|| tokio::spawn(renew_lease(self.store.clone(), market, market_id, lost.clone())));
+        let halt = Halt::default();
+        let renewal = self.store.shared().then(|| {
+            tokio::spawn(renew_lease(
+                self.store.clone(),
+                market,
+                market_id,
+                halt.token.clone(),
+            ))
+        });
         let result = tokio::select! {
-            r = self.drive(market, market_id, &lost) => r,
-            _ = lost.cancelled() => Err(Step::LeaseLost),
+            r = self.drive(market, market_id, &halt) => r,
+            _ = halt.token.cancelled() => Err(halt.step()),
         };
         if let Some(r) = renewal {
             r.abort();
@@ -452,12 +452,7 @@ impl Node {
         })
     }
 
-    async fn drive(
-        &self,
-        market: Address,
-        market_id: U256,
-        lost: &tokio_util::sync::CancellationToken,
-    ) -> Result<(), Step> {
+    async fn drive(&self, market: Address, market_id: U256, halt: &Halt) -> Result<(), Step> {
         let Some(p) = self.pipeline(market) else {
             return self
                 .fail(market, market_id, "no workflow watches this market")
@@ -577,7 +572,7 @@ impl Node {
         if progress.resolve.is_some() {
             tracing::info!(market_id = %market_id, passed = progress.stage(), "resuming the round where it stopped; its workers are not asked again for the stages passed");
         }
-        let (store, attempt, lost) = (self.store.clone(), rec.attempt, lost.clone());
+        let (store, attempt, halt) = (self.store.clone(), rec.attempt, halt.clone());
         let persist = move |stage: RoundStage, progress: &RoundProgress| {
             let (state, point) = match stage {
                 RoundStage::Answered => (RoundState::Answered, "answered"),
@@ -585,7 +580,7 @@ impl Node {
                 RoundStage::Evaluated => (RoundState::Evaluated, "evaluated"),
             };
             let value = serde_json::to_value(progress);
-            let (store, lost) = (store.clone(), lost.clone());
+            let (store, halt) = (store.clone(), halt.clone());
             let fut: futures::future::BoxFuture<'static, ()> = Box::pin(async move {
                 let saved = match value {
                     Ok(v) => store
@@ -600,8 +595,10 @@ impl Node {
                 match saved {
                     Ok(()) => crate::txm::crash_point(point),
                     // another node drives the round now: stop before the next stage
-                    Err(Some(e)) if e.is_lease_lost() => lost.cancel(),
-                    Err(Some(e)) => tracing::error!(error = %e, "cannot persist round progress"),
+                    Err(Some(e)) if e.is_lease_lost() => halt.token.cancel(),
+                    // nothing of the next stage happens before this one is persisted:
+                    // the round pauses and is retried
+                    Err(Some(e)) => halt.pause(format!("cannot persist the round's progress: {e}")),
                     Err(None) => {}
                 }
             });
@@ -934,7 +931,8 @@ impl Node {
         let mut failing = false;
         loop {
             // a little jitter, so that nodes do not race for the same rounds in step
-            let jitter = Duration::from_millis(rand::random::<u64>() % (every.as_millis() as u64 / 4 + 1));
+            let jitter =
+                Duration::from_millis(rand::random::<u64>() % (every.as_millis() as u64 / 4 + 1));
             tokio::select! {
                 _ = tokio::time::sleep(every + jitter) => {}
                 _ = stop.changed() => return,
@@ -952,7 +950,11 @@ impl Node {
                     "leases_lost": counts[2].1,
                 });
             }
-            let busy = self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).len();
+            let busy = self
+                .in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .len();
             let room = self.cfg.node.max_concurrent_rounds.saturating_sub(busy);
             if room == 0 {
                 continue;
@@ -1401,10 +1403,37 @@ enum Step {
 
 impl From<crate::store::StoreError> for Step {
     fn from(e: crate::store::StoreError) -> Self {
-        if e.is_lease_lost() {
-            Step::LeaseLost
-        } else {
-            Step::Store(e)
+        match e {
+            e if e.is_lease_lost() => Step::LeaseLost,
+            // a shared database that is restarting or unreachable: the round pauses
+            // and is retried (by this node, or by another once the lease expires)
+            crate::store::StoreError::Postgres(m) => {
+                Step::Transient(format!("the shared store: {m}"))
+            }
+            e => Step::Store(e),
+        }
+    }
+}
+
+/// Stops a round's drive from outside it: the lease was lost (the token alone), or a
+/// stage could not be persisted (a pause with its reason: the round is retried).
+#[derive(Clone, Default)]
+struct Halt {
+    token: tokio_util::sync::CancellationToken,
+    pause: Arc<Mutex<Option<String>>>,
+}
+
+impl Halt {
+    fn pause(&self, why: String) {
+        *self.pause.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.token.cancel();
+    }
+
+    /// What the stop means for the round.
+    fn step(&self) -> Step {
+        match self.pause.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(why) => Step::Transient(why),
+            None => Step::LeaseLost,
         }
     }
 }
@@ -1439,8 +1468,12 @@ async fn renew_lease(
                 lost.cancel();
                 return;
             }
-            Ok(Err(e)) => tracing::warn!(market_id = %market_id, error = %e, "cannot renew the round's lease"),
-            Err(_) => tracing::warn!(market_id = %market_id, "renewing the round's lease timed out"),
+            Ok(Err(e)) => {
+                tracing::warn!(market_id = %market_id, error = %e, "cannot renew the round's lease")
+            }
+            Err(_) => {
+                tracing::warn!(market_id = %market_id, "renewing the round's lease timed out")
+            }
         }
         if last_ok.elapsed() >= lease * 2 / 3 {
             tracing::warn!(market_id = %market_id, "the lease could not be renewed in time: stopping the round before it expires");

@@ -518,8 +518,21 @@ impl Store {
         let mut out = Vec::new();
         let mut last = None;
         for row in rows {
-            let (rowid, market, id, state, attempt, workflow, rtx, rblock, reason, stx, c, u, holder) =
-                row?;
+            let (
+                rowid,
+                market,
+                id,
+                state,
+                attempt,
+                workflow,
+                rtx,
+                rblock,
+                reason,
+                stx,
+                c,
+                u,
+                holder,
+            ) = row?;
             let state = RoundState::from_str(&state)?;
             last = Some(rowid);
             let hash = |h: Option<String>, what: &str| {

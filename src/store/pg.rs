@@ -179,7 +179,12 @@ impl PgStore {
             url: shown.clone(),
             error: e.to_string(),
         };
-        let client = store.pool.get().await.map_err(pool_err).map_err(connect_err)?;
+        let client = store
+            .pool
+            .get()
+            .await
+            .map_err(pool_err)
+            .map_err(connect_err)?;
         let version: String = client
             .query_one("SHOW server_version_num", &[])
             .await
@@ -213,12 +218,19 @@ impl PgStore {
         tx.execute("SELECT pg_advisory_xact_lock(7370657263)", &[])
             .await
             .map_err(pg_err)?;
-        tx.batch_execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (
-                version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-        )
-        .await
-        .map_err(pg_err)?;
+        let exists: bool = tx
+            .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        if !exists {
+            tx.batch_execute(
+                "CREATE TABLE schema_migrations (
+                    version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            )
+            .await
+            .map_err(pg_err)?;
+        }
         let have: Option<i32> = tx
             .query_one("SELECT MAX(version) FROM schema_migrations", &[])
             .await

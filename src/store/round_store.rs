@@ -169,7 +169,10 @@ pub trait RoundStore: Send + Sync + 'static {
 
 /// The embedded SQLite store behind [`RoundStore`].
 #[derive(Clone)]
-pub struct SqliteStore(Arc<Store>, Arc<std::sync::Mutex<std::collections::HashSet<(Address, U256)>>>);
+pub struct SqliteStore(
+    Arc<Store>,
+    Arc<std::sync::Mutex<std::collections::HashSet<(Address, U256)>>>,
+);
 
 /// The holder name of the single node of a SQLite store.
 const LOCAL_NODE: &str = "local";

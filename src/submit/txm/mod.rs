@@ -308,7 +308,12 @@ impl TxManager {
     /// Sends an attempt's bytes; a node that accepted it or already has it marks the
     /// attempt sent at `head`. Only while this node holds the round's lease: a node
     /// that lost it (paused, partitioned) sends nothing.
-    async fn broadcast(&self, p: &TxPayload, a: &AttemptRecord, head: u64) -> Result<Sent, TxError> {
+    async fn broadcast(
+        &self,
+        p: &TxPayload,
+        a: &AttemptRecord,
+        head: u64,
+    ) -> Result<Sent, TxError> {
         if !self.store.fence_ok(p.market, p.market_id).await? {
             return Err(TxError::Store(StoreError::LeaseLost(p.market, p.market_id)));
         }

@@ -1,0 +1,373 @@
+//! Several resolver nodes (the real binary, as child processes) on one anvil chain and
+//! one real PostgreSQL server: rounds spread over the nodes, a killed or paused holder
+//! is taken over after its lease, a stale node writes and broadcasts nothing, and a
+//! database restart loses and doubles nothing. The nodes share dev account 0's key, so
+//! the key's mined transaction count says how many resolutions were sent in all.
+
+mod common;
+
+use alloy::primitives::U256;
+use common::chain::{
+    AgentUri, MarketSetup, market_with_workers, more_markets, request_in_one_block,
+};
+use common::node::{free_port, node_process_with, nonce, resolved_events, tmpdir, workflow_file};
+use common::pg::Pg;
+use common::{agent, behaviour};
+use cresolver::agent::{AgentBehaviour, DeterminationMode};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// A market joined by three reference workers that answer after `latency`.
+async fn market(latency: Duration) -> MarketSetup {
+    let mut uris = Vec::new();
+    for (det, conf) in [
+        (DeterminationMode::Yes, 0.9),
+        (DeterminationMode::Yes, 0.8),
+        (DeterminationMode::No, 0.6),
+    ] {
+        uris.push(AgentUri::Endpoint(
+            agent(AgentBehaviour {
+                latency,
+                ..behaviour(det, conf)
+            })
+            .await,
+        ));
+    }
+    market_with_workers(uris).await
+}
+
+struct ClusterNode {
+    name: String,
+    dir: common::node::TmpDir,
+    api: String,
+    child: tokio::process::Child,
+}
+
+impl ClusterNode {
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
+    }
+    fn pid(&self) -> String {
+        self.child.id().expect("running").to_string()
+    }
+}
+
+/// Starts node `name` of the cluster on `pg` (lease `lease_secs`, `max_rounds` at once).
+fn start_node(
+    s: &MarketSetup,
+    pg: &Pg,
+    name: &str,
+    lease_secs: u64,
+    max_rounds: usize,
+) -> ClusterNode {
+    let dir = tmpdir(&format!("cluster-{name}"));
+    let wf = workflow_file(&dir, |t| t);
+    let port = free_port();
+    let (url, listen, lease, rounds) = (
+        pg.url(),
+        format!("127.0.0.1:{port}"),
+        lease_secs.to_string(),
+        max_rounds.to_string(),
+    );
+    let child = node_process_with(
+        s,
+        &dir,
+        &wf,
+        None,
+        &[
+            ("CRESOLVER__STORE__URL", &url),
+            ("CRESOLVER__STORE__NODE_ID", name),
+            ("CRESOLVER__STORE__LEASE_SECS", &lease),
+            ("CRESOLVER__NODE__MAX_CONCURRENT_ROUNDS", &rounds),
+            ("CRESOLVER__API__LISTEN", &listen),
+            ("CRESOLVER_LOG", "info"),
+        ],
+    );
+    ClusterNode {
+        name: name.into(),
+        dir,
+        api: format!("http://{listen}"),
+        child,
+    }
+}
+
+/// Waits until every node answers `/health/live`.
+async fn wait_up(nodes: &[ClusterNode]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for n in nodes {
+        loop {
+            if let Ok(r) = reqwest::get(format!("{}/health/live", n.api)).await
+                && r.status().is_success()
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not start:\n{}",
+                n.name,
+                n.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// One row per round: (market id, state, holder, last holder).
+fn rounds(pg: &Pg) -> Vec<(String, String, String, String)> {
+    pg.psql("SELECT market_id, state, COALESCE(holder, ''), COALESCE(last_holder, '') FROM rounds ORDER BY id")
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            (f[0].into(), f[1].into(), f[2].into(), f[3].into())
+        })
+        .collect()
+}
+
+/// Waits until `n` rounds exist and all are final; returns them.
+async fn wait_all_final(
+    pg: &Pg,
+    n: usize,
+    within: Duration,
+    nodes: &[&ClusterNode],
+) -> Vec<(String, String, String, String)> {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = rounds(pg);
+        if r.len() == n
+            && r.iter()
+                .all(|x| ["confirmed", "failed", "skipped"].contains(&x.1.as_str()))
+        {
+            return r;
+        }
+        if Instant::now() > deadline {
+            let logs: String = nodes
+                .iter()
+                .map(|n| format!("--- {}\n{}", n.name, tail(&n.log(), 40)))
+                .collect();
+            panic!("rounds not final in {within:?}: {r:?}\n{logs}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn tail(s: &str, lines: usize) -> String {
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Waits until the market's round is held by a node in a state past `requested`;
+/// returns the holder.
+async fn wait_held(pg: &Pg, s: &MarketSetup) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(r) = rounds(pg)
+            .into_iter()
+            .find(|r| r.0 == s.market_id.to_string())
+            && !r.2.is_empty()
+            && r.1 != "requested"
+        {
+            return r.2;
+        }
+        assert!(Instant::now() < deadline, "the round was never claimed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn signal(pid: &str, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, pid])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_split_a_burst_and_resolve_each_market_once() {
+    let pg = Pg::start();
+    let s = market(Duration::from_millis(300)).await;
+    let mut ids = vec![s.market_id];
+    ids.extend(more_markets(&s, 19).await);
+    let nodes: Vec<ClusterNode> = ["node-a", "node-b", "node-c"]
+        .iter()
+        .map(|n| start_node(&s, &pg, n, 15, 3))
+        .collect();
+    wait_up(&nodes).await;
+    let signer = s.dev.accounts[0];
+    let before = nonce(&s, signer).await;
+
+    request_in_one_block(&s, &ids, true).await;
+    let refs: Vec<&ClusterNode> = nodes.iter().collect();
+    let done = wait_all_final(&pg, 20, Duration::from_secs(120), &refs).await;
+
+    assert!(
+        done.iter().all(|r| r.1 == "confirmed"),
+        "every round confirmed: {done:?}"
+    );
+    let events = resolved_events(&s).await;
+    let resolved: HashSet<U256> = events.iter().map(|e| e.marketId).collect();
+    assert_eq!(events.len(), 20, "one resolution per market");
+    assert_eq!(resolved, ids.iter().copied().collect());
+    assert_eq!(
+        nonce(&s, signer).await - before,
+        20,
+        "the shared key sent exactly one transaction per market"
+    );
+    let mut per_node: HashMap<String, usize> = HashMap::new();
+    for r in &done {
+        *per_node.entry(r.3.clone()).or_default() += 1;
+    }
+    for n in &nodes {
+        assert!(
+            per_node.get(&n.name).copied().unwrap_or(0) >= 1,
+            "{} drove no round: {per_node:?}",
+            n.name
+        );
+    }
+
+    // any node shows every round, with the node that drove it
+    let body: serde_json::Value = reqwest::get(format!("{}/rounds?limit=100", nodes[1].api))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = body.as_array().expect("a list of rounds");
+    assert_eq!(listed.len(), 20, "{body}");
+    assert!(listed.iter().all(|r| r["driven_by"].is_string()), "{body}");
+    let health: serde_json::Value = reqwest::get(format!("{}/health", nodes[0].api))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["cluster"]["node_id"], "node-a", "{health}");
+    let metrics = reqwest::get(format!("{}/metrics", nodes[2].api))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("cresolver_lease_events_total{event=\"claimed\"}"),
+        "{metrics}"
+    );
+    for n in &nodes {
+        assert!(
+            !n.log().contains(pg.password()),
+            "{}: the database password is in the log",
+            n.name
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_is_taken_over_after_its_lease() {
+    let pg = Pg::start();
+    // slow workers: the holder is killed while it waits for their answers
+    let s = market(Duration::from_millis(2000)).await;
+    let lease = 3;
+    let mut nodes: Vec<ClusterNode> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_node(&s, &pg, n, lease, 4))
+        .collect();
+    wait_up(&nodes).await;
+    let signer = s.dev.accounts[0];
+    let before = nonce(&s, signer).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let holder = wait_held(&pg, &s).await;
+    let i = nodes.iter().position(|n| n.name == holder).unwrap();
+    let killed_at = Instant::now();
+    nodes[i].child.kill().await.unwrap(); // SIGKILL
+    let survivor = &nodes[1 - i];
+
+    let done = wait_all_final(&pg, 1, Duration::from_secs(60), &[survivor]).await;
+    let took = killed_at.elapsed();
+    assert_eq!(done[0].1, "confirmed", "{done:?}");
+    assert_eq!(done[0].3, survivor.name, "the survivor finished it");
+    assert_eq!(resolved_events(&s).await.len(), 1);
+    assert_eq!(nonce(&s, signer).await - before, 1);
+    assert!(
+        survivor.log().contains("taking over a round"),
+        "{}",
+        survivor.log()
+    );
+    // lease (3 s) + a whole round with 2 s workers (answer and challenge) and margins
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    eprintln!("failover after kill -9: {took:?} (lease {lease} s)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_that_lost_its_lease_writes_and_sends_nothing() {
+    let pg = Pg::start();
+    let s = market(Duration::from_millis(1500)).await;
+    let nodes: Vec<ClusterNode> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_node(&s, &pg, n, 3, 4))
+        .collect();
+    wait_up(&nodes).await;
+    let signer = s.dev.accounts[0];
+    let before = nonce(&s, signer).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let holder = wait_held(&pg, &s).await;
+    let i = nodes.iter().position(|n| n.name == holder).unwrap();
+    let (stale, other) = (&nodes[i], &nodes[1 - i]);
+    signal(&stale.pid(), "-STOP");
+
+    let done = wait_all_final(&pg, 1, Duration::from_secs(60), &[other]).await;
+    assert_eq!(done[0].1, "confirmed");
+    assert_eq!(done[0].3, other.name);
+    let outcome_before = pg.psql("SELECT md5(outcome) || updated_at FROM rounds");
+
+    // the stale node wakes up mid-round, with its workers' answers arriving
+    signal(&stale.pid(), "-CONT");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let log = stale.log();
+    assert!(
+        log.contains("lease lost") || log.contains("renewal refused"),
+        "the stale node noticed: {log}"
+    );
+    assert_eq!(resolved_events(&s).await.len(), 1, "one resolution");
+    assert_eq!(
+        nonce(&s, signer).await - before,
+        1,
+        "the stale node broadcast nothing"
+    );
+    let after = rounds(&pg);
+    assert_eq!(after[0].1, "confirmed", "nothing overwritten: {after:?}");
+    assert_eq!(after[0].3, other.name);
+    assert_eq!(
+        pg.psql("SELECT md5(outcome) || updated_at FROM rounds"),
+        outcome_before,
+        "the new holder's transcript is untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restart_during_a_burst_loses_and_doubles_nothing() {
+    let mut pg = Pg::start();
+    let s = market(Duration::from_millis(300)).await;
+    let mut ids = vec![s.market_id];
+    ids.extend(more_markets(&s, 9).await);
+    let nodes: Vec<ClusterNode> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_node(&s, &pg, n, 4, 4))
+        .collect();
+    wait_up(&nodes).await;
+    let signer = s.dev.accounts[0];
+    let before = nonce(&s, signer).await;
+    request_in_one_block(&s, &ids, true).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    pg.restart_after(Duration::from_secs(3));
+
+    let refs: Vec<&ClusterNode> = nodes.iter().collect();
+    let done = wait_all_final(&pg, 10, Duration::from_secs(120), &refs).await;
+    assert!(done.iter().all(|r| r.1 == "confirmed"), "{done:?}");
+    assert_eq!(resolved_events(&s).await.len(), 10);
+    assert_eq!(
+        nonce(&s, signer).await - before,
+        10,
+        "one transaction per market"
+    );
+}
