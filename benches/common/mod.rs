@@ -1,5 +1,6 @@
 //! What the node benches share: a devnet with three instant reference workers and
 //! markets they joined, and an in-process node over it.
+#![allow(dead_code)] // each bench uses its own part
 
 use alloy::primitives::{U256, utils::parse_ether};
 use cresolver::agent::{AgentBehaviour, DeterminationMode};
@@ -14,6 +15,15 @@ pub async fn devnet_with_markets(
     markets: usize,
     question: &str,
 ) -> anyhow::Result<(Devnet, Vec<U256>)> {
+    devnet_with_slow_markets(markets, question, Duration::ZERO).await
+}
+
+/// [`devnet_with_markets`] with workers that answer after `latency`.
+pub async fn devnet_with_slow_markets(
+    markets: usize,
+    question: &str,
+    latency: Duration,
+) -> anyhow::Result<(Devnet, Vec<U256>)> {
     let dev = Devnet::start().await?;
     let mut agents = vec![];
     for i in 0..3 {
@@ -21,7 +31,7 @@ pub async fn devnet_with_markets(
             name: format!("w{i}"),
             determination: DeterminationMode::Yes,
             confidence: Some(0.8),
-            latency: Duration::ZERO,
+            latency,
             failure: None,
         };
         let url = cresolver::agent::spawn("127.0.0.1:0", b).await?.0;
@@ -54,6 +64,14 @@ pub struct Running {
 }
 
 impl Running {
+    /// Ends the node at once, as `kill -9` would for its rounds: nothing is drained or
+    /// released (its leases expire).
+    pub async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
     pub async fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.task.await;
@@ -67,6 +85,17 @@ pub async fn start_node(
     tag: &str,
     rpc_url: String,
     poll_ms: u64,
+) -> anyhow::Result<Running> {
+    start_node_with(dev, tag, rpc_url, poll_ms, |_| {}).await
+}
+
+/// [`start_node`] with `edit` applied to its config (a shared store, a node id).
+pub async fn start_node_with(
+    dev: &Devnet,
+    tag: &str,
+    rpc_url: String,
+    poll_ms: u64,
+    edit: impl FnOnce(&mut NodeConfig),
 ) -> anyhow::Result<Running> {
     let dir = std::env::temp_dir().join(format!("cresolver-bench-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -82,6 +111,7 @@ pub async fn start_node(
     cfg.node.workflows = vec![wf];
     cfg.discovery.allow_private_endpoints = true;
     cfg.api.listen = String::new();
+    edit(&mut cfg);
     let node = Node::build(cfg, dev.signers.first().cloned()).await?;
     let (stop, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(node.clone().run(

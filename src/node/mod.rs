@@ -351,21 +351,20 @@ impl Node {
         }
         self.metrics.set_leases_held(self.store.held() as u64);
         let halt = Halt::default();
+        // aborted with this future, also when the node drops it (shutdown, a test)
         let renewal = self.store.shared().then(|| {
-            tokio::spawn(renew_lease(
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(renew_lease(
                 self.store.clone(),
                 market,
                 market_id,
                 halt.token.clone(),
-            ))
+            )))
         });
         let result = tokio::select! {
             r = self.drive(market, market_id, &halt) => r,
             _ = halt.token.cancelled() => Err(halt.step()),
         };
-        if let Some(r) = renewal {
-            r.abort();
-        }
+        drop(renewal);
         let retry_after = match &result {
             Err(Step::Transient(_)) => Some(self.retry_delay(market, market_id, 1)),
             _ => None,

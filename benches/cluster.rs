@@ -1,0 +1,175 @@
+//! Cluster bench (issue: several nodes on one PostgreSQL): the 100-market burst with
+//! one node on SQLite, then 1, 2 and 3 nodes sharing one PostgreSQL server (started
+//! here, as the tests do), and the failover time after a holder dies mid-round (median
+//! of 10). Every configuration checks that each market was resolved exactly once.
+//! Run: `cargo bench --bench cluster` (needs Debian's postgresql package).
+
+use alloy::primitives::U256;
+use alloy::providers::Provider;
+use alloy::providers::ext::AnvilApi;
+use cresolver::devnet::Devnet;
+use cresolver::store::RoundState;
+use std::time::{Duration, Instant};
+
+mod common;
+#[path = "../tests/common/pg.rs"]
+mod pg;
+
+const MARKETS: usize = 100;
+
+/// Requests every market in one block, waits until all are final; returns the seconds
+/// from the request block to the last confirmation.
+async fn burst(dev: &Devnet, nodes: &[common::Running], ids: &[U256]) -> anyhow::Result<f64> {
+    let resolver = dev.accounts[0];
+    let before = dev.provider.get_transaction_count(resolver).await?;
+    dev.provider.anvil_set_auto_mine(false).await?;
+    for id in ids {
+        let _ = dev
+            .market()
+            .requestResolution(*id)
+            .from(dev.requester())
+            .send()
+            .await?;
+    }
+    dev.provider.evm_mine(None).await?;
+    let t0 = Instant::now();
+    dev.provider.anvil_set_auto_mine(true).await?;
+    let watcher = &nodes[0].node;
+    loop {
+        anyhow::ensure!(t0.elapsed() < Duration::from_secs(300), "timeout");
+        let mut done = 0;
+        for id in ids {
+            let r = watcher.report(dev.contracts.market, *id).await?;
+            if r.state.is_final() && r.reason.as_deref() != Some("no such round") {
+                anyhow::ensure!(r.state == RoundState::Confirmed, "{id}: {r:?}");
+                done += 1;
+            }
+        }
+        if done == ids.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let after = dev.provider.get_transaction_count(resolver).await?;
+    anyhow::ensure!(
+        after - before == ids.len() as u64,
+        "{} transactions for {} markets",
+        after - before,
+        ids.len()
+    );
+    Ok(secs)
+}
+
+fn shared(
+    url: String,
+    node: String,
+    lease: u64,
+) -> impl FnOnce(&mut cresolver::config::NodeConfig) {
+    move |cfg| {
+        cfg.store.url = url;
+        cfg.store.node_id = node;
+        cfg.store.lease_secs = lease;
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let mut rows = Vec::new();
+        let mut sqlite = 0.0;
+        for nodes in [0usize, 1, 2, 3] {
+            let label = if nodes == 0 {
+                "1 node, SQLite".to_string()
+            } else {
+                format!("{nodes} node(s), PostgreSQL")
+            };
+            eprintln!("{label}: creating {MARKETS} markets…");
+            let (dev, ids) = common::devnet_with_markets(MARKETS, "cluster?").await?;
+            let server = (nodes > 0).then(pg::Pg::start);
+            let mut running = Vec::new();
+            for i in 0..nodes.max(1) {
+                let tag = format!("cluster-{nodes}-{i}");
+                let r = match &server {
+                    Some(p) => {
+                        common::start_node_with(&dev, &tag, dev.rpc_url(), 50, shared(p.url(), format!("n{i}"), 15)).await?
+                    }
+                    None => common::start_node(&dev, &tag, dev.rpc_url(), 50).await?,
+                };
+                running.push(r);
+            }
+            let secs = burst(&dev, &running, &ids).await?;
+            if nodes == 0 {
+                sqlite = secs;
+            }
+            eprintln!("{label}: {secs:.2} s");
+            rows.push(format!(
+                "| {label} | {secs:.2} s | {:.1} | {:+.0} % |",
+                MARKETS as f64 / secs,
+                (secs / sqlite - 1.0) * 100.0
+            ));
+            for r in running {
+                r.stop().await;
+            }
+        }
+
+        // failover: two nodes, lease 3 s, workers that take 1 s; the holder dies mid-round
+        eprintln!("failover: 10 rounds…");
+        let server = pg::Pg::start();
+        let (dev, ids) =
+            common::devnet_with_slow_markets(10, "failover?", Duration::from_millis(1000)).await?;
+        let lease = 3;
+        let mut times = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            let mut nodes = Vec::new();
+            for n in 0..2 {
+                let tag = format!("failover-{i}-{n}");
+                nodes.push(
+                    common::start_node_with(&dev, &tag, dev.rpc_url(), 50, shared(server.url(), format!("f{i}-{n}"), lease))
+                        .await?,
+                );
+            }
+            dev.request_resolution(*id).await?;
+            let holder = loop {
+                let rec = nodes[0].node.store.get(dev.contracts.market, *id).await?;
+                if let Some(r) = rec
+                    && r.state != RoundState::Requested
+                    && let Some(h) = r.holder
+                {
+                    break h;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            let k = nodes.iter().position(|n| n.node.store.node_id() == holder).unwrap_or(0);
+            let victim = nodes.remove(k);
+            let t0 = Instant::now();
+            victim.kill().await;
+            let survivor = nodes.remove(0);
+            loop {
+                anyhow::ensure!(t0.elapsed() < Duration::from_secs(60), "no failover");
+                let r = survivor.node.report(dev.contracts.market, *id).await?;
+                if r.state == RoundState::Confirmed {
+                    break;
+                }
+                anyhow::ensure!(!r.state.is_final(), "{r:?}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            times.push(t0.elapsed().as_secs_f64());
+            survivor.stop().await;
+        }
+        times.sort_by(f64::total_cmp);
+        let median = (times[4] + times[5]) / 2.0;
+        let table = format!(
+            "| configuration (100 markets in one block, 3 instant workers, rubric, 8 rounds per node, 50 ms poll) | burst → all confirmed | markets/s | vs SQLite |\n|---|---|---|---|\n{}\n\n| failover after the holder dies mid-round (lease {lease} s, 1 s workers; 10 runs) | median {median:.2} s, min {:.2} s, max {:.2} s |\n|---|---|\n",
+            rows.join("\n"),
+            times[0],
+            times[9],
+        );
+        println!("{table}");
+        let _ = std::fs::write(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-cluster.md"),
+            &table,
+        );
+        anyhow::Ok(())
+    })
+}
