@@ -60,6 +60,33 @@ fn start_node(
     lease_secs: u64,
     max_rounds: usize,
 ) -> ClusterNode {
+    start_node_crashing(s, pg, name, lease_secs, max_rounds, None)
+}
+
+/// [`start_node`] with the `CRESOLVER_TEST_CRASH_AT` hook (the process exits with 97
+/// at that point, as `kill -9` would leave it).
+fn start_node_crashing(
+    s: &MarketSetup,
+    pg: &Pg,
+    name: &str,
+    lease_secs: u64,
+    max_rounds: usize,
+    crash_at: Option<&str>,
+) -> ClusterNode {
+    start_node_keyed(s, pg, name, lease_secs, max_rounds, crash_at, 0)
+}
+
+/// [`start_node_crashing`] signing with dev account `account`.
+fn start_node_keyed(
+    s: &MarketSetup,
+    pg: &Pg,
+    name: &str,
+    lease_secs: u64,
+    max_rounds: usize,
+    crash_at: Option<&str>,
+    account: usize,
+) -> ClusterNode {
+    let key = alloy::hex::encode(s.dev.signers[account].to_bytes());
     let dir = tmpdir(&format!("cluster-{name}"));
     let wf = workflow_file(&dir, |t| t);
     let port = free_port();
@@ -73,7 +100,7 @@ fn start_node(
         s,
         &dir,
         &wf,
-        None,
+        crash_at,
         &[
             ("CRESOLVER__STORE__URL", &url),
             ("CRESOLVER__STORE__NODE_ID", name),
@@ -81,6 +108,7 @@ fn start_node(
             ("CRESOLVER__NODE__MAX_CONCURRENT_ROUNDS", &rounds),
             ("CRESOLVER__API__LISTEN", &listen),
             ("CRESOLVER_LOG", "info"),
+            ("CRESOLVER_PRIVATE_KEY", &key),
         ],
     );
     ClusterNode {
@@ -370,4 +398,70 @@ async fn a_database_restart_during_a_burst_loses_and_doubles_nothing() {
         10,
         "one transaction per market"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_dead_after_signing_is_finished_with_its_own_signed_transaction() {
+    let pg = Pg::start();
+    let s = market(Duration::ZERO).await;
+    let signer = s.dev.accounts[0];
+    let before = nonce(&s, signer).await;
+    // node-a signs and stores the resolution, then dies before broadcasting it
+    let mut a = start_node_crashing(&s, &pg, "node-a", 3, 4, Some("signed"));
+    wait_up(std::slice::from_ref(&a)).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(60), a.child.wait())
+        .await
+        .expect("node-a stops at the crash point")
+        .unwrap();
+    assert_eq!(status.code(), Some(97), "{}", a.log());
+    let signed = pg.psql("SELECT tx_hash FROM tx_attempts");
+    assert_eq!(signed.lines().count(), 1, "one signed attempt: {signed}");
+    assert_eq!(nonce(&s, signer).await, before, "nothing was broadcast");
+
+    // node-b shares the key: after the lease, it broadcasts the very same bytes
+    let b = start_node(&s, &pg, "node-b", 3, 4);
+    let done = wait_all_final(&pg, 1, Duration::from_secs(60), &[&b]).await;
+    assert_eq!(done[0].1, "confirmed", "{done:?}");
+    assert_eq!(done[0].3, "node-b");
+    assert_eq!(
+        pg.psql("SELECT string_agg(tx_hash, ',') FROM tx_attempts"),
+        signed,
+        "no second signature"
+    );
+    assert_eq!(
+        pg.psql("SELECT submit_tx FROM rounds"),
+        signed,
+        "the mined transaction is node-a's"
+    );
+    assert_eq!(resolved_events(&s).await.len(), 1);
+    assert_eq!(nonce(&s, signer).await - before, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_another_key_finishes_a_dead_holders_signed_transaction() {
+    let pg = Pg::start();
+    let s = market(Duration::ZERO).await;
+    let (key_a, key_b) = (s.dev.accounts[0], s.dev.accounts[5]);
+    let (before_a, before_b) = (nonce(&s, key_a).await, nonce(&s, key_b).await);
+    let mut a = start_node_crashing(&s, &pg, "node-a", 3, 4, Some("signed"));
+    wait_up(std::slice::from_ref(&a)).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(60), a.child.wait())
+        .await
+        .expect("node-a stops at the crash point")
+        .unwrap();
+    assert_eq!(status.code(), Some(97), "{}", a.log());
+    let signed = pg.psql("SELECT tx_hash FROM tx_attempts");
+
+    // node-b holds another key: it cannot re-sign node-a's nonce, so it broadcasts
+    // node-a's stored bytes and concludes with their receipt, signing nothing itself
+    let b = start_node_keyed(&s, &pg, "node-b", 3, 4, None, 5);
+    let done = wait_all_final(&pg, 1, Duration::from_secs(60), &[&b]).await;
+    assert_eq!(done[0].1, "confirmed", "{done:?}\n{}", b.log());
+    assert_eq!(pg.psql("SELECT submit_tx FROM rounds"), signed);
+    assert_eq!(resolved_events(&s).await.len(), 1);
+    assert_eq!(nonce(&s, key_a).await - before_a, 1, "node-a's transaction");
+    assert_eq!(nonce(&s, key_b).await, before_b, "node-b signed nothing");
+    assert_eq!(pg.psql("SELECT state FROM tx_nonces"), "mined");
 }

@@ -378,6 +378,12 @@ impl Node {
         result
     }
 
+    /// How long a node that took a round over waits for the transaction another key
+    /// signed for it before it signs its own: three receipt timeouts.
+    fn foreign_wait(&self) -> Duration {
+        Duration::from_millis(self.cfg.submit.receipt_timeout_ms.max(1_000)).saturating_mul(3)
+    }
+
     /// The wait before the `n`-th retry of a round, counting the retries so far.
     fn retry_delay(&self, market: Address, market_id: U256, extra: u32) -> Duration {
         let n = self
@@ -469,6 +475,37 @@ impl Node {
         {
             tracing::info!(market_id = %market_id, nonce = n.nonce, state = rec.state.as_str(), "resuming a reserved transaction");
             return self.follow(p, market_id, n.nonce).await;
+        }
+        // A nonce another node's key reserved (a takeover in a cluster of different
+        // keys): its signed bytes are re-broadcast and followed before this node signs
+        // anything of its own, for at most `foreign_wait` after the reservation.
+        if let Some(txm) = &self.txm {
+            for (key, n) in self
+                .store
+                .pending_nonces_of_round(market, market_id)
+                .await?
+            {
+                if key == txm.key() {
+                    continue;
+                }
+                match txm.check_foreign(key, &n).await.map_err(tx_step)? {
+                    crate::txm::Foreign::Mined(receipt) => {
+                        tracing::info!(market_id = %market_id, signer = %key.signer, nonce = n.nonce, "the previous holder's transaction is mined");
+                        return self.conclude(p, market_id, &receipt).await;
+                    }
+                    crate::txm::Foreign::Lost => {}
+                    crate::txm::Foreign::Pending => {
+                        let age = crate::store::now().saturating_sub(n.created_at);
+                        if age < self.foreign_wait().as_secs() {
+                            return Err(Step::Transient(format!(
+                                "waiting for the resolution that key {} signed at nonce {} (re-broadcast), {age} s after it was reserved",
+                                key.signer, n.nonce
+                            )));
+                        }
+                        tracing::warn!(market_id = %market_id, signer = %key.signer, nonce = n.nonce, age, "the previous holder's transaction was not mined in time: this node signs its own (a pre-flight shows whether the market is still open; should both land, the second reverts on chain with AlreadyResolved)");
+                    }
+                }
+            }
         }
         let span_started = Instant::now();
         // One judging point: the request's block. A manual request has no request log; it

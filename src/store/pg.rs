@@ -1062,6 +1062,35 @@ impl RoundStore for PgStore {
         Ok(h.map(|h| h as u64))
     }
 
+    async fn pending_nonces_of_round(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT signer, chain_id, nonce FROM tx_nonces
+                 WHERE market = $1 AND market_id = $2 AND state = 'pending' ORDER BY created_at, nonce",
+                &[&market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let signer: String = r.get(0);
+            let key = KeyRef {
+                signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
+                chain_id: r.get::<_, i64>(1) as u64,
+            };
+            let nonce = r.get::<_, i64>(2) as u64;
+            if let Some(rec) = self.nonce_record(key, nonce).await? {
+                out.push((key, rec));
+            }
+        }
+        Ok(out)
+    }
+
     fn shared(&self) -> bool {
         true
     }

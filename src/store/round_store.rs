@@ -126,6 +126,12 @@ pub trait RoundStore: Send + Sync + 'static {
         market_id: U256,
     ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError>;
     async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError>;
+    /// The pending reservations of a round under any key.
+    async fn pending_nonces_of_round(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError>;
 
     // ── leases: which node drives which round ─────────────────────────────────────
     /// Whether several nodes share this store (PostgreSQL): rounds are then claimed
@@ -382,6 +388,13 @@ impl RoundStore for SqliteStore {
     }
     async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
         blocking!(self, |s| s.highest_nonce(key))
+    }
+    async fn pending_nonces_of_round(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        blocking!(self, |s| s.pending_nonces_of_round(market, market_id))
     }
 
     fn node_id(&self) -> &str {

@@ -425,6 +425,38 @@ impl Store {
         Ok(out)
     }
 
+    /// The pending reservations of a round under any key (a cluster whose nodes hold
+    /// different keys: the node that takes a round over finds the one its previous
+    /// holder reserved).
+    pub fn pending_nonces_of_round(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = ?1 AND market_id = ?2 AND state = 'pending' ORDER BY created_at, nonce",
+        )?;
+        let keys: Vec<(String, i64, i64)> = stmt
+            .query_map(params![market.to_string(), market_id.to_string()], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<Result<_, _>>()?;
+        drop(stmt);
+        drop(conn);
+        let mut out = Vec::with_capacity(keys.len());
+        for (signer, chain_id, nonce) in keys {
+            let key = KeyRef {
+                signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
+                chain_id: chain_id as u64,
+            };
+            if let Some(rec) = self.nonce_record(key, nonce as u64)? {
+                out.push((key, rec));
+            }
+        }
+        Ok(out)
+    }
+
     /// The highest nonce this store holds for `key`.
     pub fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
         let h: Option<i64> = self.conn().query_row(
