@@ -465,3 +465,37 @@ async fn a_node_with_another_key_finishes_a_dead_holders_signed_transaction() {
     assert_eq!(nonce(&s, key_b).await, before_b, "node-b signed nothing");
     assert_eq!(pg.psql("SELECT state FROM tx_nonces"), "mined");
 }
+
+#[tokio::test]
+async fn an_unusable_database_stops_the_node_at_start_with_a_clear_error() {
+    let port = free_port();
+    let url = format!("postgres://resolver:hunter2secret@127.0.0.1:{port}/cresolver");
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_cresolver"))
+            .args(["node", "--rpc-url", "http://127.0.0.1:1"])
+            .env("CRESOLVER__STORE__URL", &url)
+            .env(
+                "CRESOLVER_PRIVATE_KEY",
+                "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+            )
+            .env("CRESOLVER_LOG", "debug")
+            .output(),
+    )
+    .await
+    .expect("the node stops at start")
+    .unwrap();
+    assert!(!out.status.success());
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        all.contains(&format!(
+            "cannot use the database at postgres://resolver@127.0.0.1:{port}/cresolver"
+        )),
+        "{all}"
+    );
+    assert!(!all.contains("hunter2secret"), "the password leaked: {all}");
+}

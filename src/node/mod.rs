@@ -121,6 +121,8 @@ impl Node {
         cfg: NodeConfig,
         signer: Option<PrivateKeySigner>,
     ) -> Result<Arc<Self>, NodeError> {
+        // the store first: a database that cannot be used is the first thing to fix
+        let store = open_store(&cfg).await?;
         let (pool, provider, chain_id) =
             crate::chain::connect_pool_checked(&cfg.rpc_urls(), cfg.pool_config()).await?;
         if let Some(expected) = cfg.chain.chain_id
@@ -158,7 +160,6 @@ impl Node {
                 submitter,
             });
         }
-        let store = open_store(&cfg).await?;
         let discovery = discovery_config(&cfg)?;
         let metrics = Arc::new(Metrics::new());
         let heads = HeadFeed::new();
