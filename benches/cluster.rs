@@ -82,7 +82,7 @@ fn main() -> anyhow::Result<()> {
             let label = if nodes == 0 {
                 "1 node, SQLite".to_string()
             } else {
-                format!("{nodes} node(s), PostgreSQL")
+                format!("{nodes} node{}, PostgreSQL", if nodes > 1 { "s" } else { "" })
             };
             eprintln!("{label}: creating {MARKETS} markets…");
             let (dev, ids) = common::devnet_with_markets(MARKETS, "cluster?").await?;

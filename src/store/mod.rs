@@ -204,7 +204,9 @@ pub enum StoreError {
     Task(String),
     #[error("PostgreSQL: {0}")]
     Postgres(String),
-    #[error("cannot use the database at {url}: {error}")]
+    #[error(
+        "cannot use the database at {url}: {error} (check store.url, and that the server runs and accepts this user)"
+    )]
     Connect { url: String, error: String },
     /// This node no longer holds the round (another node claimed it): nothing was written.
     #[error("the lease of market {0} / {1} was lost to another node: this node stops the round")]
