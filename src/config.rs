@@ -37,6 +37,10 @@ pub struct StoreCfg {
     pub lease_secs: u64,
     /// Connections to PostgreSQL per node.
     pub max_connections: usize,
+    /// With `?sslmode=require` (or `verify-full`) in the URL, a PEM file of the CA that
+    /// signed the server's certificate, trusted besides the system's roots. The
+    /// certificate and the host name are always verified when TLS is used.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for StoreCfg {
@@ -46,6 +50,7 @@ impl Default for StoreCfg {
             node_id: String::new(),
             lease_secs: 15,
             max_connections: 16,
+            ca_file: None,
         }
     }
 }
@@ -57,6 +62,7 @@ impl std::fmt::Debug for StoreCfg {
             .field("node_id", &self.node_id)
             .field("lease_secs", &self.lease_secs)
             .field("max_connections", &self.max_connections)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }

@@ -18,6 +18,7 @@ fn settings(node: &str, lease: Duration) -> PgSettings {
         node_id: node.into(),
         lease,
         max_connections: 8,
+        ca_file: None,
     }
 }
 
@@ -363,4 +364,79 @@ async fn an_unreachable_database_is_a_clear_error_without_its_password() {
     assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
     assert!(!e.contains("hunter2secret"), "the password leaked: {e}");
     assert!(e.to_lowercase().contains("refused"), "{e}");
+}
+
+/// A CA, and a certificate for 127.0.0.1 that it signed: (CA PEM, server cert PEM, server key PEM).
+fn test_pki() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "cresolver test CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+#[tokio::test]
+async fn tls_to_postgres_verifies_the_server_certificate() {
+    let mut pg = Pg::start();
+    let dir = common::node::tmpdir("pg-tls");
+    let (ca, cert, key) = test_pki();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let url = format!("{}?sslmode=verify-full", pg.url());
+
+    // a server without TLS is refused when TLS is required
+    let plain = PgStore::connect(
+        &url,
+        PgSettings {
+            ca_file: Some(ca_file.clone()),
+            ..settings("a", Duration::from_secs(15))
+        },
+    )
+    .await;
+    assert!(plain.is_err(), "connected without TLS");
+
+    pg.enable_tls(&cert, &key);
+    // the server's CA is not trusted: no connection
+    let e = match PgStore::connect(&url, settings("a", Duration::from_secs(15))).await {
+        Ok(_) => panic!("connected to a server whose certificate is not trusted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.to_lowercase().contains("certificate"), "{e}");
+    assert!(!e.contains(pg.password()), "{e}");
+
+    // trusted through store.ca_file: connected, and the session is encrypted
+    let s = PgStore::connect(
+        &url,
+        PgSettings {
+            ca_file: Some(ca_file),
+            ..settings("a", Duration::from_secs(15))
+        },
+    )
+    .await
+    .unwrap();
+    store_contract(&s).await;
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE ssl AND application_name = 'cresolver'")
+            .parse::<u32>()
+            .unwrap()
+            > 0,
+        true,
+        "the node's connections use TLS"
+    );
+    // sslmode=disable stays plain TCP
+    let plain = PgStore::connect(
+        &format!("{}?sslmode=disable", pg.url()),
+        settings("b", Duration::from_secs(15)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(plain.unfinished().await.unwrap().len(), 4);
 }

@@ -1238,6 +1238,7 @@ pub async fn open_store(cfg: &NodeConfig) -> Result<Arc<dyn RoundStore>, NodeErr
                 node_id: node_id.clone(),
                 lease: Duration::from_secs(cfg.store.lease_secs),
                 max_connections: cfg.store.max_connections,
+                ca_file: cfg.store.ca_file.clone(),
             },
         )
         .await?;

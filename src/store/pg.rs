@@ -80,6 +80,84 @@ pub struct PgSettings {
     pub lease: Duration,
     /// Connections in the pool.
     pub max_connections: usize,
+    /// A PEM file of the CA(s) that sign the server's certificate, trusted besides the
+    /// system's roots (`sslmode=require`/`verify-full`).
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+/// How the connection is protected, from the URL's `sslmode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tls {
+    /// No `sslmode`, or `disable`: plain TCP.
+    Off,
+    /// `prefer`: TLS (verified) when the server offers it.
+    Prefer,
+    /// `require`, `verify-ca`, `verify-full`: TLS, the certificate verified against the
+    /// roots and the host name, or no connection.
+    Require,
+}
+
+/// Splits `sslmode` off a URL (tokio-postgres knows only disable/prefer/require).
+fn split_sslmode(url: &str) -> Result<(String, Tls), String> {
+    let Ok(mut u) = url::Url::parse(url) else {
+        return Ok((url.to_string(), Tls::Off));
+    };
+    let mut mode = Tls::Off;
+    let mut kept = Vec::new();
+    for (k, v) in u.query_pairs() {
+        if k == "sslmode" {
+            mode = match v.as_ref() {
+                "disable" => Tls::Off,
+                "prefer" | "allow" => Tls::Prefer,
+                "require" | "verify-ca" | "verify-full" => Tls::Require,
+                other => return Err(format!("unknown sslmode {other:?}")),
+            };
+        } else {
+            kept.push((k.into_owned(), v.into_owned()));
+        }
+    }
+    if kept.is_empty() {
+        u.set_query(None);
+    } else {
+        u.query_pairs_mut().clear().extend_pairs(kept);
+    }
+    Ok((u.to_string(), mode))
+}
+
+/// A rustls client trusting the system's roots and `ca_file`.
+fn tls_connector(
+    ca_file: Option<&std::path::Path>,
+) -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = ca_file {
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
+        let mut n = 0;
+        for cert in certs {
+            let cert = cert.map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(format!(
+                "store.ca_file {} holds no PEM certificate",
+                path.display()
+            ));
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
 /// The PostgreSQL store.
@@ -140,10 +218,18 @@ impl PgStore {
     /// URL without its password.
     pub async fn connect(url: &str, settings: PgSettings) -> Result<Self, StoreError> {
         let shown = redact_url(url);
-        let mut cfg = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::Connect {
+        let invalid = |error: String| StoreError::Connect {
             url: shown.clone(),
-            error: format!("not a PostgreSQL connection URL: {e}"),
-        })?;
+            error,
+        };
+        let (url, tls) = split_sslmode(url).map_err(&invalid)?;
+        let mut cfg = tokio_postgres::Config::from_str(&url)
+            .map_err(|e| invalid(format!("not a PostgreSQL connection URL: {e}")))?;
+        cfg.ssl_mode(match tls {
+            Tls::Off => tokio_postgres::config::SslMode::Disable,
+            Tls::Prefer => tokio_postgres::config::SslMode::Prefer,
+            Tls::Require => tokio_postgres::config::SslMode::Require,
+        });
         cfg.connect_timeout(Duration::from_secs(5))
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10))
@@ -151,13 +237,17 @@ impl PgStore {
             // a stalled server ends a statement instead of a round's progress
             .options("-c statement_timeout=15000 -c lock_timeout=10000")
             .application_name("cresolver");
-        let mgr = Manager::from_config(
-            cfg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let mc = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let mgr = match tls {
+            Tls::Off => Manager::from_config(cfg, NoTls, mc),
+            Tls::Prefer | Tls::Require => Manager::from_config(
+                cfg,
+                tls_connector(settings.ca_file.as_deref()).map_err(&invalid)?,
+                mc,
+            ),
+        };
         let pool = Pool::builder(mgr)
             .max_size(settings.max_connections.max(2))
             .wait_timeout(Some(Duration::from_secs(10)))
@@ -165,10 +255,7 @@ impl PgStore {
             .recycle_timeout(Some(Duration::from_secs(5)))
             .runtime(Runtime::Tokio1)
             .build()
-            .map_err(|e| StoreError::Connect {
-                url: shown.clone(),
-                error: e.to_string(),
-            })?;
+            .map_err(|e| invalid(e.to_string()))?;
         let store = Self {
             pool,
             node: settings.node_id,

@@ -184,6 +184,36 @@ impl Pg {
         }
     }
 
+    /// Turns TLS on with this certificate chain and key (PEM): written into the data dir
+    /// as `server.crt`/`server.key` (owned by the server user, key mode 0600), `ssl = on`
+    /// appended to `postgresql.conf`, and the server restarted on the same port.
+    pub fn enable_tls(&mut self, cert_pem: &str, key_pem: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let data = self.data_dir();
+        let (crt, key) = (data.join("server.crt"), data.join("server.key"));
+        fs::write(&crt, cert_pem).unwrap_or_else(|e| panic!("cannot write {}: {e}", crt.display()));
+        fs::write(&key, key_pem).unwrap_or_else(|e| panic!("cannot write {}: {e}", key.display()));
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("cannot chmod {}: {e}", key.display()));
+        if self.run_as.switches_user() {
+            let out = command_output(
+                Path::new("chown"),
+                Command::new("chown")
+                    .arg(format!("{OS_USER}:{OS_USER}"))
+                    .arg(&crt)
+                    .arg(&key),
+            );
+            check(&out, "chown server.crt server.key");
+        }
+        let conf = data.join("postgresql.conf");
+        let mut text = fs::read_to_string(&conf)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", conf.display()));
+        text.push_str("\nssl = on\n");
+        fs::write(&conf, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", conf.display()));
+        self.stop();
+        self.start_again();
+    }
+
     /// Runs `sql` with `psql -tA` (as the `postgres` superuser, over TCP with the password) in
     /// database `cresolver` and returns stdout trimmed. Command tags ("INSERT 0 1") are
     /// suppressed; several statements in one string run in one transaction. Panics with
