@@ -4,9 +4,8 @@
 //! resolved exactly once with contiguous nonces. Run: `cargo bench --bench burst`.
 
 use alloy::providers::Provider;
-use alloy::providers::ext::AnvilApi;
 use cresolver::store::RoundState;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
@@ -21,18 +20,7 @@ fn main() -> anyhow::Result<()> {
         let node = r.node.clone();
         let resolver = dev.accounts[0];
         let before = dev.provider.get_transaction_count(resolver).await?;
-        dev.provider.anvil_set_auto_mine(false).await?;
-        for id in &ids {
-            let _ = dev
-                .market()
-                .requestResolution(*id)
-                .from(dev.requester())
-                .send()
-                .await?;
-        }
-        dev.provider.evm_mine(None).await?;
-        let t0 = Instant::now();
-        dev.provider.anvil_set_auto_mine(true).await?;
+        let t0 = common::request_in_one_block(&dev, &ids).await?;
         let mut confirmed = 0;
         let mut failed = vec![];
         while confirmed + failed.len() < MARKETS {

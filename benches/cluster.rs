@@ -6,7 +6,6 @@
 
 use alloy::primitives::U256;
 use alloy::providers::Provider;
-use alloy::providers::ext::AnvilApi;
 use cresolver::devnet::Devnet;
 use cresolver::store::RoundState;
 use std::time::{Duration, Instant};
@@ -22,18 +21,7 @@ const MARKETS: usize = 100;
 async fn burst(dev: &Devnet, nodes: &[common::Running], ids: &[U256]) -> anyhow::Result<f64> {
     let resolver = dev.accounts[0];
     let before = dev.provider.get_transaction_count(resolver).await?;
-    dev.provider.anvil_set_auto_mine(false).await?;
-    for id in ids {
-        let _ = dev
-            .market()
-            .requestResolution(*id)
-            .from(dev.requester())
-            .send()
-            .await?;
-    }
-    dev.provider.evm_mine(None).await?;
-    let t0 = Instant::now();
-    dev.provider.anvil_set_auto_mine(true).await?;
+    let t0 = common::request_in_one_block(dev, ids).await?;
     let watcher = &nodes[0].node;
     loop {
         anyhow::ensure!(t0.elapsed() < Duration::from_secs(300), "timeout");

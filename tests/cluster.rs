@@ -400,14 +400,10 @@ async fn a_database_restart_during_a_burst_loses_and_doubles_nothing() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_dead_after_signing_is_finished_with_its_own_signed_transaction() {
-    let pg = Pg::start();
-    let s = market(Duration::ZERO).await;
-    let signer = s.dev.accounts[0];
-    let before = nonce(&s, signer).await;
-    // node-a signs and stores the resolution, then dies before broadcasting it
-    let mut a = start_node_crashing(&s, &pg, "node-a", 3, 4, Some("signed"));
+/// node-a (dev account 0's key) signs and stores the resolution of the market, then
+/// dies before broadcasting it; returns the stored attempt's hash.
+async fn dead_after_signing(s: &MarketSetup, pg: &Pg) -> String {
+    let mut a = start_node_crashing(s, pg, "node-a", 3, 4, Some("signed"));
     wait_up(std::slice::from_ref(&a)).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let status = tokio::time::timeout(Duration::from_secs(60), a.child.wait())
@@ -417,6 +413,16 @@ async fn a_holder_dead_after_signing_is_finished_with_its_own_signed_transaction
     assert_eq!(status.code(), Some(97), "{}", a.log());
     let signed = pg.psql("SELECT tx_hash FROM tx_attempts");
     assert_eq!(signed.lines().count(), 1, "one signed attempt: {signed}");
+    signed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_dead_after_signing_is_finished_with_its_own_signed_transaction() {
+    let pg = Pg::start();
+    let s = market(Duration::ZERO).await;
+    let signer = s.dev.accounts[0];
+    let before = nonce(&s, signer).await;
+    let signed = dead_after_signing(&s, &pg).await;
     assert_eq!(nonce(&s, signer).await, before, "nothing was broadcast");
 
     // node-b shares the key: after the lease, it broadcasts the very same bytes
@@ -444,15 +450,7 @@ async fn a_node_with_another_key_finishes_a_dead_holders_signed_transaction() {
     let s = market(Duration::ZERO).await;
     let (key_a, key_b) = (s.dev.accounts[0], s.dev.accounts[5]);
     let (before_a, before_b) = (nonce(&s, key_a).await, nonce(&s, key_b).await);
-    let mut a = start_node_crashing(&s, &pg, "node-a", 3, 4, Some("signed"));
-    wait_up(std::slice::from_ref(&a)).await;
-    s.dev.request_resolution(s.market_id).await.unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(60), a.child.wait())
-        .await
-        .expect("node-a stops at the crash point")
-        .unwrap();
-    assert_eq!(status.code(), Some(97), "{}", a.log());
-    let signed = pg.psql("SELECT tx_hash FROM tx_attempts");
+    let signed = dead_after_signing(&s, &pg).await;
 
     // node-b holds another key: it cannot re-sign node-a's nonce, so it broadcasts
     // node-a's stored bytes and concludes with their receipt, signing nothing itself

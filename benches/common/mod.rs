@@ -128,3 +128,25 @@ pub async fn start_node_with(
         task,
     })
 }
+
+/// Requests every market of `ids` in one block (automine off, then one block mined,
+/// automine back on); returns when that block was mined.
+pub async fn request_in_one_block(
+    dev: &Devnet,
+    ids: &[U256],
+) -> anyhow::Result<std::time::Instant> {
+    use alloy::providers::ext::AnvilApi;
+    dev.provider.anvil_set_auto_mine(false).await?;
+    for id in ids {
+        let _ = dev
+            .market()
+            .requestResolution(*id)
+            .from(dev.requester())
+            .send()
+            .await?;
+    }
+    dev.provider.evm_mine(None).await?;
+    let t0 = std::time::Instant::now();
+    dev.provider.anvil_set_auto_mine(true).await?;
+    Ok(t0)
+}

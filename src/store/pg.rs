@@ -392,6 +392,21 @@ impl PgStore {
         Ok(())
     }
 
+    /// One statement for a round, in a transaction fenced by this node's lease.
+    async fn fenced_execute(
+        &self,
+        market: Address,
+        market_id: U256,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(sql, params).await.map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
     /// The round a reserved nonce belongs to.
     async fn nonce_round(
         &self,
@@ -413,6 +428,39 @@ impl PgStore {
             Address::from_str(&m).map_err(|e| corrupt("market", e))?,
             U256::from_str(&id).map_err(|e| corrupt("market_id", e))?,
         ))
+    }
+
+    /// A round's reservations under any key (only the pending ones with `pending`),
+    /// oldest first.
+    async fn round_nonces(
+        &self,
+        market: Address,
+        market_id: U256,
+        pending: bool,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = $1 AND market_id = $2
+                 AND (NOT $3 OR state = 'pending') ORDER BY created_at, nonce",
+                &[&market.to_string(), &market_id.to_string(), &pending],
+            )
+            .await
+            .map_err(pg_err)?;
+        drop(client);
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let signer: String = r.get(0);
+            let key = KeyRef {
+                signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
+                chain_id: r.get::<_, i64>(1) as u64,
+            };
+            let nonce = r.get::<_, i64>(2) as u64;
+            if let Some(rec) = self.nonce_record(key, nonce).await? {
+                out.push((key, rec));
+            }
+        }
+        Ok(out)
     }
 
     async fn upsert_round(
@@ -620,10 +668,9 @@ impl RoundStore for PgStore {
         state: RoundState,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        self.fence(&tx, market, market_id).await?;
-        tx.execute(
+        self.fenced_execute(
+            market,
+            market_id,
             "UPDATE rounds SET state = $3, reason = $4, updated_at = $5 WHERE market = $1 AND market_id = $2",
             &[
                 &market.to_string(),
@@ -634,8 +681,6 @@ impl RoundStore for PgStore {
             ],
         )
         .await
-        .map_err(pg_err)?;
-        tx.commit().await.map_err(pg_err)
     }
 
     async fn save_progress(
@@ -692,10 +737,9 @@ impl RoundStore for PgStore {
         market_id: U256,
         block: u64,
     ) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        self.fence(&tx, market, market_id).await?;
-        tx.execute(
+        self.fenced_execute(
+            market,
+            market_id,
             "UPDATE rounds SET request_block = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
             &[
                 &market.to_string(),
@@ -705,8 +749,6 @@ impl RoundStore for PgStore {
             ],
         )
         .await
-        .map_err(pg_err)?;
-        tx.commit().await.map_err(pg_err)
     }
 
     async fn set_outcome(
@@ -715,10 +757,9 @@ impl RoundStore for PgStore {
         market_id: U256,
         outcome: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        self.fence(&tx, market, market_id).await?;
-        tx.execute(
+        self.fenced_execute(
+            market,
+            market_id,
             "UPDATE rounds SET outcome = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
             &[
                 &market.to_string(),
@@ -728,8 +769,6 @@ impl RoundStore for PgStore {
             ],
         )
         .await
-        .map_err(pg_err)?;
-        tx.commit().await.map_err(pg_err)
     }
 
     async fn get(
@@ -1111,26 +1150,10 @@ impl RoundStore for PgStore {
         market: Address,
         market_id: U256,
     ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = $1 AND market_id = $2 ORDER BY created_at, nonce",
-                &[&market.to_string(), &market_id.to_string()],
-            )
-            .await
-            .map_err(pg_err)?;
-        drop(client);
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            let signer: String = r.get(0);
-            let key = KeyRef {
-                signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
-                chain_id: r.get::<_, i64>(1) as u64,
-            };
-            let nonce = r.get::<_, i64>(2) as u64;
-            if let Some(rec) = self.nonce_record(key, nonce).await? {
-                out.push((rec, self.attempts(key, nonce).await?));
-            }
+        let mut out = Vec::new();
+        for (key, rec) in self.round_nonces(market, market_id, false).await? {
+            let attempts = self.attempts(key, rec.nonce).await?;
+            out.push((rec, attempts));
         }
         Ok(out)
     }
@@ -1154,28 +1177,7 @@ impl RoundStore for PgStore {
         market: Address,
         market_id: U256,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT signer, chain_id, nonce FROM tx_nonces
-                 WHERE market = $1 AND market_id = $2 AND state = 'pending' ORDER BY created_at, nonce",
-                &[&market.to_string(), &market_id.to_string()],
-            )
-            .await
-            .map_err(pg_err)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            let signer: String = r.get(0);
-            let key = KeyRef {
-                signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
-                chain_id: r.get::<_, i64>(1) as u64,
-            };
-            let nonce = r.get::<_, i64>(2) as u64;
-            if let Some(rec) = self.nonce_record(key, nonce).await? {
-                out.push((key, rec));
-            }
-        }
-        Ok(out)
+        self.round_nonces(market, market_id, true).await
     }
 
     fn shared(&self) -> bool {

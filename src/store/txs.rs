@@ -400,29 +400,13 @@ impl Store {
         market: Address,
         market_id: U256,
     ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = ?1 AND market_id = ?2 ORDER BY created_at, nonce",
-        )?;
-        let keys: Vec<(String, i64, i64)> = stmt
-            .query_map(params![market.to_string(), market_id.to_string()], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
-            .collect::<Result<_, _>>()?;
-        drop(stmt);
-        drop(conn);
-        let mut out = Vec::with_capacity(keys.len());
-        for (signer, chain_id, nonce) in keys {
-            let key = KeyRef {
-                signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
-                chain_id: chain_id as u64,
-            };
-            if let Some(rec) = self.nonce_record(key, nonce as u64)? {
-                let attempts = self.attempts(key, nonce as u64)?;
-                out.push((rec, attempts));
-            }
-        }
-        Ok(out)
+        self.round_nonces(market, market_id, false)?
+            .into_iter()
+            .map(|(key, rec)| {
+                let attempts = self.attempts(key, rec.nonce)?;
+                Ok((rec, attempts))
+            })
+            .collect()
     }
 
     /// The pending reservations of a round under any key (a cluster whose nodes hold
@@ -433,14 +417,27 @@ impl Store {
         market: Address,
         market_id: U256,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        self.round_nonces(market, market_id, true)
+    }
+
+    /// A round's reservations under any key (only the pending ones with `pending`),
+    /// oldest first.
+    fn round_nonces(
+        &self,
+        market: Address,
+        market_id: U256,
+        pending: bool,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = ?1 AND market_id = ?2 AND state = 'pending' ORDER BY created_at, nonce",
+            "SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = ?1 AND market_id = ?2
+             AND (?3 = 0 OR state = 'pending') ORDER BY created_at, nonce",
         )?;
         let keys: Vec<(String, i64, i64)> = stmt
-            .query_map(params![market.to_string(), market_id.to_string()], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
+            .query_map(
+                params![market.to_string(), market_id.to_string(), pending as i64],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?
             .collect::<Result<_, _>>()?;
         drop(stmt);
         drop(conn);
