@@ -497,3 +497,25 @@ async fn an_unusable_database_stops_the_node_at_start_with_a_clear_error() {
     );
     assert!(!all.contains("hunter2secret"), "the password leaked: {all}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_with_a_fixed_id_takes_its_rounds_back_at_once() {
+    let pg = Pg::start();
+    let s = market(Duration::from_millis(1500)).await;
+    let lease = 60;
+    let mut a = start_node(&s, &pg, "node-a", lease, 4);
+    wait_up(std::slice::from_ref(&a)).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    assert_eq!(wait_held(&pg, &s).await, "node-a");
+    a.child.kill().await.unwrap();
+    let restarted = Instant::now();
+    let a = start_node(&s, &pg, "node-a", lease, 4);
+    let done = wait_all_final(&pg, 1, Duration::from_secs(45), &[&a]).await;
+    assert_eq!(done[0].1, "confirmed", "{done:?}");
+    assert!(
+        restarted.elapsed() < Duration::from_secs(lease / 2),
+        "waited for its own lease: {:?}",
+        restarted.elapsed()
+    );
+    assert_eq!(resolved_events(&s).await.len(), 1);
+}

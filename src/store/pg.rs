@@ -1309,10 +1309,11 @@ impl RoundStore for PgStore {
             .query(
                 &format!(
                     "SELECT market, market_id FROM rounds
-                     WHERE state NOT IN {FINAL} AND (lease_until IS NULL OR lease_until < {NOW_MS})
+                     WHERE state NOT IN {FINAL}
+                       AND (lease_until IS NULL OR lease_until < {NOW_MS} OR holder = $2)
                      ORDER BY id LIMIT $1"
                 ),
-                &[&(limit as i64)],
+                &[&(limit as i64), &self.node],
             )
             .await
             .map_err(pg_err)?;

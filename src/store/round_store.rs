@@ -164,7 +164,9 @@ pub trait RoundStore: Send + Sync + 'static {
         market_id: U256,
         retry_after: Option<Duration>,
     ) -> Result<(), StoreError>;
-    /// Unfinished rounds that a node may claim now, oldest first.
+    /// Unfinished rounds that a node may claim now, oldest first: unheld and past any
+    /// back-off, with an expired lease, or held by this node's id (a restarted node with
+    /// a fixed `store.node_id` takes its own rounds back at once).
     async fn claimable(&self, limit: usize) -> Result<Vec<(Address, U256)>, StoreError>;
     /// Whether this node still holds the round at the term it claimed (checked before
     /// every broadcast).
