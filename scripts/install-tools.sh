@@ -4,7 +4,7 @@
 #       .tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
 #   - solc-js + OpenZeppelin contracts for scripts/compile-contracts.mjs, into contracts-abi/node_modules
 #     (versions pinned by contracts-abi/package.json + package-lock.json).
-#   - PostgreSQL (Debian's postgresql package, via apt-get) when no /usr/lib/postgresql/*/bin/initdb
+#   - Debian's postgresql, chromium and prometheus (promtool) packages, via apt-get, when missing
 #     exists; tests/common/pg.rs starts throwaway servers from it (PG_BIN overrides the bin dir).
 # Usage: scripts/install-tools.sh            (prints the anvil path on success)
 set -euo pipefail
@@ -77,9 +77,9 @@ else
 fi
 contracts_deps_ok || die "contracts-abi dependencies do not match contracts-abi/package.json after install"
 
-# ── PostgreSQL (integration tests) ───────────────────────────────────────
-# Only the binaries are needed: tests initdb and start their own servers, so the cluster the
-# package may create is left alone (it need not be running).
+# ── Debian packages the tests use ────────────────────────────────────────
+# PostgreSQL (the cluster tests initdb and start their own servers, so the cluster the package
+# may create is left alone), Chromium (the status page test) and promtool (the alert rules).
 
 # initdb of the highest installed version, or empty.
 pg_initdb() {
@@ -88,27 +88,45 @@ pg_initdb() {
     if [ -x "$f" ]; then echo "$f"; fi
   done | sort -V | tail -n 1
 }
+MISSING=()
 if [ -n "${PG_BIN:-}" ] && [ -x "$PG_BIN/initdb" ]; then
   log "PostgreSQL present (PG_BIN=$PG_BIN): $("$PG_BIN/initdb" --version)"
 elif [ -n "$(pg_initdb)" ]; then
   log "PostgreSQL present: $("$(pg_initdb)" --version)"
 else
+  MISSING+=(postgresql)
+fi
+if [ -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
+  log "Chromium present: ${CHROMIUM:-/usr/bin/chromium}"
+else
+  MISSING+=(chromium)
+fi
+if [ -x "${PROMTOOL:-/usr/bin/promtool}" ]; then
+  log "promtool present: ${PROMTOOL:-/usr/bin/promtool}"
+else
+  MISSING+=(prometheus)
+fi
+if [ "${#MISSING[@]}" -gt 0 ]; then
   command -v apt-get >/dev/null 2>&1 \
-    || die "PostgreSQL not found and apt-get is missing: install PostgreSQL 15+ and set PG_BIN to its bin dir"
+    || die "missing ${MISSING[*]} and apt-get is missing: install them (PostgreSQL 15+: set PG_BIN; Chromium: set CHROMIUM; promtool: set PROMTOOL)"
   if [ "$(id -u)" -eq 0 ]; then
     AS_ROOT=()
   elif command -v sudo >/dev/null 2>&1; then
     AS_ROOT=(sudo)
   else
-    die "PostgreSQL not found: install Debian's postgresql package (as root: apt-get install postgresql)"
+    die "missing ${MISSING[*]}: install Debian's packages (as root: apt-get install ${MISSING[*]})"
   fi
-  log "installing Debian's postgresql package (apt-get)"
+  log "installing Debian's ${MISSING[*]} (apt-get)"
   "${AS_ROOT[@]}" apt-get update >&2 || die "apt-get update failed"
   "${AS_ROOT[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends postgresql >&2 \
-    || die "apt-get install postgresql failed"
-  [ -n "$(pg_initdb)" ] || die "initdb missing after installing postgresql: no /usr/lib/postgresql/*/bin/initdb"
-  log "PostgreSQL installed: $("$(pg_initdb)" --version)"
+    apt-get install -y --no-install-recommends "${MISSING[@]}" >&2 \
+    || die "apt-get install ${MISSING[*]} failed"
+  if [ -n "${PG_BIN:-}" ] && [ -x "$PG_BIN/initdb" ] || [ -n "$(pg_initdb)" ]; then :; else
+    die "initdb missing after installing postgresql: no /usr/lib/postgresql/*/bin/initdb"
+  fi
+  [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || die "chromium missing after install"
+  [ -x "${PROMTOOL:-/usr/bin/promtool}" ] || die "promtool missing after installing prometheus"
+  log "installed: ${MISSING[*]}"
 fi
 
 echo "$ANVIL_BIN"

@@ -1,6 +1,7 @@
 //! The node's HTTP API (axum): health, Prometheus metrics, the round store read-only
-//! (`/rounds`, `/rounds/{market_id}`) and a bearer-token guarded manual trigger
-//! (`POST /resolve`) that hands market ids to the node over a channel.
+//! (`/rounds`, `/rounds/{market_id}`), the operator's status page ([`super::status`]:
+//! `/`, `/events`), and a bearer-token guarded manual trigger (`POST /resolve`) that
+//! hands market ids to the node over a channel.
 //!
 //! Every error is answered as JSON `{"error": "..."}`, unknown routes included.
 
@@ -57,6 +58,9 @@ pub struct ApiState {
     pub health: Arc<RwLock<Value>>,
     /// The chain as the node's head probe sees it (`None`: no chain, e.g. tests of the API alone).
     pub chain: Option<Arc<crate::chain::health::ChainHealth>>,
+    /// Cancelled when the node stops: ends the status page's event streams, so that the
+    /// server's graceful shutdown does not wait for open browser tabs.
+    pub stop: tokio_util::sync::CancellationToken,
 }
 
 /// The API's routes.
@@ -69,6 +73,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/rounds", get(list_rounds))
         .route("/rounds/{market_id}", get(get_round))
         .route("/resolve", post(resolve))
+        .merge(super::status::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -86,7 +91,7 @@ pub async fn serve(
         .await
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
@@ -322,7 +327,7 @@ fn tokens_equal(given: &str, expected: &str) -> bool {
 }
 
 /// A decimal `U256`: ASCII digits only (no sign, no `0x`, no spaces).
-fn parse_decimal(s: &str) -> Option<U256> {
+pub(crate) fn parse_decimal(s: &str) -> Option<U256> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

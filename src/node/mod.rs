@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod metrics;
+pub mod status;
 
 use crate::api::{ApiState, ManualTrigger};
 use crate::chain::heads::{HeadFeed, PushConfig};
@@ -1162,6 +1163,7 @@ impl Node {
                 started: Instant::now(),
                 health: self.health.clone(),
                 chain: Some(self.chain_health.clone()),
+                stop: self.cancel.clone(),
             };
             let mut rx = stop_rx.clone();
             tasks.spawn(async move {

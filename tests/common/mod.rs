@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod agora_peer;
+pub mod browser;
 pub mod chain;
 pub mod chorus_peer;
 pub mod factagora_peer;

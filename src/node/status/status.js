@@ -1,0 +1,187 @@
+// The node's status page. Everything shown comes from the node's own JSON and is put
+// into the page with textContent only: worker texts (which may hold HTML or script) are
+// always shown as text. Live updates arrive as server-sent events from /events.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function shortHex(h) {
+  return typeof h === "string" && h.length > 14 ? h.slice(0, 8) + "…" + h.slice(-4) : (h || "");
+}
+
+function age(unix) {
+  if (!unix) return "";
+  const s = Math.max(0, Math.round(Date.now() / 1000 - unix));
+  if (s < 60) return s + " s ago";
+  if (s < 3600) return Math.round(s / 60) + " min ago";
+  return Math.round(s / 3600) + " h ago";
+}
+
+function stateBadge(state) {
+  return el("span", state, "state state-" + state);
+}
+
+function workerLine(w) {
+  const parts = [];
+  if (w.failure) {
+    parts.push("failed (" + w.failure + ")");
+  } else {
+    parts.push(w.answer || "—");
+    if (w.confidence !== null && w.confidence !== undefined) parts.push(Number(w.confidence).toFixed(2));
+    if (w.scores) parts.push(w.scores.join("/"));
+    if (w.weight !== null && w.weight !== undefined) parts.push("w=" + w.weight);
+  }
+  return el("div", shortHex(w.address) + "  " + parts.join(" · "), "worker mono");
+}
+
+function txSummary(r) {
+  const box = el("div", null, "mono");
+  for (const t of r.transactions || []) {
+    box.appendChild(el("div", "nonce " + t.nonce + ": " + t.state + ", " + t.attempts + " attempt(s)" + (t.mined_tx ? " → " + shortHex(t.mined_tx) : "")));
+  }
+  if (r.confirmation) {
+    box.appendChild(el("div", r.confirmation.status + (r.confirmation.block_number ? " in block " + r.confirmation.block_number : "")));
+  }
+  return box;
+}
+
+function renderChain(s) {
+  const parts = [];
+  if (s.chain_id !== undefined && s.chain_id !== null) parts.push("chain " + s.chain_id);
+  if (s.head !== undefined && s.head !== null) parts.push("head " + s.head);
+  if (s.lag_blocks !== undefined && s.lag_blocks !== null) parts.push("watcher lag " + s.lag_blocks + " block(s)");
+  if (s.status) parts.push(s.status);
+  $("chain").textContent = parts.join(" · ");
+}
+
+let cursors = [null]; // cursors of the pages seen: [0] is the newest page
+let page = 0;
+
+function renderList(data) {
+  const body = $("rounds-body");
+  body.replaceChildren();
+  for (const r of data.rounds) {
+    const tr = el("tr");
+    tr.dataset.marketId = r.market_id;
+    tr.dataset.state = r.state;
+    const id = el("td", null, "mono");
+    const a = el("a", r.market_id);
+    a.href = "/?round=" + encodeURIComponent(r.market_id);
+    id.appendChild(a);
+    tr.appendChild(id);
+    const st = el("td");
+    st.appendChild(stateBadge(r.state));
+    tr.appendChild(st);
+    const q = r.quorum;
+    tr.appendChild(el("td", q ? (q.met ? "met" : "not met") + " (" + q.valid + "/" + q.required + " of " + q.registered + ")" : "—"));
+    const ws = el("td");
+    for (const w of r.workers || []) ws.appendChild(workerLine(w));
+    tr.appendChild(ws);
+    const tx = el("td");
+    tx.appendChild(txSummary(r));
+    tr.appendChild(tx);
+    tr.appendChild(el("td", r.reason || ""));
+    tr.appendChild(el("td", r.holder || r.driven_by || "", "mono"));
+    tr.appendChild(el("td", age(r.updated_at)));
+    body.appendChild(tr);
+  }
+  if (data.rounds.length === 0) {
+    const tr = el("tr");
+    const td = el("td", "no rounds yet");
+    td.colSpan = 8;
+    tr.appendChild(td);
+    body.appendChild(tr);
+  }
+  cursors[page + 1] = data.next;
+  $("older").disabled = data.next === null || data.next === undefined;
+  $("newer").disabled = page === 0;
+}
+
+async function loadPage() {
+  const c = cursors[page];
+  const url = "/status/rounds" + (c === null || c === undefined ? "" : "?cursor=" + encodeURIComponent(c));
+  const resp = await fetch(url);
+  if (!resp.ok) return;
+  const data = await resp.json();
+  renderChain(data);
+  renderList(data);
+}
+
+function fact(dl, name, value) {
+  dl.appendChild(el("dt", name));
+  dl.appendChild(el("dd", value === null || value === undefined ? "—" : value, "mono"));
+}
+
+async function loadRound(id) {
+  const resp = await fetch("/status/rounds/" + encodeURIComponent(id));
+  const title = $("round-title");
+  if (!resp.ok) {
+    title.textContent = "market " + id + ": no such round";
+    return;
+  }
+  const r = await resp.json();
+  title.replaceChildren(el("span", "market " + r.market_id + " "), stateBadge(r.state));
+  document.body.dataset.roundState = r.state;
+  const dl = $("round-facts");
+  dl.replaceChildren();
+  fact(dl, "market contract", r.market);
+  fact(dl, "attempt", r.attempt);
+  fact(dl, "question", r.question);
+  fact(dl, "request", r.request_tx ? r.request_tx + " (block " + r.request_block + ")" : null);
+  fact(dl, "quorum", r.quorum ? (r.quorum.met ? "met" : "not met") + " (" + r.quorum.valid + "/" + r.quorum.required + " of " + r.quorum.registered + ")" : null);
+  fact(dl, "resolution", r.resolution === null || r.resolution === undefined ? null : (r.resolution ? "YES" : "NO"));
+  fact(dl, "reason", r.reason);
+  fact(dl, "holder", r.holder || r.driven_by);
+  const workers = $("round-workers");
+  workers.replaceChildren();
+  for (const w of r.workers || []) {
+    const box = el("div", null, "worker-box");
+    box.appendChild(workerLine(w));
+    if (w.evidence) box.appendChild(el("pre", w.evidence, "evidence"));
+    workers.appendChild(box);
+  }
+  const txs = $("round-txs");
+  txs.replaceChildren(txSummary(r));
+  $("round-transcript").textContent = JSON.stringify(r.transcript, null, 2);
+}
+
+function connect(onEvent) {
+  const es = new EventSource("/events");
+  es.addEventListener("rounds", (ev) => {
+    $("live").classList.add("on");
+    $("live").textContent = "● live";
+    onEvent(JSON.parse(ev.data));
+  });
+  es.onerror = () => {
+    $("live").classList.remove("on");
+    $("live").textContent = "○ reconnecting";
+  };
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const round = new URLSearchParams(location.search).get("round");
+  if (round !== null) {
+    $("list-view").hidden = true;
+    $("round-view").hidden = false;
+    loadRound(round);
+    connect((data) => {
+      renderChain(data);
+      loadRound(round);
+    });
+    return;
+  }
+  $("older").addEventListener("click", () => { page += 1; loadPage(); });
+  $("newer").addEventListener("click", () => { page = 0; loadPage(); });
+  connect((data) => {
+    renderChain(data);
+    if (page === 0) renderList(data);
+  });
+  loadPage();
+});

@@ -1,0 +1,178 @@
+//! The monitoring and service assets in `deploy/`: the alert rules pass
+//! `promtool check rules` (Debian's prometheus package), every metric the rules and the
+//! Grafana dashboard query is one a running node really exports, and the systemd unit
+//! starts the binary with flags it has.
+
+mod common;
+
+use common::market_with_three_workers;
+use common::node::{free_port, node_config, start, tmpdir, wait_final, workflow_file};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+const RULES: &str = "deploy/prometheus/cresolver-alerts.yml";
+const DASHBOARD: &str = "deploy/grafana/cresolver-dashboard.json";
+const UNIT: &str = "deploy/systemd/cresolver.service";
+
+/// Every `cresolver_…` identifier in a PromQL text.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("cresolver_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// The sample names a node's exposition declares: each `# TYPE` family with the
+/// suffixes its type gives its samples.
+fn exported(exposition: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for line in exposition.lines() {
+        let mut f = line.split_whitespace();
+        if (f.next(), f.next()) != (Some("#"), Some("TYPE")) {
+            continue;
+        }
+        let (Some(name), Some(kind)) = (f.next(), f.next()) else {
+            continue;
+        };
+        match kind {
+            "counter" => {
+                out.insert(format!("{name}_total"));
+            }
+            "histogram" => {
+                for s in ["_bucket", "_sum", "_count"] {
+                    out.insert(format!("{name}{s}"));
+                }
+            }
+            _ => {
+                out.insert(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_alert_rules_pass_promtool() {
+    let promtool = std::env::var("PROMTOOL").unwrap_or_else(|_| "/usr/bin/promtool".into());
+    assert!(
+        Path::new(&promtool).exists(),
+        "{promtool} not found: install Debian's prometheus package (scripts/install-tools.sh does)"
+    );
+    let out = std::process::Command::new(&promtool)
+        .args(["check", "rules", RULES])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("SUCCESS: 8 rules found"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_and_the_dashboard_query_metrics_the_node_exports() {
+    // a node that resolved a market, so its metric families are all registered and used
+    let s = market_with_three_workers().await;
+    let dir = tmpdir("deploy");
+    let mut cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
+    let port = free_port();
+    cfg.api.listen = format!("127.0.0.1:{port}");
+    // a second endpoint that refuses: its probe errors are counted
+    cfg.chain.rpc_urls = vec![s.dev.rpc_url(), common::closed_port_url()];
+    let node = start(cfg, s.dev.signers[0].clone()).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    wait_final(&node.node, s.dev.contracts.market, s.market_id).await;
+    // a round that stops short of confirmed (no such market)
+    let missing = alloy::primitives::U256::from(999);
+    node.node.request(missing).await.unwrap();
+    let r = node.node.run_round(s.dev.contracts.market, missing).await.unwrap();
+    assert!(r.state.is_final(), "{r:?}");
+    let exposition = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    node.stop().await;
+    let have = exported(&exposition);
+    assert!(have.contains("cresolver_rounds_total"), "{exposition}");
+
+    let rules = std::fs::read_to_string(RULES).unwrap();
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(DASHBOARD).unwrap()).unwrap();
+    let mut queries: Vec<(String, String)> = rules
+        .lines()
+        .filter(|l| l.contains("cresolver_"))
+        .map(|l| ("alert rules".to_string(), l.to_string()))
+        .collect();
+    for p in dashboard["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().expect("targets") {
+            queries.push((
+                format!("panel {:?}", p["title"]),
+                t["expr"].as_str().expect("expr").to_string(),
+            ));
+        }
+    }
+    assert!(queries.len() > 20, "{queries:?}");
+    let mut used = BTreeSet::new();
+    for (place, q) in &queries {
+        for name in metric_names(q) {
+            assert!(
+                have.contains(&name),
+                "{place} queries {name}, which the node does not export; it exports {have:?}"
+            );
+            used.insert(name);
+        }
+    }
+    // the dashboard covers rounds, stages, workers, chain, RPC, transactions and leases
+    for family in [
+        "cresolver_rounds_total",
+        "cresolver_stage_duration_seconds_bucket",
+        "cresolver_worker_calls_total",
+        "cresolver_head_lag_blocks",
+        "cresolver_rpc_in_service",
+        "cresolver_tx_oldest_pending_seconds",
+        "cresolver_lease_events_total",
+    ] {
+        assert!(used.contains(family), "nothing queries {family}");
+    }
+}
+
+#[test]
+fn the_systemd_unit_starts_the_node_with_flags_it_has() {
+    let unit = std::fs::read_to_string(UNIT).unwrap();
+    for section in ["[Unit]", "[Service]", "[Install]"] {
+        assert!(unit.contains(section), "{section} missing");
+    }
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    let mut args = exec.split_whitespace();
+    assert!(args.next().unwrap().ends_with("/cresolver"));
+    assert_eq!(args.next(), Some("node"));
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_cresolver"))
+        .args(["node", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    for flag in args.filter(|a| a.starts_with("--")) {
+        assert!(
+            help.contains(flag),
+            "`cresolver node` has no {flag}:\n{help}"
+        );
+    }
+    // shutdown lets in-flight rounds reach a persisted state, and it comes back
+    assert!(unit.contains("KillSignal=SIGTERM"));
+    assert!(unit.contains("Restart=always"));
+    assert!(unit.contains("TimeoutStopSec="));
+}
