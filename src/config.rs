@@ -280,6 +280,15 @@ pub struct SignerCfg {
     pub private_key_env: String,
     /// Or a file holding it (first line, hex).
     pub key_file: Option<PathBuf>,
+    /// Or an encrypted JSON keystore (the format `cast wallet import` writes). When set
+    /// (or `account`), it is the key, whatever the env var holds.
+    pub keystore: Option<PathBuf>,
+    /// Or a foundry account name: `~/.foundry/keystores/<account>` (`--account`).
+    pub account: Option<String>,
+    /// Env var holding the keystore's password.
+    pub password_env: String,
+    /// Or a file holding it (first line).
+    pub password_file: Option<PathBuf>,
 }
 
 impl Default for SignerCfg {
@@ -287,7 +296,26 @@ impl Default for SignerCfg {
         Self {
             private_key_env: "CRESOLVER_PRIVATE_KEY".into(),
             key_file: None,
+            keystore: None,
+            account: None,
+            password_env: "CRESOLVER_KEYSTORE_PASSWORD".into(),
+            password_file: None,
         }
+    }
+}
+
+impl SignerCfg {
+    /// The keystore file to use, if one is configured: `keystore`, or foundry's
+    /// `~/.foundry/keystores/<account>`.
+    pub fn keystore_path(&self) -> Option<PathBuf> {
+        if let Some(p) = &self.keystore {
+            return Some(p.clone());
+        }
+        let name = self.account.as_deref()?.trim();
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        Some(home.join(".foundry").join("keystores").join(name))
     }
 }
 
@@ -382,6 +410,20 @@ pub enum ConfigError {
     BadKey { source_name: String },
     #[error("cannot read key file {path}: {error}")]
     KeyFile { path: String, error: String },
+    #[error(
+        "keystore {path} not found: import the key with `cast wallet import <name> --interactive` (then --account <name>), or point signer.keystore at the file"
+    )]
+    KeystoreMissing { path: String },
+    #[error("keystore {path} needs its password: set the env var {env}, or signer.password_file")]
+    NoKeystorePassword { path: String, env: String },
+    #[error(
+        "wrong password for keystore {path} (password from {source_name}): check it, or re-import the key with `cast wallet import`"
+    )]
+    KeystorePassword { path: String, source_name: String },
+    #[error(
+        "keystore {path} is not a readable encrypted JSON keystore ({error}): import the key again with `cast wallet import`"
+    )]
+    KeystoreInvalid { path: String, error: String },
 }
 
 /// Flags that override the file and the environment.
@@ -391,6 +433,8 @@ pub struct Overrides {
     pub market_address: Option<Address>,
     pub data_dir: Option<PathBuf>,
     pub workflows: Vec<PathBuf>,
+    /// A foundry account name (`--account`): the key is `~/.foundry/keystores/<name>`.
+    pub account: Option<String>,
 }
 
 impl NodeConfig {
@@ -432,6 +476,10 @@ impl NodeConfig {
         }
         if !overrides.workflows.is_empty() {
             cfg.node.workflows = overrides.workflows.clone();
+        }
+        if let Some(a) = &overrides.account {
+            cfg.signer.account = Some(a.clone());
+            cfg.signer.keystore = None;
         }
         cfg.validate()?;
         Ok(cfg)
@@ -598,8 +646,12 @@ impl NodeConfig {
         })
     }
 
-    /// Reads the signing key (env var first, then key file). The key never leaves the signer.
+    /// Reads the signing key: a configured keystore (`signer.keystore`, `--account`),
+    /// else the env var, else the key file. The key never leaves the signer.
     pub fn signer(&self) -> Result<alloy::signers::local::PrivateKeySigner, ConfigError> {
+        if let Some(path) = self.signer.keystore_path() {
+            return self.keystore_signer(&path);
+        }
         let (text, source_name) = match std::env::var(&self.signer.private_key_env) {
             Ok(v) if !v.trim().is_empty() => {
                 (v, format!("env var {}", self.signer.private_key_env))
@@ -622,6 +674,59 @@ impl NodeConfig {
         let line = text.lines().next().unwrap_or("").trim().to_string();
         line.parse()
             .map_err(|_| ConfigError::BadKey { source_name })
+    }
+}
+
+impl NodeConfig {
+    /// Decrypts the keystore at `path` with the password from `signer.password_env` or
+    /// `signer.password_file`.
+    fn keystore_signer(
+        &self,
+        path: &Path,
+    ) -> Result<alloy::signers::local::PrivateKeySigner, ConfigError> {
+        use secrecy::{ExposeSecret, SecretString};
+        let shown = path.display().to_string();
+        if !path.is_file() {
+            return Err(ConfigError::KeystoreMissing { path: shown });
+        }
+        let env = &self.signer.password_env;
+        let (password, source_name): (SecretString, String) = match std::env::var(env) {
+            Ok(v) if !v.is_empty() => (v.into(), format!("env var {env}")),
+            _ => match &self.signer.password_file {
+                Some(f) => {
+                    let text = std::fs::read_to_string(f).map_err(|e| ConfigError::KeyFile {
+                        path: f.display().to_string(),
+                        error: e.to_string(),
+                    })?;
+                    let line = text.lines().next().unwrap_or("").to_string();
+                    (line.into(), format!("password file {}", f.display()))
+                }
+                None => {
+                    return Err(ConfigError::NoKeystorePassword {
+                        path: shown,
+                        env: env.clone(),
+                    });
+                }
+            },
+        };
+        alloy::signers::local::PrivateKeySigner::decrypt_keystore(
+            path,
+            password.expose_secret().as_bytes(),
+        )
+        .map_err(|e| {
+            let text = e.to_string();
+            if text.to_lowercase().contains("mac mismatch") {
+                ConfigError::KeystorePassword {
+                    path: shown.clone(),
+                    source_name,
+                }
+            } else {
+                ConfigError::KeystoreInvalid {
+                    path: shown.clone(),
+                    error: text,
+                }
+            }
+        })
     }
 }
 

@@ -94,7 +94,11 @@ async fn the_rules_and_the_dashboard_query_metrics_the_node_exports() {
     // a round that stops short of confirmed (no such market)
     let missing = alloy::primitives::U256::from(999);
     node.node.request(missing).await.unwrap();
-    let r = node.node.run_round(s.dev.contracts.market, missing).await.unwrap();
+    let r = node
+        .node
+        .run_round(s.dev.contracts.market, missing)
+        .await
+        .unwrap();
     assert!(r.state.is_final(), "{r:?}");
     let exposition = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
         .await

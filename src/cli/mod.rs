@@ -52,6 +52,11 @@ pub struct BaseConfigArgs {
     /// Where the round store lives.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Sign with a foundry keystore account: ~/.foundry/keystores/NAME (as `cast wallet
+    /// import NAME` made it); the password comes from CRESOLVER_KEYSTORE_PASSWORD or
+    /// signer.password_file.
+    #[arg(long, value_name = "NAME")]
+    pub account: Option<String>,
 }
 
 impl BaseConfigArgs {
@@ -61,6 +66,7 @@ impl BaseConfigArgs {
             market_address: self.market_address,
             data_dir: self.data_dir.clone(),
             workflows,
+            account: self.account.clone(),
         };
         Ok(NodeConfig::load(self.config.as_deref(), &o)?)
     }
