@@ -33,11 +33,12 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 use std::time::Duration;
 use url::{Host, Url};
 
 /// How long resolving an endpoint's host may take.
-pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+pub use crate::workers::netguard::RESOLVE_TIMEOUT;
 
 /// Host names refused without resolving them (unless private endpoints are allowed).
 const REFUSED_HOSTS: &[&str] = &[
@@ -53,6 +54,9 @@ const REFUSED_HOSTS: &[&str] = &[
 pub struct DiscoveryConfig {
     /// Accept loopback/private endpoints and `http://` metadata URLs (local development).
     pub allow_private_endpoints: bool,
+    /// How host names are resolved (the system's resolver; tests play others). The same
+    /// lookup and rule run again at every connection (`workers::netguard`).
+    pub lookup: Arc<dyn crate::workers::netguard::Lookup>,
     /// Gateway for `ipfs://` URIs; `ipfs://CID/path` becomes `{gateway}CID/path`. The
     /// gateway URL is subject to the same rules as any metadata URL.
     pub ipfs_gateway: Url,
@@ -69,10 +73,21 @@ impl Default for DiscoveryConfig {
     fn default() -> Self {
         Self {
             allow_private_endpoints: false,
+            lookup: Arc::new(crate::workers::netguard::SystemLookup),
             ipfs_gateway: Url::parse("https://ipfs.io/ipfs/").expect("static gateway URL"),
             fetch_timeout: Duration::from_secs(5),
             max_metadata_bytes: 64 * 1024,
             protocols: ProtocolSet::default(),
+        }
+    }
+}
+
+impl DiscoveryConfig {
+    /// The address policy of calls to hosts a stranger chose, from these settings.
+    pub fn net_policy(&self) -> crate::workers::netguard::NetPolicy {
+        crate::workers::netguard::NetPolicy {
+            allow_private: self.allow_private_endpoints,
+            lookup: self.lookup.clone(),
         }
     }
 }
@@ -221,7 +236,7 @@ async fn discover_one(
                 "the Agora service has no `did` (the agent's did:key the node addresses)",
             ));
         }
-        validate_endpoint(&service.endpoint, cfg.allow_private_endpoints).await
+        validate_endpoint_with(&service.endpoint, &cfg.net_policy()).await
     }
     .await;
     if let Err(reason) = &result {
@@ -438,7 +453,7 @@ async fn fetch_http(
     if !url.username().is_empty() || url.password().is_some() {
         return Err(fetch_failed("metadata URL refused: credentials in the URL"));
     }
-    check_url(&url, cfg.allow_private_endpoints)
+    check_url(&url, &cfg.net_policy())
         .await
         .map_err(|detail| fetch_failed(format!("metadata URL refused: {detail}")))?;
     let max = cfg.max_metadata_bytes;
@@ -616,6 +631,19 @@ pub fn worker_service(reg: &Registration) -> Option<WorkerService> {
 /// host must not be a local name (`localhost`, cloud metadata names) and every address
 /// it resolves to must be public (see [`is_public_ip`]).
 pub async fn validate_endpoint(endpoint: &str, allow_private: bool) -> Result<Url, DiscardReason> {
+    let policy = if allow_private {
+        crate::workers::netguard::NetPolicy::allow_private()
+    } else {
+        crate::workers::netguard::NetPolicy::public_only()
+    };
+    validate_endpoint_with(endpoint, &policy).await
+}
+
+/// [`validate_endpoint`] under an address policy (and its resolver).
+pub async fn validate_endpoint_with(
+    endpoint: &str,
+    policy: &crate::workers::netguard::NetPolicy,
+) -> Result<Url, DiscardReason> {
     let url = Url::parse(endpoint.trim())
         .map_err(|e| refused(format!("`{}` is not a URL: {e}", shorten(endpoint))))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -630,13 +658,13 @@ pub async fn validate_endpoint(endpoint: &str, allow_private: bool) -> Result<Ur
     if !url.username().is_empty() || url.password().is_some() {
         return Err(refused("credentials in the URL"));
     }
-    check_url(&url, allow_private).await.map_err(refused)?;
+    check_url(&url, policy).await.map_err(refused)?;
     Ok(url)
 }
 
 /// The host rule shared by endpoints and metadata URLs.
-async fn check_url(url: &Url, allow_private: bool) -> Result<(), String> {
-    if allow_private {
+async fn check_url(url: &Url, policy: &crate::workers::netguard::NetPolicy) -> Result<(), String> {
+    if policy.allow_private {
         return Ok(());
     }
     match url.host() {
@@ -652,21 +680,18 @@ async fn check_url(url: &Url, allow_private: bool) -> Result<(), String> {
                 return Err(format!("host `{}` is local", shorten(&name)));
             }
             let port = url.port_or_known_default().unwrap_or(443);
-            let addrs = tokio::time::timeout(
-                RESOLVE_TIMEOUT,
-                tokio::net::lookup_host((name.as_str(), port)),
-            )
-            .await
-            .map_err(|_| format!("resolving `{}` timed out", shorten(&name)))?
-            .map_err(|e| format!("cannot resolve `{}`: {e}", shorten(&name)))?
-            .collect::<Vec<_>>();
-            if addrs.is_empty() {
-                return Err(format!("`{}` resolves to no address", shorten(&name)));
-            }
-            for a in addrs {
-                check_ip(a.ip()).map_err(|e| format!("`{}` resolves to {e}", shorten(&name)))?;
-            }
-            Ok(())
+            policy
+                .resolve(&name, port)
+                .await
+                .map(|_| ())
+                .map_err(|e| match e {
+                    crate::workers::netguard::AddressRefused::NonPublic { ip, .. } => {
+                        format!("`{}` resolves to non-public address {ip}", shorten(&name))
+                    }
+                    crate::workers::netguard::AddressRefused::Unresolved { detail, .. } => {
+                        format!("cannot resolve `{}`: {detail}", shorten(&name))
+                    }
+                })
         }
     }
 }

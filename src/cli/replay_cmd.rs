@@ -319,9 +319,10 @@ pub async fn live_replay(
     transcript: Option<(&Transcript, String)>,
     opts: &ReplayOptions,
 ) -> anyhow::Result<MarketReplay> {
-    let engine = Engine::new(workflow)?;
     let discovery = cresolver::node::discovery_config(cfg)?;
-    let http = cresolver::workers::StageClient::default_http();
+    let net = discovery.net_policy();
+    let engine = Engine::new(workflow, &net)?;
+    let http = net.http_client();
     let ctx = LiveContext {
         provider,
         multicall: cfg.chain.multicall_address,

@@ -134,6 +134,7 @@ impl Node {
                 actual: chain_id,
             });
         }
+        let discovery = discovery_config(&cfg)?;
         let default_market = cfg.chain.market_address;
         let from = signer.as_ref().map(|s| s.address()).unwrap_or_default();
         let wallet = signer.map(EthereumWallet::from);
@@ -153,7 +154,7 @@ impl Node {
                 from,
                 submitter_config(&cfg, &workflow, market),
             )?;
-            let engine = Engine::new(workflow.clone())?;
+            let engine = Engine::new(workflow.clone(), &discovery.net_policy())?;
             pipelines.push(Pipeline {
                 workflow,
                 market,
@@ -161,7 +162,6 @@ impl Node {
                 submitter,
             });
         }
-        let discovery = discovery_config(&cfg)?;
         let metrics = Arc::new(Metrics::new());
         let heads = HeadFeed::new();
         let txm = wallet.map(|w| {
@@ -195,6 +195,8 @@ impl Node {
             heads.clone(),
             metrics.clone(),
         ));
+        // discovery's metadata fetches: the same address policy as worker calls
+        let http = discovery.net_policy().http_client();
         let health = json!({"chain_id": chain_id, "markets": pipelines.iter().map(|p| p.market.to_string()).collect::<Vec<_>>()});
         Ok(Arc::new(Self {
             rounds: Arc::new(Semaphore::new(cfg.node.max_concurrent_rounds)),
@@ -206,7 +208,7 @@ impl Node {
             pipelines,
             discovery,
             txm,
-            http: crate::workers::StageClient::default_http(),
+            http,
             in_flight: Mutex::new(HashSet::new()),
             retries: Mutex::new(HashMap::new()),
             health: Arc::new(std::sync::RwLock::new(health)),
@@ -1260,6 +1262,7 @@ pub async fn open_store(cfg: &NodeConfig) -> Result<Arc<dyn RoundStore>, NodeErr
 pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, crate::config::ConfigError> {
     Ok(DiscoveryConfig {
         allow_private_endpoints: cfg.discovery.allow_private_endpoints,
+        lookup: Arc::new(crate::workers::netguard::SystemLookup),
         ipfs_gateway: url::Url::parse(&cfg.discovery.ipfs_gateway).map_err(|e| {
             crate::config::ConfigError::Invalid {
                 key: "discovery.ipfs_gateway",

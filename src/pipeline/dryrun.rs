@@ -148,13 +148,15 @@ impl DryRunner {
             from,
             crate::node::submitter_config(cfg, &workflow, market),
         )?;
+        let discovery = crate::node::discovery_config(cfg)?;
+        let net = discovery.net_policy();
         Ok(Self {
-            engine: Engine::new(workflow)?,
+            engine: Engine::new(workflow, &net)?,
             submitter,
             market,
             multicall: cfg.chain.multicall_address,
-            discovery: crate::node::discovery_config(cfg)?,
-            http: crate::workers::StageClient::default_http(),
+            discovery,
+            http: net.http_client(),
             provider,
         })
     }

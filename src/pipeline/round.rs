@@ -164,8 +164,13 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Builds the engine and its evaluator from the workflow.
-    pub fn new(workflow: Workflow) -> Result<Self, EngineError> {
+    /// Builds the engine and its evaluator from the workflow. Worker calls go through
+    /// `net`'s address policy at every connection; the LLM endpoint (the operator's
+    /// choice) does not.
+    pub fn new(
+        workflow: Workflow,
+        net: &crate::workers::netguard::NetPolicy,
+    ) -> Result<Self, EngineError> {
         let http = StageClient::default_http();
         let evaluator: Arc<dyn Evaluator> = match workflow.evaluator.kind {
             EvaluatorKind::Rubric => Arc::new(RubricEvaluator),
@@ -195,7 +200,7 @@ impl Engine {
                 ))
             }
         };
-        Ok(Self::with_evaluator(workflow, http, evaluator))
+        Ok(Self::with_evaluator(workflow, net.http_client(), evaluator))
     }
 
     /// Builds the engine with a given evaluator and HTTP client.
@@ -308,6 +313,19 @@ impl Engine {
                     required = stage.required,
                     "resolve stage done"
                 );
+                // each excluded worker once, with its typed reason (the operator's log
+                // says why, not only how many)
+                for r in &stage.results {
+                    if let Err(f) = &r.outcome {
+                        tracing::info!(
+                            market = input.market_id,
+                            worker = %r.address,
+                            reason = f.kind(),
+                            detail = %f,
+                            "worker excluded from the round"
+                        );
+                    }
+                }
                 if !stage.quorum_met {
                     return Err(RoundError::QuorumNotMet(Box::new(stage)));
                 }

@@ -130,6 +130,13 @@ async fn read_bounded(
 }
 
 fn classify(e: reqwest::Error) -> WorkerFailure {
+    if let Some(r @ super::netguard::AddressRefused::NonPublic { .. }) =
+        super::netguard::refusal_in(&e)
+    {
+        return WorkerFailure::Refused {
+            detail: r.to_string(),
+        };
+    }
     let detail = error_chain(&e);
     if e.is_connect() {
         WorkerFailure::Connect { detail }

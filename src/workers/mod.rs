@@ -9,6 +9,7 @@ pub mod chorus;
 pub mod client;
 pub mod factagora;
 pub mod fanout;
+pub mod netguard;
 pub mod protocol;
 pub mod registry;
 pub mod roundtable;

@@ -125,6 +125,10 @@ pub enum WorkerFailure {
     Timeout { after_ms: u64 },
     #[error("connection failed: {detail}")]
     Connect { detail: String },
+    /// The endpoint's name resolved to an address the node's policy refuses (loopback,
+    /// private, metadata…) when the connection was made (see `workers::netguard`).
+    #[error("refused at connect time: {detail}")]
+    Refused { detail: String },
     #[error("HTTP status {status}: {excerpt}")]
     HttpStatus { status: u16, excerpt: String },
     #[error("invalid JSON: {detail}")]
@@ -155,6 +159,7 @@ impl WorkerFailure {
         match self {
             WorkerFailure::Timeout { .. } => "timeout",
             WorkerFailure::Connect { .. } => "connect",
+            WorkerFailure::Refused { .. } => "refused",
             WorkerFailure::HttpStatus { .. } => "http_status",
             WorkerFailure::InvalidJson { .. } => "invalid_json",
             WorkerFailure::Schema { .. } => "schema",
