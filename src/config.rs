@@ -93,6 +93,9 @@ pub struct FactagoraCfg {
     pub enabled: bool,
     /// Env var holding the bearer token sent to Factagora webhooks (unset: no header).
     pub token_env: String,
+    /// The hosts (`host` or `host:port`) the token may be sent to. A worker registers
+    /// its own endpoint on chain: any other host gets the call without the token.
+    pub token_hosts: Vec<String>,
 }
 
 impl Default for FactagoraCfg {
@@ -100,6 +103,7 @@ impl Default for FactagoraCfg {
         Self {
             enabled: true,
             token_env: "CRESOLVER_FACTAGORA_TOKEN".into(),
+            token_hosts: vec![],
         }
     }
 }
@@ -110,6 +114,9 @@ pub struct RoundtableCfg {
     pub enabled: bool,
     /// Env var holding the bearer key sent to round-table agents (unset: no header).
     pub api_key_env: String,
+    /// The hosts (`host` or `host:port`) the key may be sent to; any other host gets
+    /// the call without it.
+    pub api_key_hosts: Vec<String>,
 }
 
 impl Default for RoundtableCfg {
@@ -117,6 +124,7 @@ impl Default for RoundtableCfg {
         Self {
             enabled: true,
             api_key_env: "CRESOLVER_ROUNDTABLE_API_KEY".into(),
+            api_key_hosts: vec![],
         }
     }
 }
@@ -457,7 +465,9 @@ impl NodeConfig {
                 .try_parsing(true)
                 .list_separator(",")
                 .with_list_parse_key("node.workflows")
-                .with_list_parse_key("chain.rpc_urls"),
+                .with_list_parse_key("chain.rpc_urls")
+                .with_list_parse_key("protocols.factagora.token_hosts")
+                .with_list_parse_key("protocols.roundtable.api_key_hosts"),
         );
         let raw = b.build().map_err(|e| ConfigError::Load(e.to_string()))?;
         let mut cfg: NodeConfig = raw

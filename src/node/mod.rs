@@ -1289,12 +1289,31 @@ pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, crate::config::Conf
             .filter(|v| !v.is_empty())
     };
     let p = &cfg.protocols;
+    for (token, hosts, env, key) in [
+        (
+            secret(&p.factagora.token_env),
+            &p.factagora.token_hosts,
+            &p.factagora.token_env,
+            "protocols.factagora.token_hosts",
+        ),
+        (
+            secret(&p.roundtable.api_key_env),
+            &p.roundtable.api_key_hosts,
+            &p.roundtable.api_key_env,
+            "protocols.roundtable.api_key_hosts",
+        ),
+    ] {
+        if token.is_some() && hosts.is_empty() {
+            tracing::warn!(env = %env, key, "a protocol credential is set but no host may receive it: list the hosts in {key} (workers choose their own endpoints; the credential is never sent to an unlisted host)");
+        }
+    }
     let mut set = ProtocolSet::a2a_only();
     if p.factagora.enabled {
         set = set.with(
             ProtocolKind::Factagora,
             Arc::new(FactagoraProtocol::new(FactagoraSettings {
                 token: secret(&p.factagora.token_env).map(Into::into),
+                token_hosts: p.factagora.token_hosts.clone(),
             })),
         );
     }
@@ -1303,6 +1322,7 @@ pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, crate::config::Conf
             ProtocolKind::Roundtable,
             Arc::new(RoundTableProtocol::new(RoundTableSettings {
                 api_key: secret(&p.roundtable.api_key_env).map(Into::into),
+                api_key_hosts: p.roundtable.api_key_hosts.clone(),
             })),
         );
     }

@@ -39,7 +39,7 @@ use super::protocol::{
     type_name, validate_resolve_answer,
 };
 use futures::future::BoxFuture;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -93,18 +93,25 @@ const EVIDENCE_TYPES: [&str; 3] = ["link", "data", "citation"];
 pub struct FactagoraSettings {
     /// The token sent as `Authorization: Bearer <token>`; `None` sends no header.
     pub token: Option<SecretString>,
+    /// The hosts (`host` or `host:port`) the token may be sent to; to any other host
+    /// the call goes without it (see [`crate::workers::credential`]).
+    pub token_hosts: Vec<String>,
 }
 
 /// The Factagora BYOA webhook protocol.
 #[derive(Debug, Clone)]
 pub struct FactagoraProtocol {
-    token: Option<SecretString>,
+    token: crate::workers::credential::Credential,
 }
 
 impl FactagoraProtocol {
     pub fn new(settings: FactagoraSettings) -> Self {
         Self {
-            token: settings.token,
+            token: crate::workers::credential::Credential::new(
+                settings.token,
+                &settings.token_hosts,
+                "protocols.factagora.token_hosts",
+            ),
         }
     }
 
@@ -115,15 +122,20 @@ impl FactagoraProtocol {
         endpoint: &Url,
         body: &Value,
     ) -> Result<AgentResponse, WorkerFailure> {
-        let headers = bearer_header(
-            self.token.as_ref().map(|t| t.expose_secret()),
-            "Factagora token",
-        )?;
+        use crate::workers::credential::Grant;
+        let (token, withheld) = match self.token.for_url(endpoint) {
+            Grant::Send(t) => (Some(t), None),
+            Grant::None => (None, None),
+            Grant::Withheld(note) => (None, Some(note)),
+        };
+        let headers = bearer_header(token, "Factagora token")?;
         let reply = client
             .post_json_with(endpoint.clone(), body, headers)
             .await
             .map_err(error_response)?;
-        validate_agent_response(&parse_json(&reply.body)?)
+        let mut response = validate_agent_response(&parse_json(&reply.body)?)?;
+        response.notes.extend(withheld);
+        Ok(response)
     }
 }
 
@@ -1191,6 +1203,7 @@ mod tests {
     fn debug_redacts_the_token() {
         let s = FactagoraSettings {
             token: Some("s3cret-token".into()),
+            token_hosts: vec!["api.factagora.example".into()],
         };
         let p = FactagoraProtocol::new(s.clone());
         for text in [format!("{s:?}"), format!("{p:?}")] {

@@ -7,6 +7,7 @@ pub mod agora;
 pub mod challenge;
 pub mod chorus;
 pub mod client;
+pub mod credential;
 pub mod factagora;
 pub mod fanout;
 pub mod netguard;

@@ -33,7 +33,7 @@ use super::protocol::{
     WorkerFailure, WorkerProtocol, type_name, validate_resolve_answer,
 };
 use futures::future::BoxFuture;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -78,21 +78,26 @@ const SEVERITIES: [&str; 3] = ["critical", "warning", "info"];
 pub struct RoundTableSettings {
     /// Sent as `Authorization: Bearer <api_key>` when set.
     pub api_key: Option<SecretString>,
+    /// The hosts (`host` or `host:port`) the key may be sent to; to any other host the
+    /// call goes without it (see [`crate::workers::credential`]).
+    pub api_key_hosts: Vec<String>,
 }
 
 /// The round-table external agent protocol (`roundtable`).
 #[derive(Debug, Clone)]
 pub struct RoundTableProtocol {
-    api_key: Option<SecretString>,
+    api_key: crate::workers::credential::Credential,
 }
 
 impl RoundTableProtocol {
     /// A blank API key counts as none (no `Authorization` header is sent).
     pub fn new(settings: RoundTableSettings) -> Self {
         Self {
-            api_key: settings
-                .api_key
-                .filter(|k| !k.expose_secret().trim().is_empty()),
+            api_key: crate::workers::credential::Credential::new(
+                settings.api_key,
+                &settings.api_key_hosts,
+                "protocols.roundtable.api_key_hosts",
+            ),
         }
     }
 
@@ -105,10 +110,13 @@ impl RoundTableProtocol {
         body: &Value,
     ) -> Result<Reply, WorkerFailure> {
         let url = join_endpoint(endpoint, path)?;
-        let headers = bearer_header(
-            self.api_key.as_ref().map(|k| k.expose_secret()),
-            "round-table api key",
-        )?;
+        use crate::workers::credential::Grant;
+        let (key, withheld) = match self.api_key.for_url(&url) {
+            Grant::Send(k) => (Some(k), None),
+            Grant::None => (None, None),
+            Grant::Withheld(note) => (None, Some(note)),
+        };
+        let headers = bearer_header(key, "round-table api key")?;
         let reply = client.post_json_with(url, body, headers).await?;
         let mut value = parse_json(&reply.body)?;
         let nulls = strip_nulls(&mut value);
@@ -133,6 +141,7 @@ impl RoundTableProtocol {
             )
             .collect();
         let mut notes = injections;
+        notes.extend(withheld);
         if nulls > 0 {
             notes.insert(
                 0,
@@ -1151,9 +1160,11 @@ mod tests {
     fn debug_redacts_the_key() {
         let p = RoundTableProtocol::new(RoundTableSettings {
             api_key: Some("s3cret-token".into()),
+            api_key_hosts: vec!["127.0.0.1".into()],
         });
         let s = RoundTableSettings {
             api_key: Some("s3cret-token".into()),
+            api_key_hosts: vec![],
         };
         for d in [format!("{p:?}"), format!("{s:?}")] {
             assert!(!d.contains("s3cret"), "{d}");
@@ -1161,8 +1172,9 @@ mod tests {
         }
         let blank = RoundTableProtocol::new(RoundTableSettings {
             api_key: Some("  ".into()),
+            api_key_hosts: vec![],
         });
-        assert!(blank.api_key.is_none());
+        assert!(!blank.api_key.is_set());
     }
 
     type Edit = fn(&mut Value);

@@ -35,6 +35,8 @@ fn client(timeout_ms: u64) -> StageClient {
 fn proto(token: Option<&str>) -> FactagoraProtocol {
     FactagoraProtocol::new(FactagoraSettings {
         token: token.map(Into::into),
+        // the test peers listen on loopback: the token may go there
+        token_hosts: vec!["127.0.0.1".into()],
     })
 }
 
@@ -465,4 +467,45 @@ async fn a_round_of_factagora_workers_counts_neutral_as_an_abstention() {
         assert_eq!((ch.challenges.len(), ch.responses.len()), (1, 1));
         assert_eq!(ch.failure, None);
     }
+}
+
+#[tokio::test]
+async fn the_token_goes_only_to_hosts_the_operator_listed() {
+    // a worker registered its own webhook (here on loopback), which is not listed
+    let peer = factagora_peer::spawn(None, B::Reply(good_response("YES", 0.8))).await;
+    let endpoint: Url = peer.url.parse().unwrap();
+    let unlisted = FactagoraProtocol::new(FactagoraSettings {
+        token: Some("tok-123".into()),
+        token_hosts: vec!["api.factagora.example".into()],
+    });
+    let a = unlisted
+        .resolve(&client(2000), &endpoint, &request())
+        .await
+        .unwrap();
+    assert_eq!(
+        peer.requests()[0].authorization,
+        None,
+        "the token left for an unlisted host"
+    );
+    assert!(
+        a.notes.iter().any(|n| n.contains(
+            "no credential sent: host `127.0.0.1` is not listed in protocols.factagora.token_hosts"
+        )),
+        "the transcript says so: {:?}",
+        a.notes
+    );
+    // listed (with its port): sent
+    let port = endpoint.port().unwrap();
+    let listed = FactagoraProtocol::new(FactagoraSettings {
+        token: Some("tok-123".into()),
+        token_hosts: vec![format!("127.0.0.1:{port}")],
+    });
+    listed
+        .resolve(&client(2000), &endpoint, &request())
+        .await
+        .unwrap();
+    assert_eq!(
+        peer.requests()[1].authorization.as_deref(),
+        Some("Bearer tok-123")
+    );
 }

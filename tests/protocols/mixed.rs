@@ -79,6 +79,8 @@ async fn a_mixed_round_resolves_on_chain() {
     });
     let mut cfg = node_config(&s, &dir, wf);
     cfg.protocols.factagora.token_env = token_env.into();
+    // the token may go to the Factagora worker's host (loopback here), nowhere else
+    cfg.protocols.factagora.token_hosts = vec!["127.0.0.1".into()];
     let r = start(cfg, s.dev.signers[0].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;

@@ -50,6 +50,8 @@ fn request() -> ResolveRequest {
 fn protocol(key: Option<&str>) -> RoundTableProtocol {
     RoundTableProtocol::new(RoundTableSettings {
         api_key: key.map(Into::into),
+        // the test peers listen on loopback: the key may go there
+        api_key_hosts: vec!["127.0.0.1".into()],
     })
 }
 
@@ -729,4 +731,28 @@ async fn a_round_of_round_table_agents_resolves_and_ratifies() {
             .all(|r| r.outcome.as_ref().is_ok_and(|v| v.approve))
     );
     assert_eq!(no.bodies("/vote").len(), 2);
+}
+
+#[tokio::test]
+async fn the_api_key_goes_only_to_hosts_the_operator_listed() {
+    let agent = spawn(Script::agrees_yes()).await;
+    let unlisted = RoundTableProtocol::new(RoundTableSettings {
+        api_key: Some("rt-secret-token".into()),
+        api_key_hosts: vec!["agents.roundtable.example".into()],
+    });
+    let a = unlisted
+        .resolve(&client(2000), &url(&agent.url), &request())
+        .await
+        .unwrap();
+    assert!(
+        agent.received().iter().all(|r| r.authorization.is_none()),
+        "the key left for an unlisted host"
+    );
+    assert!(
+        a.notes
+            .iter()
+            .any(|n| n.contains("not listed in protocols.roundtable.api_key_hosts")),
+        "{:?}",
+        a.notes
+    );
 }
