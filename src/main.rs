@@ -26,7 +26,7 @@ use std::process::ExitCode;
 #[command(name = "cresolver", version, about, long_about)]
 struct Cli {
     /// Log format on stderr.
-    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    #[arg(long, global = true, env = "CRESOLVER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
     #[command(subcommand)]
     command: Command,
@@ -132,9 +132,16 @@ enum WorkflowCmd {
     },
 }
 
+/// Targets that are never logged, whatever `CRESOLVER_LOG` asks: alloy's HTTP and
+/// websocket transports put the whole endpoint URL (a provider's key is often in its
+/// path or query) into their spans. Their failures still reach the log as the node's
+/// own errors, with the URL redacted.
+const SILENCED: &str = "alloy_transport_http=off,alloy_transport_ws=off";
+
 fn init_logging(format: &str, default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CRESOLVER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let asked = std::env::var("CRESOLVER_LOG").unwrap_or_else(|_| default.to_string());
+    let filter = tracing_subscriber::EnvFilter::try_new(format!("{asked},{SILENCED}"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},{SILENCED}")));
     use std::io::IsTerminal;
     // colours only for a terminal: a log file or a journal gets plain text
     let builder = tracing_subscriber::fmt()

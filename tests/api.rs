@@ -53,7 +53,7 @@ async fn start(token: Option<&str>) -> Server {
         store: store.clone(),
         metrics: Arc::new(Metrics::new()),
         trigger: tx,
-        token: token.map(str::to_string),
+        token: token.map(Into::into),
         market: MARKET,
         started: Instant::now(),
         health: Arc::new(RwLock::new(json!({ "chain_id": 31337, "last_block": 12 }))),

@@ -23,8 +23,9 @@ pub struct LlmConfig {
     /// e.g. `https://api.openai.com/v1`; `/chat/completions` is appended.
     pub base_url: Url,
     pub model: String,
-    /// The API key, read from the env var the workflow names (never logged).
-    pub api_key: Option<String>,
+    /// The API key, read from the env var the workflow names: a secret (its `Debug`
+    /// shows `[REDACTED]`), sent only to `base_url`.
+    pub api_key: Option<secrecy::SecretString>,
     pub timeout: Duration,
     /// Extra attempts after a failed one.
     pub retries: u32,
@@ -96,7 +97,11 @@ impl LlmEvaluator {
     ) -> Result<(Vec<Dimensions>, String), Attempt> {
         let mut headers = vec![];
         if let Some(key) = &self.cfg.api_key {
-            headers.push(("authorization".to_string(), format!("Bearer {key}")));
+            use secrecy::ExposeSecret;
+            headers.push((
+                "authorization".to_string(),
+                format!("Bearer {}", key.expose_secret()),
+            ));
         }
         let reply = self
             .client

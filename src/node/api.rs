@@ -49,7 +49,7 @@ pub struct ApiState {
     pub metrics: Arc<Metrics>,
     pub trigger: mpsc::Sender<ManualTrigger>,
     /// Bearer token for `POST /resolve`; `None` disables the endpoint.
-    pub token: Option<String>,
+    pub token: Option<secrecy::SecretString>,
     /// The node's market contract.
     pub market: Address,
     pub started: Instant,
@@ -257,7 +257,8 @@ async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Respon
 }
 
 async fn resolve(State(s): State<ApiState>, req: Request) -> Response {
-    let Some(expected) = s.token.as_deref() else {
+    use secrecy::ExposeSecret;
+    let Some(expected) = s.token.as_ref().map(|t| t.expose_secret()) else {
         return error(StatusCode::FORBIDDEN, TRIGGER_DISABLED);
     };
     // Authenticate before reading the body.

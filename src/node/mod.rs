@@ -1154,7 +1154,8 @@ impl Node {
                     })?;
             let token = std::env::var(&self.cfg.api.token_env)
                 .ok()
-                .filter(|t| !t.is_empty());
+                .filter(|t| !t.is_empty())
+                .map(secrecy::SecretString::from);
             tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or(addr), trigger_enabled = token.is_some(), "HTTP API listening");
             let state = ApiState {
                 store: self.store.clone(),

@@ -177,9 +177,9 @@ impl Engine {
             EvaluatorKind::Llm => {
                 let llm = workflow.evaluator.llm.clone().unwrap_or_default();
                 let api_key = match &llm.api_key_env {
-                    Some(var) => Some(
+                    Some(var) => Some(secrecy::SecretString::from(
                         std::env::var(var).map_err(|_| EngineError::MissingApiKey(var.clone()))?,
-                    ),
+                    )),
                     None => None,
                 };
                 let base_url = url::Url::parse(&llm.base_url)
