@@ -535,7 +535,9 @@ async fn an_llm_scored_round_replays_from_the_recorded_reply_without_calling_the
         "a transcript replay never calls the LLM"
     );
 
-    // a different recorded reply changes the replay: the reply is what is replayed
+    // a different recorded reply changes the replay: the reply is what is replayed. W2
+    // is the worker the evaluator saw second (a random order, recorded; slots count from 1)
+    let w2_slot = t["outcome"]["evaluation"]["order"][1].as_u64().unwrap() + 1;
     let mut doc = t.clone();
     let changed = content.replace("40.4", "90");
     doc["outcome"]["evaluation"]["raw_reply"] = json!(changed);
@@ -554,7 +556,7 @@ async fn an_llm_scored_round_replays_from_the_recorded_reply_without_calling_the
             .as_array()
             .unwrap()
             .iter()
-            .any(|d| d["slot"] == 2 && d["what"] == "srcQuality"),
+            .any(|d| d["slot"] == w2_slot && d["what"] == "srcQuality"),
         "{m:#}"
     );
     // an unusable recorded reply goes through the workflow's fallback (rubric)

@@ -142,6 +142,7 @@ impl Evaluator for LlmEvaluator {
         Box::pin(async move {
             if input.workers.is_empty() {
                 return Ok(Evaluation {
+                    order: Vec::new(),
                     scores: vec![],
                     evaluator: "llm".into(),
                     fallback_reason: None,
@@ -158,6 +159,7 @@ impl Evaluator for LlmEvaluator {
                 match self.attempt(&url, &body, input).await {
                     Ok((scores, raw)) => {
                         return Ok(Evaluation {
+                            order: Vec::new(),
                             scores,
                             evaluator: "llm".into(),
                             fallback_reason: None,

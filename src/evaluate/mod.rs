@@ -48,6 +48,12 @@ pub struct Evaluation {
     pub attempts: Vec<String>,
     /// The raw reply of the model that produced the scores, if any.
     pub raw_reply: Option<String>,
+    /// The slots of the evaluated workers in the order the evaluator saw them, labelled
+    /// `W1…` in that order: a fresh random order per round, never shown to a worker,
+    /// recorded so that a replay builds the same prompt. Empty in transcripts from
+    /// before it existed (slot order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order: Vec<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -81,6 +87,7 @@ pub trait Evaluator: Send + Sync {
 /// Neutral scores for every worker.
 pub fn neutral(input: &EvalInput, reason: Option<String>, attempts: Vec<String>) -> Evaluation {
     Evaluation {
+        order: Vec::new(),
         scores: vec![Dimensions::uniform(50.0); input.workers.len()],
         evaluator: "neutral".into(),
         fallback_reason: reason,

@@ -87,6 +87,7 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
         })
         .collect();
     Evaluation {
+        order: Vec::new(),
         scores,
         evaluator: "rubric".into(),
         fallback_reason: None,

@@ -611,12 +611,15 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
     }
 
     // The evaluator's input, built by the engine's own function.
+    // the recorded round's order of workers in the prompt (its evaluator labels)
+    let recorded_order = t.outcome.as_ref().map(|o| o.evaluation.order.clone());
     let (input, slot_of) = crate::round::evaluation_input(
         market_id,
         &t.question,
         t.reference_time,
         stage,
         &challenges,
+        recorded_order.as_deref().filter(|o| !o.is_empty()),
     );
     let evaluation = match wf.evaluator.kind {
         EvaluatorKind::Rubric => rubric::score_all(&input),
@@ -699,6 +702,7 @@ fn replay_llm(t: &Transcript, wf: &Workflow, input: &EvalInput) -> Result<Evalua
     match (&rec.raw_reply, &rec.fallback_reason) {
         (Some(raw), _) => match llm::parse_scores(raw, input) {
             Ok(scores) => Ok(Evaluation {
+                order: Vec::new(),
                 scores,
                 evaluator: "llm".into(),
                 fallback_reason: None,

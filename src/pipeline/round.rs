@@ -355,17 +355,26 @@ impl Engine {
             }
         };
 
+        // The evaluator sees the responders in a fresh random order, labelled W1… in
+        // that order (a worker cannot know its label); a resumed round keeps its order.
+        let order = match progress.evaluation.as_ref() {
+            Some(e) if !e.order.is_empty() => e.order.clone(),
+            Some(_) => responders(&stage),
+            None => random_order(responders(&stage)),
+        };
         let (eval_input, slot_of) = evaluation_input(
             input.market_id,
             &input.question,
             input.reference_time,
             &stage,
             &challenges,
+            Some(&order),
         );
         let evaluation = match progress.evaluation.clone() {
             Some(e) => e,
             None => {
-                let e = self.evaluator.evaluate(&eval_input).await?;
+                let mut e = self.evaluator.evaluate(&eval_input).await?;
+                e.order = slot_of.clone();
                 progress.evaluation = Some(e.clone());
                 persist(RoundStage::Evaluated, &progress).await;
                 e
@@ -429,34 +438,61 @@ impl Engine {
     }
 }
 
-/// The evaluator's input for a resolve stage and its defences: the responders in slot
-/// order, labelled `W1…`, each with its answer and its challenges and responses. Returns
-/// the slot of each evaluated worker. The one place this input is built (live rounds and
-/// replays alike).
+/// The slots of the valid responders, in slot order.
+pub fn responders(stage: &ResolveStage) -> Vec<usize> {
+    (0..stage.results.len())
+        .filter(|&i| stage.results[i].answer().is_some())
+        .collect()
+}
+
+/// `slots` in a random order.
+fn random_order(mut slots: Vec<usize>) -> Vec<usize> {
+    use rand::seq::SliceRandom;
+    slots.shuffle(&mut rand::thread_rng());
+    slots
+}
+
+/// The evaluator's input for a resolve stage and its defences: the responders in
+/// `order` (slots; `None` or an order that is not a permutation of the responders: slot
+/// order), labelled `W1…` in that order, each with its answer and its challenges and
+/// responses. Returns the slot of each evaluated worker. The one place this input is
+/// built (live rounds and replays alike).
 pub fn evaluation_input(
     market_id: u64,
     question: &str,
     reference_time: u64,
     stage: &ResolveStage,
     challenges: &[Option<ChallengeOutcome>],
+    order: Option<&[usize]>,
 ) -> (EvalInput, Vec<usize>) {
-    let mut workers = Vec::new();
-    let mut slot_of = Vec::new();
-    for (i, r) in stage.results.iter().enumerate() {
-        if let Some(answer) = r.answer() {
-            let (ch, resp) = match challenges.get(i).and_then(Option::as_ref) {
-                Some(c) => (c.challenges.clone(), c.responses.clone()),
-                None => (vec![], vec![]),
-            };
-            workers.push(EvalWorker {
-                label: format!("W{}", workers.len() + 1),
-                address: r.address,
-                answer: answer.clone(),
-                challenges: ch,
-                responses: resp,
-            });
-            slot_of.push(i);
+    let valid = responders(stage);
+    let order: Vec<usize> = match order {
+        Some(o)
+            if {
+                let mut sorted = o.to_vec();
+                sorted.sort_unstable();
+                sorted == valid
+            } =>
+        {
+            o.to_vec()
         }
+        _ => valid,
+    };
+    let mut workers = Vec::with_capacity(order.len());
+    for &i in &order {
+        let r = &stage.results[i];
+        let Some(answer) = r.answer() else { continue };
+        let (ch, resp) = match challenges.get(i).and_then(Option::as_ref) {
+            Some(c) => (c.challenges.clone(), c.responses.clone()),
+            None => (vec![], vec![]),
+        };
+        workers.push(EvalWorker {
+            label: format!("W{}", workers.len() + 1),
+            address: r.address,
+            answer: answer.clone(),
+            challenges: ch,
+            responses: resp,
+        });
     }
     let input = EvalInput {
         market_id,
@@ -464,7 +500,7 @@ pub fn evaluation_input(
         workers,
         reference_time,
     };
-    (input, slot_of)
+    (input, order)
 }
 
 /// What a round decides from its answers and their evaluation.

@@ -137,9 +137,11 @@ pub async fn resolve_stage(
     }
 }
 
-/// The valid responders as peers: `(slot index, W-label + answer)` in slot order. The
-/// labels are the evaluator's (`W1` is the first valid responder).
-pub fn labelled_answers(stage: &ResolveStage) -> Vec<(usize, PeerAnswer)> {
+/// The valid responders as peers: `(slot index, label + answer)` in slot order; the
+/// k-th valid responder is labelled `W{numbering[k]}`. Workers are shown a fresh random
+/// numbering per stage ([`random_numbering`]), independent of the evaluator's labels, so
+/// no worker can tell which label the evaluator sees it under.
+pub fn labelled_answers(stage: &ResolveStage, numbering: &[usize]) -> Vec<(usize, PeerAnswer)> {
     stage
         .results
         .iter()
@@ -150,12 +152,20 @@ pub fn labelled_answers(stage: &ResolveStage) -> Vec<(usize, PeerAnswer)> {
             (
                 i,
                 PeerAnswer {
-                    label: format!("W{}", k + 1),
+                    label: format!("W{}", numbering.get(k).copied().unwrap_or(k + 1)),
                     answer: answer.into(),
                 },
             )
         })
         .collect()
+}
+
+/// `1..=n` in a random order.
+pub fn random_numbering(n: usize) -> Vec<usize> {
+    use rand::seq::SliceRandom;
+    let mut v: Vec<usize> = (1..=n).collect();
+    v.shuffle(&mut rand::thread_rng());
+    v
 }
 
 /// Challenges every valid responder concurrently; `None` for workers without a valid
@@ -169,7 +179,7 @@ pub async fn challenge_stage(
     slots: &[WorkerSlot],
     stage: &ResolveStage,
 ) -> Vec<Option<ChallengeOutcome>> {
-    let labelled = labelled_answers(stage);
+    let labelled = labelled_answers(stage, &random_numbering(stage.valid));
     let determinations = votes(labelled.iter().map(|(_, p)| &*p.answer));
     let calls = labelled.iter().map(|(i, me)| {
         let determinations = &determinations;
@@ -227,7 +237,7 @@ pub async fn ratify_stage(
     stage: &ResolveStage,
     resolution: bool,
 ) -> Vec<RatifyResult> {
-    let labelled = labelled_answers(stage);
+    let labelled = labelled_answers(stage, &random_numbering(stage.valid));
     let (majority, minority): (Vec<PeerAnswer>, Vec<PeerAnswer>) = labelled
         .iter()
         .map(|(_, p)| p.clone())

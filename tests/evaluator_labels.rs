@@ -1,0 +1,118 @@
+//! Evaluator isolation: the labels the LLM evaluator sees are a fresh random order of
+//! the responders per round (so a worker cannot know, or name, its own label), recorded
+//! with the evaluation, and rebuilding the evaluator's input from a recorded order gives
+//! exactly the prompt the round sent. Peers shown to workers carry other labels.
+
+mod common;
+
+use common::{Scripted, agent, behaviour, llm_server, slot};
+use cresolver::agent::DeterminationMode;
+use cresolver::evaluate::llm::{LlmConfig, LlmEvaluator};
+use cresolver::resolve::Reputation;
+use cresolver::round::{Engine, RoundInput, evaluation_input};
+use cresolver::evaluate::Fallback;
+use cresolver::workflow::Workflow;
+use std::sync::Arc;
+use std::time::Duration;
+
+const N: usize = 8;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_rounds_get_different_labels_and_a_recorded_order_rebuilds_the_prompt() {
+    let mut slots = Vec::new();
+    for i in 0..N {
+        let det = if i % 2 == 0 {
+            DeterminationMode::Yes
+        } else {
+            DeterminationMode::No
+        };
+        slots.push(slot(
+            i as u8 + 1,
+            &agent(behaviour(det, 0.5 + i as f64 / 20.0)).await,
+        ));
+    }
+    let entries: Vec<serde_json::Value> = (1..=N)
+        .map(|k| {
+            let mut o = serde_json::json!({ "workerId": format!("W{k}") });
+            for n in cresolver::resolve::Dimensions::NAMES {
+                o[n] = serde_json::json!(10 * k);
+            }
+            o
+        })
+        .collect();
+    let (url, llm) = llm_server(vec![Scripted::content(
+        &serde_json::json!({ "workers": entries }).to_string(),
+    )])
+    .await;
+    let cfg = LlmConfig {
+        base_url: url.parse().unwrap(),
+        model: "m".into(),
+        api_key: None,
+        timeout: Duration::from_secs(5),
+        retries: 0,
+        retry_backoff: Duration::from_millis(10),
+        max_tokens: 1000,
+        max_reply_bytes: 64 * 1024,
+        fallback: Fallback::Fail,
+    };
+    let evaluator = LlmEvaluator::new(cfg, cresolver::workers::StageClient::default_http());
+    let engine = Engine::with_evaluator(
+        Workflow::default_named("labels"),
+        cresolver::workers::StageClient::default_http(),
+        Arc::new(evaluator.clone()),
+    );
+    let input = RoundInput {
+        market_id: 7,
+        question: "Will the reference feed report YES?".into(),
+        deadline: None,
+        reference_time: 1_780_272_000,
+        workers: slots,
+        reputations: vec![Reputation::default(); N],
+    };
+
+    let first = engine.run(&input).await.unwrap();
+    let second = engine.run(&input).await.unwrap();
+    let (o1, o2) = (&first.evaluation.order, &second.evaluation.order);
+    let mut sorted = o1.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        (0..N).collect::<Vec<_>>(),
+        "a permutation of the responders"
+    );
+    assert_ne!(
+        o1, o2,
+        "two rounds of one market got the same evaluator labels"
+    );
+
+    // each round's prompt is rebuilt exactly from its recorded order (what replay does)
+    let prompts: Vec<serde_json::Value> = llm
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, body)| body.clone())
+        .collect();
+    assert_eq!(prompts.len(), 2);
+    for (outcome, sent) in [(&first, &prompts[0]), (&second, &prompts[1])] {
+        let (rebuilt, slot_of) = evaluation_input(
+            7,
+            &input.question,
+            input.reference_time,
+            &outcome.resolve,
+            &outcome.challenges,
+            Some(&outcome.evaluation.order),
+        );
+        assert_eq!(slot_of, outcome.evaluation.order);
+        assert_eq!(&evaluator.request_body(&rebuilt), sent);
+        // the scores follow the labels: W(k+1) scored 10(k+1) sits at its slot
+        for (k, &slot) in outcome.evaluation.order.iter().enumerate() {
+            let s = outcome.scores[slot].as_ref().unwrap();
+            assert_eq!(s.timeliness, (10 * (k + 1)) as f64, "slot {slot}");
+        }
+    }
+    assert_ne!(
+        prompts[0], prompts[1],
+        "the prompts differ by the labels' order"
+    );
+}
