@@ -159,6 +159,11 @@ pub struct LlmCfg {
     pub retry_backoff_ms: u64,
     pub max_tokens: u32,
     pub max_reply_bytes: usize,
+    /// The prompt budget, in characters of worker text (the model's context, less the
+    /// instructions and the reply): each worker's text is cut to an equal share of it
+    /// (evidence first, two thirds; then its defences, then its sources), the cut marked
+    /// in the prompt and recorded in the transcript.
+    pub max_prompt_chars: usize,
 }
 
 impl Default for LlmCfg {
@@ -172,6 +177,7 @@ impl Default for LlmCfg {
             retry_backoff_ms: 1_000,
             max_tokens: 4_096,
             max_reply_bytes: 1024 * 1024,
+            max_prompt_chars: 200_000,
         }
     }
 }
@@ -357,6 +363,9 @@ impl Workflow {
             }
             if llm.retries > 10 {
                 return bad("evaluator.llm.retries", "must be at most 10");
+            }
+            if llm.max_prompt_chars < 4_000 {
+                return bad("evaluator.llm.max_prompt_chars", "must be at least 4000");
             }
             if llm.max_reply_bytes < 1024 {
                 return bad("evaluator.llm.max_reply_bytes", "must be at least 1024");

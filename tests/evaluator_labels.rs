@@ -7,10 +7,10 @@ mod common;
 
 use common::{Scripted, agent, behaviour, llm_server, slot};
 use cresolver::agent::DeterminationMode;
+use cresolver::evaluate::Fallback;
 use cresolver::evaluate::llm::{LlmConfig, LlmEvaluator};
 use cresolver::resolve::Reputation;
 use cresolver::round::{Engine, RoundInput, evaluation_input};
-use cresolver::evaluate::Fallback;
 use cresolver::workflow::Workflow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +53,7 @@ async fn two_rounds_get_different_labels_and_a_recorded_order_rebuilds_the_promp
         retry_backoff: Duration::from_millis(10),
         max_tokens: 1000,
         max_reply_bytes: 64 * 1024,
+        max_prompt_chars: 200_000,
         fallback: Fallback::Fail,
     };
     let evaluator = LlmEvaluator::new(cfg, cresolver::workers::StageClient::default_http());

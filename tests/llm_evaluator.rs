@@ -55,6 +55,7 @@ fn cfg(url: &str, fallback: Fallback) -> LlmConfig {
         retry_backoff: Duration::from_millis(10),
         max_tokens: 1000,
         max_reply_bytes: 64 * 1024,
+        max_prompt_chars: 200_000,
         fallback,
     }
 }
@@ -240,4 +241,76 @@ async fn timeout_then_fail_policy() {
     assert!(matches!(e, EvalError::Failed(_)));
     assert!(e.to_string().contains("timed out after 500 ms"), "{e}");
     assert_eq!(server.requests.lock().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn ten_workers_at_the_body_bound_fit_the_prompt_budget_and_the_cuts_are_recorded() {
+    let big = |i: u8| EvalWorker {
+        label: format!("W{i}"),
+        address: addr(i),
+        answer: ResolveAnswer {
+            determination: i.is_multiple_of(2),
+            confidence: 0.7,
+            // a worker's answer can be as large as the body bound (256 KiB)
+            evidence: format!("evidence of worker {i}: ") + &"data ".repeat(50_000),
+            sources: (0..500)
+                .map(|k| format!("https://source.example/{i}/{k}"))
+                .collect(),
+            abstain: false,
+            notes: vec![],
+        },
+        challenges: vec!["Why?".into()],
+        responses: vec!["because ".repeat(20_000)],
+    };
+    let input = EvalInput {
+        market_id: 9,
+        question: "Will it?".into(),
+        workers: (1..=10).map(big).collect(),
+        reference_time: 1_780_272_000,
+    };
+    let content = reply(
+        (1..=10)
+            .map(|i| scores(&format!("W{i}"), json!(50)))
+            .collect(),
+    );
+    let (url, server) = llm_server(vec![Scripted::content(&content)]).await;
+    let budget = 40_000;
+    let ev = LlmEvaluator::new(
+        LlmConfig {
+            max_prompt_chars: budget,
+            ..cfg(&url, Fallback::Fail)
+        },
+        cresolver::workers::StageClient::default_http(),
+    )
+    .evaluate(&input)
+    .await
+    .unwrap();
+    assert_eq!(ev.evaluator, "llm");
+    let reqs = server.requests.lock().unwrap();
+    let user = reqs[0].1["messages"][1]["content"].as_str().unwrap();
+    // the worker text is within the budget; JSON quoting and the cut markers add a little
+    assert!(
+        user.chars().count() < budget + budget / 4,
+        "{} chars",
+        user.chars().count()
+    );
+    assert_eq!(
+        user.matches("characters cut: over this worker's share of the prompt budget")
+            .count(),
+        20,
+        "evidence and response of each worker"
+    );
+    for i in 1..=10 {
+        assert!(
+            user.contains(&format!("evidence of worker {i}: ")),
+            "every worker is in the prompt"
+        );
+    }
+    assert_eq!(ev.prompt_cuts.len(), 10, "{:?}", ev.prompt_cuts);
+    assert!(
+        ev.prompt_cuts[0].starts_with("W1: ")
+            && ev.prompt_cuts[0].contains("share of the prompt budget (3999 characters)"),
+        "{:?}",
+        ev.prompt_cuts
+    );
 }

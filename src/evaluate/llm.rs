@@ -32,6 +32,8 @@ pub struct LlmConfig {
     pub retry_backoff: Duration,
     pub max_tokens: u32,
     pub max_reply_bytes: usize,
+    /// Characters of worker text the prompt may carry (see [`user_prompt`]).
+    pub max_prompt_chars: usize,
     pub fallback: Fallback,
 }
 
@@ -84,7 +86,7 @@ impl LlmEvaluator {
             "response_format": {"type": "json_object"},
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": user_prompt(input)},
+                {"role": "user", "content": user_prompt(input, self.cfg.max_prompt_chars).0},
             ],
         })
     }
@@ -143,6 +145,7 @@ impl Evaluator for LlmEvaluator {
             if input.workers.is_empty() {
                 return Ok(Evaluation {
                     order: Vec::new(),
+                    prompt_cuts: Vec::new(),
                     scores: vec![],
                     evaluator: "llm".into(),
                     fallback_reason: None,
@@ -153,6 +156,10 @@ impl Evaluator for LlmEvaluator {
             let url = join_endpoint(&self.cfg.base_url, "chat/completions")
                 .map_err(|e| EvalError::Config(e.to_string()))?;
             let body = Bytes::from(self.request_body(input).to_string());
+            let prompt_cuts = user_prompt(input, self.cfg.max_prompt_chars).1;
+            for cut in &prompt_cuts {
+                tracing::info!(market = input.market_id, "{cut}");
+            }
             let mut attempts = Vec::new();
             let mut backoff = self.cfg.retry_backoff;
             for i in 0..=self.cfg.retries {
@@ -160,6 +167,7 @@ impl Evaluator for LlmEvaluator {
                     Ok((scores, raw)) => {
                         return Ok(Evaluation {
                             order: Vec::new(),
+                            prompt_cuts,
                             scores,
                             evaluator: "llm".into(),
                             fallback_reason: None,
@@ -201,25 +209,73 @@ impl Evaluator for LlmEvaluator {
     }
 }
 
+/// Cuts `text` to `max` characters, marking the cut; returns the text and how many
+/// characters were cut.
+fn cut_text(text: &str, max: usize) -> (String, usize) {
+    let n = text.chars().count();
+    if n <= max {
+        return (text.to_string(), 0);
+    }
+    let kept: String = text.chars().take(max).collect();
+    let cut = n - max;
+    (
+        format!("{kept} [… {cut} characters cut: over this worker's share of the prompt budget]"),
+        cut,
+    )
+}
+
 /// The user message: the question and the workers as JSON data inside `<data>` tags.
-/// `<` is escaped inside the JSON so no string can close the tag.
-pub fn user_prompt(input: &EvalInput) -> String {
+/// `<` is escaped inside the JSON so no string can close the tag. The prompt budget:
+/// each worker's text gets an equal share of `max_chars` (less the question), of which
+/// its evidence may take two thirds, its defences the rest, and its sources what is left;
+/// a cut is marked in the text. Returns the prompt and a note per cut worker.
+pub fn user_prompt(input: &EvalInput, max_chars: usize) -> (String, Vec<String>) {
+    let n = input.workers.len().max(1);
+    let share = max_chars.saturating_sub(input.question.chars().count()) / n;
+    let share = share.max(1_000);
+    let mut cuts = Vec::new();
     let workers: Vec<Value> = input
         .workers
         .iter()
         .map(|w| {
+            let (evidence, mut cut) = cut_text(&w.answer.evidence, share * 2 / 3);
+            let mut left = share.saturating_sub(evidence.chars().count());
+            let per_exchange = left / w.challenges.len().max(1);
             let exchanges: Vec<Value> = w
                 .challenges
                 .iter()
                 .enumerate()
-                .map(|(i, c)| json!({"challenge": c, "response": w.responses.get(i).map(String::as_str).unwrap_or("(no response)")}))
+                .map(|(i, c)| {
+                    let response = w.responses.get(i).map(String::as_str).unwrap_or("(no response)");
+                    let (c, c1) = cut_text(c, per_exchange / 3);
+                    let (r, c2) = cut_text(response, per_exchange - c.chars().count().min(per_exchange));
+                    cut += c1 + c2;
+                    left = left.saturating_sub(c.chars().count() + r.chars().count());
+                    json!({"challenge": c, "response": r})
+                })
                 .collect();
+            let mut sources = Vec::new();
+            for src in &w.answer.sources {
+                let len = src.chars().count();
+                if len > left {
+                    cut += len;
+                    continue;
+                }
+                left -= len;
+                sources.push(src.clone());
+            }
+            if cut > 0 {
+                cuts.push(format!(
+                    "{}: {cut} characters cut to fit its share of the prompt budget ({share} characters)",
+                    w.label
+                ));
+            }
             json!({
                 "workerId": w.label,
                 "determination": if w.answer.determination { "YES" } else { "NO" },
                 "confidence": format!("{}%", crate::resolve::jsmath::js_round(w.answer.confidence * 100.0) as i64),
-                "evidence": w.answer.evidence,
-                "sources": w.answer.sources,
+                "evidence": evidence,
+                "sources": sources,
                 "challenges": exchanges,
             })
         })
@@ -227,8 +283,11 @@ pub fn user_prompt(input: &EvalInput) -> String {
     let data = json!({"question": input.question, "workers": workers})
         .to_string()
         .replace('<', "\\u003c");
-    format!(
-        "<data>\n{data}\n</data>\n\nEvaluate each worker on all 8 dimensions. Return JSON only."
+    (
+        format!(
+            "<data>\n{data}\n</data>\n\nEvaluate each worker on all 8 dimensions. Return JSON only."
+        ),
+        cuts,
     )
 }
 

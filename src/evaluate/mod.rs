@@ -54,6 +54,9 @@ pub struct Evaluation {
     /// before it existed (slot order).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub order: Vec<usize>,
+    /// Workers whose text was cut to fit the prompt budget, and by how much.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt_cuts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -88,6 +91,7 @@ pub trait Evaluator: Send + Sync {
 pub fn neutral(input: &EvalInput, reason: Option<String>, attempts: Vec<String>) -> Evaluation {
     Evaluation {
         order: Vec::new(),
+        prompt_cuts: Vec::new(),
         scores: vec![Dimensions::uniform(50.0); input.workers.len()],
         evaluator: "neutral".into(),
         fallback_reason: reason,

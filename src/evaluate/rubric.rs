@@ -88,6 +88,7 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
         .collect();
     Evaluation {
         order: Vec::new(),
+        prompt_cuts: Vec::new(),
         scores,
         evaluator: "rubric".into(),
         fallback_reason: None,

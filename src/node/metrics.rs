@@ -538,6 +538,8 @@ mod tests {
             ],
             scores: vec![],
             evaluation: Evaluation {
+                order: Vec::new(),
+                prompt_cuts: Vec::new(),
                 scores: vec![],
                 evaluator: "rubric".into(),
                 fallback_reason: None,

@@ -703,6 +703,7 @@ fn replay_llm(t: &Transcript, wf: &Workflow, input: &EvalInput) -> Result<Evalua
         (Some(raw), _) => match llm::parse_scores(raw, input) {
             Ok(scores) => Ok(Evaluation {
                 order: Vec::new(),
+                prompt_cuts: Vec::new(),
                 scores,
                 evaluator: "llm".into(),
                 fallback_reason: None,

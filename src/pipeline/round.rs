@@ -194,6 +194,7 @@ impl Engine {
                         retry_backoff: Duration::from_millis(llm.retry_backoff_ms),
                         max_tokens: llm.max_tokens,
                         max_reply_bytes: llm.max_reply_bytes,
+                        max_prompt_chars: llm.max_prompt_chars,
                         fallback: workflow.evaluator.fallback,
                     },
                     http.clone(),
