@@ -146,6 +146,7 @@ impl Evaluator for LlmEvaluator {
                 return Ok(Evaluation {
                     order: Vec::new(),
                     prompt_cuts: Vec::new(),
+                    notes: Vec::new(),
                     scores: vec![],
                     evaluator: "llm".into(),
                     fallback_reason: None,
@@ -168,6 +169,7 @@ impl Evaluator for LlmEvaluator {
                         return Ok(Evaluation {
                             order: Vec::new(),
                             prompt_cuts,
+                            notes: Vec::new(),
                             scores,
                             evaluator: "llm".into(),
                             fallback_reason: None,

@@ -4,6 +4,7 @@
 
 pub mod llm;
 pub mod rubric;
+pub mod untrusted;
 
 use crate::resolve::Dimensions;
 use crate::workers::ResolveAnswer;
@@ -57,6 +58,10 @@ pub struct Evaluation {
     /// Workers whose text was cut to fit the prompt budget, and by how much.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prompt_cuts: Vec<String>,
+    /// What the evaluator set aside (the rubric: instruction-like text, markup, JSON
+    /// fragments, which earn nothing), per worker label.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -92,6 +97,7 @@ pub fn neutral(input: &EvalInput, reason: Option<String>, attempts: Vec<String>)
     Evaluation {
         order: Vec::new(),
         prompt_cuts: Vec::new(),
+        notes: Vec::new(),
         scores: vec![Dimensions::uniform(50.0); input.workers.len()],
         evaluator: "neutral".into(),
         fallback_reason: reason,

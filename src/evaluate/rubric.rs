@@ -17,7 +17,7 @@
 //! - collaboration: `70·answered/k + 30·min(mean words of answered,80)/80` over the k
 //!   challenges (answered = a response of ≥ 5 words at its position); 50 without challenges.
 
-use super::{EvalError, EvalInput, Evaluation, Evaluator};
+use super::{EvalError, EvalInput, Evaluation, Evaluator, untrusted};
 use crate::resolve::Dimensions;
 use futures::future::BoxFuture;
 use std::collections::BTreeSet;
@@ -61,23 +61,58 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
         None
     };
     let ref_year = year_of_unix(input.reference_time);
+    let mut notes = Vec::new();
     let scores = input
         .workers
         .iter()
         .map(|w| {
-            let evidence = strip_injections(&w.answer.evidence);
+            // an answer text with instruction-like text, markup or a JSON fragment
+            // anywhere earns nothing (padding around an injection cannot raise a score)
+            let mut note = |what: &str, f: Option<untrusted::Flag>| {
+                if let Some(f) = f {
+                    notes.push(format!(
+                        "{}: its {what} holds {} and earns nothing",
+                        w.label,
+                        f.describe()
+                    ));
+                }
+            };
+            let f = untrusted::flagged(&w.answer.evidence);
+            note("evidence", f);
+            let evidence = if f.is_some() {
+                ""
+            } else {
+                w.answer.evidence.as_str()
+            };
             let sources: Vec<String> = w
                 .answer
                 .sources
                 .iter()
-                .map(|s| strip_injections(s))
+                .filter(|s| {
+                    let f = untrusted::flag(s);
+                    note("source", f);
+                    f.is_none()
+                })
+                .map(|s| s.to_string())
                 .filter(|s| !s.trim().is_empty())
                 .collect();
-            let responses: Vec<String> = w.responses.iter().map(|r| strip_injections(r)).collect();
+            let responses: Vec<String> = w
+                .responses
+                .iter()
+                .map(|r| {
+                    let f = untrusted::flagged(r);
+                    note("defence", f);
+                    if f.is_some() {
+                        String::new()
+                    } else {
+                        r.clone()
+                    }
+                })
+                .collect();
             score_one(
                 (!w.answer.abstain).then_some(w.answer.determination),
                 w.answer.confidence,
-                &evidence,
+                evidence,
                 &sources,
                 w.challenges.len(),
                 &responses,
@@ -89,6 +124,7 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
     Evaluation {
         order: Vec::new(),
         prompt_cuts: Vec::new(),
+        notes,
         scores,
         evaluator: "rubric".into(),
         fallback_reason: None,
@@ -248,31 +284,6 @@ const HEDGES: &[&str] = &[
     "possible",
     "bias",
 ];
-const INJECTION_VERBS: &[&str] = &[
-    "ignore",
-    "disregard",
-    "forget",
-    "override",
-    "bypass",
-    "you must",
-    "you should",
-    "assistant",
-    "evaluator",
-    "grader",
-    "as an ai",
-];
-const INJECTION_OBJECTS: &[&str] = &[
-    "instruction",
-    "prompt",
-    "score",
-    "rating",
-    "rubric",
-    "evaluat",
-    "grade",
-    "system",
-    "100",
-];
-
 fn numbered(t: &str) -> bool {
     let digits = t.chars().take_while(|c| c.is_ascii_digit()).count();
     digits > 0 && matches!(t[digits..].chars().next(), Some('.') | Some(')'))
@@ -289,29 +300,6 @@ fn sentences(s: &str) -> impl Iterator<Item = &str> {
 
 fn count_terms(haystack: &str, terms: &[&str]) -> usize {
     terms.iter().filter(|t| haystack.contains(*t)).count()
-}
-
-/// Removes sentences that address the evaluator rather than the question.
-pub fn strip_injections(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut start = 0;
-    for (i, c) in text.char_indices() {
-        if matches!(c, '.' | '!' | '?' | '\n') {
-            push_unless_injection(&mut out, &text[start..i + c.len_utf8()]);
-            start = i + c.len_utf8();
-        }
-    }
-    push_unless_injection(&mut out, &text[start..]);
-    out
-}
-
-fn push_unless_injection(out: &mut String, sentence: &str) {
-    let l = sentence.to_lowercase();
-    let injected = INJECTION_VERBS.iter().any(|v| l.contains(v))
-        && INJECTION_OBJECTS.iter().any(|o| l.contains(o));
-    if !injected {
-        out.push_str(sentence);
-    }
 }
 
 fn years(s: &str) -> impl Iterator<Item = i64> + '_ {

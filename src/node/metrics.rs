@@ -540,6 +540,7 @@ mod tests {
             evaluation: Evaluation {
                 order: Vec::new(),
                 prompt_cuts: Vec::new(),
+                notes: Vec::new(),
                 scores: vec![],
                 evaluator: "rubric".into(),
                 fallback_reason: None,

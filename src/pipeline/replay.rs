@@ -704,6 +704,7 @@ fn replay_llm(t: &Transcript, wf: &Workflow, input: &EvalInput) -> Result<Evalua
             Ok(scores) => Ok(Evaluation {
                 order: Vec::new(),
                 prompt_cuts: Vec::new(),
+                notes: Vec::new(),
                 scores,
                 evaluator: "llm".into(),
                 fallback_reason: None,

@@ -49,28 +49,6 @@ const PEER_DOMAIN: &str = "prediction market resolution";
 const QUOTE_CHARS: usize = 80;
 /// At most this many prompt-injection notes per reply.
 const MAX_INJECTION_NOTES: usize = 8;
-/// Phrases that look like an attempt to instruct the platform (lower case, single spaces).
-const INJECTION_PHRASES: &[&str] = &[
-    "ignore previous instructions",
-    "ignore all previous",
-    "ignore the previous",
-    "ignore prior instructions",
-    "ignore all prior",
-    "ignore the above",
-    "ignore your instructions",
-    "disregard previous",
-    "disregard all previous",
-    "disregard all prior",
-    "disregard the above",
-    "disregard your instructions",
-    "forget your instructions",
-    "forget all previous",
-    "new instructions:",
-    "system prompt",
-    "you are now",
-    "<|im_start|>",
-    "<|system|>",
-];
 const SEVERITIES: [&str; 3] = ["critical", "warning", "info"];
 
 /// Configuration of the round-table adapter.
@@ -279,16 +257,12 @@ fn strip_nulls(v: &mut Value) -> usize {
 }
 
 /// Collects `(field path, phrase)` for every string holding an injection-like phrase.
-fn scan_injections(v: &Value, path: &mut String, out: &mut Vec<(String, &'static str)>) {
+fn scan_injections(v: &Value, path: &mut String, out: &mut Vec<(String, String)>) {
     match v {
         Value::String(s) => {
-            let norm = s
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-                .to_lowercase();
-            if let Some(p) = INJECTION_PHRASES.iter().find(|p| norm.contains(*p)) {
-                out.push((path.clone(), p));
+            // the one list of instruction-like patterns (crate::evaluate::untrusted)
+            if let Some(flag) = crate::evaluate::untrusted::instruction_like(s) {
+                out.push((path.clone(), flag.describe()));
             }
         }
         Value::Array(items) => {
@@ -1278,7 +1252,10 @@ mod tests {
         scan_injections(&v, &mut String::new(), &mut found);
         assert_eq!(
             found,
-            [("a[1].b".to_string(), "ignore previous instructions")]
+            [(
+                "a[1].b".to_string(),
+                "instruction-like text (`ignore previous`)".to_string()
+            )]
         );
     }
 
