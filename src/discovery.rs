@@ -338,8 +338,11 @@ pub async fn fetch_token_uri(
 }
 
 /// Decodes `data:[<media type>][;params][;base64],<data>`.
-fn decode_data_uri(uri: &str, max: usize) -> Result<Vec<u8>, DiscardReason> {
-    let rest = &uri["data:".len()..];
+pub(crate) fn decode_data_uri(uri: &str, max: usize) -> Result<Vec<u8>, DiscardReason> {
+    let rest = match uri.get(.."data:".len()) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("data:") => &uri["data:".len()..],
+        _ => return Err(invalid("not a data: URI")),
+    };
     let (header, data) = rest
         .split_once(',')
         .ok_or_else(|| invalid("data URI without a comma"))?;

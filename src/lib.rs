@@ -16,6 +16,7 @@ pub mod config;
 pub mod devnet;
 pub mod discovery;
 pub mod evaluate;
+pub mod fuzz;
 pub mod node;
 pub mod pipeline;
 pub mod resolve;

@@ -83,6 +83,21 @@ enum Command {
     /// Workflow definition files.
     #[command(subcommand)]
     Workflow(WorkflowCmd),
+    /// Fuzz every parser of untrusted bytes (worker replies of each protocol, Agora
+    /// envelopes and polls, registration files and data: URIs, LLM replies, chain logs)
+    /// with random and mutated inputs; reports cases and panics per target. Exit 1 when
+    /// any input made a parser panic (the first ones are printed, hex-encoded).
+    Fuzz {
+        /// Cases per target.
+        #[arg(long, default_value_t = 1_000_000)]
+        cases: u64,
+        /// Only this target (see the list printed by a run).
+        #[arg(long)]
+        target: Option<String>,
+        /// Seed of the generator (a run is reproducible from it).
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
     /// Re-run historical markets and compare with what happened on chain (never sends).
     ///
     /// Pick the markets with --transcript FILE, --market N, or --from-block A [--to-block B]
@@ -193,6 +208,48 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agent(a) => cli::devnet::agent_cmd(a).await,
         #[cfg(feature = "devnet")]
         Command::Demo { workers, json } => cli::devnet::demo_cmd(workers, json).await,
+        Command::Fuzz {
+            cases,
+            target,
+            seed,
+        } => {
+            let targets: Vec<_> = cresolver::fuzz::targets()
+                .into_iter()
+                .filter(|t| target.as_deref().is_none_or(|n| n == t.name))
+                .collect();
+            anyhow::ensure!(
+                !targets.is_empty(),
+                "no fuzz target named {:?}; targets: {}",
+                target.unwrap_or_default(),
+                cresolver::fuzz::targets()
+                    .iter()
+                    .map(|t| t.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            let mut failed = false;
+            for t in &targets {
+                let started = std::time::Instant::now();
+                let r = cresolver::fuzz::run(t, cases, seed);
+                println!(
+                    "{:<18} {:>10} cases  {:>4} panics  {:.1} s",
+                    r.target,
+                    r.cases,
+                    r.panic_count,
+                    started.elapsed().as_secs_f64()
+                );
+                for (input, msg) in &r.panics {
+                    failed = true;
+                    let msg: String = msg.chars().take(200).collect();
+                    println!("  panic: {msg}\n  input: {}", alloy::hex::encode(input));
+                }
+            }
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
         Command::Tally { input } => {
             let text = if input == "-" {
                 let mut s = String::new();

@@ -559,7 +559,7 @@ fn clip_code(s: &str) -> String {
         .collect()
 }
 
-fn parse_poll_reply(body: &[u8]) -> Result<Vec<Value>, WorkerFailure> {
+pub(crate) fn parse_poll_reply(body: &[u8]) -> Result<Vec<Value>, WorkerFailure> {
     let v: Value = serde_json::from_slice(body).map_err(|e| WorkerFailure::InvalidJson {
         detail: format!("relay reply: {e}"),
     })?;
