@@ -161,11 +161,27 @@ impl Page {
         r["result"]["value"].clone()
     }
 
-    /// Waits until `expr` evaluates to `true`; panics after `within` with `what`.
+    /// Evaluates `expr`; an exception (e.g. the page is still loading and an element is
+    /// missing) gives `None`.
+    pub async fn try_eval(&mut self, expr: &str) -> Option<Value> {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                json!({"expression": expr, "returnByValue": true, "awaitPromise": true}),
+            )
+            .await;
+        if r.get("exceptionDetails").is_some() {
+            return None;
+        }
+        Some(r["result"]["value"].clone())
+    }
+
+    /// Waits until `expr` evaluates to `true` (an exception counts as not yet); panics
+    /// after `within` with `what`.
     pub async fn wait_for(&mut self, expr: &str, within: Duration, what: &str) {
         let deadline = Instant::now() + within;
         loop {
-            if self.eval(expr).await == json!(true) {
+            if self.try_eval(expr).await == Some(json!(true)) {
                 return;
             }
             if Instant::now() > deadline {
