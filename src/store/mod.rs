@@ -240,9 +240,7 @@ pub(crate) fn now() -> u64 {
         .unwrap_or(0)
 }
 
-const SCHEMA: &str = "
-PRAGMA journal_mode = WAL;
-PRAGMA synchronous = FULL;
+const SCHEMA_TABLES: &str = "
 CREATE TABLE IF NOT EXISTS seen_logs (
     tx_hash TEXT NOT NULL, log_index INTEGER NOT NULL, market TEXT NOT NULL, market_id TEXT NOT NULL,
     block_number INTEGER NOT NULL, block_hash TEXT NOT NULL, PRIMARY KEY (tx_hash, log_index));
@@ -264,26 +262,40 @@ const SQLITE_VERSION: i64 = 2;
 /// Creates the tables, then applies what a file of an older version lacks: version 2
 /// adds the lease columns (holder, term, lease_until) to `rounds`.
 fn migrate(conn: &Connection) -> Result<(), StoreError> {
-    conn.execute_batch(SCHEMA)?;
-    conn.execute_batch(txs::SCHEMA)?;
-    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if v > SQLITE_VERSION {
-        return Err(StoreError::Corrupt(format!(
-            "the database schema is version {v}, newer than this binary's {SQLITE_VERSION}: upgrade the node"
-        )));
-    }
-    if v < 2 {
-        let has_holder: bool = conn
-            .prepare("SELECT 1 FROM pragma_table_info('rounds') WHERE name = 'holder'")?
-            .exists([])?;
-        if !has_holder {
-            conn.execute_batch(
-                "ALTER TABLE rounds ADD COLUMN holder TEXT;
-                 ALTER TABLE rounds ADD COLUMN term INTEGER NOT NULL DEFAULT 0;
-                 ALTER TABLE rounds ADD COLUMN lease_until INTEGER;",
-            )?;
+    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")?;
+    // one writer at a time: two processes opening the same file at once (a node and the
+    // CLI) must not both apply a step
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let applied = (|| {
+        conn.execute_batch(SCHEMA_TABLES)?;
+        conn.execute_batch(txs::SCHEMA)?;
+        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if v > SQLITE_VERSION {
+            return Err(StoreError::Corrupt(format!(
+                "the database schema is version {v}, newer than this binary's {SQLITE_VERSION}: upgrade the node"
+            )));
         }
-        conn.execute_batch(&format!("PRAGMA user_version = {SQLITE_VERSION}"))?;
+        if v < 2 {
+            let has_holder: bool = conn
+                .prepare("SELECT 1 FROM pragma_table_info('rounds') WHERE name = 'holder'")?
+                .exists([])?;
+            if !has_holder {
+                conn.execute_batch(
+                    "ALTER TABLE rounds ADD COLUMN holder TEXT;
+                     ALTER TABLE rounds ADD COLUMN term INTEGER NOT NULL DEFAULT 0;
+                     ALTER TABLE rounds ADD COLUMN lease_until INTEGER;",
+                )?;
+            }
+            conn.execute_batch(&format!("PRAGMA user_version = {SQLITE_VERSION}"))?;
+        }
+        Ok(())
+    })();
+    match applied {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
     }
     Ok(())
 }
@@ -800,6 +812,27 @@ mod tests {
             s.count_by_state().unwrap(),
             vec![(RoundState::Confirmed, 1)]
         );
+    }
+
+    #[test]
+    fn many_openers_of_a_new_file_migrate_it_once() {
+        // a node and the CLI (or a test) may open a fresh or old file at the same moment
+        let dir = std::env::temp_dir().join(format!("cresolver-store-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let d = dir.clone();
+                std::thread::spawn(move || Store::open(&d).map(|_| ()))
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
+        let s = Store::open(&dir).unwrap();
+        s.manual_request(Address::ZERO, U256::from(1), "wf")
+            .unwrap();
+        assert_eq!(s.claim(Address::ZERO, U256::from(1), "n").unwrap(), Some(1));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
