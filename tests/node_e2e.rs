@@ -651,24 +651,10 @@ async fn a_round_killed_after_each_stage_resumes_without_asking_again() {
             counts.push(c);
         }
         let s = market_with_workers(uris).await;
-        let entry = |id: &str| {
-            let mut o = serde_json::json!({ "workerId": id });
-            for n in cresolver::resolve::Dimensions::NAMES {
-                o[n] = serde_json::json!(70);
-            }
-            o
-        };
-        let content =
-            serde_json::json!({ "workers": [entry("W1"), entry("W2"), entry("W3")] }).to_string();
-        let (llm_url, llm) = llm_server(vec![Scripted::content(&content)]).await;
+        let (llm_url, llm) = llm_server(vec![Scripted::content(&uniform_llm_reply(3))]).await;
         let dir = tmpdir(&format!("resume-{point}"));
         let wf = workflow_file(&dir, |t| {
-            let t = t
-                .replace("kind = \"rubric\"", "kind = \"llm\"")
-                .replace("fallback = \"rubric\"", "fallback = \"fail\"");
-            format!(
-                "{t}\n[evaluator.llm]\nbase_url = \"{llm_url}\"\nmodel = \"m\"\nretries = 0\napi_key_env = \"CRESOLVER_TEST_NO_KEY\"\n"
-            )
+            with_llm_evaluator(t, &llm_url, "CRESOLVER_TEST_NO_KEY")
         });
         s.dev.request_resolution(s.market_id).await.unwrap();
         let key = [("CRESOLVER_TEST_NO_KEY", "test-key")];

@@ -10,7 +10,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use common::node::{free_port, node_process_with, resolved_events, tmpdir, workflow_file};
-use common::{Scripted, llm_server, market_with_three_workers};
+use common::{
+    Scripted, llm_server, market_with_three_workers, uniform_llm_reply, with_llm_evaluator,
+};
 use std::time::{Duration, Instant};
 
 const LLM_KEY: &str = "sk-live-llmkey-0123456789";
@@ -65,24 +67,10 @@ fn assert_clean(what: &str, text: &str) {
 async fn no_secret_shows_in_logs_api_answers_or_errors() {
     for format in ["text", "json"] {
         let s = market_with_three_workers().await;
-        let entry = |id: &str| {
-            let mut o = serde_json::json!({ "workerId": id });
-            for n in cresolver::resolve::Dimensions::NAMES {
-                o[n] = serde_json::json!(70);
-            }
-            o
-        };
-        let content =
-            serde_json::json!({ "workers": [entry("W1"), entry("W2"), entry("W3")] }).to_string();
-        let (llm_url, llm) = llm_server(vec![Scripted::content(&content)]).await;
+        let (llm_url, llm) = llm_server(vec![Scripted::content(&uniform_llm_reply(3))]).await;
         let dir = tmpdir(&format!("secrets-{format}"));
         let wf = workflow_file(&dir, |t| {
-            let t = t
-                .replace("kind = \"rubric\"", "kind = \"llm\"")
-                .replace("fallback = \"rubric\"", "fallback = \"fail\"");
-            format!(
-                "{t}\n[evaluator.llm]\nbase_url = \"{llm_url}\"\nmodel = \"m\"\nretries = 0\napi_key_env = \"CRESOLVER_TEST_LLM_KEY\"\n"
-            )
+            with_llm_evaluator(t, &llm_url, "CRESOLVER_TEST_LLM_KEY")
         });
         let rpc = keyed_rpc(s.dev.rpc_url()).await;
         let api = format!("127.0.0.1:{}", free_port());

@@ -177,3 +177,28 @@ pub async fn market_with_three_workers() -> chain::MarketSetup {
     }
     chain::market_with_workers(uris).await
 }
+
+/// An LLM reply scoring workers `W1..=Wn` at 70 on every dimension.
+pub fn uniform_llm_reply(n: usize) -> String {
+    let entries: Vec<Value> = (1..=n)
+        .map(|k| {
+            let mut o = serde_json::json!({ "workerId": format!("W{k}") });
+            for d in cresolver::resolve::Dimensions::NAMES {
+                o[d] = serde_json::json!(70);
+            }
+            o
+        })
+        .collect();
+    serde_json::json!({ "workers": entries }).to_string()
+}
+
+/// A workflow text with its evaluator switched to the LLM at `url` (the key from the env
+/// var `key_env`, no retry, no fallback).
+pub fn with_llm_evaluator(t: String, url: &str, key_env: &str) -> String {
+    let t = t
+        .replace("kind = \"rubric\"", "kind = \"llm\"")
+        .replace("fallback = \"rubric\"", "fallback = \"fail\"");
+    format!(
+        "{t}\n[evaluator.llm]\nbase_url = \"{url}\"\nmodel = \"m\"\nretries = 0\napi_key_env = \"{key_env}\"\n"
+    )
+}
