@@ -119,6 +119,23 @@ fn start_node_keyed(
     }
 }
 
+/// Starts the named nodes (lease `lease_secs`, `max_rounds` each) and waits until they
+/// all answer.
+async fn start_cluster(
+    s: &MarketSetup,
+    pg: &Pg,
+    names: &[&str],
+    lease_secs: u64,
+    max_rounds: usize,
+) -> Vec<ClusterNode> {
+    let nodes: Vec<ClusterNode> = names
+        .iter()
+        .map(|n| start_node(s, pg, n, lease_secs, max_rounds))
+        .collect();
+    wait_up(&nodes).await;
+    nodes
+}
+
 /// Waits until every node answers `/health/live`.
 async fn wait_up(nodes: &[ClusterNode]) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -217,11 +234,7 @@ async fn three_nodes_split_a_burst_and_resolve_each_market_once() {
     let s = market(Duration::from_millis(300)).await;
     let mut ids = vec![s.market_id];
     ids.extend(more_markets(&s, 19).await);
-    let nodes: Vec<ClusterNode> = ["node-a", "node-b", "node-c"]
-        .iter()
-        .map(|n| start_node(&s, &pg, n, 15, 3))
-        .collect();
-    wait_up(&nodes).await;
+    let nodes = start_cluster(&s, &pg, &["node-a", "node-b", "node-c"], 15, 3).await;
     let signer = s.dev.accounts[0];
     let before = nonce(&s, signer).await;
 
@@ -296,11 +309,7 @@ async fn a_killed_holder_is_taken_over_after_its_lease() {
     // slow workers: the holder is killed while it waits for their answers
     let s = market(Duration::from_millis(2000)).await;
     let lease = 3;
-    let mut nodes: Vec<ClusterNode> = ["node-a", "node-b"]
-        .iter()
-        .map(|n| start_node(&s, &pg, n, lease, 4))
-        .collect();
-    wait_up(&nodes).await;
+    let mut nodes = start_cluster(&s, &pg, &["node-a", "node-b"], lease, 4).await;
     let signer = s.dev.accounts[0];
     let before = nonce(&s, signer).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
@@ -330,11 +339,7 @@ async fn a_killed_holder_is_taken_over_after_its_lease() {
 async fn a_paused_holder_that_lost_its_lease_writes_and_sends_nothing() {
     let pg = Pg::start();
     let s = market(Duration::from_millis(1500)).await;
-    let nodes: Vec<ClusterNode> = ["node-a", "node-b"]
-        .iter()
-        .map(|n| start_node(&s, &pg, n, 3, 4))
-        .collect();
-    wait_up(&nodes).await;
+    let nodes = start_cluster(&s, &pg, &["node-a", "node-b"], 3, 4).await;
     let signer = s.dev.accounts[0];
     let before = nonce(&s, signer).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
@@ -378,11 +383,7 @@ async fn a_database_restart_during_a_burst_loses_and_doubles_nothing() {
     let s = market(Duration::from_millis(300)).await;
     let mut ids = vec![s.market_id];
     ids.extend(more_markets(&s, 9).await);
-    let nodes: Vec<ClusterNode> = ["node-a", "node-b"]
-        .iter()
-        .map(|n| start_node(&s, &pg, n, 4, 4))
-        .collect();
-    wait_up(&nodes).await;
+    let nodes = start_cluster(&s, &pg, &["node-a", "node-b"], 4, 4).await;
     let signer = s.dev.accounts[0];
     let before = nonce(&s, signer).await;
     request_in_one_block(&s, &ids, true).await;
