@@ -247,14 +247,21 @@ async fn leases_fence_a_node_that_lost_its_round() {
     assert!(b.claim(m, id, false).await.unwrap().is_none(), "held by a");
     assert!(b.claim(m, id, true).await.unwrap().is_none(), "held by a");
     assert!(a.renew(m, id).await.unwrap());
-    assert!(b.claimable(10).await.unwrap().is_empty());
+    assert!(b.claimable(&[m], 10).await.unwrap().is_empty());
     a.set_state(m, id, RoundState::Discovered, None)
         .await
         .unwrap();
 
     // a stops renewing (paused); its lease expires; b takes the round over
     tokio::time::sleep(lease + Duration::from_millis(200)).await;
-    assert_eq!(b.claimable(10).await.unwrap(), vec![(m, id)]);
+    assert_eq!(b.claimable(&[m], 10).await.unwrap(), vec![(m, id)]);
+    assert!(
+        b.claimable(&[Address::repeat_byte(0x77)], 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "only the markets a node has a workflow for"
+    );
     let lb = b.claim(m, id, false).await.unwrap().expect("b takes over");
     assert!(lb.term > la.term, "a new term fences the old one");
     assert_eq!(lb.taken_from.as_deref(), Some("node-a"));
@@ -296,7 +303,10 @@ async fn leases_fence_a_node_that_lost_its_round() {
     b.release(m, id, Some(Duration::from_secs(30)))
         .await
         .unwrap();
-    assert!(a.claimable(10).await.unwrap().is_empty(), "backing off");
+    assert!(
+        a.claimable(&[m], 10).await.unwrap().is_empty(),
+        "backing off"
+    );
     assert!(a.claim(m, id, false).await.unwrap().is_none());
     // an operator's retry (or the node's own) does not wait for the back-off
     assert!(a.claim(m, id, true).await.unwrap().is_some());

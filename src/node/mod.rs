@@ -999,7 +999,8 @@ impl Node {
             if room == 0 {
                 continue;
             }
-            let ids = match self.store.claimable(room).await {
+            let markets: Vec<Address> = self.pipelines.iter().map(|p| p.market).collect();
+            let ids = match self.store.claimable(&markets, room).await {
                 Ok(ids) => {
                     if failing {
                         tracing::info!("the shared store answers again");
@@ -1021,7 +1022,7 @@ impl Node {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .contains(&(market, market_id));
-                if running || self.pipeline(market).is_none() {
+                if running {
                     continue;
                 }
                 if tx.send((market, market_id)).await.is_err() {

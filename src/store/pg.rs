@@ -1303,17 +1303,22 @@ impl RoundStore for PgStore {
         Ok(())
     }
 
-    async fn claimable(&self, limit: usize) -> Result<Vec<(Address, U256)>, StoreError> {
+    async fn claimable(
+        &self,
+        markets: &[Address],
+        limit: usize,
+    ) -> Result<Vec<(Address, U256)>, StoreError> {
         let client = self.client().await?;
+        let markets: Vec<String> = markets.iter().map(|m| m.to_string()).collect();
         let rows = client
             .query(
                 &format!(
                     "SELECT market, market_id FROM rounds
-                     WHERE state NOT IN {FINAL}
+                     WHERE state NOT IN {FINAL} AND market = ANY($3)
                        AND (lease_until IS NULL OR lease_until < {NOW_MS} OR holder = $2)
                      ORDER BY id LIMIT $1"
                 ),
-                &[&(limit as i64), &self.node],
+                &[&(limit as i64), &self.node, &markets],
             )
             .await
             .map_err(pg_err)?;

@@ -167,7 +167,12 @@ pub trait RoundStore: Send + Sync + 'static {
     /// Unfinished rounds that a node may claim now, oldest first: unheld and past any
     /// back-off, with an expired lease, or held by this node's id (a restarted node with
     /// a fixed `store.node_id` takes its own rounds back at once).
-    async fn claimable(&self, limit: usize) -> Result<Vec<(Address, U256)>, StoreError>;
+    /// Only rounds of `markets` (the markets this node has a workflow for).
+    async fn claimable(
+        &self,
+        markets: &[Address],
+        limit: usize,
+    ) -> Result<Vec<(Address, U256)>, StoreError>;
     /// Whether this node still holds the round at the term it claimed (checked before
     /// every broadcast).
     async fn fence_ok(&self, market: Address, market_id: U256) -> Result<bool, StoreError>;
@@ -429,10 +434,15 @@ impl RoundStore for SqliteStore {
         self.held_set().remove(&(market, market_id));
         blocking!(self, |s| s.release(market, market_id))
     }
-    async fn claimable(&self, limit: usize) -> Result<Vec<(Address, U256)>, StoreError> {
+    async fn claimable(
+        &self,
+        markets: &[Address],
+        limit: usize,
+    ) -> Result<Vec<(Address, U256)>, StoreError> {
         let all = blocking!(self, |s| s.unfinished())?;
         Ok(all
             .into_iter()
+            .filter(|r| markets.contains(&r.market))
             .take(limit)
             .map(|r| (r.market, r.market_id))
             .collect())
