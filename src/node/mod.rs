@@ -370,12 +370,14 @@ impl Node {
         };
         drop(renewal);
         let retry_after = match &result {
-            Err(Step::Transient(_)) => Some(self.retry_delay(market, market_id, 1)),
+            // the wait of the retry about to be scheduled
+            Err(Step::Transient(_)) => Some(self.backoff(self.retries_of(market, market_id) + 1)),
             _ => None,
         };
-        if !matches!(result, Err(Step::LeaseLost))
-            && let Err(e) = self.store.release(market, market_id, retry_after).await
-        {
+        // Released whatever the outcome: after a lost lease the conditional update
+        // touches nothing (the term moved on) and this node forgets its claim; after a
+        // renewal that could not be made in time it frees the round for another node.
+        if let Err(e) = self.store.release(market, market_id, retry_after).await {
             tracing::warn!(market_id = %market_id, error = %e, "cannot release the round's lease: it expires by itself");
         }
         self.metrics.set_leases_held(self.store.held() as u64);
@@ -388,17 +390,19 @@ impl Node {
         Duration::from_millis(self.cfg.submit.receipt_timeout_ms.max(1_000)).saturating_mul(3)
     }
 
-    /// The wait before the `n`-th retry of a round, counting the retries so far.
-    fn retry_delay(&self, market: Address, market_id: U256, extra: u32) -> Duration {
-        let n = self
-            .retries
+    /// The wait before the `n`-th retry of a round: it doubles up to the configured cap.
+    fn backoff(&self, n: u32) -> Duration {
+        Duration::from_secs(1u64 << n.min(6)).min(self.cfg.max_backoff())
+    }
+
+    /// How many times a round was retried so far.
+    fn retries_of(&self, market: Address, market_id: U256) -> u32 {
+        self.retries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&(market, market_id))
             .copied()
             .unwrap_or(0)
-            + extra;
-        Duration::from_secs(1u64 << n.min(6)).min(self.cfg.max_backoff())
     }
 
     fn schedule_retry(self: &Arc<Self>, market: Address, market_id: U256) {
@@ -409,10 +413,9 @@ impl Node {
             *n
         };
         // Retried for as long as the market is open: a round that reads the market
-        // resolved ends `skipped`; the wait doubles up to the configured cap.
+        // resolved ends `skipped`.
         let node = self.clone();
-        let delay = self.retry_delay(market, market_id, 0);
-        let _ = n;
+        let delay = self.backoff(n);
         let mut restored = self.heads.on_restore();
         restored.borrow_and_update();
         let cancel = self.cancel.clone();
