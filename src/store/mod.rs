@@ -512,64 +512,30 @@ impl Store {
              FROM rounds WHERE rowid < ?1 ORDER BY rowid DESC LIMIT ?2",
         )?;
         let rows = stmt.query_map(params![before.unwrap_or(i64::MAX), limit as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, i64>(4)?,
-                r.get::<_, String>(5)?,
-                r.get::<_, Option<String>>(6)?,
-                r.get::<_, Option<i64>>(7)?,
-                r.get::<_, Option<String>>(8)?,
-                r.get::<_, Option<String>>(9)?,
-                r.get::<_, i64>(10)?,
-                r.get::<_, i64>(11)?,
-                r.get::<_, Option<String>>(12)?,
-            ))
+            Ok(SummaryRow {
+                cursor: r.get(0)?,
+                market: r.get(1)?,
+                market_id: r.get(2)?,
+                state: r.get(3)?,
+                attempt: r.get(4)?,
+                workflow: r.get(5)?,
+                request_tx: r.get(6)?,
+                request_block: r.get(7)?,
+                reason: r.get(8)?,
+                submit_tx: r.get(9)?,
+                created_at: r.get(10)?,
+                updated_at: r.get(11)?,
+                holder: r.get(12)?,
+                driven_by: None,
+                lease_ms: None,
+            })
         })?;
-        let corrupt = |what: &str, e: String| StoreError::Corrupt(format!("{what}: {e}"));
         let mut out = Vec::new();
         let mut last = None;
         for row in rows {
-            let (
-                rowid,
-                market,
-                id,
-                state,
-                attempt,
-                workflow,
-                rtx,
-                rblock,
-                reason,
-                stx,
-                c,
-                u,
-                holder,
-            ) = row?;
-            let state = RoundState::from_str(&state)?;
-            last = Some(rowid);
-            let hash = |h: Option<String>, what: &str| {
-                h.map(|h| B256::from_str(&h))
-                    .transpose()
-                    .map_err(|e| corrupt(what, e.to_string()))
-            };
-            out.push(RoundSummary {
-                market: Address::from_str(&market).map_err(|e| corrupt("market", e.to_string()))?,
-                market_id: U256::from_str(&id).map_err(|e| corrupt("market_id", e.to_string()))?,
-                state,
-                attempt: attempt as u32,
-                workflow,
-                request_tx: hash(rtx, "request_tx")?,
-                request_block: rblock.map(|b| b as u64),
-                reason: reason.map(|r| truncate(r, SUMMARY_REASON_BYTES)),
-                submit_tx: hash(stx, "submit_tx")?,
-                created_at: c as u64,
-                updated_at: u as u64,
-                holder: holder.filter(|_| !state.is_final()),
-                lease_ms: None,
-                driven_by: None,
-            });
+            let row = row?;
+            last = Some(row.cursor);
+            out.push(row.parse()?);
         }
         let next = (out.len() == limit).then_some(last).flatten();
         Ok((out, next))
@@ -666,7 +632,7 @@ impl Store {
     }
 }
 
-const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, raw_tx, outcome, created_at, updated_at, holder FROM rounds";
+pub(crate) const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, raw_tx, outcome, created_at, updated_at, holder FROM rounds";
 
 fn upsert_round(
     tx: &rusqlite::Transaction<'_>,
@@ -713,50 +679,135 @@ fn upsert_round(
 
 type RowResult = Result<RoundRecord, StoreError>;
 
-fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RowResult> {
-    let market: String = r.get(0)?;
-    let market_id: String = r.get(1)?;
-    let state: String = r.get(2)?;
-    let attempt: i64 = r.get(3)?;
-    let workflow: String = r.get(4)?;
-    let request_tx: Option<String> = r.get(5)?;
-    let request_block: Option<i64> = r.get(6)?;
-    let reason: Option<String> = r.get(7)?;
-    let submit_tx: Option<String> = r.get(8)?;
-    let raw_tx: Option<Vec<u8>> = r.get(9)?;
-    let outcome: Option<String> = r.get(10)?;
-    let created_at: i64 = r.get(11)?;
-    let updated_at: i64 = r.get(12)?;
-    let holder: Option<String> = r.get(13)?;
-    let corrupt = |what: &str, e: String| StoreError::Corrupt(format!("{what}: {e}"));
-    Ok((|| {
+/// A stored value that does not parse.
+pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+/// An optional hash column.
+pub(crate) fn parse_hash(h: Option<String>, what: &str) -> Result<Option<B256>, StoreError> {
+    h.map(|h| B256::from_str(&h))
+        .transpose()
+        .map_err(|e| corrupt(what, e))
+}
+
+/// A market and a market id as the stores keep them (text).
+pub(crate) fn parse_market(market: &str, market_id: &str) -> Result<(Address, U256), StoreError> {
+    Ok((
+        Address::from_str(market).map_err(|e| corrupt("market", e))?,
+        U256::from_str(market_id).map_err(|e| corrupt("market_id", e))?,
+    ))
+}
+
+/// A round summary row as either backend reads it, before its text is parsed.
+pub(crate) struct SummaryRow {
+    /// The page cursor (SQLite's rowid, PostgreSQL's id).
+    pub cursor: i64,
+    pub market: String,
+    pub market_id: String,
+    pub state: String,
+    pub attempt: i64,
+    pub workflow: String,
+    pub request_tx: Option<String>,
+    pub request_block: Option<i64>,
+    pub reason: Option<String>,
+    pub submit_tx: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub holder: Option<String>,
+    pub driven_by: Option<String>,
+    pub lease_ms: Option<i64>,
+}
+
+impl SummaryRow {
+    /// The summary: reasons cut to [`SUMMARY_REASON_BYTES`]; holder and lease only while
+    /// the round is unfinished.
+    pub(crate) fn parse(self) -> Result<RoundSummary, StoreError> {
+        let (market, market_id) = parse_market(&self.market, &self.market_id)?;
+        let state = RoundState::from_str(&self.state)?;
+        let open = !state.is_final();
+        Ok(RoundSummary {
+            market,
+            market_id,
+            state,
+            attempt: self.attempt as u32,
+            workflow: self.workflow,
+            request_tx: parse_hash(self.request_tx, "request_tx")?,
+            request_block: self.request_block.map(|b| b as u64),
+            reason: self.reason.map(|r| truncate(r, SUMMARY_REASON_BYTES)),
+            submit_tx: parse_hash(self.submit_tx, "submit_tx")?,
+            created_at: self.created_at as u64,
+            updated_at: self.updated_at as u64,
+            holder: self.holder.filter(|_| open),
+            lease_ms: self.lease_ms.filter(|_| open).map(|m| m as u64),
+            driven_by: self.driven_by,
+        })
+    }
+}
+
+/// A `rounds` row ([`SELECT`]'s columns) as either backend reads it, before its text
+/// is parsed: the one place a stored round becomes a [`RoundRecord`].
+pub(crate) struct RoundRow {
+    pub market: String,
+    pub market_id: String,
+    pub state: String,
+    pub attempt: i64,
+    pub workflow: String,
+    pub request_tx: Option<String>,
+    pub request_block: Option<i64>,
+    pub reason: Option<String>,
+    pub submit_tx: Option<String>,
+    pub raw_tx: Option<Vec<u8>>,
+    pub outcome: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub holder: Option<String>,
+}
+
+impl RoundRow {
+    pub(crate) fn parse(self) -> RowResult {
+        let (market, market_id) = parse_market(&self.market, &self.market_id)?;
         Ok(RoundRecord {
-            market: Address::from_str(&market).map_err(|e| corrupt("market", e.to_string()))?,
-            market_id: U256::from_str(&market_id)
-                .map_err(|e| corrupt("market_id", e.to_string()))?,
-            state: RoundState::from_str(&state)?,
-            attempt: attempt as u32,
-            workflow,
-            request_tx: request_tx
-                .map(|h| B256::from_str(&h))
-                .transpose()
-                .map_err(|e| corrupt("request_tx", e.to_string()))?,
-            request_block: request_block.map(|b| b as u64),
-            reason,
-            submit_tx: submit_tx
-                .map(|h| B256::from_str(&h))
-                .transpose()
-                .map_err(|e| corrupt("submit_tx", e.to_string()))?,
-            raw_tx: raw_tx.map(Bytes::from),
-            outcome: outcome
+            market,
+            market_id,
+            state: RoundState::from_str(&self.state)?,
+            attempt: self.attempt as u32,
+            workflow: self.workflow,
+            request_tx: parse_hash(self.request_tx, "request_tx")?,
+            request_block: self.request_block.map(|b| b as u64),
+            reason: self.reason,
+            submit_tx: parse_hash(self.submit_tx, "submit_tx")?,
+            raw_tx: self.raw_tx.map(Bytes::from),
+            outcome: self
+                .outcome
                 .map(|o| serde_json::from_str(&o))
                 .transpose()
-                .map_err(|e| corrupt("outcome", e.to_string()))?,
-            created_at: created_at as u64,
-            updated_at: updated_at as u64,
-            holder,
+                .map_err(|e| corrupt("outcome", e))?,
+            created_at: self.created_at as u64,
+            updated_at: self.updated_at as u64,
+            holder: self.holder,
         })
-    })())
+    }
+}
+
+fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RowResult> {
+    Ok(RoundRow {
+        market: r.get(0)?,
+        market_id: r.get(1)?,
+        state: r.get(2)?,
+        attempt: r.get(3)?,
+        workflow: r.get(4)?,
+        request_tx: r.get(5)?,
+        request_block: r.get(6)?,
+        reason: r.get(7)?,
+        submit_tx: r.get(8)?,
+        raw_tx: r.get(9)?,
+        outcome: r.get(10)?,
+        created_at: r.get(11)?,
+        updated_at: r.get(12)?,
+        holder: r.get(13)?,
+    }
+    .parse())
 }
 
 #[cfg(test)]

@@ -16,12 +16,13 @@
 //! Timestamps shown to operators (`created_at`, `updated_at`) stay unix seconds, as in
 //! SQLite; lease times are milliseconds of the database clock.
 
+use super::txs::{ATTEMPT_SELECT, AttemptRow, NONCE_SELECT, NonceRow};
 use super::{
     AttemptRecord, KeyRef, Lease, LogRef, NonceRecord, NonceState, RequestDecision, RoundRecord,
-    RoundState, RoundStore, RoundSummary, SUMMARY_REASON_BYTES, StoreError, TxPayload, now,
-    truncate,
+    RoundRow, RoundState, RoundStore, RoundSummary, SELECT, StoreError, SummaryRow, TxPayload,
+    corrupt, now, parse_market,
 };
-use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::primitives::{Address, B256, U256};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -207,10 +208,6 @@ fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     }
 }
 
-fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {e}"))
-}
-
 const FINAL: &str = "('confirmed', 'failed', 'skipped')";
 
 impl PgStore {
@@ -277,7 +274,8 @@ impl PgStore {
             .await
             .map_err(pg_err)
             .map_err(connect_err)?
-            .get(0);
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
         let num: i32 = version.trim().parse().unwrap_or(0);
         if num < MIN_SERVER_VERSION {
             return Err(StoreError::Connect {
@@ -309,7 +307,8 @@ impl PgStore {
             .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
             .await
             .map_err(pg_err)?
-            .get(0);
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
         if !exists {
             tx.batch_execute(
                 "CREATE TABLE schema_migrations (
@@ -322,7 +321,8 @@ impl PgStore {
             .query_one("SELECT MAX(version) FROM schema_migrations", &[])
             .await
             .map_err(pg_err)?
-            .get(0);
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
         let have = have.unwrap_or(0);
         let newest = MIGRATIONS.last().map_or(0, |m| m.0);
         if have > newest {
@@ -383,8 +383,8 @@ impl PgStore {
             .await
             .map_err(pg_err)?
             .ok_or(StoreError::NoRound(market, market_id))?;
-        let holder: Option<String> = row.get(0);
-        let t: i64 = row.get(1);
+        let holder: Option<String> = col(&row, 0)?;
+        let t: i64 = col(&row, 1)?;
         if holder.as_deref() != Some(self.node.as_str()) || t != term {
             self.forget(market, market_id);
             return Err(lost);
@@ -422,12 +422,7 @@ impl PgStore {
             .await
             .map_err(pg_err)?
             .ok_or_else(|| corrupt("tx_nonces", format!("nonce {nonce} is not reserved")))?;
-        let m: String = row.get(0);
-        let id: String = row.get(1);
-        Ok((
-            Address::from_str(&m).map_err(|e| corrupt("market", e))?,
-            U256::from_str(&id).map_err(|e| corrupt("market_id", e))?,
-        ))
+        parse_market(&col::<String>(&row, 0)?, &col::<String>(&row, 1)?)
     }
 
     /// A round's reservations under any key (only the pending ones with `pending`),
@@ -450,12 +445,12 @@ impl PgStore {
         drop(client);
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
-            let signer: String = r.get(0);
+            let signer: String = col(&r, 0)?;
             let key = KeyRef {
                 signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
-                chain_id: r.get::<_, i64>(1) as u64,
+                chain_id: col::<i64>(&r, 1)? as u64,
             };
-            let nonce = r.get::<_, i64>(2) as u64;
+            let nonce = col::<i64>(&r, 2)? as u64;
             if let Some(rec) = self.nonce_record(key, nonce).await? {
                 out.push((key, rec));
             }
@@ -500,7 +495,7 @@ impl PgStore {
                 })
             }
             Some(row) => {
-                let state: String = row.get(0);
+                let state: String = col(&row, 0)?;
                 if state == "failed" {
                     tx.execute(
                         "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
@@ -522,82 +517,63 @@ impl PgStore {
     }
 }
 
-const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, raw_tx, outcome, created_at, updated_at, holder FROM rounds";
-
-fn hash(h: Option<String>, what: &str) -> Result<Option<B256>, StoreError> {
-    h.map(|h| B256::from_str(&h))
-        .transpose()
-        .map_err(|e| corrupt(what, e))
+/// A column of a row, typed; a column of another type is a corrupt-data error, not a
+/// panic (`Row::get` panics).
+fn col<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T, StoreError> {
+    r.try_get(i).map_err(|e| corrupt("column", e))
 }
 
 fn read_round(r: &Row) -> Result<RoundRecord, StoreError> {
-    let market: String = r.get(0);
-    let market_id: String = r.get(1);
-    let state: String = r.get(2);
-    let outcome: Option<String> = r.get(10);
-    Ok(RoundRecord {
-        market: Address::from_str(&market).map_err(|e| corrupt("market", e))?,
-        market_id: U256::from_str(&market_id).map_err(|e| corrupt("market_id", e))?,
-        state: RoundState::from_str(&state)?,
-        attempt: r.get::<_, i32>(3) as u32,
-        workflow: r.get(4),
-        request_tx: hash(r.get(5), "request_tx")?,
-        request_block: r.get::<_, Option<i64>>(6).map(|b| b as u64),
-        reason: r.get(7),
-        submit_tx: hash(r.get(8), "submit_tx")?,
-        raw_tx: r.get::<_, Option<Vec<u8>>>(9).map(Bytes::from),
-        outcome: outcome
-            .map(|o| serde_json::from_str(&o))
-            .transpose()
-            .map_err(|e| corrupt("outcome", e))?,
-        created_at: r.get::<_, i64>(11) as u64,
-        updated_at: r.get::<_, i64>(12) as u64,
-        holder: r.get(13),
-    })
+    RoundRow {
+        market: col(r, 0)?,
+        market_id: col(r, 1)?,
+        state: col(r, 2)?,
+        attempt: col::<i32>(r, 3)? as i64,
+        workflow: col(r, 4)?,
+        request_tx: col(r, 5)?,
+        request_block: col(r, 6)?,
+        reason: col(r, 7)?,
+        submit_tx: col(r, 8)?,
+        raw_tx: col(r, 9)?,
+        outcome: col(r, 10)?,
+        created_at: col(r, 11)?,
+        updated_at: col(r, 12)?,
+        holder: col(r, 13)?,
+    }
+    .parse()
 }
-
-const NONCE_SELECT: &str = "SELECT nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at FROM tx_nonces";
 
 fn read_nonce(r: &Row) -> Result<NonceRecord, StoreError> {
-    let state: String = r.get(1);
-    let market: String = r.get(2);
-    let market_id: String = r.get(3);
-    let to: String = r.get(4);
-    Ok(NonceRecord {
-        nonce: r.get::<_, i64>(0) as u64,
-        state: NonceState::parse(&state)?,
-        payload: TxPayload {
-            market: Address::from_str(&market).map_err(|e| corrupt("market", e))?,
-            market_id: U256::from_str(&market_id).map_err(|e| corrupt("market_id", e))?,
-            to: Address::from_str(&to).map_err(|e| corrupt("to", e))?,
-            calldata: Bytes::from(r.get::<_, Vec<u8>>(5)),
-            gas_limit: r.get::<_, i64>(6) as u64,
-        },
-        mined_tx: hash(r.get(7), "mined_tx")?,
-        mined_block: r.get::<_, Option<i64>>(8).map(|b| b as u64),
-        detail: r.get(9),
-        created_at: r.get::<_, i64>(10) as u64,
-        updated_at: r.get::<_, i64>(11) as u64,
-    })
+    NonceRow {
+        nonce: col(r, 0)?,
+        state: col(r, 1)?,
+        market: col(r, 2)?,
+        market_id: col(r, 3)?,
+        to: col(r, 4)?,
+        calldata: col(r, 5)?,
+        gas_limit: col(r, 6)?,
+        mined_tx: col(r, 7)?,
+        mined_block: col(r, 8)?,
+        detail: col(r, 9)?,
+        created_at: col(r, 10)?,
+        updated_at: col(r, 11)?,
+    }
+    .parse()
 }
 
-const ATTEMPT_SELECT: &str = "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at FROM tx_attempts";
-
 fn read_attempt(r: &Row) -> Result<AttemptRecord, StoreError> {
-    let tx_hash: String = r.get(2);
-    let max_fee: String = r.get(4);
-    let prio: String = r.get(5);
-    Ok(AttemptRecord {
-        nonce: r.get::<_, i64>(0) as u64,
-        seq: r.get::<_, i32>(1) as u32,
-        tx_hash: B256::from_str(&tx_hash).map_err(|e| corrupt("tx_hash", e))?,
-        raw: Bytes::from(r.get::<_, Vec<u8>>(3)),
-        max_fee_per_gas: max_fee.parse().map_err(|e| corrupt("max_fee", e))?,
-        max_priority_fee_per_gas: prio.parse().map_err(|e| corrupt("max_priority_fee", e))?,
-        gas_limit: r.get::<_, i64>(6) as u64,
-        sent_block: r.get::<_, Option<i64>>(7).map(|b| b as u64),
-        created_at: r.get::<_, i64>(8) as u64,
-    })
+    AttemptRow {
+        nonce: col(r, 0)?,
+        seq: col::<i32>(r, 1)? as i64,
+        tx_hash: col(r, 2)?,
+        raw: col(r, 3)?,
+        max_fee: col(r, 4)?,
+        max_priority_fee: col(r, 5)?,
+        gas_limit: col(r, 6)?,
+        sent_block: col(r, 7)?,
+        created_at: col(r, 8)?,
+    }
+    .parse()
 }
 
 fn key_params(key: &KeyRef) -> (String, i64) {
@@ -726,7 +702,7 @@ impl RoundStore for PgStore {
             .await
             .map_err(pg_err)?;
         row.map(|r| {
-            serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| corrupt("round progress", e))
+            serde_json::from_str(col::<&str>(&r, 0)?).map_err(|e| corrupt("round progress", e))
         })
         .transpose()
     }
@@ -809,32 +785,25 @@ impl RoundStore for PgStore {
         let mut out = Vec::with_capacity(rows.len());
         let mut last = None;
         for r in rows {
-            last = Some(r.get::<_, i64>(0));
-            let market: String = r.get(1);
-            let market_id: String = r.get(2);
-            let state: String = r.get(3);
-            let state = RoundState::from_str(&state)?;
-            let holder: Option<String> = r.get(12);
-            let last_holder: Option<String> = r.get(13);
-            let lease_ms: Option<i64> = r.get(14);
-            out.push(RoundSummary {
-                market: Address::from_str(&market).map_err(|e| corrupt("market", e))?,
-                market_id: U256::from_str(&market_id).map_err(|e| corrupt("market_id", e))?,
-                state,
-                attempt: r.get::<_, i32>(4) as u32,
-                workflow: r.get(5),
-                request_tx: hash(r.get(6), "request_tx")?,
-                request_block: r.get::<_, Option<i64>>(7).map(|b| b as u64),
-                reason: r
-                    .get::<_, Option<String>>(8)
-                    .map(|s| truncate(s, SUMMARY_REASON_BYTES)),
-                submit_tx: hash(r.get(9), "submit_tx")?,
-                created_at: r.get::<_, i64>(10) as u64,
-                updated_at: r.get::<_, i64>(11) as u64,
-                holder: holder.filter(|_| !state.is_final()),
-                lease_ms: lease_ms.filter(|_| !state.is_final()).map(|m| m as u64),
-                driven_by: last_holder,
-            });
+            let row = SummaryRow {
+                cursor: col(&r, 0)?,
+                market: col(&r, 1)?,
+                market_id: col(&r, 2)?,
+                state: col(&r, 3)?,
+                attempt: col::<i32>(&r, 4)? as i64,
+                workflow: col(&r, 5)?,
+                request_tx: col(&r, 6)?,
+                request_block: col(&r, 7)?,
+                reason: col(&r, 8)?,
+                submit_tx: col(&r, 9)?,
+                created_at: col(&r, 10)?,
+                updated_at: col(&r, 11)?,
+                holder: col(&r, 12)?,
+                driven_by: col(&r, 13)?,
+                lease_ms: col(&r, 14)?,
+            };
+            last = Some(row.cursor);
+            out.push(row.parse()?);
         }
         let next = (out.len() == limit).then_some(last).flatten();
         Ok((out, next))
@@ -860,8 +829,8 @@ impl RoundStore for PgStore {
             .map_err(pg_err)?;
         rows.iter()
             .map(|r| {
-                let s: String = r.get(0);
-                Ok((RoundState::from_str(&s)?, r.get::<_, i64>(1) as u64))
+                let s: String = col(r, 0)?;
+                Ok((RoundState::from_str(&s)?, col::<i64>(r, 1)? as u64))
             })
             .collect()
     }
@@ -881,9 +850,9 @@ impl RoundStore for PgStore {
             .await
             .map_err(pg_err)?;
         row.map(|r| {
-            let h: String = r.get(1);
+            let h: String = col(&r, 1)?;
             Ok((
-                r.get::<_, i64>(0) as u64,
+                col::<i64>(&r, 0)? as u64,
                 B256::from_str(&h).map_err(|e| corrupt("checkpoint hash", e))?,
             ))
         })
@@ -933,7 +902,8 @@ impl RoundStore for PgStore {
             )
             .await
             .map_err(pg_err)?
-            .get(0);
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
         let nonce = highest.map_or(chain_pending, |h| chain_pending.max(h as u64 + 1));
         let t = now() as i64;
         tx.execute(
@@ -1168,7 +1138,8 @@ impl RoundStore for PgStore {
             )
             .await
             .map_err(pg_err)?
-            .get(0);
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
         Ok(h.map(|h| h as u64))
     }
 
@@ -1214,9 +1185,9 @@ impl RoundStore for PgStore {
         else {
             return Ok(None);
         };
-        let prev: Option<String> = row.get(0);
-        let state: String = row.get(1);
-        let expired: bool = row.get(2);
+        let prev: Option<String> = col(&row, 0)?;
+        let state: String = col(&row, 1)?;
+        let expired: bool = col(&row, 2)?;
         let ours = prev.as_deref() == Some(self.node.as_str());
         let free = expired || ours || (prev.is_none() && ignore_backoff);
         if RoundState::from_str(&state)?.is_final() || !free {
@@ -1232,7 +1203,8 @@ impl RoundStore for PgStore {
             )
             .await
             .map_err(pg_err)?
-            .get(0);
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
         tx.commit().await.map_err(pg_err)?;
         self.held
             .lock()
@@ -1323,14 +1295,7 @@ impl RoundStore for PgStore {
             .await
             .map_err(pg_err)?;
         rows.iter()
-            .map(|r| {
-                let m: String = r.get(0);
-                let id: String = r.get(1);
-                Ok((
-                    Address::from_str(&m).map_err(|e| corrupt("market", e))?,
-                    U256::from_str(&id).map_err(|e| corrupt("market_id", e))?,
-                ))
-            })
+            .map(|r| parse_market(&col::<String>(r, 0)?, &col::<String>(r, 1)?))
             .collect()
     }
 

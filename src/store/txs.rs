@@ -5,7 +5,7 @@
 //! attempt is stored before it is broadcast, so a crash at any point leaves enough to
 //! find or finish what was sent.
 
-use super::{Store, StoreError, now};
+use super::{Store, StoreError, corrupt, now, parse_hash, parse_market};
 use alloy::primitives::{Address, B256, Bytes, U256};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
@@ -102,73 +102,113 @@ pub struct AttemptRecord {
     pub created_at: u64,
 }
 
-fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {e}"))
+/// The `tx_nonces` columns [`NonceRow`] reads.
+pub(crate) const NONCE_SELECT: &str = "SELECT nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at FROM tx_nonces";
+
+/// A `tx_nonces` row as either backend reads it, before its text is parsed.
+pub(crate) struct NonceRow {
+    pub nonce: i64,
+    pub state: String,
+    pub market: String,
+    pub market_id: String,
+    pub to: String,
+    pub calldata: Vec<u8>,
+    pub gas_limit: i64,
+    pub mined_tx: Option<String>,
+    pub mined_block: Option<i64>,
+    pub detail: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
 }
 
-const NONCE_SELECT: &str = "SELECT nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at FROM tx_nonces";
+impl NonceRow {
+    pub(crate) fn parse(self) -> Result<NonceRecord, StoreError> {
+        let (market, market_id) = parse_market(&self.market, &self.market_id)?;
+        Ok(NonceRecord {
+            nonce: self.nonce as u64,
+            state: NonceState::parse(&self.state)?,
+            payload: TxPayload {
+                market,
+                market_id,
+                to: Address::from_str(&self.to).map_err(|e| corrupt("to", e))?,
+                calldata: Bytes::from(self.calldata),
+                gas_limit: self.gas_limit as u64,
+            },
+            mined_tx: parse_hash(self.mined_tx, "mined_tx")?,
+            mined_block: self.mined_block.map(|b| b as u64),
+            detail: self.detail,
+            created_at: self.created_at as u64,
+            updated_at: self.updated_at as u64,
+        })
+    }
+}
 
 fn read_nonce(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<NonceRecord, StoreError>> {
-    let nonce: i64 = r.get(0)?;
-    let state: String = r.get(1)?;
-    let market: String = r.get(2)?;
-    let market_id: String = r.get(3)?;
-    let to: String = r.get(4)?;
-    let calldata: Vec<u8> = r.get(5)?;
-    let gas_limit: i64 = r.get(6)?;
-    let mined_tx: Option<String> = r.get(7)?;
-    let mined_block: Option<i64> = r.get(8)?;
-    let detail: Option<String> = r.get(9)?;
-    let created_at: i64 = r.get(10)?;
-    let updated_at: i64 = r.get(11)?;
-    Ok((|| {
-        Ok(NonceRecord {
-            nonce: nonce as u64,
-            state: NonceState::parse(&state)?,
-            payload: TxPayload {
-                market: Address::from_str(&market).map_err(|e| corrupt("market", e))?,
-                market_id: U256::from_str(&market_id).map_err(|e| corrupt("market_id", e))?,
-                to: Address::from_str(&to).map_err(|e| corrupt("to", e))?,
-                calldata: Bytes::from(calldata),
-                gas_limit: gas_limit as u64,
-            },
-            mined_tx: mined_tx
-                .map(|h| B256::from_str(&h))
-                .transpose()
-                .map_err(|e| corrupt("mined_tx", e))?,
-            mined_block: mined_block.map(|b| b as u64),
-            detail,
-            created_at: created_at as u64,
-            updated_at: updated_at as u64,
-        })
-    })())
+    Ok(NonceRow {
+        nonce: r.get(0)?,
+        state: r.get(1)?,
+        market: r.get(2)?,
+        market_id: r.get(3)?,
+        to: r.get(4)?,
+        calldata: r.get(5)?,
+        gas_limit: r.get(6)?,
+        mined_tx: r.get(7)?,
+        mined_block: r.get(8)?,
+        detail: r.get(9)?,
+        created_at: r.get(10)?,
+        updated_at: r.get(11)?,
+    }
+    .parse())
 }
 
-const ATTEMPT_SELECT: &str = "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at FROM tx_attempts";
+/// The `tx_attempts` columns [`AttemptRow`] reads.
+pub(crate) const ATTEMPT_SELECT: &str = "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at FROM tx_attempts";
+
+/// A `tx_attempts` row as either backend reads it, before its text is parsed.
+pub(crate) struct AttemptRow {
+    pub nonce: i64,
+    pub seq: i64,
+    pub tx_hash: String,
+    pub raw: Vec<u8>,
+    pub max_fee: String,
+    pub max_priority_fee: String,
+    pub gas_limit: i64,
+    pub sent_block: Option<i64>,
+    pub created_at: i64,
+}
+
+impl AttemptRow {
+    pub(crate) fn parse(self) -> Result<AttemptRecord, StoreError> {
+        Ok(AttemptRecord {
+            nonce: self.nonce as u64,
+            seq: self.seq as u32,
+            tx_hash: B256::from_str(&self.tx_hash).map_err(|e| corrupt("tx_hash", e))?,
+            raw: Bytes::from(self.raw),
+            max_fee_per_gas: self.max_fee.parse().map_err(|e| corrupt("max_fee", e))?,
+            max_priority_fee_per_gas: self
+                .max_priority_fee
+                .parse()
+                .map_err(|e| corrupt("max_priority_fee", e))?,
+            gas_limit: self.gas_limit as u64,
+            sent_block: self.sent_block.map(|b| b as u64),
+            created_at: self.created_at as u64,
+        })
+    }
+}
 
 fn read_attempt(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<AttemptRecord, StoreError>> {
-    let nonce: i64 = r.get(0)?;
-    let seq: i64 = r.get(1)?;
-    let hash: String = r.get(2)?;
-    let raw: Vec<u8> = r.get(3)?;
-    let max_fee: String = r.get(4)?;
-    let prio: String = r.get(5)?;
-    let gas_limit: i64 = r.get(6)?;
-    let sent_block: Option<i64> = r.get(7)?;
-    let created_at: i64 = r.get(8)?;
-    Ok((|| {
-        Ok(AttemptRecord {
-            nonce: nonce as u64,
-            seq: seq as u32,
-            tx_hash: B256::from_str(&hash).map_err(|e| corrupt("tx_hash", e))?,
-            raw: Bytes::from(raw),
-            max_fee_per_gas: max_fee.parse().map_err(|e| corrupt("max_fee", e))?,
-            max_priority_fee_per_gas: prio.parse().map_err(|e| corrupt("max_priority_fee", e))?,
-            gas_limit: gas_limit as u64,
-            sent_block: sent_block.map(|b| b as u64),
-            created_at: created_at as u64,
-        })
-    })())
+    Ok(AttemptRow {
+        nonce: r.get(0)?,
+        seq: r.get(1)?,
+        tx_hash: r.get(2)?,
+        raw: r.get(3)?,
+        max_fee: r.get(4)?,
+        max_priority_fee: r.get(5)?,
+        gas_limit: r.get(6)?,
+        sent_block: r.get(7)?,
+        created_at: r.get(8)?,
+    }
+    .parse())
 }
 
 fn collect<T>(
