@@ -205,8 +205,15 @@ pub struct ChainCfg {
     pub multicall_address: Option<Address>,
     /// Act only on logs at least this deep; default per chain id (0 on anvil/hardhat).
     pub confirmations: Option<u64>,
-    /// First block to scan when there is no checkpoint (default: 0 on a dev chain, else the head).
+    /// First block to scan when there is no checkpoint (default: 0 on a dev chain, else
+    /// the head at the node's first start, which is remembered). No request below it is
+    /// ever acted on, and a rewind after a reorg never goes below it.
     pub start_block: Option<u64>,
+    /// How deep a block must be to count as final where the endpoint does not serve the
+    /// `finalized` block tag (default per chain id: see
+    /// `chain::finality::default_finality_depth`). A confirmed resolution is watched
+    /// until its block is final, and re-sent if a reorg removes it before then.
+    pub finality_depth: Option<u64>,
     pub poll_interval_ms: u64,
     /// Largest eth_getLogs range; halved on "range too large" errors.
     pub max_block_range: u64,
@@ -236,6 +243,7 @@ impl Default for ChainCfg {
             multicall_address: None,
             confirmations: None,
             start_block: None,
+            finality_depth: None,
             poll_interval_ms: 2_000,
             max_block_range: 5_000,
             rpc_timeout_ms: 10_000,
@@ -597,7 +605,7 @@ impl NodeConfig {
             start_block,
             poll_interval: std::time::Duration::from_millis(self.chain.poll_interval_ms),
             max_range: self.chain.max_block_range,
-            reorg_window: 64,
+            reorg_window: crate::node::REORG_WINDOW,
             max_backoff: self.max_backoff(),
         }
     }

@@ -159,7 +159,11 @@ async fn store_contract(s: &dyn RoundStore) {
         key,
         5,
         NonceState::Mined,
-        Some((B256::repeat_byte(2), 9)),
+        Some(cresolver::store::MinedAt {
+            tx: B256::repeat_byte(2),
+            block: 9,
+            block_hash: B256::repeat_byte(0x99),
+        }),
         None,
     )
     .await

@@ -3,6 +3,7 @@
 
 pub mod bindings;
 pub mod deadline;
+pub mod finality;
 pub mod heads;
 pub mod health;
 pub mod pool;
@@ -142,6 +143,22 @@ pub fn redact_error(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Whether an RPC error says the state of an old block is not available (pruned by a
+/// full node).
+pub fn is_pruned_state(e: &str) -> bool {
+    let m = e.to_lowercase();
+    [
+        "missing trie node",
+        "pruned",
+        "historical state",
+        "state histories",
+        "state not available",
+        "header not found",
+    ]
+    .iter()
+    .any(|k| m.contains(k))
 }
 
 #[cfg(test)]

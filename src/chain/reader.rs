@@ -75,8 +75,23 @@ pub async fn resolved_at_head(
     market: Address,
     market_id: U256,
 ) -> Result<bool, ReadError> {
+    resolved_at(provider, market, market_id, None).await
+}
+
+/// Whether the market is resolved at `block` (`None`: the head).
+pub async fn resolved_at(
+    provider: &DynProvider,
+    market: Address,
+    market_id: U256,
+    block: Option<u64>,
+) -> Result<bool, ReadError> {
     let m = ICREsolverMarket::new(market, provider.clone());
-    match m.getMarket(market_id).call().await {
+    let call = m.getMarket(market_id);
+    let call = match block {
+        Some(b) => call.block(b.into()),
+        None => call,
+    };
+    match call.call().await {
         Ok(t) if t.deadline.is_zero() => Err(ReadError::MarketDoesNotExist(market_id)),
         Ok(t) => Ok(t.resolved),
         Err(e) => match crate::chain::revert_data(&e) {
@@ -85,13 +100,21 @@ pub async fn resolved_at_head(
                     ICREsolverMarket::ICREsolverMarketErrors::MarketDoesNotExist(_),
                 ) => Err(ReadError::MarketDoesNotExist(market_id)),
                 other => Err(ReadError::Invalid(format!(
-                    "getMarket reverted at the head: {}",
+                    "getMarket reverted at {}: {}",
+                    at_block(block),
                     other.name()
                 ))),
             },
-            None => Err(ReadError::Rpc(format!("getMarket at the head: {e}"))),
+            None => Err(ReadError::Rpc(format!(
+                "getMarket at {}: {e}",
+                at_block(block)
+            ))),
         },
     }
+}
+
+fn at_block(block: Option<u64>) -> String {
+    block.map_or("the head".into(), |b| format!("block {b}"))
 }
 
 /// Reads a snapshot of `market_id` on `market` at `block` (`None`: the current block,

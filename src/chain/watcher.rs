@@ -3,11 +3,16 @@
 //! minus the confirmation depth, in chunks that are halved when the provider says the
 //! range is too large; every log is recorded in the store (de-duplicated by tx hash and
 //! log index) *before* the checkpoint moves past it. A changed block hash at the
-//! checkpoint rewinds the scan by the reorg window. Besides its poll tick, a scan runs
+//! checkpoint rewinds the scan by the reorg window, never below the start block: no
+//! request below it is acted on. A request for a market whose round is done
+//! (`confirmed`, `finalized`, `skipped`) is served again only when the chain says the
+//! market is unresolved at the request's block and at the head ([`judge_request`]);
+//! otherwise it is ignored with that reason. Besides its poll tick, a scan runs
 //! whenever the head feed (`chain::heads`) reports a new head, which on a websocket
 //! endpoint is pushed by a `newHeads` subscription.
 
 use crate::chain::bindings::ICREsolverMarket;
+use crate::chain::reader::{ReadError, resolved_at};
 use crate::chain::scan::LogScanner;
 use crate::store::{LogRef, RequestDecision, RoundStore, StoreError};
 use alloy::eips::BlockNumberOrTag;
@@ -33,7 +38,7 @@ pub struct WatcherConfig {
     pub market: Address,
     pub workflow: String,
     pub confirmations: u64,
-    /// First block when there is no checkpoint.
+    /// First block when there is no checkpoint, and the floor of every scan and rewind.
     pub start_block: u64,
     pub poll_interval: Duration,
     pub max_range: u64,
@@ -72,6 +77,43 @@ pub struct Watcher {
 }
 
 pub use crate::chain::scan::is_range_error;
+
+/// What the chain says of a new request for a market whose round is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainWord {
+    /// Unresolved at the request's block and at the head: the request is served.
+    Unresolved,
+    /// Resolved: why the request is ignored.
+    Resolved(String),
+}
+
+/// Reads whether the market is resolved at `request_block` (a log's block; `None`: a
+/// manual request) and at the head. A node whose endpoint has pruned the request
+/// block's state judges at the head alone.
+pub async fn judge_request(
+    provider: &DynProvider,
+    market: Address,
+    market_id: U256,
+    request_block: Option<u64>,
+) -> Result<ChainWord, ReadError> {
+    if let Some(b) = request_block {
+        match resolved_at(provider, market, market_id, Some(b)).await {
+            Ok(true) => {
+                return Ok(ChainWord::Resolved(format!(
+                    "the market is resolved on chain at the request's block {b}"
+                )));
+            }
+            Ok(false) => {}
+            Err(ReadError::Rpc(e)) if crate::chain::is_pruned_state(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(if resolved_at(provider, market, market_id, None).await? {
+        ChainWord::Resolved("the market is resolved on chain (at the head)".into())
+    } else {
+        ChainWord::Unresolved
+    })
+}
 
 impl Watcher {
     pub fn new(provider: DynProvider, store: Arc<dyn RoundStore>, cfg: WatcherConfig) -> Self {
@@ -121,11 +163,13 @@ impl Watcher {
             range: self.scanner.range(),
             ..Default::default()
         };
-        let mut from = match self.store.checkpoint(&key).await? {
+        let from = match self.store.checkpoint(&key).await? {
             Some((n, hash)) => match self.block_hash(n).await? {
                 Some(h) if h == hash => n + 1,
                 other => {
-                    let back = n.saturating_sub(self.cfg.reorg_window);
+                    let back = n
+                        .saturating_sub(self.cfg.reorg_window)
+                        .max(self.cfg.start_block);
                     tracing::warn!(checkpoint = n, stored = %hash, now = ?other, rewind_to = back, "block hash at checkpoint changed: rewinding");
                     report.rewound_to = Some(back);
                     back
@@ -133,6 +177,8 @@ impl Watcher {
             },
             None => self.cfg.start_block,
         };
+        // a start block raised above an old checkpoint: nothing below it is scanned
+        let mut from = from.max(self.cfg.start_block);
         report.from = from;
         while from <= safe {
             let (to, logs) = self
@@ -180,6 +226,10 @@ impl Watcher {
                 return Ok(None);
             }
         };
+        if block_number < self.cfg.start_block {
+            tracing::debug!(%tx_hash, block = block_number, start_block = self.cfg.start_block, "request below the start block: not acted on");
+            return Ok(None);
+        }
         let log_ref = LogRef {
             tx_hash,
             log_index,
@@ -187,13 +237,53 @@ impl Watcher {
             block_hash,
         };
         let market_id = ev.data.marketId;
+        // a done round is served again only when the chain says the market is open; the
+        // chain is read before the log is recorded, so an RPC error leaves it to the
+        // next scan
+        let done = self
+            .store
+            .get(self.cfg.market, market_id)
+            .await?
+            .is_some_and(|r| r.state.is_resolved());
+        let mut ignored_because = None;
+        let unresolved = if done {
+            match judge_request(&self.provider, self.cfg.market, market_id, Some(block_number))
+                .await
+            {
+                Ok(ChainWord::Unresolved) => true,
+                Ok(ChainWord::Resolved(why)) => {
+                    ignored_because = Some(why);
+                    false
+                }
+                Err(ReadError::Rpc(e)) => return Err(WatchError::Rpc(e)),
+                Err(e) => {
+                    ignored_because = Some(e.to_string());
+                    false
+                }
+            }
+        } else {
+            false
+        };
         let decision = self
             .store
-            .record_request(self.cfg.market, market_id, &self.cfg.workflow, &log_ref)
+            .record_request_judged(
+                self.cfg.market,
+                market_id,
+                &self.cfg.workflow,
+                &log_ref,
+                unresolved,
+            )
             .await?;
-        tracing::info!(market_id = %market_id, block = block_number, %tx_hash, ?decision, "ResolutionRequested");
+        match (&decision, ignored_because) {
+            (RequestDecision::AlreadyHandled(state), Some(why)) => {
+                tracing::info!(market_id = %market_id, block = block_number, %tx_hash, state = state.as_str(), reason = %why, "ResolutionRequested ignored: the market is resolved on chain");
+            }
+            _ => {
+                tracing::info!(market_id = %market_id, block = block_number, %tx_hash, ?decision, "ResolutionRequested")
+            }
+        }
         Ok(match decision {
-            RequestDecision::New | RequestDecision::Reopened => Some(Trigger {
+            d if d.starts_round() => Some(Trigger {
                 market: self.cfg.market,
                 market_id,
                 question: ev.data.question.clone(),

@@ -69,7 +69,7 @@ pub async fn demo_cmd(workers: usize, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", cresolver::demo::render(&summary));
     }
-    Ok(if summary.state == RoundState::Confirmed {
+    Ok(if matches!(summary.state, RoundState::Confirmed | RoundState::Finalized) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -48,7 +48,7 @@ pub async fn resolve_cmd(
                 .unwrap_or_default()
         );
     }
-    Ok(if report.state == RoundState::Confirmed {
+    Ok(if matches!(report.state, RoundState::Confirmed | RoundState::Finalized) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

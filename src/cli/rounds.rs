@@ -32,7 +32,10 @@ pub enum RoundsCmd {
     /// Asks the running node through its API (POST /resolve on api.listen, with the bearer
     /// token from the env var named by api.token_env): the node reopens a failed round and
     /// runs it at once. When no node answers there, the round is reopened in the store and
-    /// the node runs it when it starts. A confirmed or skipped round is not run again.
+    /// the node runs it when it starts. A confirmed, finalized or skipped round is run again
+    /// only when the chain (chain.rpc_url) says the market is unresolved: a finalized or
+    /// skipped one as a new attempt (the old one is kept), a confirmed one by re-sending
+    /// its transaction.
     Retry {
         #[command(flatten)]
         config: BaseConfigArgs,
@@ -49,19 +52,29 @@ pub async fn rounds_retry(
     id: U256,
     api: Option<String>,
 ) -> anyhow::Result<ExitCode> {
-    use cresolver::store::RoundState;
     let cfg = config.load()?;
     let market = cfg.market()?;
     let store = open_store(&cfg)?;
     let Some(rec) = store.get(market, id)? else {
         anyhow::bail!("no round for market {id} on {market} in the store");
     };
-    if matches!(rec.state, RoundState::Confirmed | RoundState::Skipped) {
-        anyhow::bail!(
-            "the round of market {id} is {}: there is nothing to retry",
-            rec.state.as_str()
-        );
-    }
+    let unresolved = if rec.state.is_resolved() {
+        use cresolver::chain::watcher::{ChainWord, judge_request};
+        let rpc = cfg.rpc_urls().into_iter().next().unwrap_or_default();
+        let provider = cresolver::chain::connect(&rpc)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}: the chain decides whether a {} round is retried", rec.state.as_str()))?;
+        match judge_request(&provider, market, id, None).await {
+            Ok(ChainWord::Unresolved) => true,
+            Ok(ChainWord::Resolved(why)) => anyhow::bail!(
+                "the round of market {id} is {} and {why}: there is nothing to retry",
+                rec.state.as_str()
+            ),
+            Err(e) => anyhow::bail!("cannot read market {id} on chain: {e} (try again)"),
+        }
+    } else {
+        false
+    };
     let token = std::env::var(&cfg.api.token_env)
         .ok()
         .filter(|t| !t.is_empty());
@@ -98,7 +111,7 @@ pub async fn rounds_retry(
             Err(e) => anyhow::bail!("cannot reach the node at {base}: {e}"),
         }
     }
-    let decision = store.manual_request(market, id, &rec.workflow)?;
+    let decision = store.manual_request_judged(market, id, &rec.workflow, unresolved)?;
     let now = store.get(market, id)?.map(|r| r.state);
     println!(
         "round of market {id}: {} ({decision:?}); a node runs it when it starts{}",

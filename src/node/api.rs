@@ -239,13 +239,17 @@ async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Respon
     let round = async {
         let round = store.get(market, market_id).await?;
         let txs = store.tx_history(market, market_id).await?;
-        Ok::<_, crate::store::StoreError>(round.map(|r| (r, txs)))
+        let past = store.past_attempts(market, market_id).await?;
+        Ok::<_, crate::store::StoreError>(round.map(|r| (r, txs, past)))
     }
     .await;
     match round {
-        Ok(Some((round, txs))) => {
+        Ok(Some((round, txs, past))) => {
             let mut v = serde_json::to_value(&round).unwrap_or_default();
             v["transactions"] = crate::transcript::transactions_json(&txs);
+            if !past.is_empty() {
+                v["previous_attempts"] = serde_json::to_value(&past).unwrap_or_default();
+            }
             axum::Json(v).into_response()
         }
         Ok(None) => error(

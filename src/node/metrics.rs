@@ -87,6 +87,7 @@ pub struct Metrics {
     rounds_stopped: Family<ReasonLabels, Counter>,
     leases_held: U64Gauge,
     lease_events: Family<LeaseLabels, Counter>,
+    finality_events: Family<LeaseLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -251,6 +252,15 @@ impl Metrics {
         for event in ["claimed", "takeover", "lost"] {
             let _ = lease_events.get_or_create(&LeaseLabels { event });
         }
+        let finality_events = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "cresolver_finality_events",
+            "What the finality watch saw of confirmed resolutions: finalized (their block is final), reorged (their block left the canonical chain before it was final; the round was reopened and its transaction re-sent)",
+            finality_events.clone(),
+        );
+        for event in ["finalized", "reorged"] {
+            let _ = finality_events.get_or_create(&LeaseLabels { event });
+        }
 
         // Expose the common series from the start, so rates and dashboards see zeros
         // rather than missing data.
@@ -287,7 +297,15 @@ impl Metrics {
             rounds_stopped,
             leases_held,
             lease_events,
+            finality_events,
         }
+    }
+
+    /// Counts a finality event of a confirmed round: `finalized` or `reorged`.
+    pub fn finality_event(&self, event: &'static str) {
+        self.finality_events
+            .get_or_create(&LeaseLabels { event })
+            .inc();
     }
 
     /// Counts a lease event: `claimed`, `takeover` or `lost`.

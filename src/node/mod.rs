@@ -8,6 +8,7 @@
 //! persisted state first.
 
 pub mod api;
+pub mod finality;
 pub mod metrics;
 pub mod status;
 
@@ -63,6 +64,8 @@ pub enum NodeError {
     ChainId { expected: u64, actual: u64 },
     #[error("workflows {0} and {1} both watch market {2}: give each its own [trigger].address")]
     SameMarket(String, String, Address),
+    #[error("cannot read market {market_id} on chain to judge the request: {error} (try again)")]
+    Judge { market_id: U256, error: String },
     #[error(
         "cannot listen on {addr} for the HTTP API: {error} (is another node running? set api.listen to a free address, or empty to disable)"
     )]
@@ -219,16 +222,65 @@ impl Node {
         }))
     }
 
+    /// Where a workflow's watcher starts and the floor below which no request is acted
+    /// on: `chain.start_block`, else the one remembered from the node's first start (0 on
+    /// a dev chain, else the head then; a store that predates it remembers its watch
+    /// checkpoint less the reorg window).
+    async fn start_block(&self, p: &Pipeline, dev: bool, head: u64) -> Result<u64, NodeError> {
+        if let Some(b) = self.cfg.chain.start_block {
+            return Ok(b);
+        }
+        let key = format!("start:{}:{}", p.market, p.workflow.name);
+        if let Some((b, _)) = self.store.checkpoint(&key).await? {
+            return Ok(b);
+        }
+        let watched = format!("watch:{}:{}", p.market, p.workflow.name);
+        let start = match self.store.checkpoint(&watched).await? {
+            Some((n, _)) => n.saturating_sub(REORG_WINDOW).min(head),
+            None if dev => 0,
+            None => head,
+        };
+        self.store.set_checkpoint(&key, start, B256::ZERO).await?;
+        tracing::info!(market = %p.market, workflow = %p.workflow.name, start_block = start, "first start: requests below this block are never acted on (set chain.start_block to choose)");
+        Ok(start)
+    }
+
     fn pipeline(&self, market: Address) -> Option<&Pipeline> {
         self.pipelines.iter().find(|p| p.market == market)
     }
 
-    /// Records a manual request for `market_id` on the first workflow's market.
+    /// Records a manual request for `market_id` on the first workflow's market. A round
+    /// that is done is served again only when the chain says the market is unresolved;
+    /// otherwise the request is ignored with that reason.
     pub async fn request(&self, market_id: U256) -> Result<Option<Trigger>, NodeError> {
         let p = &self.pipelines[0];
+        let done = self
+            .store
+            .get(p.market, market_id)
+            .await?
+            .is_some_and(|r| r.state.is_resolved());
+        let unresolved = if done {
+            match crate::chain::watcher::judge_request(&self.provider, p.market, market_id, None)
+                .await
+            {
+                Ok(crate::chain::watcher::ChainWord::Unresolved) => true,
+                Ok(crate::chain::watcher::ChainWord::Resolved(why)) => {
+                    tracing::info!(market_id = %market_id, reason = %why, "manual resolution request ignored: the market is resolved on chain");
+                    return Ok(None);
+                }
+                Err(e) => {
+                    return Err(NodeError::Judge {
+                        market_id,
+                        error: e.to_string(),
+                    });
+                }
+            }
+        } else {
+            false
+        };
         let d = self
             .store
-            .manual_request(p.market, market_id, &p.workflow.name)
+            .manual_request_judged(p.market, market_id, &p.workflow.name, unresolved)
             .await?;
         tracing::info!(market_id = %market_id, decision = ?d, "manual resolution request");
         // A manual request also resumes an unfinished round that is not running.
@@ -558,7 +610,7 @@ impl Node {
             // A full (non-archive) endpoint has pruned the state of an old block: the
             // market's terms and workers are read at the head instead (they do not change
             // after the request); the round is still judged at the request block's time.
-            Err(ReadError::Rpc(e)) if is_pruned_state(&e) => {
+            Err(ReadError::Rpc(e)) if crate::chain::is_pruned_state(&e) => {
                 tracing::warn!(market_id = %market_id, block, error = %e, "the endpoint has no state at the request block (pruned): reading the market at the head");
                 read_market(&self.provider, market, market_id, None, multicall).await
             }
@@ -668,6 +720,7 @@ impl Node {
             submission: None,
             confirmation: None,
             transactions: None,
+            finality: None,
             round: None,
         };
         let outcome = match result {
@@ -1078,11 +1131,7 @@ impl Node {
         let dev = is_dev_chain(self.chain_id);
         let head = self.provider.get_block_number().await.unwrap_or(0);
         for p in &self.pipelines {
-            let start = self
-                .cfg
-                .chain
-                .start_block
-                .unwrap_or(if dev { 0 } else { head });
+            let start = self.start_block(p, dev, head).await?;
             let wcfg = self
                 .cfg
                 .watcher_config(p.market, &p.workflow.name, self.chain_id, start);
@@ -1136,6 +1185,26 @@ impl Node {
             };
             let (feed, rx) = (self.heads.clone(), stop_rx.clone());
             tasks.spawn(async move { crate::chain::heads::run_push(url, cfg, feed, rx).await });
+        }
+
+        // the finality watch: confirmed rounds until final; the rounds it reopens (a
+        // reorg removed their resolution) go to the dispatcher like the claim loop's
+        let (reopen_tx, mut reopen_rx) = mpsc::channel::<(Address, U256)>(256);
+        {
+            let depth = self
+                .cfg
+                .chain
+                .finality_depth
+                .unwrap_or(crate::chain::finality::default_finality_depth(self.chain_id));
+            let watch = finality::FinalityWatch::new(
+                self.provider.clone(),
+                self.store.clone(),
+                self.metrics.clone(),
+                depth,
+            );
+            let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 5_000));
+            let (rx, wake) = (stop_rx.clone(), self.heads.subscribe());
+            tasks.spawn(async move { watch.run(reopen_tx, rx, wake, every).await });
         }
 
         let (claim_tx, mut claim_rx) = mpsc::channel::<(Address, U256)>(256);
@@ -1192,6 +1261,14 @@ impl Node {
                     rounds.spawn(async move {
                         if let Err(e) = node.run_round(t.market, t.market_id).await {
                             tracing::error!(market_id = %t.market_id, error = %e, "round error");
+                        }
+                    });
+                }
+                Some((market, market_id)) = reopen_rx.recv() => {
+                    let node = self.clone();
+                    rounds.spawn(async move {
+                        if let Err(e) = node.run_round(market, market_id).await {
+                            tracing::error!(market_id = %market_id, error = %e, "round error");
                         }
                     });
                 }
@@ -1431,22 +1508,6 @@ pub fn txm_config(cfg: &NodeConfig, chain_id: u64) -> TxmConfig {
     }
 }
 
-/// Whether an RPC error says the state of an old block is not available (pruned by a
-/// full node).
-fn is_pruned_state(e: &str) -> bool {
-    let m = e.to_lowercase();
-    [
-        "missing trie node",
-        "pruned",
-        "historical state",
-        "state histories",
-        "state not available",
-        "header not found",
-    ]
-    .iter()
-    .any(|k| m.contains(k))
-}
-
 /// A transaction manager error as a round step.
 fn tx_step(e: TxError) -> Step {
     match e {
@@ -1454,6 +1515,9 @@ fn tx_step(e: TxError) -> Step {
         e => Step::Transient(e.to_string()),
     }
 }
+
+/// Blocks the watcher rescans when the block hash at its checkpoint changed.
+pub const REORG_WINDOW: u64 = 64;
 
 /// How many times a round signs again with a fresh nonce when its nonce was used by
 /// another transaction of the key, before it fails.

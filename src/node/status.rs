@@ -168,6 +168,10 @@ pub fn round_view(
         "confirmation": transcript.as_ref().and_then(|t| t.confirmation.as_ref()).map(|c| json!({
             "status": c.status, "tx_hash": c.tx_hash, "block_number": c.block_number,
         })),
+        "finality": transcript.as_ref().and_then(|t| t.finality.as_ref()).map(|f| json!({
+            "status": f.status, "finalized_block": f.finalized_block, "source": f.source,
+            "reorgs": f.reorgs.len(),
+        })),
     });
     if detail {
         v["question"] = json!(transcript.as_ref().map(|t| t.question.clone()));

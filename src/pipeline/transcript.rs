@@ -38,6 +38,10 @@ pub struct Transcript {
     /// Every nonce and attempt of the round's submission (see [`transactions_json`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transactions: Option<serde_json::Value>,
+    /// What the finality watch saw after `confirmed`: final, or reorged away (and
+    /// re-sent), with every reorg it met.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finality: Option<FinalityRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<RoundInfo>,
 }
@@ -86,6 +90,43 @@ pub struct ConfirmationRecord {
     pub gas_used: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+}
+
+/// The finality watch's record of a confirmed round.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalityRecord {
+    /// `final` (the block holding our transaction is final), or `reorged` (it left the
+    /// canonical chain; the round went back to `submitted` and re-sent it).
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_hash: Option<B256>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_number: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_hash: Option<B256>,
+    /// The newest final block when the round was found final.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finalized_block: Option<u64>,
+    /// `tag` (the endpoint's `finalized` block) or `depth` (`chain.finality_depth`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Every time our resolution was seen reorged away, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reorgs: Vec<ReorgRecord>,
+}
+
+/// One resolution of ours that left the canonical chain before it was final.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReorgRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_hash: Option<B256>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_number: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_hash: Option<B256>,
+    /// The head when the reorg was seen.
+    pub seen_at_head: u64,
+    pub detail: String,
 }
 
 /// The store record of the round, added to exported transcripts.

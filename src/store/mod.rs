@@ -10,7 +10,7 @@ mod round_store;
 mod txs;
 pub use pg::{PgSettings, PgStore};
 pub use round_store::{RoundStore, SqliteStore};
-pub use txs::{AttemptRecord, KeyRef, NonceRecord, NonceState, TxPayload};
+pub use txs::{AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, TxPayload};
 
 use alloy::primitives::{Address, B256, Bytes, U256};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -32,7 +32,13 @@ pub enum RoundState {
     /// A nonce is reserved for the round's transaction (see [`txs`]): its attempts may or
     /// may not have been broadcast or mined; it is not yet `confirmations` deep.
     Submitted,
+    /// Our transaction resolved the market and is `confirmations` deep; the finality
+    /// watch follows it until its block is final (a reorg before then reopens the round
+    /// at `submitted`).
     Confirmed,
+    /// Our transaction's block is final (the chain's `finalized` block, or
+    /// `finality_depth` deep): nothing more happens.
+    Finalized,
     Failed,
     /// Nothing to do: the market was already resolved by someone else.
     Skipped,
@@ -48,20 +54,35 @@ impl RoundState {
             RoundState::Evaluated => "evaluated",
             RoundState::Submitted => "submitted",
             RoundState::Confirmed => "confirmed",
+            RoundState::Finalized => "finalized",
             RoundState::Failed => "failed",
             RoundState::Skipped => "skipped",
         }
     }
 
-    /// Final states: nothing more happens unless a new request reopens a failed round.
+    /// States where the round's drive is over: nothing more happens unless a new request
+    /// reopens the round, or (for `confirmed`) the finality watch sees its transaction
+    /// reorged away.
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            RoundState::Confirmed | RoundState::Failed | RoundState::Skipped
+            RoundState::Confirmed
+                | RoundState::Finalized
+                | RoundState::Failed
+                | RoundState::Skipped
         )
     }
 
-    pub const ALL: [RoundState; 9] = [
+    /// Done states where the market was (or was found) resolved: a new request is served
+    /// only when the chain says the market is unresolved.
+    pub fn is_resolved(self) -> bool {
+        matches!(
+            self,
+            RoundState::Confirmed | RoundState::Finalized | RoundState::Skipped
+        )
+    }
+
+    pub const ALL: [RoundState; 10] = [
         RoundState::Requested,
         RoundState::Discovered,
         RoundState::Answered,
@@ -69,6 +90,7 @@ impl RoundState {
         RoundState::Evaluated,
         RoundState::Submitted,
         RoundState::Confirmed,
+        RoundState::Finalized,
         RoundState::Failed,
         RoundState::Skipped,
     ];
@@ -167,14 +189,28 @@ pub enum RequestDecision {
     New,
     /// The market's failed round was reopened for another attempt.
     Reopened,
-    /// The market already has a round in progress or finished: nothing to do.
+    /// A done round (`finalized`, `skipped`) of a market the chain says is unresolved:
+    /// a new attempt was started (the old one is kept in `round_attempts`).
+    Renewed,
+    /// A `confirmed` round of a market the chain says is unresolved (its transaction left
+    /// the canonical chain): reopened at the submission stage, the same nonce re-sent.
+    Resubmit,
+    /// The market already has a round in progress or finished: nothing to do, unless
+    /// the round is done (`confirmed`, `finalized`, `skipped`) and the chain says the
+    /// market is unresolved (see [`RoundStore::renew_round`]).
     AlreadyHandled(RoundState),
 }
 
 impl RequestDecision {
     /// Whether a round should be (re)started.
     pub fn starts_round(self) -> bool {
-        matches!(self, RequestDecision::New | RequestDecision::Reopened)
+        matches!(
+            self,
+            RequestDecision::New
+                | RequestDecision::Reopened
+                | RequestDecision::Renewed
+                | RequestDecision::Resubmit
+        )
     }
 }
 
@@ -254,13 +290,54 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS round_progress (
     market TEXT NOT NULL, market_id TEXT NOT NULL, attempt INTEGER NOT NULL, progress TEXT NOT NULL,
     updated_at INTEGER NOT NULL, PRIMARY KEY (market, market_id));
+CREATE TABLE IF NOT EXISTS round_attempts (
+    market TEXT NOT NULL, market_id TEXT NOT NULL, attempt INTEGER NOT NULL, state TEXT NOT NULL,
+    reason TEXT, request_tx TEXT, request_block INTEGER, submit_tx TEXT, outcome TEXT,
+    ended_at INTEGER NOT NULL, PRIMARY KEY (market, market_id, attempt));
 ";
 
+/// The states where a round's drive is over, as SQL (both backends).
+pub(crate) const DONE_SQL: &str = "('confirmed', 'finalized', 'failed', 'skipped')";
+
+/// Copies a round's current attempt into `round_attempts` before it is replaced by a
+/// new one (both backends; `?1`/`$1` market, `?2`/`$2` market id, `?3`/`$3` now).
+pub(crate) const ARCHIVE_SQL: &str = "INSERT INTO round_attempts (market, market_id, attempt, state, reason, request_tx, request_block, submit_tx, outcome, ended_at)
+     SELECT market, market_id, attempt, state, reason, request_tx, request_block, submit_tx, outcome, CAST(?3 AS BIGINT) FROM rounds
+     WHERE market = ?1 AND market_id = ?2 ON CONFLICT DO NOTHING";
+
+/// A round's earlier attempt, kept when a new request started another one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PastAttempt {
+    pub attempt: u32,
+    pub state: RoundState,
+    pub reason: Option<String>,
+    pub request_tx: Option<B256>,
+    pub request_block: Option<u64>,
+    pub submit_tx: Option<B256>,
+    /// Its transcript, when it got that far.
+    pub outcome: Option<serde_json::Value>,
+    pub ended_at: u64,
+}
+
+/// A `confirmed` round that the finality watch follows: the round and, when the store
+/// holds it, the nonce whose mined attempt resolved the market.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watched {
+    pub market: Address,
+    pub market_id: U256,
+    pub attempt: u32,
+    /// The key and nonce of the mined transaction, with where it was mined.
+    pub mined: Option<(KeyRef, u64, MinedAt)>,
+    /// The block a legacy record was mined in, without its hash.
+    pub mined_block: Option<u64>,
+}
+
 /// The schema version this binary writes (`PRAGMA user_version`).
-const SQLITE_VERSION: i64 = 2;
+const SQLITE_VERSION: i64 = 3;
 
 /// Creates the tables, then applies what a file of an older version lacks: version 2
-/// adds the lease columns (holder, term, lease_until) to `rounds`.
+/// adds the lease columns (holder, term, lease_until) to `rounds`; version 3 the mined
+/// block's hash to `tx_nonces` (the finality watch) and `round_attempts`.
 fn migrate(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")?;
     // one writer at a time: two processes opening the same file at once (a node and the
@@ -286,6 +363,16 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
                      ALTER TABLE rounds ADD COLUMN lease_until INTEGER;",
                 )?;
             }
+        }
+        if v < 3 {
+            let has_hash: bool = conn
+                .prepare("SELECT 1 FROM pragma_table_info('tx_nonces') WHERE name = 'mined_hash'")?
+                .exists([])?;
+            if !has_hash {
+                conn.execute_batch("ALTER TABLE tx_nonces ADD COLUMN mined_hash TEXT;")?;
+            }
+        }
+        if v < SQLITE_VERSION {
             conn.execute_batch(&format!("PRAGMA user_version = {SQLITE_VERSION}"))?;
         }
         Ok(())
@@ -338,6 +425,20 @@ impl Store {
         workflow: &str,
         log: &LogRef,
     ) -> Result<RequestDecision, StoreError> {
+        self.record_request_judged(market, market_id, workflow, log, false)
+    }
+
+    /// [`Self::record_request`]; `unresolved_on_chain`: the caller read the chain and the
+    /// market is unresolved, so a done round is served again (see [`RequestDecision`]),
+    /// in the same transaction that records the log.
+    pub fn record_request_judged(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        log: &LogRef,
+        unresolved_on_chain: bool,
+    ) -> Result<RequestDecision, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let inserted = tx.execute(
@@ -361,6 +462,7 @@ impl Store {
             market_id,
             workflow,
             Some((log.tx_hash, log.block_number)),
+            unresolved_on_chain,
         )?;
         tx.commit()?;
         Ok(d)
@@ -373,9 +475,20 @@ impl Store {
         market_id: U256,
         workflow: &str,
     ) -> Result<RequestDecision, StoreError> {
+        self.manual_request_judged(market, market_id, workflow, false)
+    }
+
+    /// [`Self::manual_request`] with the chain's word (see [`Self::record_request_judged`]).
+    pub fn manual_request_judged(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        unresolved_on_chain: bool,
+    ) -> Result<RequestDecision, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        let d = upsert_round(&tx, market, market_id, workflow, None)?;
+        let d = upsert_round(&tx, market, market_id, workflow, None, unresolved_on_chain)?;
         tx.commit()?;
         Ok(d)
     }
@@ -545,7 +658,7 @@ impl Store {
     pub fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(&format!(
-            "{SELECT} WHERE state NOT IN ('confirmed', 'failed', 'skipped') ORDER BY created_at, market_id"
+            "{SELECT} WHERE state NOT IN {DONE_SQL} ORDER BY created_at, market_id"
         ))?;
         let rows = stmt.query_map([], read_row)?;
         rows.map(|r| r.map_err(StoreError::from).and_then(|x| x))
@@ -613,8 +726,8 @@ impl Store {
         let conn = self.conn();
         let term: Option<i64> = conn
             .query_row(
-                "UPDATE rounds SET holder = ?3, term = term + 1 WHERE market = ?1 AND market_id = ?2
-                 AND state NOT IN ('confirmed', 'failed', 'skipped') RETURNING term",
+                &format!("UPDATE rounds SET holder = ?3, term = term + 1 WHERE market = ?1 AND market_id = ?2
+                 AND state NOT IN {DONE_SQL} RETURNING term"),
                 params![market.to_string(), market_id.to_string(), node],
                 |r| r.get(0),
             )
@@ -632,6 +745,204 @@ impl Store {
     }
 }
 
+/// The finality watch and new attempts of done rounds: conditional transitions that
+/// hold no lease (a done round has no holder), so that every node of a cluster may make
+/// them and exactly one succeeds.
+impl Store {
+    /// Starts a new attempt of a done round (`from`, which it must still be in): the
+    /// current attempt is kept in `round_attempts`, the round goes back to `requested`
+    /// with the new request (`None`: a manual one, judged at the head of its first run).
+    /// `false` when the round is no longer in `from`.
+    pub fn renew_round(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        request: Option<(B256, u64)>,
+        from: RoundState,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let done = renew_in(&tx, market, market_id, workflow, request, from)?;
+        tx.commit()?;
+        Ok(done)
+    }
+
+    /// Reopens a `confirmed` round at the submission stage because its transaction is no
+    /// longer on the canonical chain: the mined nonce is pending again, its attempts
+    /// count as never broadcast (so the drive re-sends the stored bytes first), and the
+    /// round is `submitted` with `reason` (and the transcript `outcome`, when given).
+    /// `false` when the round is not `confirmed` any more. A confirmed round without a
+    /// mined nonce of its own (nothing to re-send) is `submitted` without a reservation:
+    /// its drive signs afresh after a pre-flight that reads the market.
+    pub fn reopen_submission(
+        &self,
+        market: Address,
+        market_id: U256,
+        reason: &str,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let done = reopen_submission_in(&tx, market, market_id, reason, outcome)?;
+        tx.commit()?;
+        Ok(done)
+    }
+
+    /// Moves a `confirmed` round to `finalized` (with the transcript `outcome`, when
+    /// given). `false` when it is not `confirmed` any more.
+    pub fn set_finalized(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        let n = self.conn().execute(
+            "UPDATE rounds SET state = 'finalized', outcome = COALESCE(?3, outcome), updated_at = ?4
+             WHERE market = ?1 AND market_id = ?2 AND state = 'confirmed'",
+            params![
+                market.to_string(),
+                market_id.to_string(),
+                outcome.map(|o| o.to_string()),
+                now() as i64
+            ],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// The `confirmed` rounds the finality watch follows, least recently looked at first.
+    pub fn awaiting_finality(&self, limit: usize) -> Result<Vec<Watched>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(WATCHED_SQL)?;
+        let rows = stmt.query_map(params![limit as i64], |r| {
+            Ok(WatchedRow {
+                market: r.get(0)?,
+                market_id: r.get(1)?,
+                attempt: r.get(2)?,
+                signer: r.get(3)?,
+                chain_id: r.get(4)?,
+                nonce: r.get(5)?,
+                mined_tx: r.get(6)?,
+                mined_block: r.get(7)?,
+                mined_hash: r.get(8)?,
+            })
+        })?;
+        rows.map(|r| r.map_err(StoreError::from).and_then(WatchedRow::parse))
+            .collect()
+    }
+
+    /// A round's earlier attempts, oldest first.
+    pub fn past_attempts(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<PastAttempt>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(PAST_SQL)?;
+        let rows = stmt.query_map(params![market.to_string(), market_id.to_string()], |r| {
+            Ok(PastRow {
+                attempt: r.get(0)?,
+                state: r.get(1)?,
+                reason: r.get(2)?,
+                request_tx: r.get(3)?,
+                request_block: r.get(4)?,
+                submit_tx: r.get(5)?,
+                outcome: r.get(6)?,
+                ended_at: r.get(7)?,
+            })
+        })?;
+        rows.map(|r| r.map_err(StoreError::from).and_then(PastRow::parse))
+            .collect()
+    }
+}
+
+/// The `confirmed` rounds with the nonce whose attempt resolved them (both backends;
+/// `?1`/`$1` the limit).
+pub(crate) const WATCHED_SQL: &str = "SELECT r.market, r.market_id, r.attempt, n.signer, n.chain_id, n.nonce, n.mined_tx, n.mined_block, n.mined_hash
+     FROM rounds r LEFT JOIN tx_nonces n ON n.market = r.market AND n.market_id = r.market_id
+     AND n.state = 'mined' AND n.mined_tx = r.submit_tx
+     WHERE r.state = 'confirmed' ORDER BY r.updated_at, r.market_id LIMIT ?1";
+
+/// A round's archived attempts (both backends; `?1`/`$1` market, `?2`/`$2` market id).
+pub(crate) const PAST_SQL: &str = "SELECT attempt, state, reason, request_tx, request_block, submit_tx, outcome, ended_at
+     FROM round_attempts WHERE market = ?1 AND market_id = ?2 ORDER BY attempt";
+
+/// A [`WATCHED_SQL`] row before its text is parsed.
+pub(crate) struct WatchedRow {
+    pub market: String,
+    pub market_id: String,
+    pub attempt: i64,
+    pub signer: Option<String>,
+    pub chain_id: Option<i64>,
+    pub nonce: Option<i64>,
+    pub mined_tx: Option<String>,
+    pub mined_block: Option<i64>,
+    pub mined_hash: Option<String>,
+}
+
+impl WatchedRow {
+    pub(crate) fn parse(self) -> Result<Watched, StoreError> {
+        let (market, market_id) = parse_market(&self.market, &self.market_id)?;
+        let tx = parse_hash(self.mined_tx, "mined_tx")?;
+        let hash = parse_hash(self.mined_hash, "mined_hash")?;
+        let mined = match (self.signer, self.chain_id, self.nonce, tx, self.mined_block, hash) {
+            (Some(signer), Some(chain_id), Some(nonce), Some(tx), Some(block), Some(block_hash)) => {
+                Some((
+                    KeyRef {
+                        signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
+                        chain_id: chain_id as u64,
+                    },
+                    nonce as u64,
+                    MinedAt {
+                        tx,
+                        block: block as u64,
+                        block_hash,
+                    },
+                ))
+            }
+            _ => None,
+        };
+        Ok(Watched {
+            market,
+            market_id,
+            attempt: self.attempt as u32,
+            mined,
+            mined_block: self.mined_block.map(|b| b as u64),
+        })
+    }
+}
+
+/// A [`PAST_SQL`] row before its text is parsed.
+pub(crate) struct PastRow {
+    pub attempt: i64,
+    pub state: String,
+    pub reason: Option<String>,
+    pub request_tx: Option<String>,
+    pub request_block: Option<i64>,
+    pub submit_tx: Option<String>,
+    pub outcome: Option<String>,
+    pub ended_at: i64,
+}
+
+impl PastRow {
+    pub(crate) fn parse(self) -> Result<PastAttempt, StoreError> {
+        Ok(PastAttempt {
+            attempt: self.attempt as u32,
+            state: RoundState::from_str(&self.state)?,
+            reason: self.reason,
+            request_tx: parse_hash(self.request_tx, "request_tx")?,
+            request_block: self.request_block.map(|b| b as u64),
+            submit_tx: parse_hash(self.submit_tx, "submit_tx")?,
+            outcome: self
+                .outcome
+                .map(|o| serde_json::from_str(&o))
+                .transpose()
+                .map_err(|e| corrupt("outcome", e))?,
+            ended_at: self.ended_at as u64,
+        })
+    }
+}
+
 pub(crate) const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, raw_tx, outcome, created_at, updated_at, holder FROM rounds";
 
 fn upsert_round(
@@ -640,6 +951,7 @@ fn upsert_round(
     market_id: U256,
     workflow: &str,
     request: Option<(B256, u64)>,
+    unresolved_on_chain: bool,
 ) -> Result<RequestDecision, StoreError> {
     let existing: Option<(String, i64)> = tx
         .query_row(
@@ -663,6 +975,7 @@ fn upsert_round(
             Ok(RequestDecision::New)
         }
         Some((state, _)) if state == "failed" => {
+            tx.execute(ARCHIVE_SQL, params![market.to_string(), market_id.to_string(), t])?;
             tx.execute(
                 "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = COALESCE(?4, request_tx),
                  request_block = COALESCE(?5, request_block), reason = NULL, updated_at = ?6, holder = NULL, lease_until = NULL
@@ -671,11 +984,101 @@ fn upsert_round(
             )?;
             Ok(RequestDecision::Reopened)
         }
-        Some((state, _)) => Ok(RequestDecision::AlreadyHandled(RoundState::from_str(
-            &state,
-        )?)),
+        Some((state, _)) => {
+            let state = RoundState::from_str(&state)?;
+            if !(unresolved_on_chain && state.is_resolved()) {
+                return Ok(RequestDecision::AlreadyHandled(state));
+            }
+            if state == RoundState::Confirmed {
+                reopen_submission_in(tx, market, market_id, RESUBMIT_REASON, None)?;
+                return Ok(RequestDecision::Resubmit);
+            }
+            renew_in(tx, market, market_id, workflow, request, state)?;
+            Ok(RequestDecision::Renewed)
+        }
     }
 }
+
+/// [`Store::renew_round`] inside a transaction.
+fn renew_in(
+    tx: &rusqlite::Transaction<'_>,
+    market: Address,
+    market_id: U256,
+    workflow: &str,
+    request: Option<(B256, u64)>,
+    from: RoundState,
+) -> Result<bool, StoreError> {
+    let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
+    let current: Option<String> = tx
+        .query_row(
+            "SELECT state FROM rounds WHERE market = ?1 AND market_id = ?2",
+            params![m, id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if current.as_deref() != Some(from.as_str()) {
+        return Ok(false);
+    }
+    tx.execute(ARCHIVE_SQL, params![m, id, t])?;
+    tx.execute(
+        "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = ?4,
+         request_block = ?5, reason = NULL, submit_tx = NULL, raw_tx = NULL, outcome = NULL,
+         updated_at = ?6, holder = NULL, lease_until = NULL WHERE market = ?1 AND market_id = ?2",
+        params![
+            m,
+            id,
+            workflow,
+            request.map(|(h, _)| h.to_string()),
+            request.map(|(_, b)| b as i64),
+            t
+        ],
+    )?;
+    Ok(true)
+}
+
+/// [`Store::reopen_submission`] inside a transaction.
+fn reopen_submission_in(
+    tx: &rusqlite::Transaction<'_>,
+    market: Address,
+    market_id: U256,
+    reason: &str,
+    outcome: Option<&serde_json::Value>,
+) -> Result<bool, StoreError> {
+    let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
+    let n = tx.execute(
+        "UPDATE rounds SET state = 'submitted', reason = ?3, outcome = COALESCE(?4, outcome), updated_at = ?5
+         WHERE market = ?1 AND market_id = ?2 AND state = 'confirmed'",
+        params![m, id, reason, outcome.map(|o| o.to_string()), t],
+    )?;
+    if n == 0 {
+        return Ok(false);
+    }
+    let mined: Option<(String, i64, i64)> = tx
+        .query_row(
+            "SELECT n.signer, n.chain_id, n.nonce FROM tx_nonces n JOIN rounds r
+             ON r.market = n.market AND r.market_id = n.market_id AND n.mined_tx = r.submit_tx
+             WHERE n.market = ?1 AND n.market_id = ?2 AND n.state = 'mined'
+             ORDER BY n.updated_at DESC LIMIT 1",
+            params![m, id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    if let Some((signer, chain_id, nonce)) = mined {
+        tx.execute(
+            "UPDATE tx_nonces SET state = 'pending', mined_tx = NULL, mined_block = NULL, mined_hash = NULL,
+             detail = ?4, updated_at = ?5 WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3",
+            params![signer, chain_id, nonce, reason, t],
+        )?;
+        tx.execute(
+            "UPDATE tx_attempts SET sent_block = NULL WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3",
+            params![signer, chain_id, nonce],
+        )?;
+    }
+    Ok(true)
+}
+
+/// Why a confirmed round is reopened when a new request finds its market unresolved.
+pub const RESUBMIT_REASON: &str = "a new request found the market unresolved on chain: our resolution left the canonical chain; re-sending it";
 
 type RowResult = Result<RoundRecord, StoreError>;
 

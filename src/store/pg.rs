@@ -18,8 +18,9 @@
 
 use super::txs::{ATTEMPT_SELECT, AttemptRow, NONCE_SELECT, NonceRow};
 use super::{
-    AttemptRecord, KeyRef, Lease, LogRef, NonceRecord, NonceState, RequestDecision, RoundRecord,
-    RoundRow, RoundState, RoundStore, RoundSummary, SELECT, StoreError, SummaryRow, TxPayload,
+    ARCHIVE_SQL, AttemptRecord, DONE_SQL, KeyRef, Lease, LogRef, MinedAt, NonceRecord, NonceState,
+    PAST_SQL, PastAttempt, PastRow, RequestDecision, RoundRecord, RoundRow, RoundState, RoundStore,
+    RoundSummary, SELECT, StoreError, SummaryRow, TxPayload, WATCHED_SQL, Watched, WatchedRow,
     corrupt, now, parse_market,
 };
 use alloy::primitives::{Address, B256, U256};
@@ -37,10 +38,11 @@ pub const MIN_SERVER_VERSION: i32 = 120_000;
 const NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
 
 /// Versioned migrations: (version, what it does, SQL). Append only.
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "rounds, logs, checkpoints, progress, leases, nonces and attempts",
-    "
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "rounds, logs, checkpoints, progress, leases, nonces and attempts",
+        "
 CREATE TABLE seen_logs (
     tx_hash TEXT NOT NULL, log_index BIGINT NOT NULL, market TEXT NOT NULL, market_id TEXT NOT NULL,
     block_number BIGINT NOT NULL, block_hash TEXT NOT NULL, PRIMARY KEY (tx_hash, log_index));
@@ -70,7 +72,22 @@ CREATE TABLE tx_attempts (
     gas_limit BIGINT NOT NULL, sent_block BIGINT, created_at BIGINT NOT NULL,
     PRIMARY KEY (signer, chain_id, nonce, seq));
 ",
-)];
+    ),
+    (
+        2,
+        "finality: the mined block's hash, finalized rounds, earlier attempts kept",
+        "
+ALTER TABLE tx_nonces ADD COLUMN mined_hash TEXT;
+DROP INDEX rounds_open;
+CREATE INDEX rounds_open ON rounds (lease_until) WHERE state NOT IN ('confirmed', 'finalized', 'failed', 'skipped');
+CREATE INDEX rounds_confirmed ON rounds (updated_at) WHERE state = 'confirmed';
+CREATE TABLE round_attempts (
+    market TEXT NOT NULL, market_id TEXT NOT NULL, attempt INTEGER NOT NULL, state TEXT NOT NULL,
+    reason TEXT, request_tx TEXT, request_block BIGINT, submit_tx TEXT, outcome TEXT,
+    ended_at BIGINT NOT NULL, PRIMARY KEY (market, market_id, attempt));
+",
+    ),
+];
 
 /// Settings of the PostgreSQL store.
 #[derive(Debug, Clone)]
@@ -208,7 +225,12 @@ fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     }
 }
 
-const FINAL: &str = "('confirmed', 'failed', 'skipped')";
+const FINAL: &str = DONE_SQL;
+
+/// SQLite's `?n` placeholders as PostgreSQL's `$n` (the SQL both backends share).
+fn pg_sql(sql: &str) -> String {
+    sql.replace('?', "$")
+}
 
 impl PgStore {
     /// Connects, checks the server's version and applies the migrations. Errors name the
@@ -465,6 +487,7 @@ impl PgStore {
         market_id: U256,
         workflow: &str,
         request: Option<(B256, u64)>,
+        unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
         let (m, id) = (market.to_string(), market_id.to_string());
         let existing = tx
@@ -497,6 +520,9 @@ impl PgStore {
             Some(row) => {
                 let state: String = col(&row, 0)?;
                 if state == "failed" {
+                    tx.execute(&pg_sql(ARCHIVE_SQL), &[&m, &id, &t])
+                        .await
+                        .map_err(pg_err)?;
                     tx.execute(
                         "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
                          request_tx = COALESCE($4, request_tx), request_block = COALESCE($5, request_block),
@@ -508,13 +534,114 @@ impl PgStore {
                     .map_err(pg_err)?;
                     Ok(RequestDecision::Reopened)
                 } else {
-                    Ok(RequestDecision::AlreadyHandled(RoundState::from_str(
-                        &state,
-                    )?))
+                    let state = RoundState::from_str(&state)?;
+                    if !(unresolved_on_chain && state.is_resolved()) {
+                        return Ok(RequestDecision::AlreadyHandled(state));
+                    }
+                    if state == RoundState::Confirmed {
+                        reopen_submission_in(tx, market, market_id, super::RESUBMIT_REASON, None)
+                            .await?;
+                        return Ok(RequestDecision::Resubmit);
+                    }
+                    renew_in(tx, market, market_id, workflow, request, state).await?;
+                    Ok(RequestDecision::Renewed)
                 }
             }
         }
     }
+}
+
+/// [`RoundStore::renew_round`] inside a transaction.
+async fn renew_in(
+    tx: &Transaction<'_>,
+    market: Address,
+    market_id: U256,
+    workflow: &str,
+    request: Option<(B256, u64)>,
+    from: RoundState,
+) -> Result<bool, StoreError> {
+    let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
+    let state: Option<String> = tx
+        .query_opt(
+            "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+            &[&m, &id],
+        )
+        .await
+        .map_err(pg_err)?
+        .map(|r| col(&r, 0))
+        .transpose()?;
+    if state.as_deref() != Some(from.as_str()) {
+        return Ok(false);
+    }
+    tx.execute(&pg_sql(ARCHIVE_SQL), &[&m, &id, &t])
+        .await
+        .map_err(pg_err)?;
+    tx.execute(
+        "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3, request_tx = $4,
+         request_block = $5, reason = NULL, submit_tx = NULL, raw_tx = NULL, outcome = NULL,
+         updated_at = $6, holder = NULL, lease_until = NULL WHERE market = $1 AND market_id = $2",
+        &[
+            &m,
+            &id,
+            &workflow,
+            &request.map(|(h, _)| h.to_string()),
+            &request.map(|(_, b)| b as i64),
+            &t,
+        ],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(true)
+}
+
+/// [`RoundStore::reopen_submission`] inside a transaction.
+async fn reopen_submission_in(
+    tx: &Transaction<'_>,
+    market: Address,
+    market_id: U256,
+    reason: &str,
+    outcome: Option<&serde_json::Value>,
+) -> Result<bool, StoreError> {
+    let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
+    let n = tx
+        .execute(
+            "UPDATE rounds SET state = 'submitted', reason = $3, outcome = COALESCE($4, outcome), updated_at = $5,
+             holder = NULL, lease_until = NULL WHERE market = $1 AND market_id = $2 AND state = 'confirmed'",
+            &[&m, &id, &reason, &outcome.map(|o| o.to_string()), &t],
+        )
+        .await
+        .map_err(pg_err)?;
+    if n == 0 {
+        return Ok(false);
+    }
+    let mined = tx
+        .query_opt(
+            "SELECT n.signer, n.chain_id, n.nonce FROM tx_nonces n JOIN rounds r
+             ON r.market = n.market AND r.market_id = n.market_id AND n.mined_tx = r.submit_tx
+             WHERE n.market = $1 AND n.market_id = $2 AND n.state = 'mined'
+             ORDER BY n.updated_at DESC LIMIT 1",
+            &[&m, &id],
+        )
+        .await
+        .map_err(pg_err)?;
+    if let Some(row) = mined {
+        let (signer, chain, nonce): (String, i64, i64) =
+            (col(&row, 0)?, col(&row, 1)?, col(&row, 2)?);
+        tx.execute(
+            "UPDATE tx_nonces SET state = 'pending', mined_tx = NULL, mined_block = NULL, mined_hash = NULL,
+             detail = $4, updated_at = $5 WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
+            &[&signer, &chain, &nonce, &reason, &t],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(
+            "UPDATE tx_attempts SET sent_block = NULL WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
+            &[&signer, &chain, &nonce],
+        )
+        .await
+        .map_err(pg_err)?;
+    }
+    Ok(true)
 }
 
 /// A column of a row, typed; a column of another type is a corrupt-data error, not a
@@ -557,6 +684,7 @@ fn read_nonce(r: &Row) -> Result<NonceRecord, StoreError> {
         detail: col(r, 9)?,
         created_at: col(r, 10)?,
         updated_at: col(r, 11)?,
+        mined_hash: col(r, 12)?,
     }
     .parse()
 }
@@ -582,12 +710,13 @@ fn key_params(key: &KeyRef) -> (String, i64) {
 
 #[async_trait::async_trait]
 impl RoundStore for PgStore {
-    async fn record_request(
+    async fn record_request_judged(
         &self,
         market: Address,
         market_id: U256,
         workflow: &str,
         log: &LogRef,
+        unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
@@ -616,22 +745,24 @@ impl RoundStore for PgStore {
                 market_id,
                 workflow,
                 Some((log.tx_hash, log.block_number)),
+                unresolved_on_chain,
             )
             .await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(d)
     }
 
-    async fn manual_request(
+    async fn manual_request_judged(
         &self,
         market: Address,
         market_id: U256,
         workflow: &str,
+        unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let d = self
-            .upsert_round(&tx, market, market_id, workflow, None)
+            .upsert_round(&tx, market, market_id, workflow, None, unresolved_on_chain)
             .await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(d)
@@ -1010,7 +1141,7 @@ impl RoundStore for PgStore {
         key: KeyRef,
         nonce: u64,
         state: NonceState,
-        mined: Option<(B256, u64)>,
+        mined: Option<MinedAt>,
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
         let (signer, chain) = key_params(&key);
@@ -1019,22 +1150,23 @@ impl RoundStore for PgStore {
         let (market, market_id) = self.nonce_round(&tx, key, nonce).await?;
         self.fence(&tx, market, market_id).await?;
         tx.execute(
-            "UPDATE tx_nonces SET state = $4, mined_tx = $5, mined_block = $6, detail = $7, updated_at = $8
+            "UPDATE tx_nonces SET state = $4, mined_tx = $5, mined_block = $6, detail = $7, updated_at = $8, mined_hash = $9
              WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
             &[
                 &signer,
                 &chain,
                 &(nonce as i64),
                 &state.as_str(),
-                &mined.map(|(h, _)| h.to_string()),
-                &mined.map(|(_, b)| b as i64),
+                &mined.map(|m| m.tx.to_string()),
+                &mined.map(|m| m.block as i64),
                 &detail,
                 &(now() as i64),
+                &mined.map(|m| m.block_hash.to_string()),
             ],
         )
         .await
         .map_err(pg_err)?;
-        if let Some((h, _)) = mined {
+        if let Some(MinedAt { tx: h, .. }) = mined {
             tx.execute(
                 "UPDATE rounds SET submit_tx = $3 WHERE market = $1 AND market_id = $2",
                 &[&market.to_string(), &market_id.to_string(), &h.to_string()],
@@ -1149,6 +1281,112 @@ impl RoundStore for PgStore {
         market_id: U256,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
         self.round_nonces(market, market_id, true).await
+    }
+
+    async fn renew_round(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        request: Option<(B256, u64)>,
+        from: RoundState,
+    ) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = renew_in(&tx, market, market_id, workflow, request, from).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    async fn reopen_submission(
+        &self,
+        market: Address,
+        market_id: U256,
+        reason: &str,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = reopen_submission_in(&tx, market, market_id, reason, outcome).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    async fn set_finalized(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "UPDATE rounds SET state = 'finalized', outcome = COALESCE($3, outcome), updated_at = $4
+                 WHERE market = $1 AND market_id = $2 AND state = 'confirmed'",
+                &[
+                    &market.to_string(),
+                    &market_id.to_string(),
+                    &outcome.map(|o| o.to_string()),
+                    &(now() as i64),
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(n > 0)
+    }
+
+    async fn awaiting_finality(&self, limit: usize) -> Result<Vec<Watched>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(&pg_sql(WATCHED_SQL), &[&(limit as i64)])
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                WatchedRow {
+                    market: col(r, 0)?,
+                    market_id: col(r, 1)?,
+                    attempt: col::<i32>(r, 2)? as i64,
+                    signer: col(r, 3)?,
+                    chain_id: col(r, 4)?,
+                    nonce: col(r, 5)?,
+                    mined_tx: col(r, 6)?,
+                    mined_block: col(r, 7)?,
+                    mined_hash: col(r, 8)?,
+                }
+                .parse()
+            })
+            .collect()
+    }
+
+    async fn past_attempts(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<PastAttempt>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &pg_sql(PAST_SQL),
+                &[&market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                PastRow {
+                    attempt: col::<i32>(r, 0)? as i64,
+                    state: col(r, 1)?,
+                    reason: col(r, 2)?,
+                    request_tx: col(r, 3)?,
+                    request_block: col(r, 4)?,
+                    submit_tx: col(r, 5)?,
+                    outcome: col(r, 6)?,
+                    ended_at: col(r, 7)?,
+                }
+                .parse()
+            })
+            .collect()
     }
 
     fn shared(&self) -> bool {

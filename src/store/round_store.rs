@@ -4,8 +4,8 @@
 //! on tokio's blocking pool, so a durable write never stalls an async worker thread.
 
 use super::{
-    AttemptRecord, KeyRef, Lease, LogRef, NonceRecord, NonceState, RequestDecision, RoundRecord,
-    RoundState, RoundSummary, Store, StoreError, TxPayload,
+    AttemptRecord, KeyRef, Lease, LogRef, MinedAt, NonceRecord, NonceState, PastAttempt,
+    RequestDecision, RoundRecord, RoundState, RoundSummary, Store, StoreError, TxPayload, Watched,
 };
 use alloy::primitives::{Address, B256, U256};
 use std::sync::Arc;
@@ -15,19 +15,47 @@ use std::time::Duration;
 /// Writes are durable when the call returns.
 #[async_trait::async_trait]
 pub trait RoundStore: Send + Sync + 'static {
-    /// Records a trigger log and decides whether it starts a round. Idempotent.
+    /// Records a trigger log and decides whether it starts a round. Idempotent. A done
+    /// round is `AlreadyHandled` (the chain was not consulted).
     async fn record_request(
         &self,
         market: Address,
         market_id: U256,
         workflow: &str,
         log: &LogRef,
+    ) -> Result<RequestDecision, StoreError> {
+        self.record_request_judged(market, market_id, workflow, log, false)
+            .await
+    }
+    /// [`Self::record_request`]; with `unresolved_on_chain` (the caller read the chain
+    /// and the market is unresolved) a done round is served again, in the transaction
+    /// that records the log: a `confirmed` one is reopened at the submission stage
+    /// ([`RequestDecision::Resubmit`]), a `finalized` or `skipped` one gets a new
+    /// attempt ([`RequestDecision::Renewed`]).
+    async fn record_request_judged(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        log: &LogRef,
+        unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError>;
     async fn manual_request(
         &self,
         market: Address,
         market_id: U256,
         workflow: &str,
+    ) -> Result<RequestDecision, StoreError> {
+        self.manual_request_judged(market, market_id, workflow, false)
+            .await
+    }
+    /// [`Self::manual_request`] with the chain's word (see [`Self::record_request_judged`]).
+    async fn manual_request_judged(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError>;
     async fn set_state(
         &self,
@@ -104,7 +132,7 @@ pub trait RoundStore: Send + Sync + 'static {
         key: KeyRef,
         nonce: u64,
         state: NonceState,
-        mined: Option<(B256, u64)>,
+        mined: Option<MinedAt>,
         detail: Option<&str>,
     ) -> Result<(), StoreError>;
     async fn pending_nonce_of(
@@ -132,6 +160,44 @@ pub trait RoundStore: Send + Sync + 'static {
         market: Address,
         market_id: U256,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError>;
+
+    // ── done rounds: the finality watch and new attempts (no lease needed) ─────────
+    /// Starts a new attempt of a round that is still in the done state `from`: the
+    /// current attempt is archived ([`Self::past_attempts`]), the round is `requested`
+    /// again with `request` (`None`: manual). `false` when the round left `from`.
+    async fn renew_round(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        request: Option<(B256, u64)>,
+        from: RoundState,
+    ) -> Result<bool, StoreError>;
+    /// Reopens a `confirmed` round whose transaction left the canonical chain at the
+    /// submission stage (its mined nonce pending again, its attempts to be re-sent).
+    /// `false` when the round is not `confirmed` any more.
+    async fn reopen_submission(
+        &self,
+        market: Address,
+        market_id: U256,
+        reason: &str,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError>;
+    /// `confirmed` → `finalized`; `false` when the round is not `confirmed` any more.
+    async fn set_finalized(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError>;
+    /// The `confirmed` rounds, with the nonce that resolved each.
+    async fn awaiting_finality(&self, limit: usize) -> Result<Vec<Watched>, StoreError>;
+    /// A round's earlier attempts, oldest first.
+    async fn past_attempts(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<PastAttempt>, StoreError>;
 
     // ── leases: which node drives which round ─────────────────────────────────────
     /// Whether several nodes share this store (PostgreSQL): rounds are then claimed
@@ -218,24 +284,37 @@ macro_rules! blocking {
 
 #[async_trait::async_trait]
 impl RoundStore for SqliteStore {
-    async fn record_request(
+    async fn record_request_judged(
         &self,
         market: Address,
         market_id: U256,
         workflow: &str,
         log: &LogRef,
+        unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
         let (w, l) = (workflow.to_string(), log.clone());
-        blocking!(self, |s| s.record_request(market, market_id, &w, &l))
+        blocking!(self, |s| s.record_request_judged(
+            market,
+            market_id,
+            &w,
+            &l,
+            unresolved_on_chain
+        ))
     }
-    async fn manual_request(
+    async fn manual_request_judged(
         &self,
         market: Address,
         market_id: U256,
         workflow: &str,
+        unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
         let w = workflow.to_string();
-        blocking!(self, |s| s.manual_request(market, market_id, &w))
+        blocking!(self, |s| s.manual_request_judged(
+            market,
+            market_id,
+            &w,
+            unresolved_on_chain
+        ))
     }
     async fn set_state(
         &self,
@@ -353,7 +432,7 @@ impl RoundStore for SqliteStore {
         key: KeyRef,
         nonce: u64,
         state: NonceState,
-        mined: Option<(B256, u64)>,
+        mined: Option<MinedAt>,
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
         let d = detail.map(str::to_string);
@@ -402,6 +481,52 @@ impl RoundStore for SqliteStore {
         market_id: U256,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
         blocking!(self, |s| s.pending_nonces_of_round(market, market_id))
+    }
+
+    async fn renew_round(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        request: Option<(B256, u64)>,
+        from: RoundState,
+    ) -> Result<bool, StoreError> {
+        let w = workflow.to_string();
+        blocking!(self, |s| s.renew_round(market, market_id, &w, request, from))
+    }
+    async fn reopen_submission(
+        &self,
+        market: Address,
+        market_id: U256,
+        reason: &str,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        let (r, o) = (reason.to_string(), outcome.cloned());
+        blocking!(self, |s| s.reopen_submission(
+            market,
+            market_id,
+            &r,
+            o.as_ref()
+        ))
+    }
+    async fn set_finalized(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        let o = outcome.cloned();
+        blocking!(self, |s| s.set_finalized(market, market_id, o.as_ref()))
+    }
+    async fn awaiting_finality(&self, limit: usize) -> Result<Vec<Watched>, StoreError> {
+        blocking!(self, |s| s.awaiting_finality(limit))
+    }
+    async fn past_attempts(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<PastAttempt>, StoreError> {
+        blocking!(self, |s| s.past_attempts(market, market_id))
     }
 
     fn node_id(&self) -> &str {

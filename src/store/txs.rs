@@ -80,9 +80,21 @@ pub struct NonceRecord {
     pub payload: TxPayload,
     pub mined_tx: Option<B256>,
     pub mined_block: Option<u64>,
+    /// The hash of the block the mined attempt is in (how the finality watch tells that
+    /// block is still canonical; `None` for nonces mined before this was recorded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mined_hash: Option<B256>,
     pub detail: Option<String>,
     pub created_at: u64,
     pub updated_at: u64,
+}
+
+/// Where one of our attempts was mined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinedAt {
+    pub tx: B256,
+    pub block: u64,
+    pub block_hash: B256,
 }
 
 /// One signed attempt at a nonce.
@@ -103,7 +115,7 @@ pub struct AttemptRecord {
 }
 
 /// The `tx_nonces` columns [`NonceRow`] reads.
-pub(crate) const NONCE_SELECT: &str = "SELECT nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at FROM tx_nonces";
+pub(crate) const NONCE_SELECT: &str = "SELECT nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at, mined_hash FROM tx_nonces";
 
 /// A `tx_nonces` row as either backend reads it, before its text is parsed.
 pub(crate) struct NonceRow {
@@ -119,6 +131,7 @@ pub(crate) struct NonceRow {
     pub detail: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    pub mined_hash: Option<String>,
 }
 
 impl NonceRow {
@@ -136,6 +149,7 @@ impl NonceRow {
             },
             mined_tx: parse_hash(self.mined_tx, "mined_tx")?,
             mined_block: self.mined_block.map(|b| b as u64),
+            mined_hash: parse_hash(self.mined_hash, "mined_hash")?,
             detail: self.detail,
             created_at: self.created_at as u64,
             updated_at: self.updated_at as u64,
@@ -157,6 +171,7 @@ fn read_nonce(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<NonceRecord, Sto
         detail: r.get(9)?,
         created_at: r.get(10)?,
         updated_at: r.get(11)?,
+        mined_hash: r.get(12)?,
     }
     .parse())
 }
@@ -333,26 +348,27 @@ impl Store {
         key: KeyRef,
         nonce: u64,
         state: NonceState,
-        mined: Option<(B256, u64)>,
+        mined: Option<MinedAt>,
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         tx.execute(
-            "UPDATE tx_nonces SET state = ?4, mined_tx = ?5, mined_block = ?6, detail = ?7, updated_at = ?8
+            "UPDATE tx_nonces SET state = ?4, mined_tx = ?5, mined_block = ?6, detail = ?7, updated_at = ?8, mined_hash = ?9
              WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3",
             params![
                 key.signer.to_string(),
                 key.chain_id as i64,
                 nonce as i64,
                 state.as_str(),
-                mined.map(|(h, _)| h.to_string()),
-                mined.map(|(_, b)| b as i64),
+                mined.map(|m| m.tx.to_string()),
+                mined.map(|m| m.block as i64),
                 detail,
-                now() as i64
+                now() as i64,
+                mined.map(|m| m.block_hash.to_string()),
             ],
         )?;
-        if let Some((h, _)) = mined {
+        if let Some(MinedAt { tx: h, .. }) = mined {
             tx.execute(
                 "UPDATE rounds SET submit_tx = ?1 WHERE (market, market_id) IN
                  (SELECT market, market_id FROM tx_nonces WHERE signer = ?2 AND chain_id = ?3 AND nonce = ?4)",
@@ -604,7 +620,11 @@ mod tests {
             key,
             n,
             NonceState::Mined,
-            Some((B256::repeat_byte(2), 9)),
+            Some(MinedAt {
+                tx: B256::repeat_byte(2),
+                block: 9,
+                block_hash: B256::repeat_byte(0x99),
+            }),
             None,
         )
         .unwrap();

@@ -49,6 +49,12 @@ function txSummary(r) {
   if (r.confirmation) {
     box.appendChild(el("div", r.confirmation.status + (r.confirmation.block_number ? " in block " + r.confirmation.block_number : "")));
   }
+  if (r.finality) {
+    const f = r.finality;
+    let text = f.status === "final" ? "final (finalized block " + f.finalized_block + ", by " + f.source + ")" : "reorged: re-sent";
+    if (f.reorgs) text += ", " + f.reorgs + " reorg(s) seen";
+    box.appendChild(el("div", text));
+  }
   return box;
 }
 

@@ -18,7 +18,7 @@ pub mod fees;
 
 use crate::metrics::Metrics;
 use crate::store::{
-    AttemptRecord, KeyRef, NonceRecord, NonceState, RoundStore, StoreError, TxPayload,
+    AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, RoundStore, StoreError, TxPayload,
 };
 use alloy::eips::{BlockNumberOrTag, Encodable2718};
 use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
@@ -458,13 +458,19 @@ impl TxManager {
                             .await
                             .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
                             .map(|b| b.header.hash);
-                        if canonical.is_some() && canonical == r.block_hash {
+                        if let Some(block_hash) = canonical
+                            && canonical == r.block_hash
+                        {
                             self.store
                                 .finish_nonce(
                                     self.key,
                                     nonce,
                                     NonceState::Mined,
-                                    Some((a.tx_hash, block)),
+                                    Some(MinedAt {
+                                        tx: a.tx_hash,
+                                        block,
+                                        block_hash,
+                                    }),
                                     None,
                                 )
                                 .await?;
@@ -632,15 +638,19 @@ impl TxManager {
                 .await
                 .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
                 .map(|b| b.header.hash);
-            if canonical.is_none() || canonical != r.block_hash {
+            let Some(block_hash) = canonical.filter(|h| Some(*h) == r.block_hash) else {
                 return Ok(Foreign::Pending);
-            }
+            };
             self.store
                 .finish_nonce(
                     key,
                     rec.nonce,
                     NonceState::Mined,
-                    Some((a.tx_hash, block)),
+                    Some(MinedAt {
+                        tx: a.tx_hash,
+                        block,
+                        block_hash,
+                    }),
                     None,
                 )
                 .await?;
