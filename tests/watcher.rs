@@ -257,3 +257,169 @@ async fn rate_limits_are_retried_and_never_shrink_the_range() {
     let n = limited.load(Ordering::SeqCst);
     assert!(n >= 4, "both kinds of rate limit were answered: {n}");
 }
+
+#[tokio::test]
+async fn a_rewind_never_goes_below_the_start_block() {
+    let s = market_with_n_workers(1).await;
+    let other = more_markets(&s, 1).await[0];
+    let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
+    let (tx, mut rx) = mpsc::channel(16);
+    // a request the operator chose not to serve (below the start block), then one above
+    let below = s
+        .dev
+        .request_resolution(s.market_id)
+        .await
+        .unwrap()
+        .block_number
+        .unwrap();
+    let start = below + 1;
+    s.dev.advance(Duration::from_secs(1)).await.unwrap();
+    s.dev.request_resolution(other).await.unwrap();
+    let mut c = cfg(&s, 0, 1000);
+    c.start_block = start;
+    let market = s.dev.contracts.market;
+    let mut w = Watcher::new(s.dev.provider.clone(), store.clone(), c);
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!(r.from, start);
+    let t = drain(&mut rx);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].market_id, other);
+
+    // the checkpoint's block was replaced: the rewind stops at the start block
+    let key = format!("watch:{market}:wf");
+    let (n, _) = store.checkpoint(&key).await.unwrap().unwrap();
+    store
+        .set_checkpoint(&key, n, B256::repeat_byte(0xee))
+        .await
+        .unwrap();
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!(r.rewound_to, Some(start), "{r:?}");
+    assert!(drain(&mut rx).is_empty());
+
+    // a checkpoint older than a raised start block: scanning starts at the start block
+    let old = s
+        .dev
+        .provider
+        .get_block_by_number((below - 1).into())
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .set_checkpoint(&key, below - 1, old.header.hash)
+        .await
+        .unwrap();
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!(r.from, start, "{r:?}");
+    assert!(drain(&mut rx).is_empty());
+    assert!(
+        store.get(market, s.market_id).await.unwrap().is_none(),
+        "no round for the request below the start block"
+    );
+}
+
+#[tokio::test]
+async fn a_request_for_a_done_round_follows_what_the_chain_says() {
+    use alloy::providers::ext::AnvilApi;
+    use cresolver::store::RoundState;
+    let s = market_with_n_workers(1).await;
+    let market = s.dev.contracts.market;
+    let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut w = Watcher::new(s.dev.provider.clone(), store.clone(), cfg(&s, 0, 1000));
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    w.scan_once(&tx).await.unwrap();
+    assert_eq!(drain(&mut rx).len(), 1);
+
+    // the round is done (finalized, as the store believes), but the market is open on
+    // chain: a new request is served as a new attempt, the old one kept
+    store
+        .set_outcome(market, s.market_id, &json!({"old": "transcript"}))
+        .await
+        .unwrap();
+    store
+        .set_state(market, s.market_id, RoundState::Finalized, None)
+        .await
+        .unwrap();
+    let second = s.dev.request_resolution(s.market_id).await.unwrap();
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!((r.logs, r.triggers), (1, 1), "{r:?}");
+    let rec = store.get(market, s.market_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.attempt), (RoundState::Requested, 2));
+    assert_eq!(rec.request_tx, Some(second.transaction_hash));
+    assert_eq!(
+        rec.outcome, None,
+        "the new attempt starts without a transcript"
+    );
+    let past = store.past_attempts(market, s.market_id).await.unwrap();
+    assert_eq!(past.len(), 1);
+    assert_eq!((past[0].attempt, past[0].state), (1, RoundState::Finalized));
+    assert_eq!(past[0].outcome, Some(json!({"old": "transcript"})));
+    drain(&mut rx);
+
+    // a confirmed round whose market is open on chain: reopened at the submission stage
+    store
+        .set_state(market, s.market_id, RoundState::Confirmed, None)
+        .await
+        .unwrap();
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!(r.triggers, 1, "{r:?}");
+    let rec = store.get(market, s.market_id).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.state, rec.attempt),
+        (RoundState::Submitted, 2),
+        "the same attempt, back at the submission stage"
+    );
+    drain(&mut rx);
+
+    // the market is resolved in the very block of the request: ignored
+    store
+        .set_state(market, s.market_id, RoundState::Skipped, None)
+        .await
+        .unwrap();
+    let p = &s.dev.provider;
+    p.anvil_set_auto_mine(false).await.unwrap();
+    let gwei = 1_000_000_000u128;
+    let request = s
+        .dev
+        .market()
+        .requestResolution(s.market_id)
+        .from(s.dev.requester())
+        .max_priority_fee_per_gas(50 * gwei)
+        .max_fee_per_gas(100 * gwei)
+        .send()
+        .await
+        .unwrap();
+    let resolve = s
+        .dev
+        .market()
+        .resolveMarket(
+            s.market_id,
+            s.workers.clone(),
+            vec![U256::from(1)],
+            vec![50, 50, 50],
+            true,
+        )
+        .from(s.dev.accounts[0])
+        .max_priority_fee_per_gas(gwei)
+        .max_fee_per_gas(100 * gwei)
+        .send()
+        .await
+        .unwrap();
+    p.evm_mine(None).await.unwrap();
+    p.anvil_set_auto_mine(true).await.unwrap();
+    let (a, b) = (
+        request.get_receipt().await.unwrap(),
+        resolve.get_receipt().await.unwrap(),
+    );
+    assert!(
+        a.status() && b.status(),
+        "both in one block, the request first"
+    );
+    assert_eq!(a.block_number, b.block_number);
+    let r = w.scan_once(&tx).await.unwrap();
+    assert_eq!((r.logs, r.triggers), (1, 0), "{r:?}");
+    let rec = store.get(market, s.market_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.attempt), (RoundState::Skipped, 2));
+    assert!(drain(&mut rx).is_empty());
+}

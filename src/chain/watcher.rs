@@ -247,8 +247,13 @@ impl Watcher {
             .is_some_and(|r| r.state.is_resolved());
         let mut ignored_because = None;
         let unresolved = if done {
-            match judge_request(&self.provider, self.cfg.market, market_id, Some(block_number))
-                .await
+            match judge_request(
+                &self.provider,
+                self.cfg.market,
+                market_id,
+                Some(block_number),
+            )
+            .await
             {
                 Ok(ChainWord::Unresolved) => true,
                 Ok(ChainWord::Resolved(why)) => {

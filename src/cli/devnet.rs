@@ -69,9 +69,11 @@ pub async fn demo_cmd(workers: usize, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", cresolver::demo::render(&summary));
     }
-    Ok(if matches!(summary.state, RoundState::Confirmed | RoundState::Finalized) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(
+        if matches!(summary.state, RoundState::Confirmed | RoundState::Finalized) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        },
+    )
 }

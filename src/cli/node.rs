@@ -48,11 +48,13 @@ pub async fn resolve_cmd(
                 .unwrap_or_default()
         );
     }
-    Ok(if matches!(report.state, RoundState::Confirmed | RoundState::Finalized) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(
+        if matches!(report.state, RoundState::Confirmed | RoundState::Finalized) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        },
+    )
 }
 
 /// Validates the config and its workflows and reaches the RPC and the market.

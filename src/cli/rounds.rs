@@ -61,9 +61,12 @@ pub async fn rounds_retry(
     let unresolved = if rec.state.is_resolved() {
         use cresolver::chain::watcher::{ChainWord, judge_request};
         let rpc = cfg.rpc_urls().into_iter().next().unwrap_or_default();
-        let provider = cresolver::chain::connect(&rpc)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}: the chain decides whether a {} round is retried", rec.state.as_str()))?;
+        let provider = cresolver::chain::connect(&rpc).await.map_err(|e| {
+            anyhow::anyhow!(
+                "{e}: the chain decides whether a {} round is retried",
+                rec.state.as_str()
+            )
+        })?;
         match judge_request(&provider, market, id, None).await {
             Ok(ChainWord::Unresolved) => true,
             Ok(ChainWord::Resolved(why)) => anyhow::bail!(

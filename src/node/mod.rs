@@ -1191,11 +1191,9 @@ impl Node {
         // reorg removed their resolution) go to the dispatcher like the claim loop's
         let (reopen_tx, mut reopen_rx) = mpsc::channel::<(Address, U256)>(256);
         {
-            let depth = self
-                .cfg
-                .chain
-                .finality_depth
-                .unwrap_or(crate::chain::finality::default_finality_depth(self.chain_id));
+            let depth = self.cfg.chain.finality_depth.unwrap_or(
+                crate::chain::finality::default_finality_depth(self.chain_id),
+            );
             let watch = finality::FinalityWatch::new(
                 self.provider.clone(),
                 self.store.clone(),

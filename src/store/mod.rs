@@ -864,7 +864,8 @@ pub(crate) const WATCHED_SQL: &str = "SELECT r.market, r.market_id, r.attempt, n
      WHERE r.state = 'confirmed' ORDER BY r.updated_at, r.market_id LIMIT ?1";
 
 /// A round's archived attempts (both backends; `?1`/`$1` market, `?2`/`$2` market id).
-pub(crate) const PAST_SQL: &str = "SELECT attempt, state, reason, request_tx, request_block, submit_tx, outcome, ended_at
+pub(crate) const PAST_SQL: &str =
+    "SELECT attempt, state, reason, request_tx, request_block, submit_tx, outcome, ended_at
      FROM round_attempts WHERE market = ?1 AND market_id = ?2 ORDER BY attempt";
 
 /// A [`WATCHED_SQL`] row before its text is parsed.
@@ -885,21 +886,33 @@ impl WatchedRow {
         let (market, market_id) = parse_market(&self.market, &self.market_id)?;
         let tx = parse_hash(self.mined_tx, "mined_tx")?;
         let hash = parse_hash(self.mined_hash, "mined_hash")?;
-        let mined = match (self.signer, self.chain_id, self.nonce, tx, self.mined_block, hash) {
-            (Some(signer), Some(chain_id), Some(nonce), Some(tx), Some(block), Some(block_hash)) => {
-                Some((
-                    KeyRef {
-                        signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
-                        chain_id: chain_id as u64,
-                    },
-                    nonce as u64,
-                    MinedAt {
-                        tx,
-                        block: block as u64,
-                        block_hash,
-                    },
-                ))
-            }
+        let mined = match (
+            self.signer,
+            self.chain_id,
+            self.nonce,
+            tx,
+            self.mined_block,
+            hash,
+        ) {
+            (
+                Some(signer),
+                Some(chain_id),
+                Some(nonce),
+                Some(tx),
+                Some(block),
+                Some(block_hash),
+            ) => Some((
+                KeyRef {
+                    signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
+                    chain_id: chain_id as u64,
+                },
+                nonce as u64,
+                MinedAt {
+                    tx,
+                    block: block as u64,
+                    block_hash,
+                },
+            )),
             _ => None,
         };
         Ok(Watched {
@@ -975,7 +988,10 @@ fn upsert_round(
             Ok(RequestDecision::New)
         }
         Some((state, _)) if state == "failed" => {
-            tx.execute(ARCHIVE_SQL, params![market.to_string(), market_id.to_string(), t])?;
+            tx.execute(
+                ARCHIVE_SQL,
+                params![market.to_string(), market_id.to_string(), t],
+            )?;
             tx.execute(
                 "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = COALESCE(?4, request_tx),
                  request_block = COALESCE(?5, request_block), reason = NULL, updated_at = ?6, holder = NULL, lease_until = NULL

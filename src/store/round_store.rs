@@ -492,7 +492,8 @@ impl RoundStore for SqliteStore {
         from: RoundState,
     ) -> Result<bool, StoreError> {
         let w = workflow.to_string();
-        blocking!(self, |s| s.renew_round(market, market_id, &w, request, from))
+        blocking!(self, |s| s
+            .renew_round(market, market_id, &w, request, from))
     }
     async fn reopen_submission(
         &self,
