@@ -465,6 +465,8 @@ async fn rounds_retry(
         .arg("--data-dir")
         .arg(dir.join("data"))
         .args(["--market-address", &s.dev.contracts.market.to_string()])
+        // a done round is retried only when the chain says the market is open
+        .args(["--rpc-url", &s.dev.rpc_url()])
         .env("CRESOLVER__API__LISTEN", listen)
         .env("CRESOLVER_API_TOKEN", "retry-token")
         .env("CRESOLVER_LOG", "warn")
