@@ -218,10 +218,147 @@ async fn store_contract(s: &dyn RoundStore) {
     s.probe_write().await.unwrap();
 }
 
+/// The finality watch's transitions and new attempts of done rounds, with no lease
+/// held: confirmed → submitted (the mined nonce pending again, its attempts unsent),
+/// confirmed → finalized, a finalized round renewed (the old attempt kept).
+async fn finality_contract(s: &dyn RoundStore) {
+    use cresolver::store::MinedAt;
+    let m = Address::repeat_byte(3);
+    let id = U256::from(1);
+    let key = KeyRef {
+        signer: Address::repeat_byte(8),
+        chain_id: 31337,
+    };
+    let confirm = |hash: u8| async move {
+        assert!(s.claim(m, id, true).await.unwrap().is_some());
+        s.finish_nonce(
+            key,
+            0,
+            NonceState::Mined,
+            Some(MinedAt {
+                tx: B256::repeat_byte(1),
+                block: 7,
+                block_hash: B256::repeat_byte(hash),
+            }),
+            None,
+        )
+        .await
+        .unwrap();
+        s.set_state(m, id, RoundState::Confirmed, None)
+            .await
+            .unwrap();
+        s.release(m, id, None).await.unwrap();
+    };
+    assert_eq!(
+        s.manual_request(m, id, "wf").await.unwrap(),
+        RequestDecision::New
+    );
+    assert!(s.claim(m, id, true).await.unwrap().is_some());
+    assert_eq!(s.reserve_nonce(key, 0, &payload(m, 1)).await.unwrap(), 0);
+    s.add_attempt(key, m, id, &attempt(0, 0)).await.unwrap();
+    s.mark_attempt_sent(key, 0, 0, 5).await.unwrap();
+    s.set_outcome(m, id, &serde_json::json!({"v": 1}))
+        .await
+        .unwrap();
+    s.release(m, id, None).await.unwrap();
+    confirm(0xa1).await;
+
+    let w = s.awaiting_finality(10).await.unwrap();
+    assert_eq!(w.len(), 1);
+    let (k, nonce, at) = w[0].mined.unwrap();
+    assert_eq!(
+        (k, nonce, at.block, at.block_hash),
+        (key, 0, 7, B256::repeat_byte(0xa1))
+    );
+    assert_eq!(
+        s.manual_request(m, id, "wf").await.unwrap(),
+        RequestDecision::AlreadyHandled(RoundState::Confirmed),
+        "without the chain's word a done round is left alone"
+    );
+
+    // reorged: reopened at the submission stage, once
+    let v2 = serde_json::json!({"v": 2});
+    assert!(
+        s.reopen_submission(m, id, "reorged", Some(&v2))
+            .await
+            .unwrap()
+    );
+    assert!(!s.reopen_submission(m, id, "reorged", None).await.unwrap());
+    let r = s.get(m, id).await.unwrap().unwrap();
+    assert_eq!(
+        (r.state, r.reason.as_deref(), r.outcome, r.attempt),
+        (RoundState::Submitted, Some("reorged"), Some(v2), 1)
+    );
+    let n = s.pending_nonce_of(key, m, id).await.unwrap().unwrap();
+    assert_eq!((n.nonce, n.mined_tx, n.mined_hash), (0, None, None));
+    assert_eq!(s.attempts(key, 0).await.unwrap()[0].sent_block, None);
+    assert!(s.awaiting_finality(10).await.unwrap().is_empty());
+    assert_eq!(
+        s.unfinished()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|r| r.market == m)
+            .count(),
+        1
+    );
+
+    // re-confirmed, then final, once
+    confirm(0xa2).await;
+    let v3 = serde_json::json!({"v": 3});
+    assert!(s.set_finalized(m, id, Some(&v3)).await.unwrap());
+    assert!(!s.set_finalized(m, id, None).await.unwrap());
+    let r = s.get(m, id).await.unwrap().unwrap();
+    assert_eq!(
+        (r.state, r.outcome.clone()),
+        (RoundState::Finalized, Some(v3.clone()))
+    );
+    assert!(
+        s.claim(m, id, true).await.unwrap().is_none(),
+        "a final round is not driven"
+    );
+
+    // a new request for it: ignored unless the chain says the market is open
+    assert_eq!(
+        s.manual_request_judged(m, id, "wf", false).await.unwrap(),
+        RequestDecision::AlreadyHandled(RoundState::Finalized)
+    );
+    assert_eq!(
+        s.record_request_judged(m, id, "wf", &log(40), true)
+            .await
+            .unwrap(),
+        RequestDecision::Renewed
+    );
+    let r = s.get(m, id).await.unwrap().unwrap();
+    assert_eq!(
+        (r.state, r.attempt, r.outcome, r.submit_tx, r.request_tx),
+        (
+            RoundState::Requested,
+            2,
+            None,
+            None,
+            Some(B256::repeat_byte(40))
+        )
+    );
+    let past = s.past_attempts(m, id).await.unwrap();
+    assert_eq!(past.len(), 1);
+    assert_eq!(
+        (past[0].attempt, past[0].state, past[0].outcome.clone()),
+        (1, RoundState::Finalized, Some(v3))
+    );
+    assert!(
+        !s.renew_round(m, id, "wf", None, RoundState::Finalized)
+            .await
+            .unwrap(),
+        "a round that left the state is not renewed twice"
+    );
+}
+
 #[tokio::test]
 async fn the_store_contract_holds_on_sqlite() {
     let s = SqliteStore::new(Store::in_memory().unwrap());
     store_contract(&s).await;
+    finality_contract(&s).await;
 }
 
 #[tokio::test]
@@ -233,9 +370,10 @@ async fn the_store_contract_holds_on_postgres() {
     let again = pg_store(&pg, "node-b", Duration::from_secs(15)).await;
     assert_eq!(again.unfinished().await.unwrap().len(), 4);
     assert_eq!(
-        pg.psql("SELECT string_agg(version::text, ',') FROM schema_migrations"),
-        "1"
+        pg.psql("SELECT string_agg(version::text, ',' ORDER BY version) FROM schema_migrations"),
+        "1,2"
     );
+    finality_contract(&s).await;
 }
 
 #[tokio::test]
