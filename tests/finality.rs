@@ -166,6 +166,17 @@ async fn resolved_by_a_node(s: &MarketSetup, dir: &Path, wf: &Path) -> (NodeProc
     (node, n)
 }
 
+/// A node resolves the market and stops; a reorg of depth 1 (confirmations + 1) removes
+/// the resolution. Returns the mined nonce record and the key's transaction count then.
+async fn reorged_while_down(s: &MarketSetup, dir: &Path, wf: &Path) -> (NonceRecord, u64) {
+    let (node, first) = resolved_by_a_node(s, dir, wf).await;
+    node.stop().await;
+    let sent = nonce(s, s.dev.accounts[0]).await;
+    reorg(s, 1).await;
+    assert!(!resolved(s).await, "the market is open again on chain");
+    (first, sent)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resolution_reorged_one_deeper_than_confirmations_is_resent_then_finalized() {
     let s = market_with_three_workers().await;
@@ -257,13 +268,7 @@ async fn a_restart_between_confirmed_and_final_resumes_the_watch() {
     let wf = workflow_file(&dir, |t| t);
     let market = s.dev.contracts.market;
     let key = s.dev.accounts[0];
-    let (node, first) = resolved_by_a_node(&s, &dir, &wf).await;
-    node.stop().await;
-    let after_first = nonce(&s, key).await;
-
-    // reorged away while the node is down
-    reorg(&s, 1).await;
-    assert!(!resolved(&s).await);
+    let (first, after_first) = reorged_while_down(&s, &dir, &wf).await;
     let node = NodeProc::start(&s, &dir, &wf);
     wait_round(&dir, market, s.market_id, "re-confirmed", |r| {
         r.state == RoundState::Confirmed && reorgs(r) == 1
@@ -298,12 +303,7 @@ async fn a_market_re_requested_after_its_resolution_was_reorged_away_is_resolved
     let wf = workflow_file(&dir, |t| t);
     let market = s.dev.contracts.market;
     let key = s.dev.accounts[0];
-    let (node, first) = resolved_by_a_node(&s, &dir, &wf).await;
-    node.stop().await;
-    let after_first = nonce(&s, key).await;
-
-    reorg(&s, 1).await;
-    assert!(!resolved(&s).await);
+    let (first, after_first) = reorged_while_down(&s, &dir, &wf).await;
     // the market's owner asks again: a new request, in a new block
     let again = s.dev.request_resolution(s.market_id).await.unwrap();
     assert!(again.status());

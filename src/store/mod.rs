@@ -411,6 +411,18 @@ impl Store {
         })
     }
 
+    /// Runs `f` in one transaction, committed when it returns `Ok`.
+    fn in_tx<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite inconsistent (each statement
         // is atomic), so a poisoned lock is safe to reuse.
@@ -486,11 +498,7 @@ impl Store {
         workflow: &str,
         unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let d = upsert_round(&tx, market, market_id, workflow, None, unresolved_on_chain)?;
-        tx.commit()?;
-        Ok(d)
+        self.in_tx(|tx| upsert_round(tx, market, market_id, workflow, None, unresolved_on_chain))
     }
 
     /// Moves a round to `state` (with an optional reason).
@@ -761,11 +769,7 @@ impl Store {
         request: Option<(B256, u64)>,
         from: RoundState,
     ) -> Result<bool, StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let done = renew_in(&tx, market, market_id, workflow, request, from)?;
-        tx.commit()?;
-        Ok(done)
+        self.in_tx(|tx| renew_in(tx, market, market_id, workflow, request, from))
     }
 
     /// Reopens a `confirmed` round at the submission stage because its transaction is no
@@ -782,11 +786,7 @@ impl Store {
         reason: &str,
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let done = reopen_submission_in(&tx, market, market_id, reason, outcome)?;
-        tx.commit()?;
-        Ok(done)
+        self.in_tx(|tx| reopen_submission_in(tx, market, market_id, reason, outcome))
     }
 
     /// Moves a `confirmed` round to `finalized` (with the transcript `outcome`, when
