@@ -251,6 +251,20 @@ async fn a_resolution_reorged_one_deeper_than_confirmations_is_resent_then_final
     );
     let api = node.get(&format!("/rounds/{}", s.market_id)).await;
     assert!(api.contains("\"state\":\"finalized\""), "{api}");
+    let show = std::process::Command::new(env!("CARGO_BIN_EXE_cresolver"))
+        .args(["rounds", "show", &s.market_id.to_string()])
+        .args(["--market-address", &market.to_string()])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .output()
+        .unwrap();
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        show.contains(": finalized (attempt 1")
+            && show.contains("finality: final (finalized block")
+            && show.contains("1 reorg(s) seen and re-sent"),
+        "{show}"
+    );
     let metrics = node.get("/metrics").await;
     assert!(
         metrics

@@ -154,6 +154,7 @@ pub fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Res
         }
     };
     let txs = store.tx_history(rec.market, rec.market_id)?;
+    let past = store.past_attempts(rec.market, rec.market_id)?;
     if json {
         let mut doc = match cresolver::transcript::export_document(&rec) {
             Ok(d) => d,
@@ -163,6 +164,9 @@ pub fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Res
             }),
         };
         doc["transactions"] = cresolver::transcript::transactions_json(&txs);
+        if !past.is_empty() {
+            doc["previous_attempts"] = serde_json::to_value(&past)?;
+        }
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -176,6 +180,17 @@ pub fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Res
     );
     if let Some(r) = &rec.reason {
         println!("reason: {r}");
+    }
+    for a in &past {
+        println!(
+            "earlier attempt {}: {}{}",
+            a.attempt,
+            a.state.as_str(),
+            a.reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
     }
     match (rec.request_tx, rec.request_block) {
         (Some(tx), Some(b)) => println!("request: tx {tx} in block {b}"),
@@ -225,6 +240,20 @@ pub fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Res
         "transcript: version {}, market read at block {}",
         t.version, t.market.block
     );
+    if let Some(f) = &t.finality {
+        println!(
+            "finality: {}{}{}",
+            f.status,
+            f.finalized_block
+                .map(|b| format!(" (finalized block {b})"))
+                .unwrap_or_default(),
+            if f.reorgs.is_empty() {
+                String::new()
+            } else {
+                format!(", {} reorg(s) seen and re-sent", f.reorgs.len())
+            }
+        );
+    }
     if let Some(stage) = t.resolve_stage() {
         for (i, r) in stage.results.iter().enumerate() {
             let what = match &r.outcome {
