@@ -75,7 +75,7 @@ fn the_alert_rules_pass_promtool() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("SUCCESS: 8 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 10 rules found"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
