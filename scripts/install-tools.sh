@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
-# Installs the pinned local-chain tooling. Idempotent; each step is skipped when already present.
-#   - anvil (Foundry) from the npm registry, into .tools/ (git-ignored):
-#       .tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
-#   - solc-js + OpenZeppelin contracts for scripts/compile-contracts.mjs, into contracts-abi/node_modules
-#     (versions pinned by contracts-abi/package.json + package-lock.json).
-#   - Debian's postgresql, chromium and prometheus (promtool) packages, via apt-get, when missing
-#     exists; tests/common/pg.rs starts throwaway servers from it (PG_BIN overrides the bin dir).
-# Usage: scripts/install-tools.sh            (prints the anvil path on success)
+# Installs the pinned tooling, in one of two scopes. Idempotent; each step is skipped when
+# already present.
+#   --demo  what the demo and a node need, as any user, no root:
+#     - anvil (Foundry) from the npm registry, into .tools/ (git-ignored):
+#         .tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
+#       (the contracts' compiled artifacts are committed and built into the binary)
+#   (default) what the test suite needs besides, the test command's scope:
+#     - solc-js + OpenZeppelin contracts for scripts/compile-contracts.mjs, into
+#       contracts-abi/node_modules (pinned by contracts-abi/package.json + package-lock.json)
+#     - Debian's postgresql, chromium and prometheus (promtool) packages, via apt-get, when
+#       missing (as root, or with sudo); tests/common/pg.rs starts throwaway servers from
+#       PostgreSQL's binaries (PG_BIN overrides their dir)
+# Usage: scripts/install-tools.sh [--demo]   (prints the anvil path on stdout on success)
 set -euo pipefail
+
+SCOPE=test
+case "${1:-}" in
+  --demo) SCOPE=demo ;;
+  "") ;;
+  *) echo "install-tools: unknown option $1 (use --demo, or nothing for the test suite's tools)" >&2; exit 2 ;;
+esac
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ANVIL_VERSION="1.7.1"
@@ -40,10 +52,10 @@ pkg_version() {
 if [ "$(pkg_version "$ANVIL_DIR")" = "$ANVIL_VERSION" ] && [ -x "$ANVIL_BIN" ]; then
   log "anvil $ANVIL_VERSION already installed"
 else
-  log "installing $ANVIL_PKG@$ANVIL_VERSION into .tools/"
+  log "installing $ANVIL_PKG@$ANVIL_VERSION from npm into .tools/ (first run only; about 40 MB, usually under a minute)"
   mkdir -p "$TOOLS_DIR"
   [ -f "$TOOLS_DIR/package.json" ] || echo '{ "name": "cresolver-tools", "private": true }' > "$TOOLS_DIR/package.json"
-  npm install --prefix "$TOOLS_DIR" --no-audit --no-fund --save-exact "$ANVIL_PKG@$ANVIL_VERSION" >&2 \
+  npm install --prefix "$TOOLS_DIR" --no-audit --no-fund --loglevel=http --save-exact "$ANVIL_PKG@$ANVIL_VERSION" >&2 \
     || die "npm install $ANVIL_PKG@$ANVIL_VERSION failed"
   [ -f "$ANVIL_BIN" ] || die "anvil binary missing after install: $ANVIL_BIN"
   chmod +x "$ANVIL_BIN"
@@ -53,6 +65,11 @@ case "$ANVIL_REPORTED" in
   *"$ANVIL_VERSION"*) log "$ANVIL_REPORTED" ;;
   *) die "unexpected anvil version: '$ANVIL_REPORTED' (want $ANVIL_VERSION); remove .tools and re-run" ;;
 esac
+
+if [ "$SCOPE" = demo ]; then
+  echo "$ANVIL_BIN"
+  exit 0
+fi
 
 # ── solc-js + OpenZeppelin (contracts-abi) ───────────────────────────────
 contracts_deps_ok() {

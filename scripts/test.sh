@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v cargo >/dev/null 2>&1 || { echo "test: cargo not found: install Rust (rustup) first" >&2; exit 1; }
 
-echo "== tools"
+echo "== tools (anvil and solc-js from npm; Debian's postgresql, chromium and prometheus via apt-get when missing: root or sudo)"
 scripts/install-tools.sh >/dev/null
 echo "== contract artifacts are current"
 node scripts/compile-contracts.mjs --check

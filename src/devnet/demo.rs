@@ -211,8 +211,13 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoSummary> {
         });
     }
     let _ = std::fs::remove_dir_all(&dir);
+    let chain_id = dev.chain_id;
+    // what polls the chain stops before the chain does (no error after a success)
+    drop(m);
+    drop(node);
+    dev.stop().await;
     Ok(DemoSummary {
-        chain_id: dev.chain_id,
+        chain_id,
         market,
         market_id,
         question: opts.question,

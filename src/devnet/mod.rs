@@ -27,7 +27,7 @@ pub const ANVIL_VERSION: &str = "1.7.1";
 #[derive(Debug, thiserror::Error)]
 pub enum DevnetError {
     #[error(
-        "anvil not found at {0}: run `scripts/install-tools.sh` (or set ANVIL_BIN to an anvil {ANVIL_VERSION} binary)"
+        "anvil not found at {0}: run `scripts/install-tools.sh --demo` in the checkout (no root needed), or set ANVIL_BIN to an anvil {ANVIL_VERSION} binary"
     )]
     AnvilMissing(PathBuf),
     #[error("anvil did not start: {0}")]
@@ -197,6 +197,20 @@ impl Devnet {
 
     pub fn identity(&self) -> IIdentityRegistry::IIdentityRegistryInstance<DynProvider> {
         IIdentityRegistry::new(self.contracts.identity, self.provider.clone())
+    }
+
+    /// Stops the chain after what polls it: the provider is dropped first (alloy's receipt
+    /// heartbeat polls new blocks through it and ends once no provider holds its client,
+    /// at its next tick, 250 ms on a local endpoint), then anvil. A chain stopped under a
+    /// live poller makes it log `ERROR failed to poll`. Every other clone of the provider
+    /// (contract instances) must be dropped before.
+    pub async fn stop(self) {
+        let Devnet {
+            anvil, provider, ..
+        } = self;
+        drop(provider);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        drop(anvil);
     }
 
     /// Authorizes (or not) a resolver, as the market owner.
