@@ -40,6 +40,7 @@ fn eval_input() -> crate::evaluate::EvalInput {
             sources: vec![],
             abstain: false,
             notes: vec![],
+            cuts: vec![],
         },
         challenges: vec![],
         responses: vec![],

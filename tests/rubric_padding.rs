@@ -92,6 +92,7 @@ fn worker(i: u8, evidence: &str, yes: bool) -> EvalWorker {
             sources: vec!["https://feed.example/report".into()],
             abstain: false,
             notes: vec![],
+            cuts: vec![],
         },
         challenges: vec!["Why?".into(), "What could be wrong?".into()],
         responses: vec![

@@ -345,3 +345,65 @@ async fn waiting_for_a_local_permit_is_not_charged_to_the_worker() {
         }
     }
 }
+
+#[tokio::test]
+async fn an_answer_with_too_many_sources_is_kept_with_the_list_cut() {
+    use axum::{Json, Router, routing::post};
+    // an A2A worker citing 70 sources, one of them far over the size bound
+    let mut sources: Vec<String> = (0..70)
+        .map(|i| format!("https://example.org/{i}"))
+        .collect();
+    sources[3] = format!("https://example.org/{}", "x".repeat(3000));
+    let body = serde_json::json!({
+        "determination": true,
+        "confidence": 0.8,
+        "evidence": "The reference feed reported YES.",
+        "sources": sources,
+    });
+    let app = Router::new().route(
+        "/a2a/resolve",
+        post(move || {
+            let body = body.clone();
+            async move { Json(body) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = cresolver::workers::StageClient::new(
+        cresolver::workers::StageClient::default_http(),
+        cresolver::workers::StageLimits {
+            timeout: Duration::from_secs(5),
+            max_body_bytes: 256 * 1024,
+            connect_retries: 1,
+            retry_backoff: Duration::from_millis(20),
+        },
+        Arc::new(tokio::sync::Semaphore::new(4)),
+    );
+    let stage = resolve_stage(&client, &[slot(1, &url)], &request(), QuorumRule::Bft, None).await;
+    let a = stage.results[0]
+        .outcome
+        .as_ref()
+        .expect("the answer is kept");
+    assert_eq!(a.sources.len(), cresolver::workers::protocol::MAX_SOURCES);
+    assert_eq!(
+        a.sources[3], "https://example.org/4",
+        "the over-long one dropped"
+    );
+    assert_eq!(
+        a.cuts,
+        vec![cresolver::workers::ListCut {
+            field: "sources".into(),
+            received: 70,
+            kept: 64,
+            oversize: 1,
+            max: 64,
+        }]
+    );
+    let recorded = serde_json::to_value(&stage).unwrap();
+    assert_eq!(
+        recorded.pointer("/results/0/outcome/Ok/cuts/0/received"),
+        Some(&serde_json::json!(70)),
+        "the cut is in the transcript: {recorded}"
+    );
+}

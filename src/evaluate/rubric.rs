@@ -341,6 +341,7 @@ mod tests {
                 sources: sources.iter().map(|s| s.to_string()).collect(),
                 abstain: false,
                 notes: vec![],
+                cuts: vec![],
             },
             challenges: vec!["a".into(), "b".into(), "c".into()],
             responses: responses.iter().map(|s| s.to_string()).collect(),

@@ -521,6 +521,7 @@ mod tests {
             sources: vec![],
             abstain: false,
             notes: vec![],
+            cuts: vec![],
         };
         let result = |i: u8, outcome| ResolveResult {
             address: Address::repeat_byte(i),

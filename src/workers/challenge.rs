@@ -114,6 +114,7 @@ mod tests {
             sources: vec![],
             abstain: false,
             notes: vec![],
+            cuts: vec![],
         }
     }
 

@@ -34,9 +34,9 @@
 use super::client::{StageClient, bearer_header};
 use super::protocol::parse_json;
 use super::protocol::{
-    ChallengeOutcome, ChallengeRequest, MAX_EVIDENCE_BYTES, MAX_RESPONSE_BYTES, MAX_SOURCE_BYTES,
-    MAX_SOURCES, PeerAnswer, ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,
-    type_name, validate_resolve_answer,
+    ChallengeOutcome, ChallengeRequest, ListCut, MAX_EVIDENCE_BYTES, MAX_RESPONSE_BYTES,
+    MAX_SOURCE_BYTES, MAX_SOURCES, PeerAnswer, ResolveAnswer, ResolveRequest, WorkerFailure,
+    WorkerProtocol, type_name, validate_resolve_answer,
 };
 use futures::future::BoxFuture;
 use secrecy::SecretString;
@@ -585,7 +585,8 @@ impl AgentResponse {
                 "composed evidence was cut to {MAX_EVIDENCE_BYTES} bytes"
             ));
         }
-        let sources = self.sources(&mut notes);
+        let mut cuts = Vec::new();
+        let sources = self.sources(&mut notes, &mut cuts);
         let mut answer = validate_resolve_answer(&json!({
             "determination": self.position == Position::Yes,
             "confidence": self.confidence,
@@ -594,6 +595,7 @@ impl AgentResponse {
         }))?;
         answer.abstain = self.position == Position::Neutral;
         answer.notes = notes;
+        answer.cuts.extend(cuts);
         Ok(answer)
     }
 
@@ -666,7 +668,7 @@ impl AgentResponse {
 
     /// Evidence URLs then action sources, trimmed and deduplicated; over-long entries
     /// and entries past [`MAX_SOURCES`] are dropped with a note.
-    fn sources(&self, notes: &mut Vec<String>) -> Vec<String> {
+    fn sources(&self, notes: &mut Vec<String>, cuts: &mut Vec<ListCut>) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         let (mut too_long, mut too_many) = (0usize, 0usize);
         let candidates = self
@@ -696,6 +698,15 @@ impl AgentResponse {
             notes.push(format!(
                 "{too_many} source(s) past the first {MAX_SOURCES} dropped"
             ));
+        }
+        if too_long + too_many > 0 {
+            cuts.push(ListCut {
+                field: "sources".into(),
+                received: out.len() + too_long + too_many,
+                kept: out.len(),
+                oversize: too_long,
+                max: MAX_SOURCES,
+            });
         }
         out
     }
@@ -1222,6 +1233,7 @@ mod tests {
             sources: vec![],
             abstain: false,
             notes: vec![],
+            cuts: vec![],
         };
         let t = r.round_two_text(&own_yes);
         assert!(

@@ -18,6 +18,6 @@ pub mod roundtable;
 pub use a2a::A2aProtocol;
 pub use client::{StageClient, StageLimits};
 pub use protocol::{
-    ChallengeOutcome, ChallengeRequest, PeerAnswer, Ratification, RatifyRequest, ResolveAnswer,
-    ResolveRequest, WorkerFailure, WorkerProtocol,
+    ChallengeOutcome, ChallengeRequest, ListCut, PeerAnswer, Ratification, RatifyRequest,
+    ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,
 };

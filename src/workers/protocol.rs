@@ -44,6 +44,84 @@ pub struct ResolveAnswer {
     /// changed position in a later round), recorded in the transcript.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Lists cut to their bound: the answer is kept with what fits (recorded in the
+    /// transcript).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cuts: Vec<ListCut>,
+}
+
+/// A list field of an answer that was longer than its bound: kept, cut to the bound.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListCut {
+    /// The field (`sources`).
+    pub field: String,
+    /// Entries the worker sent.
+    pub received: usize,
+    /// Entries kept.
+    pub kept: usize,
+    /// Entries dropped because one alone is over its size bound.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub oversize: usize,
+    /// The bound on the number of entries.
+    pub max: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl ListCut {
+    /// What the cut did, for a person.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "`{}`: {} received, {} kept (at most {})",
+            self.field, self.received, self.kept, self.max
+        );
+        if self.oversize > 0 {
+            s.push_str(&format!(
+                ", {} dropped for being over {MAX_SOURCE_BYTES} bytes",
+                self.oversize
+            ));
+        }
+        s
+    }
+}
+
+/// Keeps the string entries of a list that fit (each at most `max_bytes`), at most `max`
+/// of them; a cut, when anything was dropped. `Err` names the first entry that is not a
+/// string.
+pub fn cut_string_list(
+    field: &str,
+    items: &[Value],
+    max: usize,
+    max_bytes: usize,
+) -> Result<(Vec<String>, Option<ListCut>), WorkerFailure> {
+    let mut out = Vec::with_capacity(items.len().min(max));
+    let mut oversize = 0;
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            Value::String(s) if s.len() > max_bytes => oversize += 1,
+            Value::String(s) => {
+                if out.len() < max {
+                    out.push(s.clone());
+                }
+            }
+            other => {
+                return Err(WorkerFailure::schema(format!(
+                    "`{field}[{i}]` must be a string, got {}",
+                    type_name(other)
+                )));
+            }
+        }
+    }
+    let cut = (out.len() < items.len()).then(|| ListCut {
+        field: field.to_string(),
+        received: items.len(),
+        kept: out.len(),
+        oversize,
+        max,
+    });
+    Ok((out, cut))
 }
 
 fn is_false(b: &bool) -> bool {
@@ -286,30 +364,8 @@ pub fn validate_resolve_answer(v: &Value) -> Result<ResolveAnswer, WorkerFailure
         }
         None => return Err(WorkerFailure::schema("`sources` is missing")),
     };
-    if sources.len() > MAX_SOURCES {
-        return Err(WorkerFailure::schema(format!(
-            "`sources` has {} entries; the limit is {MAX_SOURCES}",
-            sources.len()
-        )));
-    }
-    let mut out = Vec::with_capacity(sources.len());
-    for (i, s) in sources.iter().enumerate() {
-        match s {
-            Value::String(s) if s.len() <= MAX_SOURCE_BYTES => out.push(s.clone()),
-            Value::String(s) => {
-                return Err(WorkerFailure::schema(format!(
-                    "`sources[{i}]` is {} bytes; the limit is {MAX_SOURCE_BYTES}",
-                    s.len()
-                )));
-            }
-            other => {
-                return Err(WorkerFailure::schema(format!(
-                    "`sources[{i}]` must be a string, got {}",
-                    type_name(other)
-                )));
-            }
-        }
-    }
+    // too many sources, or an over-long one, costs the worker those sources, not its answer
+    let (out, cut) = cut_string_list("sources", sources, MAX_SOURCES, MAX_SOURCE_BYTES)?;
     Ok(ResolveAnswer {
         determination,
         confidence,
@@ -317,6 +373,7 @@ pub fn validate_resolve_answer(v: &Value) -> Result<ResolveAnswer, WorkerFailure
         sources: out,
         abstain: false,
         notes: vec![],
+        cuts: cut.into_iter().collect(),
     })
 }
 

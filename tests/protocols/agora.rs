@@ -195,6 +195,7 @@ async fn good_agent_resolves_and_defends() {
             sources: vec!["https://elsewhere.example".into()],
             abstain: false,
             notes: vec![],
+            cuts: vec![],
         }
         .into(),
     };
@@ -331,6 +332,7 @@ async fn error_message_is_rejected_with_its_code() {
         sources: vec![],
         abstain: false,
         notes: vec![],
+        cuts: vec![],
     };
     let outcome = s
         .proto

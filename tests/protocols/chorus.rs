@@ -195,6 +195,7 @@ fn own() -> ResolveAnswer {
         sources: vec![],
         abstain: false,
         notes: vec![],
+        cuts: vec![],
     }
 }
 

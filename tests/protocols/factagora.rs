@@ -64,6 +64,7 @@ fn answer(determination: bool, confidence: f64, evidence: &str, abstain: bool) -
         sources: vec!["https://feed.example/page".into()],
         abstain,
         notes: vec![],
+        cuts: vec![],
     }
 }
 

@@ -67,6 +67,7 @@ fn answer(yes: bool, confidence: f64, evidence: &str) -> ResolveAnswer {
         sources: vec!["https://src.example/a".into()],
         abstain: false,
         notes: vec![],
+        cuts: vec![],
     }
 }
 
