@@ -115,8 +115,59 @@ impl FactagoraProtocol {
         }
     }
 
-    /// POSTs one `PredictionRequest` to the webhook and validates the reply.
+    /// POSTs a `PredictionRequest` to the webhook as the platform does: a 5xx (the spec's
+    /// error body or not) or a connection error is retried up to [`RETRIES`] times with
+    /// exponential backoff from [`RETRY_BACKOFF`], all inside the stage's budget; a 4xx
+    /// or an invalid reply is not. Every failed attempt is recorded: as notes of the
+    /// answer that came after, or in [`WorkerFailure::Retried`].
     async fn call(
+        &self,
+        client: &StageClient,
+        endpoint: &Url,
+        body: &Value,
+    ) -> Result<AgentResponse, WorkerFailure> {
+        let budget = client.limits().timeout;
+        let deadline = tokio::time::Instant::now() + budget;
+        let mut earlier: Vec<String> = Vec::new();
+        let mut wait = RETRY_BACKOFF;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let attempt = tokio::time::timeout(left, self.call_once(client, endpoint, body))
+                .await
+                .unwrap_or(Err(WorkerFailure::Timeout {
+                    after_ms: budget.as_millis() as u64,
+                }));
+            match attempt {
+                Ok(mut response) => {
+                    for (i, e) in earlier.iter().enumerate() {
+                        response
+                            .notes
+                            .push(format!("attempt {} of the webhook failed: {e}", i + 1));
+                    }
+                    return Ok(response);
+                }
+                Err(f)
+                    if retryable(&f)
+                        && earlier.len() < RETRIES
+                        && tokio::time::Instant::now() + wait < deadline =>
+                {
+                    earlier.push(format!("{f} (retried after {} ms)", wait.as_millis()));
+                    tokio::time::sleep(wait).await;
+                    wait = wait.saturating_mul(2);
+                }
+                Err(f) if earlier.is_empty() => return Err(f),
+                Err(f) => {
+                    return Err(WorkerFailure::Retried {
+                        attempts: earlier,
+                        last: Box::new(f),
+                    });
+                }
+            }
+        }
+    }
+
+    /// One POST of a `PredictionRequest` and the validation of its reply.
+    async fn call_once(
         &self,
         client: &StageClient,
         endpoint: &Url,
@@ -262,6 +313,22 @@ fn describe_round_two(peers: &[PeerAnswer]) -> String {
         peers.len(),
         list.join(", ")
     )
+}
+
+/// Retries of a failed webhook call ("We will retry up to 2 times with exponential
+/// backoff").
+pub const RETRIES: usize = 2;
+/// The wait before the first retry; it doubles for the next.
+pub const RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Whether the platform retries a failure: a 5xx (with the spec's error body it is
+/// [`WorkerFailure::Rejected`]) or a connection error; never a 4xx or a bad reply.
+fn retryable(f: &WorkerFailure) -> bool {
+    match f {
+        WorkerFailure::HttpStatus { status, .. } => (500..600).contains(status),
+        WorkerFailure::Rejected { .. } | WorkerFailure::Connect { .. } => true,
+        _ => false,
+    }
 }
 
 /// Maps a 5xx carrying the spec's error body (`{error, message, code}`) to

@@ -229,6 +229,13 @@ pub enum WorkerFailure {
     /// out-of-order message) and no valid answer arrived.
     #[error("rejected message: {detail}")]
     Envelope { detail: String },
+    /// The last of several attempts failed (a protocol that retries, as Factagora's
+    /// platform does): every earlier attempt is listed.
+    #[error("{last} (the last of {} attempts; earlier: {})", attempts.len() + 1, attempts.join("; "))]
+    Retried {
+        attempts: Vec<String>,
+        last: Box<WorkerFailure>,
+    },
 }
 
 impl WorkerFailure {
@@ -247,6 +254,7 @@ impl WorkerFailure {
             WorkerFailure::NotDiscovered { .. } => "not_discovered",
             WorkerFailure::Rejected { .. } => "rejected",
             WorkerFailure::Envelope { .. } => "envelope",
+            WorkerFailure::Retried { last, .. } => last.kind(),
         }
     }
 

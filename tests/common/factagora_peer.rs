@@ -24,6 +24,10 @@ pub enum FactagoraBehaviour {
     /// Round 1 gets the first behaviour, later rounds the second (read from the
     /// request's `roundNumber`).
     PerRound(Box<FactagoraBehaviour>, Box<FactagoraBehaviour>),
+    /// A bare status with no body (a proxy's 503, a 400).
+    Status(u16),
+    /// The n-th request gets the n-th behaviour; the last one repeats.
+    Sequence(Vec<FactagoraBehaviour>),
 }
 
 /// One request as received: the `Authorization` header and the JSON body.
@@ -31,6 +35,8 @@ pub enum FactagoraBehaviour {
 pub struct Received {
     pub authorization: Option<String>,
     pub body: Value,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 #[derive(Clone)]
@@ -80,10 +86,15 @@ async fn webhook(
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    s.received.lock().unwrap().push(Received {
-        authorization: authorization.clone(),
-        body: body.clone(),
-    });
+    let nth = {
+        let mut r = s.received.lock().unwrap();
+        r.push(Received {
+            authorization: authorization.clone(),
+            body: body.clone(),
+            at: std::time::Instant::now(),
+        });
+        r.len() - 1
+    };
     if let Some(token) = &s.token
         && authorization.as_deref() != Some(format!("Bearer {token}").as_str())
     {
@@ -94,10 +105,23 @@ async fn webhook(
             .into_response();
     }
     let round = body["roundNumber"].as_u64().unwrap_or(0);
-    let mut behaviour = s.behaviour.clone();
-    while let FactagoraBehaviour::PerRound(first, later) = behaviour {
-        behaviour = if round <= 1 { *first } else { *later };
-    }
+    let mut b = s.behaviour.clone();
+    let behaviour = loop {
+        b = match b {
+            FactagoraBehaviour::PerRound(first, later) => {
+                if round <= 1 {
+                    *first
+                } else {
+                    *later
+                }
+            }
+            FactagoraBehaviour::Sequence(mut steps) if !steps.is_empty() => {
+                let i = nth.min(steps.len() - 1);
+                steps.swap_remove(i)
+            }
+            other => break other,
+        };
+    };
     match behaviour {
         FactagoraBehaviour::Reply(v) => Json(v).into_response(),
         FactagoraBehaviour::Error { code, message } => (
@@ -109,7 +133,12 @@ async fn webhook(
             tokio::time::sleep(Duration::from_secs(60)).await;
             StatusCode::GATEWAY_TIMEOUT.into_response()
         }
-        FactagoraBehaviour::PerRound(..) => unreachable!(),
+        FactagoraBehaviour::Status(code) => StatusCode::from_u16(code)
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            .into_response(),
+        FactagoraBehaviour::PerRound(..) | FactagoraBehaviour::Sequence(..) => {
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
     }
 }
 

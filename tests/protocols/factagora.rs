@@ -202,13 +202,21 @@ async fn explicit_error_is_rejected_with_its_code_and_message() {
         },
     )
     .await;
-    assert_eq!(
-        resolve(&peer.url, Some(TOKEN)).await.unwrap_err(),
-        WorkerFailure::Rejected {
-            code: "LLM_API_ERROR".into(),
-            detail: "Failed to connect to OpenAI API".into()
+    // retried twice, as the platform does; the last failure is the answer
+    match resolve(&peer.url, Some(TOKEN)).await.unwrap_err() {
+        WorkerFailure::Retried { attempts, last } => {
+            assert_eq!(attempts.len(), 2, "{attempts:?}");
+            assert_eq!(
+                *last,
+                WorkerFailure::Rejected {
+                    code: "LLM_API_ERROR".into(),
+                    detail: "Failed to connect to OpenAI API".into()
+                }
+            );
         }
-    );
+        other => panic!("expected Retried, got {other}"),
+    }
+    assert_eq!(peer.requests().len(), 3);
     // A long message is cut from the client's excerpt; the code still comes through.
     let peer = factagora_peer::spawn(
         None,
@@ -219,11 +227,122 @@ async fn explicit_error_is_rejected_with_its_code_and_message() {
     )
     .await;
     match resolve(&peer.url, None).await.unwrap_err() {
-        WorkerFailure::Rejected { code, detail } => {
-            assert_eq!(code, "RATE_LIMIT");
-            assert_eq!(detail, "Internal agent error");
+        WorkerFailure::Retried { last, .. } => match *last {
+            WorkerFailure::Rejected { code, detail } => {
+                assert_eq!(code, "RATE_LIMIT");
+                assert_eq!(detail, "Internal agent error");
+            }
+            other => panic!("expected Rejected, got {other}"),
+        },
+        other => panic!("expected Retried, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_failed_webhook_is_retried_twice_with_exponential_backoff() {
+    let rate_limited = B::Error {
+        code: "RATE_LIMIT".into(),
+        message: "Too many requests".into(),
+    };
+    // a 503 without a body, the spec's error body, then an answer
+    let peer = factagora_peer::spawn(
+        Some(TOKEN),
+        B::Sequence(vec![
+            B::Status(503),
+            rate_limited.clone(),
+            B::Reply(good_response("YES", 0.8)),
+        ]),
+    )
+    .await;
+    let a = resolve(&peer.url, Some(TOKEN))
+        .await
+        .expect("the third attempt answers");
+    assert!(a.determination);
+    let got = peer.requests();
+    assert_eq!(got.len(), 3);
+    let (first, second) = (got[1].at - got[0].at, got[2].at - got[1].at);
+    assert!(
+        first >= Duration::from_millis(250) && second >= Duration::from_millis(500),
+        "backoff {first:?} then {second:?}"
+    );
+    assert!(
+        second > first,
+        "the backoff grows: {first:?} then {second:?}"
+    );
+    assert!(
+        got.iter().all(|r| r.body == got[0].body),
+        "the same request each time"
+    );
+    // every attempt is in the transcript
+    let attempts: Vec<&String> = a
+        .notes
+        .iter()
+        .filter(|n| n.starts_with("attempt "))
+        .collect();
+    assert_eq!(attempts.len(), 2, "{:?}", a.notes);
+    assert!(attempts[0].contains("HTTP status 503"), "{}", attempts[0]);
+    assert!(attempts[1].contains("RATE_LIMIT"), "{}", attempts[1]);
+
+    // a connection error is retried too: an agent that comes up a moment late
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let late = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let app = axum::Router::new().route(
+            "/webhook",
+            axum::routing::post(|| async { axum::Json(good_response("NO", 0.7)) }),
+        );
+        let l = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let _ = axum::serve(l, app).await;
+    });
+    let a = resolve(&format!("http://{addr}/webhook"), None)
+        .await
+        .expect("answered after a refused connection");
+    assert!(!a.determination);
+    assert!(
+        a.notes
+            .iter()
+            .any(|n| n.starts_with("attempt 1") && n.contains("connection failed")),
+        "{:?}",
+        a.notes
+    );
+    late.abort();
+}
+
+#[tokio::test]
+async fn a_4xx_is_not_retried_and_retries_stay_inside_the_stage_budget() {
+    let peer = factagora_peer::spawn(None, B::Status(400)).await;
+    let err = resolve(&peer.url, None).await.unwrap_err();
+    assert!(
+        matches!(err, WorkerFailure::HttpStatus { status: 400, .. }),
+        "{err}"
+    );
+    assert_eq!(peer.requests().len(), 1, "a 4xx is not retried");
+
+    // a 400 ms budget has room for one retry (after 250 ms), not for the second (500 ms)
+    let peer = factagora_peer::spawn(None, B::Status(500)).await;
+    let endpoint: Url = peer.url.parse().unwrap();
+    let started = std::time::Instant::now();
+    let err = proto(None)
+        .resolve(&client(400), &endpoint, &request())
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_millis(450),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(peer.requests().len(), 2);
+    match err {
+        WorkerFailure::Retried { attempts, last } => {
+            assert_eq!(attempts.len(), 1);
+            assert!(matches!(
+                *last,
+                WorkerFailure::HttpStatus { status: 500, .. }
+            ));
         }
-        other => panic!("expected Rejected, got {other}"),
+        other => panic!("expected Retried, got {other}"),
     }
 }
 
