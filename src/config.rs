@@ -139,7 +139,9 @@ pub struct ChorusCfg {
     pub challenge_skill: String,
     /// Budget offered per job, in Chorus credits.
     pub budget: f64,
-    /// This node's orchestrator id (a UUID); empty: a fresh one per start.
+    /// This node's orchestrator id on Chorus (a UUID v4), under which its hiring history
+    /// builds up; empty: drawn once and kept in the node's store (stable across restarts,
+    /// shared by a cluster).
     pub orchestrator_id: String,
 }
 

@@ -352,6 +352,20 @@ async fn finality_contract(s: &dyn RoundStore) {
             .unwrap(),
         "a round that left the state is not renewed twice"
     );
+
+    // node settings: the first writer wins
+    assert_eq!(
+        s.setting_or_init("chorus.orchestrator_id", "a")
+            .await
+            .unwrap(),
+        "a"
+    );
+    assert_eq!(
+        s.setting_or_init("chorus.orchestrator_id", "b")
+            .await
+            .unwrap(),
+        "a"
+    );
 }
 
 #[tokio::test]
@@ -374,6 +388,22 @@ async fn the_store_contract_holds_on_postgres() {
         "1,2"
     );
     finality_contract(&s).await;
+    // a second node of the cluster reads the same setting
+    assert_eq!(
+        again
+            .setting_or_init("chorus.orchestrator_id", "c")
+            .await
+            .unwrap(),
+        "a"
+    );
+    // a second node of the cluster reads the same setting
+    assert_eq!(
+        again
+            .setting_or_init("chorus.orchestrator_id", "c")
+            .await
+            .unwrap(),
+        "a"
+    );
 }
 
 #[tokio::test]

@@ -137,6 +137,16 @@ impl Node {
                 actual: chain_id,
             });
         }
+        let mut cfg = cfg;
+        if cfg.protocols.chorus.enabled && cfg.protocols.chorus.orchestrator_id.trim().is_empty() {
+            // one id for this node's hiring history on Chorus: drawn once, kept in the
+            // store (a cluster shares it), the same after every restart
+            let id = store
+                .setting_or_init(CHORUS_ORCHESTRATOR_KEY, &uuid::Uuid::new_v4().to_string())
+                .await?;
+            tracing::debug!(orchestrator_id = %id, "Chorus orchestrator id (from the store)");
+            cfg.protocols.chorus.orchestrator_id = id;
+        }
         let discovery = discovery_config(&cfg)?;
         let default_market = cfg.chain.market_address;
         let from = signer.as_ref().map(|s| s.address()).unwrap_or_default();
@@ -1513,6 +1523,9 @@ fn tx_step(e: TxError) -> Step {
         e => Step::Transient(e.to_string()),
     }
 }
+
+/// The store key of the node's Chorus `orchestrator_id` when none is configured.
+pub const CHORUS_ORCHESTRATOR_KEY: &str = "chorus.orchestrator_id";
 
 /// Blocks the watcher rescans when the block hash at its checkpoint changed.
 pub const REORG_WINDOW: u64 = 64;

@@ -290,6 +290,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS round_progress (
     market TEXT NOT NULL, market_id TEXT NOT NULL, attempt INTEGER NOT NULL, progress TEXT NOT NULL,
     updated_at INTEGER NOT NULL, PRIMARY KEY (market, market_id));
+CREATE TABLE IF NOT EXISTS node_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS round_attempts (
     market TEXT NOT NULL, market_id TEXT NOT NULL, attempt INTEGER NOT NULL, state TEXT NOT NULL,
     reason TEXT, request_tx TEXT, request_block INTEGER, submit_tx TEXT, outcome TEXT,
@@ -829,6 +830,22 @@ impl Store {
         })?;
         rows.map(|r| r.map_err(StoreError::from).and_then(WatchedRow::parse))
             .collect()
+    }
+
+    /// The value stored under `key`, storing `candidate` first when there is none: the
+    /// first writer wins, every later call (another process, another node) reads it.
+    pub fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
+        self.in_tx(|tx| {
+            tx.execute(
+                "INSERT INTO node_settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
+                params![key, candidate],
+            )?;
+            Ok(tx.query_row(
+                "SELECT value FROM node_settings WHERE key = ?1",
+                params![key],
+                |r| r.get(0),
+            )?)
+        })
     }
 
     /// A round's earlier attempts, oldest first.

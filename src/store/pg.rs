@@ -75,12 +75,13 @@ CREATE TABLE tx_attempts (
     ),
     (
         2,
-        "finality: the mined block's hash, finalized rounds, earlier attempts kept",
+        "finality: the mined block's hash, finalized rounds, earlier attempts kept; node settings",
         "
 ALTER TABLE tx_nonces ADD COLUMN mined_hash TEXT;
 DROP INDEX rounds_open;
 CREATE INDEX rounds_open ON rounds (lease_until) WHERE state NOT IN ('confirmed', 'finalized', 'failed', 'skipped');
 CREATE INDEX rounds_confirmed ON rounds (updated_at) WHERE state = 'confirmed';
+CREATE TABLE node_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE round_attempts (
     market TEXT NOT NULL, market_id TEXT NOT NULL, attempt INTEGER NOT NULL, state TEXT NOT NULL,
     reason TEXT, request_tx TEXT, request_block BIGINT, submit_tx TEXT, outcome TEXT,
@@ -1387,6 +1388,22 @@ impl RoundStore for PgStore {
                 .parse()
             })
             .collect()
+    }
+
+    async fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO node_settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                &[&key, &candidate],
+            )
+            .await
+            .map_err(pg_err)?;
+        let row = client
+            .query_one("SELECT value FROM node_settings WHERE key = $1", &[&key])
+            .await
+            .map_err(pg_err)?;
+        col(&row, 0)
     }
 
     fn shared(&self) -> bool {

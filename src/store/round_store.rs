@@ -199,6 +199,10 @@ pub trait RoundStore: Send + Sync + 'static {
         market_id: U256,
     ) -> Result<Vec<PastAttempt>, StoreError>;
 
+    /// A node setting: the value stored under `key`, or `candidate` stored and returned
+    /// when there is none (the first writer wins; a cluster shares it).
+    async fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError>;
+
     // ── leases: which node drives which round ─────────────────────────────────────
     /// Whether several nodes share this store (PostgreSQL): rounds are then claimed
     /// from the store by whichever node has room, not only from this node's triggers.
@@ -528,6 +532,10 @@ impl RoundStore for SqliteStore {
         market_id: U256,
     ) -> Result<Vec<PastAttempt>, StoreError> {
         blocking!(self, |s| s.past_attempts(market, market_id))
+    }
+    async fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
+        let (k, c) = (key.to_string(), candidate.to_string());
+        blocking!(self, |s| s.setting_or_init(&k, &c))
     }
 
     fn node_id(&self) -> &str {

@@ -100,11 +100,14 @@ impl ChorusSettings {
                 self.budget
             ));
         }
-        if uuid::Uuid::parse_str(&self.orchestrator_id).is_err() {
-            return Err(format!(
-                "chorus `orchestrator_id` {:?} is not a UUID",
-                self.orchestrator_id
-            ));
+        match uuid::Uuid::parse_str(&self.orchestrator_id) {
+            Ok(u) if u.get_version_num() == 4 => {}
+            _ => {
+                return Err(format!(
+                    "chorus `orchestrator_id` {:?} is not a UUID v4 (leave it empty: the node draws one once and keeps it in its store)",
+                    self.orchestrator_id
+                ));
+            }
         }
         Ok(())
     }

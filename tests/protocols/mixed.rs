@@ -162,3 +162,58 @@ async fn a_mixed_round_resolves_on_chain() {
     assert_eq!(rounds, [1, 2]);
     r.stop().await;
 }
+
+#[tokio::test]
+async fn the_chorus_orchestrator_id_is_drawn_once_and_kept_across_a_restart() {
+    use crate::common::chain::more_markets;
+    let a2a = agent(behaviour(DeterminationMode::Yes, 0.8)).await;
+    let chorus = chorus_peer::spawn(vec![
+        (
+            "market_resolve",
+            chorus_peer::ChorusBehaviour::Answer(chorus_peer::answer(true, 0.7)),
+        ),
+        (
+            "market_challenge",
+            chorus_peer::ChorusBehaviour::Defend { short: 0 },
+        ),
+    ])
+    .await;
+    let s = market_with_workers(vec![
+        registration("a2a", json!({"name": "A2A", "endpoint": a2a})),
+        registration("chorus", json!({"name": "Chorus", "endpoint": chorus.url})),
+    ])
+    .await;
+    let second = more_markets(&s, 1).await[0];
+    let dir = tmpdir("chorus-id");
+    let wf = workflow_file(&dir, |t| t);
+    let market = s.dev.contracts.market;
+    let ids = |from: usize| -> Vec<String> {
+        chorus.jobs()[from..]
+            .iter()
+            .map(|j| j["orchestrator_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    let r = start(node_config(&s, &dir, wf.clone()), s.dev.signers[0].clone()).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let report = wait_final(&r.node, market, s.market_id).await;
+    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    r.stop().await;
+    let first = ids(0);
+    assert!(!first.is_empty());
+    let id = first[0].clone();
+    assert!(first.iter().all(|i| *i == id), "one id per node: {first:?}");
+    let parsed = uuid::Uuid::parse_str(&id).unwrap();
+    assert_eq!(parsed.get_version_num(), 4, "{id}");
+
+    // restarted on the same store: the same id
+    let seen = chorus.jobs().len();
+    let r = start(node_config(&s, &dir, wf), s.dev.signers[0].clone()).await;
+    s.dev.request_resolution(second).await.unwrap();
+    let report = wait_final(&r.node, market, second).await;
+    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    r.stop().await;
+    let later = ids(seen);
+    assert!(!later.is_empty());
+    assert!(later.iter().all(|i| *i == id), "{id} then {later:?}");
+}
