@@ -91,6 +91,21 @@ async fn the_status_page_shows_a_round_confirmed_live_and_worker_html_as_text() 
     assert!(text.contains("met (3/2 of 3)"), "quorum shown: {text}");
     assert!(text.contains("YES · 0.90"), "answer and confidence: {text}");
     assert!(text.contains("w="), "weights: {text}");
+    // the outcome and the weight behind it, in the list
+    let outcome = page
+        .eval(&format!("{row}.querySelector('td.outcome').innerText"))
+        .await;
+    let outcome = outcome.as_str().unwrap();
+    assert!(outcome.starts_with("YES (weight "), "outcome: {outcome}");
+    // each worker's payout as the contract paid it
+    for w in &s.workers {
+        let paid = s.dev.market().balances(*w).call().await.unwrap();
+        let eth = alloy::primitives::utils::format_ether(paid);
+        assert!(
+            text.contains(&format!("pays {eth} ETH")),
+            "payout {eth} of {w}: {text}"
+        );
+    }
     assert!(
         text.contains(": mined, 1 attempt(s)") && text.contains("confirmed in block"),
         "transaction: {text}"

@@ -108,18 +108,41 @@ pub fn round_view(
         .as_ref()
         .and_then(|t| t.outcome.as_ref())
         .map(|o| &o.tally);
+    // what resolveMarket pays each worker, from the market read at the request block
+    let payouts: Vec<(alloy::primitives::Address, U256)> = match (tally, transcript.as_ref()) {
+        (Some(t), Some(tr)) => {
+            let stakes: Vec<U256> = t
+                .workers
+                .iter()
+                .map(|w| {
+                    tr.market
+                        .workers
+                        .iter()
+                        .find(|m| m.address == w.address)
+                        .map_or(U256::ZERO, |m| m.stake)
+                })
+                .collect();
+            t.payouts(tr.market.reward_pool, &stakes)
+                .map(|p| t.workers.iter().map(|w| w.address).zip(p).collect())
+                .unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
     let workers: Vec<Value> = stage
         .map(|st| {
             st.results
                 .iter()
                 .map(|res| {
                     let tallied = tally.and_then(|t| t.workers.iter().find(|w| w.address == res.address));
+                    let payout = payouts.iter().find(|(a, _)| *a == res.address).map(|(_, p)| *p);
                     let mut w = json!({
                         "address": res.address,
                         "answer": Value::Null,
                         "confidence": Value::Null,
                         "scores": tallied.map(|t| [t.scores.res_quality, t.scores.src_quality, t.scores.analysis_depth]),
                         "weight": tallied.map(|t| t.weight),
+                        "payout_wei": payout.map(|p| p.to_string()),
+                        "payout_eth": payout.map(alloy::primitives::utils::format_ether),
                         "failure": Value::Null,
                     });
                     match &res.outcome {
@@ -164,6 +187,7 @@ pub fn round_view(
         "quorum": stage.map(|s| json!({"met": s.quorum_met, "valid": s.valid, "required": s.required, "registered": s.registered})),
         "workers": workers,
         "resolution": tally.map(|t| t.resolution),
+        "outcome": outcome_view(r, stage.map(|s| s.quorum_met), tally),
         "transactions": transactions,
         "confirmation": transcript.as_ref().and_then(|t| t.confirmation.as_ref()).map(|c| json!({
             "status": c.status, "tx_hash": c.tx_hash, "block_number": c.block_number,
@@ -178,6 +202,39 @@ pub fn round_view(
         v["transcript"] = r.outcome.clone().unwrap_or(Value::Null);
     }
     v
+}
+
+/// What the market was resolved to by this round and the vote weight behind it
+/// (`pending` while the transaction is not confirmed), or why there is none.
+fn outcome_view(
+    r: &RoundRecord,
+    quorum_met: Option<bool>,
+    tally: Option<&crate::resolve::TallyOutcome>,
+) -> Value {
+    use crate::store::RoundState as S;
+    let done = matches!(r.state, S::Confirmed | S::Finalized);
+    let on_its_way = matches!(r.state, S::Evaluated | S::Submitted);
+    match tally {
+        Some(t) if done || on_its_way => json!({
+            "resolution": if t.resolution { "YES" } else { "NO" },
+            "pending": on_its_way,
+            "weight": t.winning_weight(),
+            "yes_weight": t.yes_weight,
+            "no_weight": t.no_weight,
+            "tie": t.tie,
+        }),
+        _ => {
+            let why = match (quorum_met, r.state.is_final()) {
+                (Some(false), _) => "quorum not met".to_string(),
+                (_, true) => r
+                    .reason
+                    .clone()
+                    .map_or_else(|| r.state.as_str().to_string(), |x| short(x, 200)),
+                (_, false) => format!("not yet ({})", r.state.as_str()),
+            };
+            json!({ "resolution": Value::Null, "none": why })
+        }
+    }
 }
 
 #[derive(Deserialize)]

@@ -222,6 +222,39 @@ pub struct TallyOutcome {
 }
 
 impl TallyOutcome {
+    /// The vote weight behind the resolution (the YES weight for YES, else the NO).
+    pub fn winning_weight(&self) -> f64 {
+        if self.resolution {
+            self.yes_weight
+        } else {
+            self.no_weight
+        }
+    }
+
+    /// What `resolveMarket` pays each worker, in wei, in the tally's worker order:
+    /// `rewardPool * weight / totalWeight` (integer division, as the contract) plus the
+    /// worker's stake back (`stakes` in the same order; a missing one counts 0). `None`
+    /// when the weights sum to 0 (the contract reverts `ZeroTotalWeight`).
+    pub fn payouts(&self, reward_pool: U256, stakes: &[U256]) -> Option<Vec<U256>> {
+        let total = self
+            .workers
+            .iter()
+            .fold(U256::ZERO, |t, w| t.saturating_add(U256::from(w.weight)));
+        if total.is_zero() {
+            return None;
+        }
+        Some(
+            self.workers
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    let share = reward_pool.saturating_mul(U256::from(w.weight)) / total;
+                    share.saturating_add(stakes.get(i).copied().unwrap_or_default())
+                })
+                .collect(),
+        )
+    }
+
     pub fn addresses(&self) -> Vec<Address> {
         self.workers.iter().map(|w| w.address).collect()
     }
@@ -399,4 +432,51 @@ fn validate(workers: &[TallyWorker]) -> Result<(), TallyError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(weights: &[u64]) -> TallyOutcome {
+        TallyOutcome {
+            market_id: U256::ZERO,
+            resolution: true,
+            yes_weight: 2.0,
+            no_weight: 0.5,
+            tie: false,
+            workers: weights
+                .iter()
+                .enumerate()
+                .map(|(i, w)| WorkerResult {
+                    address: Address::repeat_byte(i as u8 + 1),
+                    responded: true,
+                    determination: Some(true),
+                    scores: OnchainScores::default(),
+                    quality: 0.0,
+                    reputation_factor: 1.0,
+                    vote_weight: 1.0,
+                    voted_with_outcome: true,
+                    weight: *w,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn payouts_are_what_the_contract_pays() {
+        // the figures of the contract test (tests/contracts.rs): 1 ETH pool, 0.01 stake
+        let stake = U256::from(10u64.pow(16));
+        let o = outcome(&[16000, 3025, 0]);
+        assert_eq!(
+            o.payouts(U256::from(10u64.pow(18)), &[stake; 3]).unwrap(),
+            vec![
+                U256::from(850_998_685_939_553_219u64),
+                U256::from(169_001_314_060_446_780u64),
+                stake
+            ]
+        );
+        assert_eq!(o.winning_weight(), 2.0);
+        assert_eq!(outcome(&[0, 0]).payouts(U256::from(1), &[]), None);
+    }
 }

@@ -37,6 +37,7 @@ function workerLine(w) {
     if (w.confidence !== null && w.confidence !== undefined) parts.push(Number(w.confidence).toFixed(2));
     if (w.scores) parts.push(w.scores.join("/"));
     if (w.weight !== null && w.weight !== undefined) parts.push("w=" + w.weight);
+    if (w.payout_eth) parts.push("pays " + w.payout_eth + " ETH");
   }
   return el("div", shortHex(w.address) + "  " + parts.join(" · "), "worker mono");
 }
@@ -56,6 +57,15 @@ function txSummary(r) {
     box.appendChild(el("div", text));
   }
   return box;
+}
+
+function outcomeText(o) {
+  if (!o) return "—";
+  if (o.resolution === null || o.resolution === undefined) return "none: " + (o.none || "");
+  let t = o.resolution + " (weight " + Number(o.weight).toFixed(2) + " of " + (Number(o.yes_weight) + Number(o.no_weight)).toFixed(2) + ")";
+  if (o.tie) t += ", a tie";
+  if (o.pending) t += ", not yet confirmed";
+  return t;
 }
 
 function renderChain(s) {
@@ -87,6 +97,8 @@ function renderList(data) {
     tr.appendChild(st);
     const q = r.quorum;
     tr.appendChild(el("td", q ? (q.met ? "met" : "not met") + " (" + q.valid + "/" + q.required + " of " + q.registered + ")" : "—"));
+    const out = el("td", outcomeText(r.outcome), "outcome");
+    tr.appendChild(out);
     const ws = el("td");
     for (const w of r.workers || []) ws.appendChild(workerLine(w));
     tr.appendChild(ws);
@@ -101,7 +113,7 @@ function renderList(data) {
   if (data.rounds.length === 0) {
     const tr = el("tr");
     const td = el("td", "no rounds yet");
-    td.colSpan = 8;
+    td.colSpan = 9;
     tr.appendChild(td);
     body.appendChild(tr);
   }
@@ -142,7 +154,7 @@ async function loadRound(id) {
   fact(dl, "question", r.question);
   fact(dl, "request", r.request_tx ? r.request_tx + " (block " + r.request_block + ")" : null);
   fact(dl, "quorum", r.quorum ? (r.quorum.met ? "met" : "not met") + " (" + r.quorum.valid + "/" + r.quorum.required + " of " + r.quorum.registered + ")" : null);
-  fact(dl, "resolution", r.resolution === null || r.resolution === undefined ? null : (r.resolution ? "YES" : "NO"));
+  fact(dl, "resolution", outcomeText(r.outcome));
   fact(dl, "reason", r.reason);
   fact(dl, "holder", r.holder || r.driven_by);
   const workers = $("round-workers");
