@@ -283,8 +283,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             market_id,
             json,
-        }) => rounds_show(&config, market_id, json),
-        Command::Rounds(RoundsCmd::Export { config, out }) => rounds_export(&config, &out),
+        }) => rounds_show(&config, market_id, json).await,
+        Command::Rounds(RoundsCmd::Export { config, out }) => rounds_export(&config, &out).await,
         Command::Rounds(RoundsCmd::Retry {
             config,
             market_id,

@@ -520,3 +520,79 @@ async fn a_restarted_node_with_a_fixed_id_takes_its_rounds_back_at_once() {
     );
     assert_eq!(resolved_events(&s).await.len(), 1);
 }
+
+/// `cresolver rounds …` against the cluster's database (no data dir), as an operator.
+fn rounds_cli(s: &MarketSetup, url: &str, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cresolver"))
+        .arg("rounds")
+        .args(args)
+        .args(["--rpc-url", &s.dev.rpc_url()])
+        .env("CRESOLVER__STORE__URL", url)
+        .env("CRESOLVER_LOG", "warn")
+        .env_remove("CRESOLVER_API_TOKEN")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rounds_commands_read_the_shared_database() {
+    let s = market(Duration::ZERO).await;
+    let pg = Pg::start();
+    let nodes = start_cluster(&s, &pg, &["a"], 15, 8).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    wait_all_final(&pg, 1, Duration::from_secs(60), &[&nodes[0]]).await;
+    let (id, market) = (s.market_id.to_string(), s.dev.contracts.market.to_string());
+    let url = pg.url();
+    let mut said = String::new();
+
+    let (ok, out, err) = rounds_cli(&s, &url, &["show", &id, "--market-address", &market]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains(": confirmed (attempt 1"), "{out}");
+    assert!(out.contains("nonce ") && out.contains("mined"), "{out}");
+    said += &(out + &err);
+
+    // without a market address: found among every round of the database
+    let (ok, out, err) = rounds_cli(&s, &url, &["show", &id, "--json"]);
+    assert!(ok, "{out}{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["round"]["state"], "confirmed");
+    said += &(out + &err);
+
+    let dir = tmpdir("rounds-export-pg");
+    let export = dir.join("out");
+    let (ok, out, err) = rounds_cli(&s, &url, &["export", "--out", export.to_str().unwrap()]);
+    assert!(ok && out.contains("exported 1 round(s)"), "{out}{err}");
+    let file = export.join(cresolver::transcript::export_file_name(
+        s.dev.contracts.market,
+        s.market_id,
+    ));
+    assert!(file.is_file(), "{out}");
+    said += &(out + &err);
+
+    // a resolved market is not retried: the chain says so
+    let (ok, out, err) = rounds_cli(&s, &url, &["retry", &id, "--market-address", &market]);
+    assert!(!ok && err.contains("nothing to retry"), "{out}{err}");
+    said += &(out + &err);
+
+    // a wrong password: a clear error that shows the URL without it
+    let wrong = url.replace(pg.password(), "not-the-password-7f3a");
+    let (ok, out, err) = rounds_cli(&s, &wrong, &["show", &id]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("cannot use the database at postgres://"),
+        "{err}"
+    );
+    assert!(!err.contains("not-the-password-7f3a"), "{err}");
+    said += &(out + &err);
+
+    assert!(
+        !said.contains(pg.password()),
+        "the password was printed:\n{said}"
+    );
+    assert_eq!(resolved_events(&s).await.len(), 1);
+}

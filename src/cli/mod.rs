@@ -18,7 +18,7 @@ use cresolver::dryrun::DryRunner;
 use cresolver::live::LiveContext;
 use cresolver::replay::{self, MarketReplay, ReplayOptions, ReplaySummary};
 use cresolver::round::Engine;
-use cresolver::store::{RoundState, Store};
+use cresolver::store::{RoundState, RoundStore, Store};
 use cresolver::transcript::Transcript;
 use cresolver::workflow::Workflow;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -118,18 +118,39 @@ pub fn progress(len: u64, what: &str) -> ProgressBar {
     pb
 }
 
-pub fn open_store(cfg: &NodeConfig) -> anyhow::Result<Store> {
-    anyhow::ensure!(
-        !cfg.store.is_postgres(),
-        "this command reads the embedded SQLite store, but store.url names a shared PostgreSQL database: ask any node of the cluster instead (GET /rounds, GET /rounds/<market id>, POST /resolve with the API token)"
-    );
-    let db = cfg.node.data_dir.join("cresolver.sqlite3");
-    anyhow::ensure!(
-        db.is_file(),
-        "no round store at {} (point --data-dir or node.data_dir at the node's data dir)",
-        db.display()
-    );
-    Ok(Store::open(&cfg.node.data_dir)?)
+/// The node's store, as the node opens it: the shared PostgreSQL database of
+/// `store.url` (its password never shown), or the SQLite file in the data dir, which
+/// must exist already (a command that reads rounds does not create an empty store).
+pub async fn open_store(cfg: &NodeConfig) -> anyhow::Result<std::sync::Arc<dyn RoundStore>> {
+    if !cfg.store.is_postgres() {
+        let db = cfg.node.data_dir.join("cresolver.sqlite3");
+        anyhow::ensure!(
+            db.is_file(),
+            "no round store at {} (point --data-dir or node.data_dir at the node's data dir, or store.url at the cluster's database)",
+            db.display()
+        );
+    }
+    Ok(cresolver::node::open_store(cfg).await?)
+}
+
+/// Every round of the store (newest first), page by page.
+pub async fn all_rounds(
+    store: &dyn RoundStore,
+) -> anyhow::Result<Vec<cresolver::store::RoundRecord>> {
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = store.list_summaries(500, cursor).await?;
+        for sum in page {
+            if let Some(rec) = store.get(sum.market, sum.market_id).await? {
+                out.push(rec);
+            }
+        }
+        match next {
+            Some(n) => cursor = Some(n),
+            None => return Ok(out),
+        }
+    }
 }
 
 /// Connects to the configured endpoints (`chain.rpc_urls`, or `chain.rpc_url`) and reads

@@ -54,8 +54,8 @@ pub async fn rounds_retry(
 ) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
     let market = cfg.market()?;
-    let store = open_store(&cfg)?;
-    let Some(rec) = store.get(market, id)? else {
+    let store = open_store(&cfg).await?;
+    let Some(rec) = store.get(market, id).await? else {
         anyhow::bail!("no round for market {id} on {market} in the store");
     };
     let unresolved = if rec.state.is_resolved() {
@@ -114,8 +114,10 @@ pub async fn rounds_retry(
             Err(e) => anyhow::bail!("cannot reach the node at {base}: {e}"),
         }
     }
-    let decision = store.manual_request_judged(market, id, &rec.workflow, unresolved)?;
-    let now = store.get(market, id)?.map(|r| r.state);
+    let decision = store
+        .manual_request_judged(market, id, &rec.workflow, unresolved)
+        .await?;
+    let now = store.get(market, id).await?.map(|r| r.state);
     println!(
         "round of market {id}: {} ({decision:?}); a node runs it when it starts{}",
         now.map_or("?", |s| s.as_str()),
@@ -131,16 +133,21 @@ pub async fn rounds_retry(
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn rounds_show(
+    config: &BaseConfigArgs,
+    id: U256,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
-    let store = open_store(&cfg)?;
+    let store = open_store(&cfg).await?;
     let rec = match cfg.chain.market_address {
         Some(m) => store
-            .get(m, id)?
+            .get(m, id)
+            .await?
             .with_context(|| format!("no round for market {id} on {m} in the store"))?,
         None => {
-            let mut all: Vec<_> = store
-                .list(i64::MAX as usize)?
+            let mut all: Vec<_> = all_rounds(store.as_ref())
+                .await?
                 .into_iter()
                 .filter(|r| r.market_id == id)
                 .collect();
@@ -153,8 +160,8 @@ pub fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Res
             }
         }
     };
-    let txs = store.tx_history(rec.market, rec.market_id)?;
-    let past = store.past_attempts(rec.market, rec.market_id)?;
+    let txs = store.tx_history(rec.market, rec.market_id).await?;
+    let past = store.past_attempts(rec.market, rec.market_id).await?;
     if json {
         let mut doc = match cresolver::transcript::export_document(&rec) {
             Ok(d) => d,
@@ -322,13 +329,13 @@ pub fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Result<ExitCode> {
+pub async fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
-    let store = open_store(&cfg)?;
+    let store = open_store(&cfg).await?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut written = 0usize;
     let mut skipped = Vec::new();
-    for rec in store.list(i64::MAX as usize)? {
+    for rec in all_rounds(store.as_ref()).await? {
         if cfg.chain.market_address.is_some_and(|m| m != rec.market) {
             continue;
         }
