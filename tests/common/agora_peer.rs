@@ -217,6 +217,8 @@ pub enum AgoraBehaviour {
     ResultWithoutOffer,
     /// A free OFFER whose `valid_until` has already passed.
     ExpiredOffer,
+    /// A free OFFER, then nothing after the ACCEPT.
+    OffersThenSilent,
 }
 
 /// The running agent; its task stops when the handle is dropped.
@@ -463,7 +465,10 @@ impl Agent {
                 let e = self.envelope(MessageType::Result, &thread, &client, payload);
                 self.send(e).await;
             }
-            AgoraBehaviour::Good | AgoraBehaviour::InvalidResult | AgoraBehaviour::ReplayedId => {
+            AgoraBehaviour::Good
+            | AgoraBehaviour::InvalidResult
+            | AgoraBehaviour::ReplayedId
+            | AgoraBehaviour::OffersThenSilent => {
                 self.send_good_offer(&thread, &client, good_offer).await;
             }
         }
@@ -517,6 +522,7 @@ impl Agent {
         let client = t.client.clone();
         let offer_id = t.offer_id.clone();
         match self.behaviour {
+            AgoraBehaviour::OffersThenSilent => {}
             AgoraBehaviour::InvalidResult => {
                 let payload = self.result_payload(&thread, 1.7);
                 let e = self.envelope(MessageType::Result, &thread, &client, payload);

@@ -391,6 +391,133 @@ async fn stale_timestamp_is_rejected() {
     assert!(s.relay.events_of_type("ACCEPT").is_empty());
 }
 
+/// The signed messages of `kind` the agent received from the node (the agent verified
+/// each signature against the node's did:key).
+async fn received_from_node(s: &Setup, kind: &str) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got: Vec<_> = s
+            .agent
+            .received()
+            .into_iter()
+            .filter(|e| e["type"] == kind && e["sender"]["id"] == s.node.did())
+            .collect();
+        if !got.is_empty() || Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The REQUEST's `request_id`, as the agent received it.
+fn request_id(s: &Setup) -> String {
+    s.agent
+        .received()
+        .iter()
+        .find(|e| e["type"] == "REQUEST")
+        .and_then(|e| e["payload"]["request_id"].as_str())
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn an_agent_whose_signed_envelope_is_refused_gets_a_signed_error_at_once() {
+    for behaviour in [
+        AgoraBehaviour::ReplayedId,
+        AgoraBehaviour::ResultWithoutOffer,
+    ] {
+        let s = setup(behaviour).await;
+        let started = Instant::now();
+        let err = resolve(&s, OK_BUDGET_MS).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_millis(OK_BUDGET_MS / 2),
+            "{behaviour:?}: waited {:?} for {err}",
+            started.elapsed()
+        );
+        assert!(
+            err.to_string().contains("signed ERROR (INVALID_REQUEST)"),
+            "{err}"
+        );
+        let errors = received_from_node(&s, "ERROR").await;
+        assert_eq!(errors.len(), 1, "{behaviour:?}: {:?}", s.agent.received());
+        let p = &errors[0]["payload"];
+        assert_eq!(p["code"], "INVALID_REQUEST");
+        assert_eq!(p["request_id"], request_id(&s).as_str());
+        let check = if behaviour == AgoraBehaviour::ReplayedId {
+            "replayed_id"
+        } else {
+            "out_of_state"
+        };
+        assert_eq!(p["details"]["check"], check, "{p}");
+        // the thread is over: no CANCEL follows the ERROR
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(received_from_node_now(&s, "CANCEL").is_empty());
+    }
+}
+
+fn received_from_node_now(s: &Setup, kind: &str) -> Vec<serde_json::Value> {
+    s.agent
+        .received()
+        .into_iter()
+        .filter(|e| e["type"] == kind && e["sender"]["id"] == s.node.did())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_thread_the_node_gives_up_is_cancelled_without_holding_up_the_round() {
+    // pending (no offer), active (offer accepted, no result): the budget runs out
+    for (behaviour, waiting) in [
+        (AgoraBehaviour::NeverOffers, "OFFER"),
+        (AgoraBehaviour::OffersThenSilent, "RESULT"),
+    ] {
+        let s = setup(behaviour).await;
+        let started = Instant::now();
+        let err = resolve(&s, FAIL_BUDGET_MS).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_millis(FAIL_BUDGET_MS + 300),
+            "the round was held up: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            err,
+            WorkerFailure::Timeout {
+                after_ms: FAIL_BUDGET_MS
+            }
+        );
+        let cancels = received_from_node(&s, "CANCEL").await;
+        assert_eq!(cancels.len(), 1, "{behaviour:?}: {:?}", s.agent.received());
+        let p = &cancels[0]["payload"];
+        assert_eq!(p["request_id"], request_id(&s).as_str());
+        assert!(
+            p["reason"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("waiting for the agent's {waiting}")),
+            "{p}"
+        );
+    }
+    // the round no longer needs the answer: the negotiation is dropped mid-way
+    let s = setup(AgoraBehaviour::NeverOffers).await;
+    let cut = tokio::time::timeout(Duration::from_millis(300), resolve(&s, OK_BUDGET_MS)).await;
+    assert!(cut.is_err(), "still running when dropped");
+    let cancels = received_from_node(&s, "CANCEL").await;
+    assert_eq!(cancels.len(), 1, "{:?}", s.agent.received());
+    assert!(
+        cancels[0]["payload"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the round ended"),
+        "{}",
+        cancels[0]
+    );
+    // an answered thread is not cancelled
+    let s = setup(AgoraBehaviour::Good).await;
+    resolve(&s, OK_BUDGET_MS).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(received_from_node_now(&s, "CANCEL").is_empty());
+    assert!(received_from_node_now(&s, "ERROR").is_empty());
+}
+
 #[tokio::test]
 async fn replayed_id_is_rejected() {
     let s = setup(AgoraBehaviour::ReplayedId).await;

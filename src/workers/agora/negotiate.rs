@@ -21,6 +21,18 @@
 //! - the node's own messages in a thread get strictly increasing timestamps, so an agent
 //!   subscribed with an exclusive `since` also sees an ACCEPT sent within the same
 //!   millisecond as the REQUEST.
+//!
+//! Ending a thread, and telling the agent:
+//! - an envelope only the agent can have sent (signed by it, to this node, in this
+//!   thread, with a fresh id) that is refused (wrong `request_id`, a message its state
+//!   does not allow, an id it reused) gets a signed `ERROR` with code `INVALID_REQUEST`
+//!   and the reason, and the negotiation ends at once (ERROR is terminal). Refusals a
+//!   third party could cause (bad signature, wrong sender, recipient or thread, stale
+//!   timestamp) are only recorded: answering them would let anyone end the thread;
+//! - a thread the node gives up while it is open (its budget ran out, the round no
+//!   longer needs the answer and drops the negotiation, the relay failed) gets a signed
+//!   `CANCEL`, sent by a task of its own after the negotiation ends, so it never holds
+//!   up the round.
 
 use super::AgoraNode;
 use super::envelope::{
@@ -47,9 +59,12 @@ pub const MAX_NOTES: usize = 16;
 const BACKOFF_START: Duration = Duration::from_millis(25);
 const BACKOFF_MAX: Duration = Duration::from_millis(200);
 
+/// How long a CANCEL sent after a negotiation ended may take.
+pub const CANCEL_WITHIN: Duration = Duration::from_secs(10);
+
 /// What to ask an agent.
 pub(crate) struct Ask<'a> {
-    pub node: &'a AgoraNode,
+    pub node: &'a std::sync::Arc<AgoraNode>,
     pub agent_did: &'a str,
     pub client: &'a StageClient,
     pub relay: &'a Url,
@@ -72,12 +87,29 @@ pub(crate) async fn run(ask: Ask<'_>) -> Result<Delivered, WorkerFailure> {
     let budget = ask.client.limits().timeout;
     let mut n = Negotiation::new(ask, budget);
     let deadline = n.deadline;
-    match tokio::time::timeout_at(deadline, n.drive()).await {
+    let out = match tokio::time::timeout_at(deadline, n.drive()).await {
         // A relay call cut by the client's own stage timeout (which can fire in the same
         // timer tick as the deadline) is the same event: the budget ran out.
-        Ok(Err(WorkerFailure::Timeout { .. })) | Err(_) => Err(n.timeout_failure()),
+        Ok(Err(WorkerFailure::Timeout { .. })) | Err(_) => {
+            n.cancel_reason = Some(format!(
+                "the client's budget of {} ms ran out waiting for the agent's {}",
+                budget.as_millis(),
+                n.waiting_for()
+            ));
+            Err(n.timeout_failure())
+        }
         Ok(result) => result,
+    };
+    if let Err(f) = &out
+        && n.cancel_reason.is_none()
+    {
+        n.cancel_reason = Some(format!(
+            "the client gave up the thread: {}",
+            clip(&f.to_string(), 300)
+        ));
     }
+    // `n` is dropped here: a thread still open is cancelled (see `Drop`)
+    out
 }
 
 struct Negotiation<'a> {
@@ -97,6 +129,47 @@ struct Negotiation<'a> {
     rejected_count: usize,
     skipped: Vec<String>,
     notes: Vec<String>,
+    /// Why the thread is given up, for the CANCEL (none: the round dropped it).
+    cancel_reason: Option<String>,
+}
+
+/// A thread still open when its negotiation ends is cancelled, by a task of its own: a
+/// negotiation that timed out, failed, or was dropped because the round no longer needs
+/// the answer does not leave the agent's thread open, and the round does not wait for it.
+impl Drop for Negotiation<'_> {
+    fn drop(&mut self) {
+        if !matches!(self.state, ThreadState::Pending | ThreadState::Active) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let node = self.ask.node.clone();
+        let (client, relay) = (self.ask.client.clone(), self.ask.relay.clone());
+        let (agent, thread) = (self.ask.agent_did.to_string(), self.thread_id.clone());
+        let ts = node.now_ms().max(self.last_sent_ms.saturating_add(1));
+        let reason = self
+            .cancel_reason
+            .take()
+            .unwrap_or_else(|| "the round ended without needing this answer".into());
+        let payload = json!({
+            "request_id": self.request_id,
+            "reason": reason,
+            "cancelled_at": format_ts(ts),
+        });
+        rt.spawn(async move {
+            let sent = tokio::time::timeout(
+                CANCEL_WITHIN,
+                post_message(&node, &client, &relay, &agent, &thread, MessageType::Cancel, payload, ts),
+            )
+            .await;
+            match sent {
+                Ok(Ok(())) => tracing::debug!(%agent, %thread, "agora: CANCEL sent"),
+                Ok(Err(e)) => tracing::info!(%agent, %thread, error = %e, "agora: the CANCEL could not be sent"),
+                Err(_) => tracing::info!(%agent, %thread, "agora: the CANCEL timed out"),
+            }
+        });
+    }
 }
 
 impl<'a> Negotiation<'a> {
@@ -117,6 +190,15 @@ impl<'a> Negotiation<'a> {
             rejected_count: 0,
             skipped: vec![],
             notes: vec![],
+            cancel_reason: None,
+        }
+    }
+
+    /// The agent's message the thread waits for.
+    fn waiting_for(&self) -> &'static str {
+        match self.state {
+            ThreadState::Active => "RESULT",
+            _ => "OFFER",
         }
     }
 
@@ -230,7 +312,7 @@ impl<'a> Negotiation<'a> {
                 return Ok(None);
             }
             ReplayVerdict::Replayed => {
-                return self.reject(Rejection::ReplayedId(clip(&env.id, 64)));
+                return self.refuse(Rejection::ReplayedId(clip(&env.id, 64))).await;
             }
             ReplayVerdict::Full => return self.reject(Rejection::ReplayCacheFull),
         }
@@ -248,10 +330,12 @@ impl<'a> Negotiation<'a> {
                     Some(v) => crate::workers::protocol::type_name(v).to_string(),
                     None => "no `payload.request_id`".to_string(),
                 };
-                return self.reject(Rejection::RequestId(format!(
-                    "{kind} {id} carries {got}; expected {:?}",
-                    self.request_id
-                )));
+                return self
+                    .refuse(Rejection::RequestId(format!(
+                        "{kind} {id} carries {got}; expected {:?}",
+                        self.request_id
+                    )))
+                    .await;
             }
         }
         if kind == MessageType::Offer && self.state == ThreadState::Active {
@@ -263,7 +347,11 @@ impl<'a> Negotiation<'a> {
         }
         let next = match self.state.on_received(kind) {
             Ok(next) => next,
-            Err(e) => return self.reject(Rejection::OutOfState(format!("{e} (message {id})"))),
+            Err(e) => {
+                return self
+                    .refuse(Rejection::OutOfState(format!("{e} (message {id})")))
+                    .await;
+            }
         };
         let env = verified.envelope;
         match kind {
@@ -298,6 +386,28 @@ impl<'a> Negotiation<'a> {
             self.rejected.push(reason);
         }
         Ok(None)
+    }
+
+    /// Refuses an envelope only the agent can have sent: a signed ERROR
+    /// (`INVALID_REQUEST`, the reason) tells it why and ends the thread, and the
+    /// negotiation ends with the refusal instead of waiting out its budget.
+    async fn refuse(&mut self, r: Rejection) -> Result<Option<Delivered>, WorkerFailure> {
+        let waiting_for = self.waiting_for();
+        let reason = r.to_string();
+        let _ = self.reject(r.clone());
+        let error = json!({
+            "request_id": self.request_id,
+            "code": "INVALID_REQUEST",
+            "message": clip(&reason, 500),
+            "details": {"check": r.kind()},
+        });
+        let told = match self.send(MessageType::Error, error).await {
+            Ok(_) => "the agent was told with a signed ERROR (INVALID_REQUEST)".to_string(),
+            Err(e) => format!("the ERROR to the agent could not be sent: {e}"),
+        };
+        Err(WorkerFailure::Envelope {
+            detail: format!("no valid {waiting_for}: refused {reason}; {told}"),
+        })
     }
 
     fn note(&mut self, note: String) {
@@ -445,41 +555,17 @@ impl<'a> Negotiation<'a> {
             .now_ms()
             .max(self.last_sent_ms.saturating_add(1));
         self.last_sent_ms = now;
-        let env = Envelope {
-            version: VERSION.into(),
-            id: new_id("msg"),
-            ts: format_ts(now),
+        post_message(
+            self.ask.node,
+            self.ask.client,
+            self.ask.relay,
+            self.ask.agent_did,
+            &self.thread_id,
             kind,
-            sender: Sender {
-                id: self.node_did.clone(),
-                name: Some("cresolver".into()),
-                url: None,
-            },
-            recipient: Recipient {
-                id: self.ask.agent_did.to_string(),
-            },
             payload,
-            thread: ThreadRef {
-                id: self.thread_id.clone(),
-            },
-            meta: Meta {
-                ttl: self.ask.node.settings().ttl_secs,
-                hop: 0,
-            },
-        };
-        let signed = self
-            .ask
-            .node
-            .sign(&env)
-            .map_err(|e| WorkerFailure::Request {
-                detail: e.to_string(),
-            })?;
-        // Our own ids are remembered too: an agent echoing one with other content is a replay.
-        let digest: [u8; 32] = Sha256::digest(signed.to_string().as_bytes()).into();
-        let _ = self.ask.node.remember(&env.id, digest, now);
-        let url = join_endpoint(self.ask.relay, "events")?;
-        let reply = self.ask.client.post_json(url, &signed).await?;
-        check_post_reply(&reply.body, kind)?;
+            now,
+        )
+        .await?;
         self.state = next;
         Ok(now)
     }
@@ -500,10 +586,7 @@ impl<'a> Negotiation<'a> {
     /// likely reason no answer came), else unacceptable offers, else a plain timeout.
     fn timeout_failure(&self) -> WorkerFailure {
         let ms = self.budget.as_millis() as u64;
-        let waiting_for = match self.state {
-            ThreadState::Active => "RESULT",
-            _ => "OFFER",
-        };
+        let waiting_for = self.waiting_for();
         if self.rejected_count > 0 {
             WorkerFailure::Envelope {
                 detail: format!(
@@ -524,6 +607,51 @@ impl<'a> Negotiation<'a> {
             WorkerFailure::Timeout { after_ms: ms }
         }
     }
+}
+
+/// Signs one of this node's messages in `thread` to `agent`, stamped `ts_ms`, remembers
+/// its id (an agent echoing it with other content is a replay) and posts it to the relay.
+#[allow(clippy::too_many_arguments)]
+async fn post_message(
+    node: &AgoraNode,
+    client: &StageClient,
+    relay: &Url,
+    agent: &str,
+    thread: &str,
+    kind: MessageType,
+    payload: Value,
+    ts_ms: i64,
+) -> Result<(), WorkerFailure> {
+    let env = Envelope {
+        version: VERSION.into(),
+        id: new_id("msg"),
+        ts: format_ts(ts_ms),
+        kind,
+        sender: Sender {
+            id: node.did(),
+            name: Some("cresolver".into()),
+            url: None,
+        },
+        recipient: Recipient {
+            id: agent.to_string(),
+        },
+        payload,
+        thread: ThreadRef {
+            id: thread.to_string(),
+        },
+        meta: Meta {
+            ttl: node.settings().ttl_secs,
+            hop: 0,
+        },
+    };
+    let signed = node.sign(&env).map_err(|e| WorkerFailure::Request {
+        detail: e.to_string(),
+    })?;
+    let digest: [u8; 32] = Sha256::digest(signed.to_string().as_bytes()).into();
+    let _ = node.remember(&env.id, digest, ts_ms);
+    let url = join_endpoint(relay, "events")?;
+    let reply = client.post_json(url, &signed).await?;
+    check_post_reply(&reply.body, kind)
 }
 
 /// The failure an agent's ERROR message stands for.

@@ -1,6 +1,9 @@
 //! The thread state machine of the Agora spec, from the client's side:
 //! `OPEN -REQUEST-> PENDING -OFFER*-> PENDING -ACCEPT-> ACTIVE -RESULT-> COMPLETED`,
-//! with an `ERROR` message (or a `CANCEL` by the client while `ACTIVE`) ending in `ERROR`.
+//! with an `ERROR` message (or a `CANCEL` by the client) ending in `ERROR`. The spec's
+//! table names CANCEL for `ACTIVE`; a client that gives up a `PENDING` request (its
+//! budget ran out before an acceptable offer) withdraws it with a CANCEL too, so the
+//! agent's thread does not stay open.
 //! Who may send what: the client sends REQUEST, ACCEPT and CANCEL; the agent sends
 //! OFFER and RESULT; either side may send ERROR.
 
@@ -37,7 +40,7 @@ impl ThreadState {
         match (self, kind) {
             (S::Open, M::Request) => Ok(S::Pending),
             (S::Pending, M::Accept) => Ok(S::Active),
-            (S::Active, M::Cancel) => Ok(S::Error),
+            (S::Pending | S::Active, M::Cancel) => Ok(S::Error),
             (S::Pending | S::Active, M::Error) => Ok(S::Error),
             (s, k) => Err(format!(
                 "the client may not send {k} in state {}",
@@ -105,6 +108,8 @@ mod tests {
         assert!(S::Open.on_received(M::Offer).is_err());
         assert!(S::Active.on_sent(M::Accept).is_err());
         assert_eq!(S::Active.on_sent(M::Cancel).unwrap(), S::Error);
+        assert_eq!(S::Pending.on_sent(M::Cancel).unwrap(), S::Error);
+        assert!(S::Completed.on_sent(M::Cancel).is_err());
         assert_eq!(S::Pending.on_received(M::Error).unwrap(), S::Error);
         assert_eq!(S::Active.on_received(M::Error).unwrap(), S::Error);
         assert!(S::Error.is_terminal() && S::Completed.is_terminal());
