@@ -596,3 +596,75 @@ async fn the_rounds_commands_read_the_shared_database() {
     );
     assert_eq!(resolved_events(&s).await.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_resends_a_reorged_resolution_once_and_finalizes_it() {
+    use alloy::providers::ext::AnvilApi;
+    let s = market(Duration::ZERO).await;
+    let pg = Pg::start();
+    let nodes = start_cluster(&s, &pg, &["a", "b"], 15, 8).await;
+    let key = s.dev.accounts[0];
+    let before = nonce(&s, key).await;
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    wait_all_final(&pg, 1, Duration::from_secs(60), &[&nodes[0], &nodes[1]]).await;
+    assert_eq!(nonce(&s, key).await, before + 1);
+    let mined = pg.psql("SELECT mined_tx FROM tx_nonces WHERE state = 'mined'");
+
+    // both nodes watch; the reorg removes the resolution (confirmations is 0)
+    s.dev
+        .provider
+        .anvil_reorg(alloy::rpc::types::anvil::ReorgOptions {
+            depth: 1,
+            tx_block_pairs: vec![],
+        })
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let resolved = s
+            .dev
+            .market()
+            .getMarket(s.market_id)
+            .call()
+            .await
+            .unwrap()
+            .resolved;
+        let state = pg.psql("SELECT state FROM rounds");
+        if resolved && state.trim() == "confirmed" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not re-sent ({state}):\n{}\n{}",
+            tail(&nodes[0].log(), 20),
+            tail(&nodes[1].log(), 20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(resolved_events(&s).await.len(), 1, "resolved once");
+    assert_eq!(
+        nonce(&s, key).await,
+        before + 1,
+        "the same bytes, no second transaction"
+    );
+    assert_eq!(
+        pg.psql("SELECT mined_tx FROM tx_nonces WHERE state = 'mined'"),
+        mined
+    );
+    let reorged: usize = nodes
+        .iter()
+        .map(|n| {
+            n.log()
+                .matches("left the canonical chain before it was final")
+                .count()
+        })
+        .sum();
+    assert_eq!(reorged, 1, "exactly one node reopened the round");
+
+    s.dev.provider.anvil_mine(Some(70), None).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pg.psql("SELECT state FROM rounds").trim() != "finalized" {
+        assert!(Instant::now() < deadline, "not finalized");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -240,11 +240,13 @@ impl Watcher {
         // a done round is served again only when the chain says the market is open; the
         // chain is read before the log is recorded, so an RPC error leaves it to the
         // next scan
-        let done = self
-            .store
-            .get(self.cfg.market, market_id)
-            .await?
-            .is_some_and(|r| r.state.is_resolved());
+        // (a log seen before — a rescan after a rewind — is a duplicate: no chain read)
+        let done = !self.store.log_seen(&log_ref).await?
+            && self
+                .store
+                .get(self.cfg.market, market_id)
+                .await?
+                .is_some_and(|r| r.state.is_resolved());
         let mut ignored_because = None;
         let unresolved = if done {
             match judge_request(

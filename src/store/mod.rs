@@ -481,6 +481,14 @@ impl Store {
         Ok(d)
     }
 
+    /// Whether this exact log was recorded before.
+    pub fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .prepare("SELECT 1 FROM seen_logs WHERE tx_hash = ?1 AND log_index = ?2")?
+            .exists(params![log.tx_hash.to_string(), log.log_index as i64])?)
+    }
+
     /// Records a request that came without a log (HTTP trigger, CLI).
     pub fn manual_request(
         &self,

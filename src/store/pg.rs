@@ -753,6 +753,18 @@ impl RoundStore for PgStore {
         Ok(d)
     }
 
+    async fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT 1 FROM seen_logs WHERE tx_hash = $1 AND log_index = $2",
+                &[&log.tx_hash.to_string(), &(log.log_index as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(row.is_some())
+    }
+
     async fn manual_request_judged(
         &self,
         market: Address,

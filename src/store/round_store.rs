@@ -49,6 +49,9 @@ pub trait RoundStore: Send + Sync + 'static {
         self.manual_request_judged(market, market_id, workflow, false)
             .await
     }
+    /// Whether this exact log was recorded before (a rescan after a rewind meets it
+    /// again).
+    async fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError>;
     /// [`Self::manual_request`] with the chain's word (see [`Self::record_request_judged`]).
     async fn manual_request_judged(
         &self,
@@ -304,6 +307,10 @@ impl RoundStore for SqliteStore {
             &l,
             unresolved_on_chain
         ))
+    }
+    async fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
+        let l = log.clone();
+        blocking!(self, |s| s.log_seen(&l))
     }
     async fn manual_request_judged(
         &self,
