@@ -49,8 +49,9 @@ async fn wait_round(
         }
         assert!(
             Instant::now() < deadline,
-            "the round never got {what}: {:?}",
-            round(dir, market, id).map(|r| (r.state, r.reason))
+            "the round never got {what}: {:?}\n{}",
+            round(dir, market, id).map(|r| (r.state, r.reason)),
+            std::fs::read_to_string(dir.join("node.log")).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -110,21 +111,41 @@ struct NodeProc {
 }
 
 impl NodeProc {
+    /// Starts the node binary and waits until its API answers; a port taken between
+    /// choosing it and binding it (another test) is retried with another.
     fn start(s: &MarketSetup, dir: &Path, wf: &Path) -> Self {
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
-        let child = node_process_with(
-            s,
-            dir,
-            wf,
-            None,
-            &[
-                ("CRESOLVER__API__LISTEN", &listen),
-                ("CRESOLVER_API_TOKEN", "finality-token"),
-                ("CRESOLVER_LOG", "info"),
-            ],
-        );
-        Self { child, port }
+        for _ in 0..5 {
+            let port = free_port();
+            let listen = format!("127.0.0.1:{port}");
+            let mut child = node_process_with(
+                s,
+                dir,
+                wf,
+                None,
+                &[
+                    ("CRESOLVER__API__LISTEN", &listen),
+                    ("CRESOLVER_API_TOKEN", "finality-token"),
+                    ("CRESOLVER_LOG", "info"),
+                ],
+            );
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if std::net::TcpStream::connect(&listen).is_ok() {
+                    return Self { child, port };
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
+                    assert!(
+                        log.contains("cannot listen"),
+                        "the node exited ({status}):\n{log}"
+                    );
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the node's API never answered");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        panic!("no free port for the node's API after 5 tries")
     }
 
     async fn stop(mut self) {
@@ -430,5 +451,60 @@ async fn a_reorg_below_the_finalized_block_changes_nothing() {
         !log.contains("left the canonical chain before it was final"),
         "{log}"
     );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reorged_resolution_whose_nonce_was_taken_is_signed_anew_while_the_market_is_open() {
+    use alloy::network::TransactionBuilder;
+    use alloy::rpc::types::TransactionRequest;
+    let s = market_with_three_workers().await;
+    let dir = tmpdir("final-nonce-taken");
+    let wf = workflow_file(&dir, |t| t);
+    let market = s.dev.contracts.market;
+    let key = s.dev.accounts[0];
+    let (first, sent) = reorged_while_down(&s, &dir, &wf).await;
+    let n = first.nonce;
+    assert_eq!(nonce(&s, key).await, n, "the reorg freed the nonce");
+    // the key's nonce is used by another transaction while the node is down
+    let transfer = TransactionRequest::default()
+        .with_from(key)
+        .with_to(s.dev.accounts[5])
+        .with_value(U256::from(1))
+        .with_nonce(n);
+    s.dev
+        .provider
+        .send_transaction(transfer)
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    let node = NodeProc::start(&s, &dir, &wf);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = round(&dir, market, s.market_id).unwrap();
+        if r.state == RoundState::Confirmed && resolved(&s).await {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not resolved anew: {:?}",
+            (r.state, r.reason)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let h = Store::open(&dir.join("data"))
+        .unwrap()
+        .tx_history(market, s.market_id)
+        .unwrap();
+    let states: Vec<(u64, NonceState)> = h.iter().map(|(r, _)| (r.nonce, r.state)).collect();
+    assert_eq!(
+        states,
+        vec![(n, NonceState::Lost), (n + 1, NonceState::Mined)],
+        "the taken nonce lost, a new one signed"
+    );
+    assert_eq!(resolved_events(&s).await.len(), 1, "resolved once");
+    assert_eq!(nonce(&s, key).await, sent + 1);
     node.stop().await;
 }

@@ -309,6 +309,15 @@ async fn invalid_result_is_a_schema_violation() {
         }
         other => panic!("{other:?}"),
     }
+    // the agent is told why its RESULT was refused
+    let errors = received_from_node(&s, "ERROR").await;
+    assert_eq!(errors.len(), 1, "{:?}", s.agent.received());
+    let p = &errors[0]["payload"];
+    assert_eq!(
+        (p["code"].as_str(), p["details"]["check"].as_str()),
+        (Some("INVALID_REQUEST"), Some("schema"))
+    );
+    assert!(p["message"].as_str().unwrap().contains("1.7"), "{p}");
 }
 
 #[tokio::test]

@@ -274,6 +274,7 @@ impl AgoraProtocol {
         &self.node
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn negotiate(
         &self,
         client: &StageClient,
@@ -282,6 +283,7 @@ impl AgoraProtocol {
         question: &str,
         description: &str,
         params: Value,
+        check: negotiate::OutputCheck,
     ) -> Result<negotiate::Delivered, WorkerFailure> {
         negotiate::run(negotiate::Ask {
             node: &self.node,
@@ -292,20 +294,36 @@ impl AgoraProtocol {
             title: envelope::clip(question, 200),
             description,
             params,
+            check,
         })
         .await
     }
 }
 
-/// Validates a RESULT `output` as a resolve answer and bounds the composed answer.
-fn to_resolve_answer(delivered: negotiate::Delivered) -> Result<ResolveAnswer, WorkerFailure> {
-    let prefix = |e: WorkerFailure| match e {
+/// A schema failure of a RESULT's `output`, named as such.
+fn output_failure(e: WorkerFailure) -> WorkerFailure {
+    match e {
         WorkerFailure::Schema { detail } => WorkerFailure::Schema {
             detail: format!("RESULT `output`: {detail}"),
         },
         other => other,
-    };
+    }
+}
+
+/// Whether a RESULT `output` is a valid resolve answer (checked before the RESULT is
+/// accepted, so that an invalid one is refused with a signed ERROR).
+fn check_resolve_output(output: &Value) -> Result<(), WorkerFailure> {
+    validate_resolve_answer(output)
+        .map(|_| ())
+        .map_err(output_failure)
+}
+
+/// Validates a RESULT `output` as a resolve answer and bounds the composed answer.
+fn to_resolve_answer(delivered: negotiate::Delivered) -> Result<ResolveAnswer, WorkerFailure> {
+    let prefix = output_failure;
     let answer = validate_resolve_answer(&delivered.output).map_err(prefix)?;
+    // what the first validation cut (sources over the bound) stays recorded
+    let cuts = answer.cuts.clone();
     let mut sources: Vec<String> = Vec::with_capacity(answer.sources.len());
     for s in answer.sources {
         let s = s.trim().to_string();
@@ -322,6 +340,7 @@ fn to_resolve_answer(delivered: negotiate::Delivered) -> Result<ResolveAnswer, W
     let mut answer = validate_resolve_answer(&composed).map_err(prefix)?;
     answer.abstain = false;
     answer.notes = delivered.notes;
+    answer.cuts = cuts;
     Ok(answer)
 }
 
@@ -355,6 +374,7 @@ impl WorkerProtocol for AgoraProtocol {
                     &request.question,
                     RESOLVE_DESCRIPTION,
                     params,
+                    check_resolve_output,
                 )
                 .await?;
             to_resolve_answer(delivered)
@@ -400,6 +420,9 @@ impl WorkerProtocol for AgoraProtocol {
                     &request.request.question,
                     CHALLENGE_DESCRIPTION,
                     params,
+                    // defences are matched by position and kept in part: any output is
+                    // taken and judged by `parse_challenge_responses`
+                    |_| Ok(()),
                 )
                 .await;
             match delivered {

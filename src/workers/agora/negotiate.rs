@@ -62,6 +62,9 @@ const BACKOFF_MAX: Duration = Duration::from_millis(200);
 /// How long a CANCEL sent after a negotiation ended may take.
 pub const CANCEL_WITHIN: Duration = Duration::from_secs(10);
 
+/// Whether a RESULT's `output` can be used; a refusal is told to the agent (ERROR).
+pub(crate) type OutputCheck = fn(&Value) -> Result<(), WorkerFailure>;
+
 /// What to ask an agent.
 pub(crate) struct Ask<'a> {
     pub node: &'a std::sync::Arc<AgoraNode>,
@@ -72,6 +75,7 @@ pub(crate) struct Ask<'a> {
     pub title: String,
     pub description: &'a str,
     pub params: Value,
+    pub check: OutputCheck,
 }
 
 /// A RESULT with status `success`: its (not yet validated) `output`, and what the
@@ -359,10 +363,21 @@ impl<'a> Negotiation<'a> {
                 self.consider_offer(&env, now).await?;
                 Ok(None)
             }
-            MessageType::Result => {
-                self.state = next;
-                self.result(env).map(Some)
-            }
+            MessageType::Result => match self.result(env) {
+                Ok(done) => match (self.ask.check)(&done.output) {
+                    Ok(()) => {
+                        self.state = next;
+                        Ok(Some(done))
+                    }
+                    Err(f) => self.refuse_result(f).await,
+                },
+                // the agent's own report of a failed job: the thread is complete
+                Err(f @ WorkerFailure::Rejected { .. }) => {
+                    self.state = next;
+                    Err(f)
+                }
+                Err(f) => self.refuse_result(f).await,
+            },
             MessageType::Error => {
                 self.state = next;
                 Err(error_failure(&env.payload))
@@ -408,6 +423,24 @@ impl<'a> Negotiation<'a> {
         Err(WorkerFailure::Envelope {
             detail: format!("no valid {waiting_for}: refused {reason}; {told}"),
         })
+    }
+
+    /// Refuses a RESULT whose content cannot be used: a signed ERROR
+    /// (`INVALID_REQUEST`, the reason) tells the agent, and the failure stands.
+    async fn refuse_result(
+        &mut self,
+        f: WorkerFailure,
+    ) -> Result<Option<Delivered>, WorkerFailure> {
+        let error = json!({
+            "request_id": self.request_id,
+            "code": "INVALID_REQUEST",
+            "message": clip(&f.to_string(), 500),
+            "details": {"check": f.kind()},
+        });
+        if let Err(e) = self.send(MessageType::Error, error).await {
+            tracing::info!(agent = %self.ask.agent_did, error = %e, "agora: the ERROR for a refused RESULT could not be sent");
+        }
+        Err(f)
     }
 
     fn note(&mut self, note: String) {
