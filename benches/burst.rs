@@ -4,7 +4,6 @@
 //! resolved exactly once with contiguous nonces. Run: `cargo bench --bench burst`.
 
 use alloy::providers::Provider;
-use cresolver::store::RoundState;
 use std::time::Duration;
 
 mod common;
@@ -30,7 +29,7 @@ fn main() -> anyhow::Result<()> {
             for id in &ids {
                 let r = node.report(dev.contracts.market, *id).await?;
                 match r.state {
-                    RoundState::Confirmed => confirmed += 1,
+                    s if s.is_confirmed() => confirmed += 1,
                     s if s.is_final() && r.reason.as_deref() != Some("no such round") => {
                         failed.push((*id, r.reason))
                     }

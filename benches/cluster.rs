@@ -136,7 +136,7 @@ fn main() -> anyhow::Result<()> {
             loop {
                 anyhow::ensure!(t0.elapsed() < Duration::from_secs(60), "no failover");
                 let r = survivor.node.report(dev.contracts.market, *id).await?;
-                if r.state == RoundState::Confirmed {
+                if r.state.is_confirmed() {
                     break;
                 }
                 anyhow::ensure!(!r.state.is_final(), "{r:?}");

@@ -54,10 +54,10 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
                     states.push((r.state.as_str(), ms(t0)));
                 }
             }
-            if matches!(r.state, RoundState::Submitted | RoundState::Confirmed) {
+            if r.state == RoundState::Submitted || r.state.is_confirmed() {
                 submitted.get_or_insert_with(|| ms(t0));
             }
-            if r.state == RoundState::Confirmed {
+            if r.state.is_confirmed() {
                 break;
             }
             anyhow::ensure!(

@@ -69,11 +69,9 @@ pub async fn demo_cmd(workers: usize, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", cresolver::demo::render(&summary));
     }
-    Ok(
-        if matches!(summary.state, RoundState::Confirmed | RoundState::Finalized) {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        },
-    )
+    Ok(if summary.state.is_confirmed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -18,7 +18,7 @@ use cresolver::dryrun::DryRunner;
 use cresolver::live::LiveContext;
 use cresolver::replay::{self, MarketReplay, ReplayOptions, ReplaySummary};
 use cresolver::round::Engine;
-use cresolver::store::{RoundState, RoundStore, Store};
+use cresolver::store::{RoundStore, Store};
 use cresolver::transcript::Transcript;
 use cresolver::workflow::Workflow;
 use indicatif::{ProgressBar, ProgressStyle};

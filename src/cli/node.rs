@@ -48,13 +48,11 @@ pub async fn resolve_cmd(
                 .unwrap_or_default()
         );
     }
-    Ok(
-        if matches!(report.state, RoundState::Confirmed | RoundState::Finalized) {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        },
-    )
+    Ok(if report.state.is_confirmed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Validates the config and its workflows and reaches the RPC and the market.

@@ -78,6 +78,12 @@ impl RoundState {
         )
     }
 
+    /// Our transaction resolved the market and is deep enough: `confirmed`, or
+    /// `finalized` once its block is final.
+    pub fn is_confirmed(self) -> bool {
+        matches!(self, RoundState::Confirmed | RoundState::Finalized)
+    }
+
     /// Done states where the market was (or was found) resolved: a new request is served
     /// only when the chain says the market is unresolved.
     pub fn is_resolved(self) -> bool {
