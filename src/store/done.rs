@@ -91,8 +91,7 @@ impl Store {
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError> {
         let n = self.conn().execute(
-            "UPDATE rounds SET state = 'finalized', outcome = COALESCE(?3, outcome), updated_at = ?4
-             WHERE market = ?1 AND market_id = ?2 AND state = 'confirmed'",
+            sql::FINALIZE,
             params![
                 market.to_string(),
                 market_id.to_string(),
@@ -128,15 +127,8 @@ impl Store {
     /// first writer wins, every later call (another process, another node) reads it.
     pub fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
         self.in_tx(|tx| {
-            tx.execute(
-                "INSERT INTO node_settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
-                params![key, candidate],
-            )?;
-            Ok(tx.query_row(
-                "SELECT value FROM node_settings WHERE key = ?1",
-                params![key],
-                |r| r.get(0),
-            )?)
+            tx.execute(sql::SETTING_INIT, params![key, candidate])?;
+            Ok(tx.query_row(sql::SETTING, params![key], |r| r.get(0))?)
         })
     }
 
@@ -163,6 +155,40 @@ impl Store {
         rows.map(|r| r.map_err(StoreError::from).and_then(PastRow::parse))
             .collect()
     }
+}
+
+/// The done-round statements both backends run, with SQLite's `?n` placeholders
+/// (PostgreSQL's store turns them into `$n`).
+pub(crate) mod sql {
+    /// A new attempt: `?1` market, `?2` market id, `?3` workflow, `?4`/`?5` the request's
+    /// tx and block (`NULL`: manual), `?6` now.
+    pub const RENEW: &str = "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = ?4,
+         request_block = ?5, reason = NULL, submit_tx = NULL, raw_tx = NULL, outcome = NULL,
+         updated_at = ?6, holder = NULL, lease_until = NULL WHERE market = ?1 AND market_id = ?2";
+    /// `confirmed` → `submitted`: `?3` reason, `?4` transcript (`NULL`: kept), `?5` now.
+    pub const REOPEN_ROUND: &str = "UPDATE rounds SET state = 'submitted', reason = ?3, outcome = COALESCE(?4, outcome), updated_at = ?5,
+         holder = NULL, lease_until = NULL WHERE market = ?1 AND market_id = ?2 AND state = 'confirmed'";
+    /// The key and nonce whose attempt resolved the round (`?1` market, `?2` market id).
+    pub const MINED_NONCE: &str =
+        "SELECT n.signer, n.chain_id, n.nonce FROM tx_nonces n JOIN rounds r
+         ON r.market = n.market AND r.market_id = n.market_id AND n.mined_tx = r.submit_tx
+         WHERE n.market = ?1 AND n.market_id = ?2 AND n.state = 'mined'
+         ORDER BY n.updated_at DESC LIMIT 1";
+    /// That nonce pending again: `?1`–`?3` the key and nonce, `?4` why, `?5` now.
+    pub const REOPEN_NONCE: &str = "UPDATE tx_nonces SET state = 'pending', mined_tx = NULL, mined_block = NULL, mined_hash = NULL,
+         detail = ?4, updated_at = ?5 WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3";
+    /// Its attempts never broadcast, so the drive re-sends them: `?1`–`?3` the nonce.
+    pub const UNSEND_ATTEMPTS: &str = "UPDATE tx_attempts SET sent_block = NULL WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3";
+    /// `confirmed` → `finalized`: `?3` transcript (`NULL`: kept), `?4` now.
+    pub const FINALIZE: &str =
+        "UPDATE rounds SET state = 'finalized', outcome = COALESCE(?3, outcome), updated_at = ?4
+         WHERE market = ?1 AND market_id = ?2 AND state = 'confirmed'";
+    /// A setting stored unless one is: `?1` key, `?2` value.
+    pub const SETTING_INIT: &str =
+        "INSERT INTO node_settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING";
+    pub const SETTING: &str = "SELECT value FROM node_settings WHERE key = ?1";
+    /// Whether a log was recorded: `?1` tx hash, `?2` log index.
+    pub const LOG_SEEN: &str = "SELECT 1 FROM seen_logs WHERE tx_hash = ?1 AND log_index = ?2";
 }
 
 /// The `confirmed` rounds with the nonce whose attempt resolved them (both backends;
@@ -287,9 +313,7 @@ pub(crate) fn renew_in(
     }
     tx.execute(ARCHIVE_SQL, params![m, id, t])?;
     tx.execute(
-        "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = ?4,
-         request_block = ?5, reason = NULL, submit_tx = NULL, raw_tx = NULL, outcome = NULL,
-         updated_at = ?6, holder = NULL, lease_until = NULL WHERE market = ?1 AND market_id = ?2",
+        sql::RENEW,
         params![
             m,
             id,
@@ -312,33 +336,23 @@ pub(crate) fn reopen_submission_in(
 ) -> Result<bool, StoreError> {
     let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
     let n = tx.execute(
-        "UPDATE rounds SET state = 'submitted', reason = ?3, outcome = COALESCE(?4, outcome), updated_at = ?5
-         WHERE market = ?1 AND market_id = ?2 AND state = 'confirmed'",
+        sql::REOPEN_ROUND,
         params![m, id, reason, outcome.map(|o| o.to_string()), t],
     )?;
     if n == 0 {
         return Ok(false);
     }
     let mined: Option<(String, i64, i64)> = tx
-        .query_row(
-            "SELECT n.signer, n.chain_id, n.nonce FROM tx_nonces n JOIN rounds r
-             ON r.market = n.market AND r.market_id = n.market_id AND n.mined_tx = r.submit_tx
-             WHERE n.market = ?1 AND n.market_id = ?2 AND n.state = 'mined'
-             ORDER BY n.updated_at DESC LIMIT 1",
-            params![m, id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
+        .query_row(sql::MINED_NONCE, params![m, id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?;
     if let Some((signer, chain_id, nonce)) = mined {
         tx.execute(
-            "UPDATE tx_nonces SET state = 'pending', mined_tx = NULL, mined_block = NULL, mined_hash = NULL,
-             detail = ?4, updated_at = ?5 WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3",
+            sql::REOPEN_NONCE,
             params![signer, chain_id, nonce, reason, t],
         )?;
-        tx.execute(
-            "UPDATE tx_attempts SET sent_block = NULL WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3",
-            params![signer, chain_id, nonce],
-        )?;
+        tx.execute(sql::UNSEND_ATTEMPTS, params![signer, chain_id, nonce])?;
     }
     Ok(true)
 }

@@ -463,7 +463,7 @@ impl Store {
     pub fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
         Ok(self
             .conn()
-            .prepare("SELECT 1 FROM seen_logs WHERE tx_hash = ?1 AND log_index = ?2")?
+            .prepare(done::sql::LOG_SEEN)?
             .exists(params![log.tx_hash.to_string(), log.log_index as i64])?)
     }
 

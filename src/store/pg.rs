@@ -19,9 +19,8 @@
 use super::txs::{ATTEMPT_SELECT, AttemptRow, NONCE_SELECT, NonceRow};
 use super::{
     ARCHIVE_SQL, AttemptRecord, DONE_SQL, KeyRef, Lease, LogRef, MinedAt, NonceRecord, NonceState,
-    PAST_SQL, PastAttempt, PastRow, RequestDecision, RoundRecord, RoundRow, RoundState, RoundStore,
-    RoundSummary, SELECT, StoreError, SummaryRow, TxPayload, WATCHED_SQL, Watched, WatchedRow,
-    corrupt, now, parse_market,
+    PastAttempt, RequestDecision, RoundRecord, RoundRow, RoundState, RoundStore, RoundSummary,
+    SELECT, StoreError, SummaryRow, TxPayload, Watched, corrupt, now, parse_market,
 };
 use alloy::primitives::{Address, B256, U256};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -30,6 +29,9 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio_postgres::{NoTls, Row, Transaction};
+
+mod done;
+use done::{renew_in, reopen_submission_in};
 
 /// The oldest PostgreSQL the store is tested against (`server_version_num`).
 pub const MIN_SERVER_VERSION: i32 = 120_000;
@@ -552,99 +554,6 @@ impl PgStore {
     }
 }
 
-/// [`RoundStore::renew_round`] inside a transaction.
-async fn renew_in(
-    tx: &Transaction<'_>,
-    market: Address,
-    market_id: U256,
-    workflow: &str,
-    request: Option<(B256, u64)>,
-    from: RoundState,
-) -> Result<bool, StoreError> {
-    let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
-    let state: Option<String> = tx
-        .query_opt(
-            "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
-            &[&m, &id],
-        )
-        .await
-        .map_err(pg_err)?
-        .map(|r| col(&r, 0))
-        .transpose()?;
-    if state.as_deref() != Some(from.as_str()) {
-        return Ok(false);
-    }
-    tx.execute(&pg_sql(ARCHIVE_SQL), &[&m, &id, &t])
-        .await
-        .map_err(pg_err)?;
-    tx.execute(
-        "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3, request_tx = $4,
-         request_block = $5, reason = NULL, submit_tx = NULL, raw_tx = NULL, outcome = NULL,
-         updated_at = $6, holder = NULL, lease_until = NULL WHERE market = $1 AND market_id = $2",
-        &[
-            &m,
-            &id,
-            &workflow,
-            &request.map(|(h, _)| h.to_string()),
-            &request.map(|(_, b)| b as i64),
-            &t,
-        ],
-    )
-    .await
-    .map_err(pg_err)?;
-    Ok(true)
-}
-
-/// [`RoundStore::reopen_submission`] inside a transaction.
-async fn reopen_submission_in(
-    tx: &Transaction<'_>,
-    market: Address,
-    market_id: U256,
-    reason: &str,
-    outcome: Option<&serde_json::Value>,
-) -> Result<bool, StoreError> {
-    let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
-    let n = tx
-        .execute(
-            "UPDATE rounds SET state = 'submitted', reason = $3, outcome = COALESCE($4, outcome), updated_at = $5,
-             holder = NULL, lease_until = NULL WHERE market = $1 AND market_id = $2 AND state = 'confirmed'",
-            &[&m, &id, &reason, &outcome.map(|o| o.to_string()), &t],
-        )
-        .await
-        .map_err(pg_err)?;
-    if n == 0 {
-        return Ok(false);
-    }
-    let mined = tx
-        .query_opt(
-            "SELECT n.signer, n.chain_id, n.nonce FROM tx_nonces n JOIN rounds r
-             ON r.market = n.market AND r.market_id = n.market_id AND n.mined_tx = r.submit_tx
-             WHERE n.market = $1 AND n.market_id = $2 AND n.state = 'mined'
-             ORDER BY n.updated_at DESC LIMIT 1",
-            &[&m, &id],
-        )
-        .await
-        .map_err(pg_err)?;
-    if let Some(row) = mined {
-        let (signer, chain, nonce): (String, i64, i64) =
-            (col(&row, 0)?, col(&row, 1)?, col(&row, 2)?);
-        tx.execute(
-            "UPDATE tx_nonces SET state = 'pending', mined_tx = NULL, mined_block = NULL, mined_hash = NULL,
-             detail = $4, updated_at = $5 WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
-            &[&signer, &chain, &nonce, &reason, &t],
-        )
-        .await
-        .map_err(pg_err)?;
-        tx.execute(
-            "UPDATE tx_attempts SET sent_block = NULL WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
-            &[&signer, &chain, &nonce],
-        )
-        .await
-        .map_err(pg_err)?;
-    }
-    Ok(true)
-}
-
 /// A column of a row, typed; a column of another type is a corrupt-data error, not a
 /// panic (`Row::get` panics).
 fn col<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T, StoreError> {
@@ -754,15 +663,7 @@ impl RoundStore for PgStore {
     }
 
     async fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "SELECT 1 FROM seen_logs WHERE tx_hash = $1 AND log_index = $2",
-                &[&log.tx_hash.to_string(), &(log.log_index as i64)],
-            )
-            .await
-            .map_err(pg_err)?;
-        Ok(row.is_some())
+        self.done_log_seen(log).await
     }
 
     async fn manual_request_judged(
@@ -1304,11 +1205,8 @@ impl RoundStore for PgStore {
         request: Option<(B256, u64)>,
         from: RoundState,
     ) -> Result<bool, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let done = renew_in(&tx, market, market_id, workflow, request, from).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(done)
+        self.done_renew(market, market_id, workflow, request, from)
+            .await
     }
 
     async fn reopen_submission(
@@ -1318,11 +1216,7 @@ impl RoundStore for PgStore {
         reason: &str,
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let done = reopen_submission_in(&tx, market, market_id, reason, outcome).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(done)
+        self.done_reopen(market, market_id, reason, outcome).await
     }
 
     async fn set_finalized(
@@ -1331,45 +1225,11 @@ impl RoundStore for PgStore {
         market_id: U256,
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        let n = client
-            .execute(
-                "UPDATE rounds SET state = 'finalized', outcome = COALESCE($3, outcome), updated_at = $4
-                 WHERE market = $1 AND market_id = $2 AND state = 'confirmed'",
-                &[
-                    &market.to_string(),
-                    &market_id.to_string(),
-                    &outcome.map(|o| o.to_string()),
-                    &(now() as i64),
-                ],
-            )
-            .await
-            .map_err(pg_err)?;
-        Ok(n > 0)
+        self.done_finalize(market, market_id, outcome).await
     }
 
     async fn awaiting_finality(&self, limit: usize) -> Result<Vec<Watched>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(&pg_sql(WATCHED_SQL), &[&(limit as i64)])
-            .await
-            .map_err(pg_err)?;
-        rows.iter()
-            .map(|r| {
-                WatchedRow {
-                    market: col(r, 0)?,
-                    market_id: col(r, 1)?,
-                    attempt: col::<i32>(r, 2)? as i64,
-                    signer: col(r, 3)?,
-                    chain_id: col(r, 4)?,
-                    nonce: col(r, 5)?,
-                    mined_tx: col(r, 6)?,
-                    mined_block: col(r, 7)?,
-                    mined_hash: col(r, 8)?,
-                }
-                .parse()
-            })
-            .collect()
+        self.done_watched(limit).await
     }
 
     async fn past_attempts(
@@ -1377,45 +1237,11 @@ impl RoundStore for PgStore {
         market: Address,
         market_id: U256,
     ) -> Result<Vec<PastAttempt>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                &pg_sql(PAST_SQL),
-                &[&market.to_string(), &market_id.to_string()],
-            )
-            .await
-            .map_err(pg_err)?;
-        rows.iter()
-            .map(|r| {
-                PastRow {
-                    attempt: col::<i32>(r, 0)? as i64,
-                    state: col(r, 1)?,
-                    reason: col(r, 2)?,
-                    request_tx: col(r, 3)?,
-                    request_block: col(r, 4)?,
-                    submit_tx: col(r, 5)?,
-                    outcome: col(r, 6)?,
-                    ended_at: col(r, 7)?,
-                }
-                .parse()
-            })
-            .collect()
+        self.done_past(market, market_id).await
     }
 
     async fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "INSERT INTO node_settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
-                &[&key, &candidate],
-            )
-            .await
-            .map_err(pg_err)?;
-        let row = client
-            .query_one("SELECT value FROM node_settings WHERE key = $1", &[&key])
-            .await
-            .map_err(pg_err)?;
-        col(&row, 0)
+        self.done_setting(key, candidate).await
     }
 
     fn shared(&self) -> bool {
