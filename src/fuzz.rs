@@ -141,7 +141,7 @@ pub fn targets() -> Vec<Target> {
         Target {
             name: "agora_poll",
             run: |b| {
-                let _ = crate::workers::agora::negotiate::parse_poll_reply(b);
+                let _ = crate::workers::agora::relay::parse_poll_reply(b);
             },
             seeds: || {
                 json_seeds(vec![

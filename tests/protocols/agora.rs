@@ -400,17 +400,21 @@ async fn stale_timestamp_is_rejected() {
     assert!(s.relay.events_of_type("ACCEPT").is_empty());
 }
 
-/// The signed messages of `kind` the agent received from the node (the agent verified
-/// each signature against the node's did:key).
+/// The signed messages of `kind` the agent received from the node so far (the agent
+/// verified each signature against the node's did:key).
+fn received_from_node_now(s: &Setup, kind: &str) -> Vec<serde_json::Value> {
+    s.agent
+        .received()
+        .into_iter()
+        .filter(|e| e["type"] == kind && e["sender"]["id"] == s.node.did())
+        .collect()
+}
+
+/// [`received_from_node_now`], waiting up to 5 s for the first one.
 async fn received_from_node(s: &Setup, kind: &str) -> Vec<serde_json::Value> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let got: Vec<_> = s
-            .agent
-            .received()
-            .into_iter()
-            .filter(|e| e["type"] == kind && e["sender"]["id"] == s.node.did())
-            .collect();
+        let got = received_from_node_now(s, kind);
         if !got.is_empty() || Instant::now() > deadline {
             return got;
         }
@@ -462,14 +466,6 @@ async fn an_agent_whose_signed_envelope_is_refused_gets_a_signed_error_at_once()
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(received_from_node_now(&s, "CANCEL").is_empty());
     }
-}
-
-fn received_from_node_now(s: &Setup, kind: &str) -> Vec<serde_json::Value> {
-    s.agent
-        .received()
-        .into_iter()
-        .filter(|e| e["type"] == kind && e["sender"]["id"] == s.node.did())
-        .collect()
 }
 
 #[tokio::test]

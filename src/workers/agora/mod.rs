@@ -28,6 +28,7 @@
 pub mod didkey;
 pub mod envelope;
 pub mod negotiate;
+pub mod relay;
 pub mod replay;
 pub mod thread;
 

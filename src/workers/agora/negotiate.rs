@@ -35,10 +35,8 @@
 //!   up the round.
 
 use super::AgoraNode;
-use super::envelope::{
-    self, Envelope, MessageType, Meta, Recipient, Rejection, Sender, ThreadRef, VERSION, clip,
-    format_ts,
-};
+use super::envelope::{self, Envelope, MessageType, Rejection, clip, format_ts};
+use super::relay::{parse_poll_reply, post_message};
 use super::replay::{RETAIN_MS, ReplayVerdict};
 use super::thread::ThreadState;
 use crate::workers::client::{HttpCall, StageClient, join_endpoint};
@@ -642,51 +640,6 @@ impl<'a> Negotiation<'a> {
     }
 }
 
-/// Signs one of this node's messages in `thread` to `agent`, stamped `ts_ms`, remembers
-/// its id (an agent echoing it with other content is a replay) and posts it to the relay.
-#[allow(clippy::too_many_arguments)]
-async fn post_message(
-    node: &AgoraNode,
-    client: &StageClient,
-    relay: &Url,
-    agent: &str,
-    thread: &str,
-    kind: MessageType,
-    payload: Value,
-    ts_ms: i64,
-) -> Result<(), WorkerFailure> {
-    let env = Envelope {
-        version: VERSION.into(),
-        id: new_id("msg"),
-        ts: format_ts(ts_ms),
-        kind,
-        sender: Sender {
-            id: node.did(),
-            name: Some("cresolver".into()),
-            url: None,
-        },
-        recipient: Recipient {
-            id: agent.to_string(),
-        },
-        payload,
-        thread: ThreadRef {
-            id: thread.to_string(),
-        },
-        meta: Meta {
-            ttl: node.settings().ttl_secs,
-            hop: 0,
-        },
-    };
-    let signed = node.sign(&env).map_err(|e| WorkerFailure::Request {
-        detail: e.to_string(),
-    })?;
-    let digest: [u8; 32] = Sha256::digest(signed.to_string().as_bytes()).into();
-    let _ = node.remember(&env.id, digest, ts_ms);
-    let url = join_endpoint(relay, "events")?;
-    let reply = client.post_json(url, &signed).await?;
-    check_post_reply(&reply.body, kind)
-}
-
 /// The failure an agent's ERROR message stands for.
 fn error_failure(p: &Value) -> WorkerFailure {
     let code = match p.get("code") {
@@ -718,57 +671,6 @@ fn clip_code(s: &str) -> String {
             }
         })
         .collect()
-}
-
-pub(crate) fn parse_poll_reply(body: &[u8]) -> Result<Vec<Value>, WorkerFailure> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| WorkerFailure::InvalidJson {
-        detail: format!("relay reply: {e}"),
-    })?;
-    let Value::Object(mut obj) = v else {
-        return Err(WorkerFailure::schema("relay reply is not a JSON object"));
-    };
-    if let Some(ok) = obj.get("ok")
-        && ok != &Value::Bool(true)
-    {
-        return Err(WorkerFailure::Request {
-            detail: format!("relay refused the subscription: {}", relay_error(&obj)),
-        });
-    }
-    match obj.remove("events") {
-        Some(Value::Array(events)) => Ok(events),
-        Some(other) => Err(WorkerFailure::schema(format!(
-            "relay reply `events` must be an array, got {}",
-            crate::workers::protocol::type_name(&other)
-        ))),
-        None => Err(WorkerFailure::schema("relay reply `events` is missing")),
-    }
-}
-
-fn check_post_reply(body: &[u8], kind: MessageType) -> Result<(), WorkerFailure> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(());
-    }
-    let v: Value = serde_json::from_slice(body).map_err(|e| WorkerFailure::InvalidJson {
-        detail: format!("relay reply to POST /events: {e}"),
-    })?;
-    if let Value::Object(obj) = &v
-        && let Some(ok) = obj.get("ok")
-        && ok != &Value::Bool(true)
-    {
-        return Err(WorkerFailure::Request {
-            detail: format!("relay refused the {kind}: {}", relay_error(obj)),
-        });
-    }
-    Ok(())
-}
-
-fn relay_error(obj: &serde_json::Map<String, Value>) -> String {
-    let part = |k: &str| obj.get(k).and_then(Value::as_str).map(|s| clip(s, 200));
-    match (part("error"), part("message")) {
-        (Some(e), Some(m)) => format!("{e}: {m}"),
-        (Some(x), None) | (None, Some(x)) => x,
-        (None, None) => "no reason given".into(),
-    }
 }
 
 /// `prefix_` + 32 random hex digits.
@@ -809,42 +711,6 @@ mod tests {
             error_failure(&json!({"message": "x"}))
                 .to_string()
                 .contains("`payload.code` is missing")
-        );
-    }
-
-    #[test]
-    fn relay_replies() {
-        assert_eq!(
-            parse_poll_reply(br#"{"ok":true,"events":[1,2]}"#)
-                .unwrap()
-                .len(),
-            2
-        );
-        assert_eq!(parse_poll_reply(br#"{"events":[]}"#).unwrap().len(), 0);
-        assert!(matches!(
-            parse_poll_reply(br#"{"ok":false,"error":"FORBIDDEN"}"#),
-            Err(WorkerFailure::Request { detail }) if detail.contains("FORBIDDEN")
-        ));
-        assert!(matches!(
-            parse_poll_reply(b"nope"),
-            Err(WorkerFailure::InvalidJson { .. })
-        ));
-        assert!(
-            parse_poll_reply(br#"{"ok":true}"#)
-                .unwrap_err()
-                .to_string()
-                .contains("`events` is missing")
-        );
-        assert!(check_post_reply(b"", MessageType::Request).is_ok());
-        assert!(check_post_reply(br#"{"ok":true,"id":"m"}"#, MessageType::Request).is_ok());
-        assert!(
-            check_post_reply(
-                br#"{"ok":false,"error":"INVALID_REQUEST"}"#,
-                MessageType::Accept
-            )
-            .unwrap_err()
-            .to_string()
-            .contains("refused the ACCEPT: INVALID_REQUEST")
         );
     }
 
