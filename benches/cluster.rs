@@ -6,8 +6,8 @@
 
 use alloy::primitives::U256;
 use alloy::providers::Provider;
-use cresolver::devnet::Devnet;
-use cresolver::store::RoundState;
+use cresolver_devnet::Devnet;
+use cresolver_store::RoundState;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -53,7 +53,7 @@ fn shared(
     url: String,
     node: String,
     lease: u64,
-) -> impl FnOnce(&mut cresolver::config::NodeConfig) {
+) -> impl FnOnce(&mut cresolver_pipeline::config::NodeConfig) {
     move |cfg| {
         cfg.store.url = url;
         cfg.store.node_id = node;

@@ -2,8 +2,8 @@
 //! rubric evaluator, http polling at 50 ms vs. a ws subscription), and the idle RSS of a
 //! `cresolver node` process. Run: `cargo bench --bench node`.
 
-use cresolver::devnet::Devnet;
-use cresolver::store::RoundState;
+use cresolver_devnet::Devnet;
+use cresolver_store::RoundState;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -97,7 +97,7 @@ async fn idle_rss() -> anyhow::Result<u64> {
     let dir = std::env::temp_dir().join(format!("cresolver-bench-idle-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let wf = dir.join("wf.toml");
-    std::fs::write(&wf, cresolver::demo::DEFAULT_WORKFLOW)?;
+    std::fs::write(&wf, cresolver_devnet::demo::DEFAULT_WORKFLOW)?;
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cresolver"));
     let mut child = tokio::process::Command::new(exe)
         .args([

@@ -5,17 +5,17 @@
 //! and writes it to `target/bench-round.md`.
 
 use alloy::primitives::{Address, U256};
-use cresolver::agent::{AgentBehaviour, DeterminationMode};
-use cresolver::evaluate::{EvalInput, EvalWorker, Evaluator, RubricEvaluator};
-use cresolver::resolve::tally::Vote;
-use cresolver::resolve::{Reputation, TallyWorker};
-use cresolver::round::{Engine, RoundInput};
-use cresolver::workers::challenge::challenges_for;
-use cresolver::workers::fanout::{WorkerSlot, WorkerTarget, resolve_stage};
-use cresolver::workers::{
+use cresolver_core::tally::Vote;
+use cresolver_core::{Reputation, TallyWorker};
+use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode};
+use cresolver_evaluate::{EvalInput, EvalWorker, Evaluator, RubricEvaluator};
+use cresolver_pipeline::round::{Engine, RoundInput};
+use cresolver_pipeline::workflow::Workflow;
+use cresolver_workers::challenge::challenges_for;
+use cresolver_workers::fanout::{WorkerSlot, WorkerTarget, resolve_stage};
+use cresolver_workers::{
     A2aProtocol, ChallengeRequest, ResolveRequest, StageClient, StageLimits, WorkerProtocol,
 };
-use cresolver::workflow::Workflow;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -64,7 +64,7 @@ async fn start_workers(latency: Duration) -> Vec<WorkerSlot> {
             latency,
             failure: None,
         };
-        let (url, _handle) = cresolver::agent::spawn("127.0.0.1:0", behaviour)
+        let (url, _handle) = cresolver_devnet::agent::spawn("127.0.0.1:0", behaviour)
             .await
             .expect("bind reference agent");
         slots.push(WorkerSlot {
@@ -227,8 +227,8 @@ async fn sequential_round(
             reputation: Reputation::default(),
         })
         .collect();
-    let outcome = cresolver::resolve::tally(U256::from(market_id), &tally_workers, wf.tally.tie)
-        .expect("tally");
+    let outcome =
+        cresolver_core::tally(U256::from(market_id), &tally_workers, wf.tally.tie).expect("tally");
     assert!(!outcome.report().is_empty());
     t.elapsed()
 }
@@ -269,7 +269,7 @@ fn process_cpu() -> Option<Duration> {
 }
 
 /// The engine's evaluator input for a finished round (what `Engine::run` builds).
-fn eval_input_of(out: &cresolver::round::RoundOutcome, market_id: u64) -> EvalInput {
+fn eval_input_of(out: &cresolver_pipeline::round::RoundOutcome, market_id: u64) -> EvalInput {
     let workers = out
         .resolve
         .results

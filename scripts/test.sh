@@ -13,8 +13,8 @@ node scripts/compile-contracts.mjs --check
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy --locked --all-targets -- -D warnings
+cargo clippy --locked --workspace --all-targets -- -D warnings
 echo "== cargo clippy --no-default-features (the production build, without the dev harness)"
-cargo clippy --locked --no-default-features --lib --bins -- -D warnings
+cargo clippy --locked --workspace --exclude cresolver-devnet --no-default-features --lib --bins -- -D warnings
 echo "== cargo test"
-cargo test --locked
+cargo test --locked --workspace

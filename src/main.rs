@@ -213,7 +213,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             target,
             seed,
         } => {
-            let targets: Vec<_> = cresolver::fuzz::targets()
+            let targets: Vec<_> = cresolver_pipeline::fuzz::targets()
                 .into_iter()
                 .filter(|t| target.as_deref().is_none_or(|n| n == t.name))
                 .collect();
@@ -221,7 +221,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 !targets.is_empty(),
                 "no fuzz target named {:?}; targets: {}",
                 target.unwrap_or_default(),
-                cresolver::fuzz::targets()
+                cresolver_pipeline::fuzz::targets()
                     .iter()
                     .map(|t| t.name)
                     .collect::<Vec<_>>()
@@ -230,7 +230,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut failed = false;
             for t in &targets {
                 let started = std::time::Instant::now();
-                let r = cresolver::fuzz::run(t, cases, seed);
+                let r = cresolver_pipeline::fuzz::run(t, cases, seed);
                 println!(
                     "{:<18} {:>10} cases  {:>4} panics  {:.1} s",
                     r.target,
@@ -260,7 +260,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 std::fs::read_to_string(&input).with_context(|| format!("reading {input}"))?
             };
-            match cresolver::tally_cli::run(&text) {
+            match crate::cli::tally::run(&text) {
                 Ok(out) => {
                     println!("{}", serde_json::to_string_pretty(&out)?);
                     Ok(ExitCode::SUCCESS)
@@ -292,7 +292,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }) => rounds_retry(&config, market_id, api).await,
         Command::Workflow(WorkflowCmd::Check { files }) => {
             for f in files {
-                let wf = cresolver::workflow::Workflow::load(&f)?;
+                let wf = cresolver_pipeline::workflow::Workflow::load(&f)?;
                 println!("# {} — ok", f.display());
                 println!("{}", toml::to_string_pretty(&wf)?);
             }

@@ -1,9 +1,9 @@
 //! The HTTP API over real HTTP: a server on an ephemeral port, called with reqwest.
 
 use alloy::primitives::{Address, U256};
-use cresolver::api::{ApiState, ManualTrigger, serve};
-use cresolver::metrics::Metrics;
-use cresolver::store::{RoundStore, SqliteStore, Store};
+use cresolver_metrics::Metrics;
+use cresolver_pipeline::node::api::{ApiState, ManualTrigger, serve};
+use cresolver_store::{RoundStore, SqliteStore, Store};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -181,7 +181,7 @@ async fn rounds_list_and_get() {
 
     assert_eq!(body["transactions"], json!([]));
     // a reserved nonce with a replaced and a replacing attempt
-    let key = cresolver::store::KeyRef {
+    let key = cresolver_store::KeyRef {
         signer: Address::repeat_byte(0x55),
         chain_id: 31337,
     };
@@ -190,7 +190,7 @@ async fn rounds_list_and_get() {
         .reserve_nonce(
             key,
             4,
-            &cresolver::store::TxPayload {
+            &cresolver_store::TxPayload {
                 market: MARKET,
                 market_id: U256::from(7),
                 to: MARKET,
@@ -206,7 +206,7 @@ async fn rounds_list_and_get() {
                 key,
                 MARKET,
                 U256::from(7),
-                &cresolver::store::AttemptRecord {
+                &cresolver_store::AttemptRecord {
                     nonce,
                     seq,
                     tx_hash: alloy::primitives::B256::repeat_byte(seq as u8 + 1),

@@ -7,7 +7,7 @@ mod common;
 use alloy::primitives::U256;
 use common::chain::*;
 use common::node::*;
-use cresolver::store::{RoundState, Store};
+use cresolver_store::{RoundState, Store};
 use std::time::{Duration, Instant};
 
 fn status_kib(pid: u32, field: &str) -> u64 {

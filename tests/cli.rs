@@ -5,7 +5,7 @@ mod common;
 
 use common::chain::*;
 use common::*;
-use cresolver::agent::DeterminationMode;
+use cresolver_devnet::agent::DeterminationMode;
 use std::process::Output;
 
 async fn run(args: &[&str], envs: &[(&str, String)]) -> Output {

@@ -13,7 +13,7 @@ use common::chain::{
 use common::node::{free_port, node_process_with, nonce, resolved_events, tmpdir, workflow_file};
 use common::pg::Pg;
 use common::{agent, behaviour};
-use cresolver::agent::{AgentBehaviour, DeterminationMode};
+use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -567,7 +567,7 @@ async fn the_rounds_commands_read_the_shared_database() {
     let export = dir.join("out");
     let (ok, out, err) = rounds_cli(&s, &url, &["export", "--out", export.to_str().unwrap()]);
     assert!(ok && out.contains("exported 1 round(s)"), "{out}{err}");
-    let file = export.join(cresolver::transcript::export_file_name(
+    let file = export.join(cresolver_pipeline::transcript::export_file_name(
         s.dev.contracts.market,
         s.market_id,
     ));

@@ -6,12 +6,10 @@ mod common;
 use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::providers::Provider;
 use common::chain::*;
-use cresolver::chain::bindings::artifacts::{CREReceiver, TestForwarder};
-use cresolver::chain::bindings::{ICREsolverMarket, IReputationRegistry};
-use cresolver::chain::decode_revert;
-use cresolver::resolve::report::{
-    ExecutionHeader, ReportMetadata, build_raw_report, encode_report,
-};
+use cresolver_chain::bindings::artifacts::{CREReceiver, TestForwarder};
+use cresolver_chain::bindings::{ICREsolverMarket, IReputationRegistry};
+use cresolver_chain::decode_revert;
+use cresolver_core::report::{ExecutionHeader, ReportMetadata, build_raw_report, encode_report};
 
 fn u(v: u64) -> U256 {
     U256::from(v)

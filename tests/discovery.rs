@@ -12,13 +12,13 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use common::chain::*;
-use cresolver::chain::reader::{MarketSnapshot, ReadError, read_market};
-use cresolver::devnet::{Devnet, data_uri, registration_json};
-use cresolver::discovery::{
+use cresolver_chain::discovery::{
     DiscardReason, DiscoveredWorker, DiscoveryConfig, discover, fetch_token_uri, to_slots,
 };
-use cresolver::resolve::Reputation;
-use cresolver::workers::StageClient;
+use cresolver_chain::reader::{MarketSnapshot, ReadError, read_market};
+use cresolver_core::Reputation;
+use cresolver_devnet::{Devnet, data_uri, registration_json};
+use cresolver_workers::StageClient;
 use std::time::Duration;
 use url::Url;
 
@@ -34,7 +34,7 @@ fn local_cfg() -> DiscoveryConfig {
 }
 
 async fn agent_url() -> String {
-    cresolver::agent::spawn("127.0.0.1:0", Default::default())
+    cresolver_devnet::agent::spawn("127.0.0.1:0", Default::default())
         .await
         .expect("bind agent")
         .0

@@ -6,12 +6,12 @@
 mod common;
 
 use common::{Scripted, agent, behaviour, llm_server, slot};
-use cresolver::agent::DeterminationMode;
-use cresolver::evaluate::Fallback;
-use cresolver::evaluate::llm::{LlmConfig, LlmEvaluator};
-use cresolver::resolve::Reputation;
-use cresolver::round::{Engine, RoundInput, evaluation_input};
-use cresolver::workflow::Workflow;
+use cresolver_core::Reputation;
+use cresolver_devnet::agent::DeterminationMode;
+use cresolver_evaluate::Fallback;
+use cresolver_evaluate::llm::{LlmConfig, LlmEvaluator};
+use cresolver_pipeline::round::{Engine, RoundInput, evaluation_input};
+use cresolver_pipeline::workflow::Workflow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ async fn two_rounds_get_different_labels_and_a_recorded_order_rebuilds_the_promp
     let entries: Vec<serde_json::Value> = (1..=N)
         .map(|k| {
             let mut o = serde_json::json!({ "workerId": format!("W{k}") });
-            for n in cresolver::resolve::Dimensions::NAMES {
+            for n in cresolver_core::Dimensions::NAMES {
                 o[n] = serde_json::json!(10 * k);
             }
             o
@@ -56,10 +56,10 @@ async fn two_rounds_get_different_labels_and_a_recorded_order_rebuilds_the_promp
         max_prompt_chars: 200_000,
         fallback: Fallback::Fail,
     };
-    let evaluator = LlmEvaluator::new(cfg, cresolver::workers::StageClient::default_http());
+    let evaluator = LlmEvaluator::new(cfg, cresolver_workers::StageClient::default_http());
     let engine = Engine::with_evaluator(
         Workflow::default_named("labels"),
-        cresolver::workers::StageClient::default_http(),
+        cresolver_workers::StageClient::default_http(),
         Arc::new(evaluator.clone()),
     );
     let input = RoundInput {

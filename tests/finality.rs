@@ -13,7 +13,7 @@ use alloy::rpc::types::anvil::ReorgOptions;
 use common::chain::*;
 use common::node::*;
 use common::*;
-use cresolver::store::{NonceRecord, NonceState, RoundRecord, RoundState, Store};
+use cresolver_store::{NonceRecord, NonceState, RoundRecord, RoundState, Store};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

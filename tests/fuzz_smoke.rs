@@ -3,7 +3,7 @@
 
 #[test]
 fn every_parser_survives_a_short_fuzz_run() {
-    let targets = cresolver::fuzz::targets();
+    let targets = cresolver_pipeline::fuzz::targets();
     let names: Vec<&str> = targets.iter().map(|t| t.name).collect();
     for family in [
         "a2a_resolve",
@@ -24,7 +24,7 @@ fn every_parser_survives_a_short_fuzz_run() {
         );
     }
     for t in &targets {
-        let r = cresolver::fuzz::run(t, 5_000, 7);
+        let r = cresolver_pipeline::fuzz::run(t, 5_000, 7);
         assert_eq!(r.cases, 5_000);
         assert_eq!(
             r.panic_count,

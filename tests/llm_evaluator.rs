@@ -3,11 +3,11 @@
 mod common;
 
 use common::*;
-use cresolver::evaluate::{
+use cresolver_core::Dimensions;
+use cresolver_evaluate::{
     EvalError, EvalInput, EvalWorker, Evaluator, Fallback, LlmConfig, LlmEvaluator,
 };
-use cresolver::resolve::Dimensions;
-use cresolver::workers::ResolveAnswer;
+use cresolver_workers::ResolveAnswer;
 use serde_json::json;
 use std::time::Duration;
 
@@ -76,14 +76,11 @@ fn reply(entries: Vec<serde_json::Value>) -> String {
 async fn run(
     script: Vec<Scripted>,
     fallback: Fallback,
-) -> (
-    Result<cresolver::evaluate::Evaluation, EvalError>,
-    LlmServer,
-) {
+) -> (Result<cresolver_evaluate::Evaluation, EvalError>, LlmServer) {
     let (url, server) = llm_server(script).await;
     let ev = LlmEvaluator::new(
         cfg(&url, fallback),
-        cresolver::workers::StageClient::default_http(),
+        cresolver_workers::StageClient::default_http(),
     );
     (ev.evaluate(&input()).await, server)
 }
@@ -157,7 +154,7 @@ async fn missing_worker_retries_then_falls_back_to_rubric() {
     );
     assert_eq!(
         ev.scores,
-        cresolver::evaluate::rubric::score_all(&input()).scores
+        cresolver_evaluate::rubric::score_all(&input()).scores
     );
 }
 
@@ -282,7 +279,7 @@ async fn ten_workers_at_the_body_bound_fit_the_prompt_budget_and_the_cuts_are_re
             max_prompt_chars: budget,
             ..cfg(&url, Fallback::Fail)
         },
-        cresolver::workers::StageClient::default_http(),
+        cresolver_workers::StageClient::default_http(),
     )
     .evaluate(&input)
     .await

@@ -6,13 +6,13 @@
 mod common;
 
 use common::{agent, behaviour};
-use cresolver::agent::DeterminationMode;
-use cresolver::discovery::validate_endpoint_with;
-use cresolver::resolve::quorum::QuorumRule;
-use cresolver::workers::fanout::{WorkerSlot, WorkerTarget, resolve_stage};
-use cresolver::workers::netguard::{Lookup, NetPolicy};
-use cresolver::workers::protocol::ResolveRequest;
-use cresolver::workers::{A2aProtocol, StageClient, StageLimits, WorkerFailure};
+use cresolver_chain::discovery::validate_endpoint_with;
+use cresolver_core::quorum::QuorumRule;
+use cresolver_devnet::agent::DeterminationMode;
+use cresolver_workers::fanout::{WorkerSlot, WorkerTarget, resolve_stage};
+use cresolver_workers::netguard::{Lookup, NetPolicy};
+use cresolver_workers::protocol::ResolveRequest;
+use cresolver_workers::{A2aProtocol, StageClient, StageLimits, WorkerFailure};
 use futures::future::BoxFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -8,8 +8,8 @@ use alloy::providers::Provider;
 use common::chain::*;
 use common::node::*;
 use common::*;
-use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
-use cresolver::store::RoundState;
+use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode, FailureMode};
+use cresolver_store::RoundState;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,8 +82,7 @@ async fn happy_path_payouts_and_reputation_match_the_tally() {
     assert_eq!(events[0].resolver, s.dev.accounts[0]);
     // the report bytes in the transcript decode to what went on chain
     let report_hex = t.pointer("/outcome/report").unwrap().as_str().unwrap();
-    let decoded =
-        cresolver::resolve::decode_report(&alloy::hex::decode(report_hex).unwrap()).unwrap();
+    let decoded = cresolver_core::decode_report(&alloy::hex::decode(report_hex).unwrap()).unwrap();
     assert_eq!(decoded.workers, s.workers);
     r.stop().await;
 }
@@ -174,8 +173,8 @@ async fn broken_registrations_are_discarded_with_reason_and_counted_in_n() {
     u.push(AgentUri::Raw(
         "data:application/json;base64,!!!not-base64".into(),
     ));
-    u.push(AgentUri::Raw(cresolver::devnet::data_uri(
-        &cresolver::devnet::registration_json("no-a2a", 31337, Address::ZERO, None),
+    u.push(AgentUri::Raw(cresolver_devnet::data_uri(
+        &cresolver_devnet::registration_json("no-a2a", 31337, Address::ZERO, None),
     )));
     let s = market_with_workers(u).await;
     let dir = tmpdir("broken");
@@ -345,7 +344,7 @@ async fn wait_state(
 ) -> RoundState {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(store) = cresolver::store::Store::open(&dir.join("data"))
+        if let Ok(store) = cresolver_store::Store::open(&dir.join("data"))
             && let Ok(Some(r)) = store.get(s.dev.contracts.market, s.market_id)
             && want(r.state)
         {
@@ -413,7 +412,7 @@ async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction()
         Some(97),
         "the test hook exits after persisting the signed tx"
     );
-    let stored = cresolver::store::Store::open(&dir.join("data"))
+    let stored = cresolver_store::Store::open(&dir.join("data"))
         .unwrap()
         .get(s.dev.contracts.market, s.market_id)
         .unwrap()
@@ -430,7 +429,7 @@ async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction()
     assert_eq!(st, RoundState::Confirmed);
     let events = resolved_events(&s).await;
     assert_eq!(events.len(), 1);
-    let done = cresolver::store::Store::open(&dir.join("data"))
+    let done = cresolver_store::Store::open(&dir.join("data"))
         .unwrap()
         .get(s.dev.contracts.market, s.market_id)
         .unwrap()
@@ -484,7 +483,7 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
     let wf = workflow_file(&dir, |t| t);
     {
         // a round that failed earlier (the watcher starts after its request)
-        let store = cresolver::store::Store::open(&dir.join("data")).unwrap();
+        let store = cresolver_store::Store::open(&dir.join("data")).unwrap();
         let m = s.dev.contracts.market;
         store
             .manual_request(m, s.market_id, "cresolver-resolution")
@@ -538,7 +537,7 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
 
     // a running node: it runs the reopened round at once
     {
-        let store = cresolver::store::Store::open(&dir.join("data")).unwrap();
+        let store = cresolver_store::Store::open(&dir.join("data")).unwrap();
         store
             .set_state(
                 s.dev.contracts.market,
@@ -570,7 +569,7 @@ async fn five_thousand_unfinished_rounds_start_and_drain() {
     {
         // 5000 unfinished rounds of markets that do not exist (more than the 1024 the
         // dispatcher's channel holds)
-        let store = cresolver::store::Store::open(&dir.join("data")).unwrap();
+        let store = cresolver_store::Store::open(&dir.join("data")).unwrap();
         for i in 0..5000u64 {
             store
                 .manual_request(
@@ -620,18 +619,19 @@ async fn counted_agent(
     let counts: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>> =
         Default::default();
     let c = counts.clone();
-    let app = cresolver::agent::router(behaviour(det, conf)).layer(axum::middleware::from_fn(
-        move |req: axum::extract::Request, next: axum::middleware::Next| {
-            let c = c.clone();
-            async move {
-                *c.lock()
-                    .unwrap()
-                    .entry(req.uri().path().to_string())
-                    .or_default() += 1;
-                next.run(req).await
-            }
-        },
-    ));
+    let app =
+        cresolver_devnet::agent::router(behaviour(det, conf)).layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let c = c.clone();
+                async move {
+                    *c.lock()
+                        .unwrap()
+                        .entry(req.uri().path().to_string())
+                        .or_default() += 1;
+                    next.run(req).await
+                }
+            },
+        ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });

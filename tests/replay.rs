@@ -13,10 +13,10 @@ use alloy::signers::local::PrivateKeySigner;
 use common::chain::*;
 use common::node::{node_config, start, tmpdir, wait_final};
 use common::*;
-use cresolver::agent::DeterminationMode;
-use cresolver::node::Node;
-use cresolver::store::RoundState;
-use cresolver::transcript::Transcript;
+use cresolver_devnet::agent::DeterminationMode;
+use cresolver_pipeline::node::Node;
+use cresolver_pipeline::transcript::Transcript;
+use cresolver_store::RoundState;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -27,7 +27,11 @@ use std::time::Duration;
 /// Writes the default workflow with `edit` applied to its text.
 fn workflow_file(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
     let p = dir.join(name);
-    std::fs::write(&p, edit(cresolver::demo::DEFAULT_WORKFLOW.to_string())).unwrap();
+    std::fs::write(
+        &p,
+        edit(cresolver_devnet::demo::DEFAULT_WORKFLOW.to_string()),
+    )
+    .unwrap();
     p
 }
 
@@ -153,7 +157,7 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
     args.extend(store_args);
     let out = cli(&args, &[]).await;
     assert!(out.status.success(), "{}", show(&out));
-    let file = exported.join(cresolver::transcript::export_file_name(
+    let file = exported.join(cresolver_pipeline::transcript::export_file_name(
         s.dev.contracts.market,
         s.market_id,
     ));
@@ -169,7 +173,7 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
 
     // the library replay reproduces the report bytes bit for bit
     let t = Transcript::load(&file).unwrap();
-    let replayed = cresolver::replay::replay_transcript(&t, &t.workflow);
+    let replayed = cresolver_pipeline::replay::replay_transcript(&t, &t.workflow);
     assert_eq!(
         replayed.report.as_ref(),
         Some(&t.outcome.as_ref().unwrap().report)
@@ -311,7 +315,7 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
     });
     assert_ne!(
         std::fs::read_to_string(&strict).unwrap(),
-        cresolver::demo::DEFAULT_WORKFLOW,
+        cresolver_devnet::demo::DEFAULT_WORKFLOW,
         "the default workflow spells out the quorum rule"
     );
     let out = cli(
@@ -478,7 +482,7 @@ async fn an_llm_scored_round_replays_from_the_recorded_reply_without_calling_the
     .await;
     let dims = |v: f64| {
         let mut o = serde_json::Map::new();
-        for n in cresolver::resolve::Dimensions::NAMES {
+        for n in cresolver_core::Dimensions::NAMES {
             o.insert(n.into(), json!(v));
         }
         o
@@ -862,7 +866,7 @@ async fn dry_run_simulates_without_touching_the_chain() {
     let market = dev.contracts.market;
 
     // the authorizedResolvers slot of the layout is the one the contract uses
-    let slot = cresolver::dryrun::authorized_resolver_slot(dev.accounts[0]);
+    let slot = cresolver_pipeline::dryrun::authorized_resolver_slot(dev.accounts[0]);
     let v = dev
         .provider
         .get_storage_at(market, U256::from_be_bytes(slot.0))
@@ -873,7 +877,7 @@ async fn dry_run_simulates_without_touching_the_chain() {
         U256::from(1),
         "deployer is authorized at the computed slot"
     );
-    let slot12 = cresolver::dryrun::authorized_resolver_slot(dev.accounts[12]);
+    let slot12 = cresolver_pipeline::dryrun::authorized_resolver_slot(dev.accounts[12]);
     let v = dev
         .provider
         .get_storage_at(market, U256::from_be_bytes(slot12.0))
@@ -911,7 +915,7 @@ async fn dry_run_simulates_without_touching_the_chain() {
             .as_str()
             .unwrap()
             .starts_with(&alloy::hex::encode_prefixed(
-                <cresolver::chain::bindings::ICREsolverMarket::resolveMarketCall as alloy::sol_types::SolCall>::SELECTOR
+                <cresolver_chain::bindings::ICREsolverMarket::resolveMarketCall as alloy::sol_types::SolCall>::SELECTOR
             ))
     );
     let decoded = &r["decoded_report"];
@@ -1269,7 +1273,7 @@ fn a_stored_v2_transcript_still_loads_and_replays() {
     assert_eq!(t.version, 2);
     let recorded = t.outcome.as_ref().unwrap();
     assert_eq!(recorded.resolve.results.len(), 3);
-    let replayed = cresolver::replay::replay_transcript(&t, &t.workflow);
+    let replayed = cresolver_pipeline::replay::replay_transcript(&t, &t.workflow);
     assert_eq!(replayed.report.as_ref(), Some(&recorded.report));
     assert_eq!(replayed.tally.as_ref(), Some(&recorded.tally));
 }

@@ -12,8 +12,8 @@ use common::chain::*;
 use common::node::*;
 use common::proxy::{self, Mode};
 use common::*;
-use cresolver::agent::DeterminationMode;
-use cresolver::store::RoundState;
+use cresolver_devnet::agent::DeterminationMode;
+use cresolver_store::RoundState;
 use std::time::{Duration, Instant};
 
 async fn setup(extra_markets: usize) -> (MarketSetup, Vec<U256>) {
@@ -250,7 +250,7 @@ async fn two_endpoints_fail_over_and_return_to_the_primary() {
 async fn an_endpoint_that_lags_is_not_used_for_reads() {
     let (s, ids) = setup(0).await;
     // another chain 31337 that stays at block 0: far behind the market's anvil
-    let behind = alloy::node_bindings::Anvil::at(cresolver::devnet::anvil_path().unwrap())
+    let behind = alloy::node_bindings::Anvil::at(cresolver_devnet::anvil_path().unwrap())
         .try_spawn()
         .unwrap();
     let dir = tmpdir("lagging");

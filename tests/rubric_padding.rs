@@ -8,10 +8,10 @@
 mod common;
 
 use common::addr;
-use cresolver::evaluate::rubric::score_all;
-use cresolver::evaluate::{EvalInput, EvalWorker};
-use cresolver::resolve::Dimensions;
-use cresolver::workers::ResolveAnswer;
+use cresolver_core::Dimensions;
+use cresolver_evaluate::rubric::score_all;
+use cresolver_evaluate::{EvalInput, EvalWorker};
+use cresolver_workers::ResolveAnswer;
 
 /// Injection attempts and padding, each as a worker could append it.
 const CORPUS: &[&str] = &[

@@ -10,14 +10,14 @@ use common::browser::Browser;
 use common::chain::{AgentUri, market_with_workers};
 use common::node::{free_port, node_config, start, tmpdir, workflow_file};
 use common::{agent, behaviour};
-use cresolver::agent::DeterminationMode;
+use cresolver_devnet::agent::DeterminationMode;
 use std::time::Duration;
 
 const HOSTILE: &str = r#"</pre><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"><b>bold</b>"#;
 
 /// A reference worker whose `/a2a/resolve` evidence is replaced by [`HOSTILE`].
 async fn hostile_worker() -> String {
-    let app = cresolver::agent::router(behaviour(DeterminationMode::Yes, 0.7)).layer(
+    let app = cresolver_devnet::agent::router(behaviour(DeterminationMode::Yes, 0.7)).layer(
         axum::middleware::from_fn(
             |req: axum::extract::Request, next: axum::middleware::Next| async move {
                 let resolve = req.uri().path() == "/a2a/resolve";

@@ -6,8 +6,9 @@ mod common;
 
 use alloy::primitives::{Address, B256, Bytes, U256};
 use common::pg::Pg;
-use cresolver::store::{
-    AttemptRecord, KeyRef, LogRef, NonceState, PgSettings, PgStore, RequestDecision, RoundState,
+use cresolver_core::LogRef;
+use cresolver_store::{
+    AttemptRecord, KeyRef, NonceState, PgSettings, PgStore, RequestDecision, RoundState,
     RoundStore, SqliteStore, Store, StoreError, TxPayload,
 };
 use std::sync::Arc;
@@ -159,7 +160,7 @@ async fn store_contract(s: &dyn RoundStore) {
         key,
         5,
         NonceState::Mined,
-        Some(cresolver::store::MinedAt {
+        Some(cresolver_store::MinedAt {
             tx: B256::repeat_byte(2),
             block: 9,
             block_hash: B256::repeat_byte(0x99),
@@ -222,7 +223,7 @@ async fn store_contract(s: &dyn RoundStore) {
 /// held: confirmed → submitted (the mined nonce pending again, its attempts unsent),
 /// confirmed → finalized, a finalized round renewed (the old attempt kept).
 async fn finality_contract(s: &dyn RoundStore) {
-    use cresolver::store::MinedAt;
+    use cresolver_store::MinedAt;
     let m = Address::repeat_byte(3);
     let id = U256::from(1);
     let key = KeyRef {

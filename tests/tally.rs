@@ -2,8 +2,8 @@
 //! arithmetic), property tests, and the `cresolver tally` audit command.
 
 use alloy::primitives::{Address, U256};
-use cresolver::resolve::tally::Vote;
-use cresolver::resolve::{
+use cresolver_core::tally::Vote;
+use cresolver_core::{
     Dimensions, Reputation, TallyError, TallyWorker, TieRule, decode_report, tally,
 };
 use proptest::prelude::*;

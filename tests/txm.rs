@@ -12,7 +12,7 @@ use alloy::rpc::types::anvil::ReorgOptions;
 use common::chain::*;
 use common::node::*;
 use common::*;
-use cresolver::store::{
+use cresolver_store::{
     AttemptRecord, NonceRecord, NonceState, RoundState, RoundStore, SqliteStore, Store,
 };
 use std::collections::BTreeSet;
@@ -502,7 +502,7 @@ async fn a_request_reorged_away_before_it_is_deep_enough_starts_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn report_mode_preflight_names_forwarder_reverts_and_sends_nothing() {
-    use cresolver::chain::bindings::artifacts::StrictForwarder;
+    use cresolver_chain::bindings::artifacts::StrictForwarder;
     let s = three_workers().await;
     let dir = tmpdir("report-preflight");
     let wf = workflow_file(&dir, |t| {

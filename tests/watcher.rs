@@ -9,8 +9,9 @@ use alloy::providers::Provider;
 use axum::Json;
 use axum::extract::State;
 use common::chain::*;
-use cresolver::chain::watcher::{Trigger, Watcher, WatcherConfig};
-use cresolver::store::{RoundStore, SqliteStore, Store};
+use cresolver_chain::watcher::{Trigger, Watcher, WatcherConfig};
+use cresolver_pipeline::store_sink::StoreSink;
+use cresolver_store::{RoundStore, SqliteStore, Store};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,7 +44,11 @@ async fn confirmations_checkpoint_duplicates_and_rewind() {
     let s = market_with_n_workers(1).await;
     let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, mut rx) = mpsc::channel(16);
-    let mut w = Watcher::new(s.dev.provider.clone(), store.clone(), cfg(&s, 2, 1000));
+    let mut w = Watcher::new(
+        s.dev.provider.clone(),
+        StoreSink::shared(store.clone()),
+        cfg(&s, 2, 1000),
+    );
 
     s.dev.request_resolution(s.market_id).await.unwrap();
     let r = w.scan_once(&tx).await.unwrap();
@@ -86,7 +91,11 @@ async fn confirmations_checkpoint_duplicates_and_rewind() {
     assert_eq!((r.logs, r.triggers), (2, 0));
 
     // a fresh watcher on the same store resumes from the checkpoint
-    let mut w2 = Watcher::new(s.dev.provider.clone(), store.clone(), cfg(&s, 2, 1000));
+    let mut w2 = Watcher::new(
+        s.dev.provider.clone(),
+        StoreSink::shared(store.clone()),
+        cfg(&s, 2, 1000),
+    );
     let r = w2.scan_once(&tx).await.unwrap();
     assert_eq!(r.from, n + 1);
     assert!(drain(&mut rx).is_empty());
@@ -190,10 +199,10 @@ async fn range_is_halved_when_the_provider_refuses_it() {
     };
     let url = serve(proxy.clone()).await;
 
-    let provider = cresolver::chain::connect(&url).await.unwrap();
+    let provider = cresolver_chain::connect(&url).await.unwrap();
     let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, mut rx) = mpsc::channel(16);
-    let mut w = Watcher::new(provider, store, cfg(&s, 0, 1000));
+    let mut w = Watcher::new(provider, StoreSink::shared(store), cfg(&s, 0, 1000));
     let r = w.scan_once(&tx).await.unwrap();
     // halved until it fits (7), then tried at twice that after 8 good chunks
     assert!(r.range <= 14, "range halved to fit: {}", r.range);
@@ -232,11 +241,11 @@ async fn rate_limits_are_retried_and_never_shrink_the_range() {
     };
     let url = serve(proxy.clone()).await;
 
-    let provider = cresolver::chain::connect(&url).await.unwrap();
+    let provider = cresolver_chain::connect(&url).await.unwrap();
     let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, mut rx) = mpsc::channel(16);
     // ranges of 8 blocks: several eth_getLogs, half of them answered with a rate limit
-    let mut w = Watcher::new(provider.clone(), store, cfg(&s, 0, 8));
+    let mut w = Watcher::new(provider.clone(), StoreSink::shared(store), cfg(&s, 0, 8));
     let r = w.scan_once(&tx).await.unwrap();
     assert_eq!(r.range, 8, "a rate limit never shrinks the range");
     assert_eq!(r.to, Some(r.head));
@@ -245,8 +254,7 @@ async fn rate_limits_are_retried_and_never_shrink_the_range() {
     assert_eq!(proxy.refused.load(Ordering::SeqCst), 0);
     // an eth_call answered with a rate limit is retried too
     let before = limited.load(Ordering::SeqCst);
-    let market =
-        cresolver::chain::bindings::ICREsolverMarket::new(s.dev.contracts.market, provider);
+    let market = cresolver_chain::bindings::ICREsolverMarket::new(s.dev.contracts.market, provider);
     for _ in 0..2 {
         market.getMarket(s.market_id).call().await.unwrap();
     }
@@ -278,7 +286,7 @@ async fn a_rewind_never_goes_below_the_start_block() {
     let mut c = cfg(&s, 0, 1000);
     c.start_block = start;
     let market = s.dev.contracts.market;
-    let mut w = Watcher::new(s.dev.provider.clone(), store.clone(), c);
+    let mut w = Watcher::new(s.dev.provider.clone(), StoreSink::shared(store.clone()), c);
     let r = w.scan_once(&tx).await.unwrap();
     assert_eq!(r.from, start);
     let t = drain(&mut rx);
@@ -320,12 +328,16 @@ async fn a_rewind_never_goes_below_the_start_block() {
 #[tokio::test]
 async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     use alloy::providers::ext::AnvilApi;
-    use cresolver::store::RoundState;
+    use cresolver_store::RoundState;
     let s = market_with_n_workers(1).await;
     let market = s.dev.contracts.market;
     let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, mut rx) = mpsc::channel(16);
-    let mut w = Watcher::new(s.dev.provider.clone(), store.clone(), cfg(&s, 0, 1000));
+    let mut w = Watcher::new(
+        s.dev.provider.clone(),
+        StoreSink::shared(store.clone()),
+        cfg(&s, 0, 1000),
+    );
     s.dev.request_resolution(s.market_id).await.unwrap();
     w.scan_once(&tx).await.unwrap();
     assert_eq!(drain(&mut rx).len(), 1);

@@ -3,13 +3,13 @@
 mod common;
 
 use common::*;
-use cresolver::agent::{DeterminationMode, FailureMode};
-use cresolver::evaluate::RubricEvaluator;
-use cresolver::resolve::{QuorumRule, Reputation};
-use cresolver::round::{Engine, RoundError, RoundInput};
-use cresolver::workers::fanout::{WorkerSlot, resolve_stage};
-use cresolver::workers::{ResolveRequest, WorkerFailure};
-use cresolver::workflow::Workflow;
+use cresolver_core::{QuorumRule, Reputation};
+use cresolver_devnet::agent::{DeterminationMode, FailureMode};
+use cresolver_evaluate::RubricEvaluator;
+use cresolver_pipeline::round::{Engine, RoundError, RoundInput};
+use cresolver_pipeline::workflow::Workflow;
+use cresolver_workers::fanout::{WorkerSlot, resolve_stage};
+use cresolver_workers::{ResolveRequest, WorkerFailure};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ fn workflow(resolve_ms: u64, challenge_ms: u64) -> Workflow {
 fn engine(wf: Workflow) -> Engine {
     Engine::with_evaluator(
         wf,
-        cresolver::workers::StageClient::default_http(),
+        cresolver_workers::StageClient::default_http(),
         Arc::new(RubricEvaluator),
     )
 }
@@ -53,7 +53,7 @@ fn request() -> ResolveRequest {
 #[tokio::test]
 async fn each_failure_lands_in_its_typed_reason() {
     let good = agent(behaviour(DeterminationMode::Yes, 0.8)).await;
-    let slow = agent(cresolver::agent::AgentBehaviour {
+    let slow = agent(cresolver_devnet::agent::AgentBehaviour {
         latency: Duration::from_secs(5),
         ..behaviour(DeterminationMode::Yes, 0.8)
     })
@@ -80,9 +80,9 @@ async fn each_failure_lands_in_its_typed_reason() {
     ];
     let wf = workflow(800, 800);
     let e = engine(wf.clone());
-    let client = cresolver::workers::StageClient::new(
-        cresolver::workers::StageClient::default_http(),
-        cresolver::workers::StageLimits {
+    let client = cresolver_workers::StageClient::new(
+        cresolver_workers::StageClient::default_http(),
+        cresolver_workers::StageLimits {
             timeout: Duration::from_millis(800),
             max_body_bytes: 64 * 1024,
             connect_retries: 1,
@@ -256,7 +256,7 @@ async fn grace_cuts_stragglers_after_quorum() {
     let fast: Vec<String> =
         futures::future::join_all((0..2).map(|_| agent(behaviour(DeterminationMode::Yes, 0.9))))
             .await;
-    let slow = agent(cresolver::agent::AgentBehaviour {
+    let slow = agent(cresolver_devnet::agent::AgentBehaviour {
         latency: Duration::from_secs(20),
         ..behaviour(DeterminationMode::No, 0.9)
     })
@@ -283,9 +283,9 @@ async fn grace_cuts_stragglers_after_quorum() {
 async fn connect_retry_stays_inside_budget() {
     // A port that refuses: one retry, still a connect failure, well inside the budget.
     let refused = closed_port_url();
-    let client = cresolver::workers::StageClient::new(
-        cresolver::workers::StageClient::default_http(),
-        cresolver::workers::StageLimits {
+    let client = cresolver_workers::StageClient::new(
+        cresolver_workers::StageClient::default_http(),
+        cresolver_workers::StageLimits {
             timeout: Duration::from_millis(500),
             max_body_bytes: 4096,
             connect_retries: 3,
@@ -313,7 +313,7 @@ async fn waiting_for_a_local_permit_is_not_charged_to_the_worker() {
     // 64 rounds at once on one engine whose calls share 8 permits; every worker answers
     // in 200 ms, well within its 1 s budget, but a call may wait seconds for a permit
     let agents = futures::future::join_all((0..3).map(|_| {
-        agent(cresolver::agent::AgentBehaviour {
+        agent(cresolver_devnet::agent::AgentBehaviour {
             latency: Duration::from_millis(200),
             ..behaviour(DeterminationMode::Yes, 0.9)
         })
@@ -370,9 +370,9 @@ async fn an_answer_with_too_many_sources_is_kept_with_the_list_cut() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let client = cresolver::workers::StageClient::new(
-        cresolver::workers::StageClient::default_http(),
-        cresolver::workers::StageLimits {
+    let client = cresolver_workers::StageClient::new(
+        cresolver_workers::StageClient::default_http(),
+        cresolver_workers::StageLimits {
             timeout: Duration::from_secs(5),
             max_body_bytes: 256 * 1024,
             connect_retries: 1,
@@ -385,14 +385,14 @@ async fn an_answer_with_too_many_sources_is_kept_with_the_list_cut() {
         .outcome
         .as_ref()
         .expect("the answer is kept");
-    assert_eq!(a.sources.len(), cresolver::workers::protocol::MAX_SOURCES);
+    assert_eq!(a.sources.len(), cresolver_workers::protocol::MAX_SOURCES);
     assert_eq!(
         a.sources[3], "https://example.org/4",
         "the over-long one dropped"
     );
     assert_eq!(
         a.cuts,
-        vec![cresolver::workers::ListCut {
+        vec![cresolver_workers::ListCut {
             field: "sources".into(),
             received: 70,
             kept: 64,

@@ -3,10 +3,10 @@
 #![allow(dead_code)] // each bench uses its own part
 
 use alloy::primitives::{U256, utils::parse_ether};
-use cresolver::agent::{AgentBehaviour, DeterminationMode};
-use cresolver::config::NodeConfig;
-use cresolver::devnet::Devnet;
-use cresolver::node::Node;
+use cresolver_devnet::Devnet;
+use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode};
+use cresolver_pipeline::config::NodeConfig;
+use cresolver_pipeline::node::Node;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ pub async fn devnet_with_slow_markets(
             latency,
             failure: None,
         };
-        let url = cresolver::agent::spawn("127.0.0.1:0", b).await?.0;
+        let url = cresolver_devnet::agent::spawn("127.0.0.1:0", b).await?.0;
         let owner = dev.accounts[i + 1];
         agents.push(
             dev.register_agent(owner, Some(dev.registration_uri("w", owner, &url)))
@@ -60,7 +60,7 @@ pub struct Running {
     pub node: Arc<Node>,
     pub dir: std::path::PathBuf,
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), cresolver::node::NodeError>>,
+    task: tokio::task::JoinHandle<Result<(), cresolver_pipeline::node::NodeError>>,
 }
 
 impl Running {
@@ -101,7 +101,7 @@ pub async fn start_node_with(
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let wf = dir.join("wf.toml");
-    std::fs::write(&wf, cresolver::demo::DEFAULT_WORKFLOW)?;
+    std::fs::write(&wf, cresolver_devnet::demo::DEFAULT_WORKFLOW)?;
     let mut cfg = NodeConfig::default();
     cfg.chain.rpc_url = rpc_url;
     cfg.chain.market_address = Some(dev.contracts.market);

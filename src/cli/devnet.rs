@@ -1,7 +1,7 @@
 //! The development harness's commands: `cresolver agent` and `cresolver demo`.
 
 use super::*;
-use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
+use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode, FailureMode};
 
 #[derive(Debug, clap::Args)]
 pub struct AgentArgs {
@@ -52,13 +52,13 @@ pub async fn agent_cmd(a: AgentArgs) -> anyhow::Result<ExitCode> {
         "reference agent listening on http://{}",
         listener.local_addr()?
     );
-    cresolver::agent::serve(listener, behaviour, shutdown_signal()).await?;
+    cresolver_devnet::agent::serve(listener, behaviour, shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// A whole resolution on a local anvil chain.
 pub async fn demo_cmd(workers: usize, json: bool) -> anyhow::Result<ExitCode> {
-    let summary = cresolver::demo::run(cresolver::demo::DemoOptions {
+    let summary = cresolver_devnet::demo::run(cresolver_devnet::demo::DemoOptions {
         workers,
         progress: !json,
         ..Default::default()
@@ -67,7 +67,7 @@ pub async fn demo_cmd(workers: usize, json: bool) -> anyhow::Result<ExitCode> {
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        print!("{}", cresolver::demo::render(&summary));
+        print!("{}", cresolver_devnet::demo::render(&summary));
     }
     Ok(if summary.state.is_confirmed() {
         ExitCode::SUCCESS

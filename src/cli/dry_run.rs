@@ -67,13 +67,13 @@ pub async fn dry_run_cmd(a: DryRunArgs) -> anyhow::Result<ExitCode> {
             "dry-run: watching market {market} for ResolutionRequested (simulating as {from}); Ctrl-C to stop"
         );
         let json = a.json;
-        runner
+        std::sync::Arc::new(runner)
             .watch(&cfg, a.from_block, rx, |id, r| match r {
                 Ok(rep) if json => match serde_json::to_string(&rep) {
                     Ok(line) => println!("{line}"),
                     Err(e) => eprintln!("market {id}: cannot print the dry-run: {e}"),
                 },
-                Ok(rep) => println!("{}", cresolver::dryrun::render(&rep)),
+                Ok(rep) => println!("{}", cresolver_pipeline::dryrun::render(&rep)),
                 Err(e) => eprintln!("market {id}: dry-run failed: {e}"),
             })
             .await?;
@@ -86,7 +86,7 @@ pub async fn dry_run_cmd(a: DryRunArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print!("{}", cresolver::dryrun::render(&r));
+        print!("{}", cresolver_pipeline::dryrun::render(&r));
     }
     Ok(if r.would_submit() {
         ExitCode::SUCCESS

@@ -8,19 +8,20 @@ pub mod dry_run;
 pub mod node;
 pub mod replay_cmd;
 pub mod rounds;
+pub mod tally;
 
 use alloy::primitives::{Address, U256};
 use alloy::providers::{DynProvider, Provider as _};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use cresolver::config::{NodeConfig, Overrides};
-use cresolver::dryrun::DryRunner;
-use cresolver::live::LiveContext;
-use cresolver::replay::{self, MarketReplay, ReplayOptions, ReplaySummary};
-use cresolver::round::Engine;
-use cresolver::store::{RoundStore, Store};
-use cresolver::transcript::Transcript;
-use cresolver::workflow::Workflow;
+use cresolver_pipeline::config::{NodeConfig, Overrides};
+use cresolver_pipeline::dryrun::DryRunner;
+use cresolver_pipeline::live::LiveContext;
+use cresolver_pipeline::replay::{self, MarketReplay, ReplayOptions, ReplaySummary};
+use cresolver_pipeline::round::Engine;
+use cresolver_pipeline::transcript::Transcript;
+use cresolver_pipeline::workflow::Workflow;
+use cresolver_store::{RoundStore, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
@@ -130,13 +131,13 @@ pub async fn open_store(cfg: &NodeConfig) -> anyhow::Result<std::sync::Arc<dyn R
             db.display()
         );
     }
-    Ok(cresolver::node::open_store(cfg).await?)
+    Ok(cresolver_pipeline::node::open_store(cfg).await?)
 }
 
 /// Every round of the store (newest first), page by page.
 pub async fn all_rounds(
     store: &dyn RoundStore,
-) -> anyhow::Result<Vec<cresolver::store::RoundRecord>> {
+) -> anyhow::Result<Vec<cresolver_store::RoundRecord>> {
     let mut out = Vec::new();
     let mut cursor = None;
     loop {
@@ -157,7 +158,7 @@ pub async fn all_rounds(
 /// the chain id.
 pub async fn connect(cfg: &NodeConfig) -> anyhow::Result<(alloy::providers::DynProvider, u64)> {
     let (_pool, provider, chain_id) =
-        cresolver::chain::connect_pool_checked(&cfg.rpc_urls(), cfg.pool_config()).await?;
+        cresolver_chain::connect_pool_checked(&cfg.rpc_urls(), cfg.pool_config()).await?;
     Ok((provider, chain_id))
 }
 
@@ -165,7 +166,7 @@ pub async fn connect(cfg: &NodeConfig) -> anyhow::Result<(alloy::providers::DynP
 pub fn endpoints(cfg: &NodeConfig) -> String {
     cfg.rpc_urls()
         .iter()
-        .map(|u| cresolver::chain::redact_url(u))
+        .map(|u| cresolver_chain::redact_url(u))
         .collect::<Vec<_>>()
         .join(", ")
 }

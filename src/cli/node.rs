@@ -1,7 +1,7 @@
 //! `cresolver node`, `cresolver resolve` and `cresolver config check`.
 
 use super::*;
-use cresolver::node::Node;
+use cresolver_pipeline::node::Node;
 
 /// Runs the resolver node until Ctrl-C or SIGTERM.
 pub async fn node_cmd(config: &ConfigArgs) -> anyhow::Result<ExitCode> {
@@ -59,7 +59,7 @@ pub async fn resolve_cmd(
 pub async fn config_check(config: &ConfigArgs) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
     for w in &cfg.node.workflows {
-        cresolver::workflow::Workflow::load(w)?;
+        cresolver_pipeline::workflow::Workflow::load(w)?;
         println!("workflow {}: ok", w.display());
     }
     let (provider, chain_id) = connect(&cfg).await?;
@@ -78,7 +78,7 @@ pub async fn config_check(config: &ConfigArgs) -> anyhow::Result<ExitCode> {
             !code.is_empty(),
             "no contract at market address {m} on chain {chain_id}"
         );
-        let market = cresolver::chain::bindings::ICREsolverMarket::new(m, provider.clone());
+        let market = cresolver_chain::bindings::ICREsolverMarket::new(m, provider.clone());
         let count = market
             .marketCount()
             .call()

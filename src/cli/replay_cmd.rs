@@ -85,7 +85,7 @@ impl TranscriptSource {
                     return Ok(None);
                 }
                 let name = format!("{} (round {id})", db.display());
-                let doc = cresolver::transcript::export_document(&rec)?;
+                let doc = cresolver_pipeline::transcript::export_document(&rec)?;
                 Ok(Some((Transcript::from_value(doc, Path::new(&name))?, name)))
             }
             Self::None => Ok(None),
@@ -319,7 +319,7 @@ pub async fn live_replay(
     transcript: Option<(&Transcript, String)>,
     opts: &ReplayOptions,
 ) -> anyhow::Result<MarketReplay> {
-    let discovery = cresolver::node::discovery_config(cfg)?;
+    let discovery = cresolver_pipeline::node::discovery_config(cfg)?;
     let net = discovery.net_policy();
     let engine = Engine::new(workflow, &net)?;
     let http = net.http_client();

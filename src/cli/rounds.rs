@@ -59,9 +59,9 @@ pub async fn rounds_retry(
         anyhow::bail!("no round for market {id} on {market} in the store");
     };
     let unresolved = if rec.state.is_resolved() {
-        use cresolver::chain::watcher::{ChainWord, judge_request};
+        use cresolver_chain::watcher::{ChainWord, judge_request};
         let rpc = cfg.rpc_urls().into_iter().next().unwrap_or_default();
-        let provider = cresolver::chain::connect(&rpc).await.map_err(|e| {
+        let provider = cresolver_chain::connect(&rpc).await.map_err(|e| {
             anyhow::anyhow!(
                 "{e}: the chain decides whether a {} round is retried",
                 rec.state.as_str()
@@ -163,14 +163,14 @@ pub async fn rounds_show(
     let txs = store.tx_history(rec.market, rec.market_id).await?;
     let past = store.past_attempts(rec.market, rec.market_id).await?;
     if json {
-        let mut doc = match cresolver::transcript::export_document(&rec) {
+        let mut doc = match cresolver_pipeline::transcript::export_document(&rec) {
             Ok(d) => d,
             // No transcript yet: the store record alone.
             Err(_) => serde_json::json!({
-                "round": cresolver::transcript::RoundInfo::from(&rec)
+                "round": cresolver_pipeline::transcript::RoundInfo::from(&rec)
             }),
         };
-        doc["transactions"] = cresolver::transcript::transactions_json(&txs);
+        doc["transactions"] = cresolver_pipeline::transcript::transactions_json(&txs);
         if !past.is_empty() {
             doc["previous_attempts"] = serde_json::to_value(&past)?;
         }
@@ -237,7 +237,7 @@ pub async fn rounds_show(
             );
         }
     }
-    let Ok(doc) = cresolver::transcript::export_document(&rec) else {
+    let Ok(doc) = cresolver_pipeline::transcript::export_document(&rec) else {
         println!("transcript: none (the round did not reach discovery)");
         return Ok(ExitCode::SUCCESS);
     };
@@ -339,9 +339,9 @@ pub async fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Resul
         if cfg.chain.market_address.is_some_and(|m| m != rec.market) {
             continue;
         }
-        match cresolver::transcript::export_document(&rec) {
+        match cresolver_pipeline::transcript::export_document(&rec) {
             Ok(doc) => {
-                let path = out.join(cresolver::transcript::export_file_name(
+                let path = out.join(cresolver_pipeline::transcript::export_file_name(
                     rec.market,
                     rec.market_id,
                 ));

@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use cresolver::workers::agora::didkey;
-use cresolver::workers::agora::envelope::{
+use cresolver_workers::agora::didkey;
+use cresolver_workers::agora::envelope::{
     self, Envelope, MessageType, Meta, Recipient, Sender, ThreadRef, VERSION, format_ts, parse_ts,
 };
 use ed25519_dalek::SigningKey;

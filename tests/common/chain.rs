@@ -2,7 +2,7 @@
 //! agents. Dropping the returned [`Devnet`] kills anvil, also when a test fails.
 
 use alloy::primitives::{Address, U256, utils::parse_ether};
-use cresolver::devnet::{Devnet, RegisteredAgent};
+use cresolver_devnet::{Devnet, RegisteredAgent};
 
 pub struct MarketSetup {
     pub dev: Devnet,

@@ -19,9 +19,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use cresolver::agent::{AgentBehaviour, DeterminationMode, FailureMode};
-use cresolver::workers::A2aProtocol;
-use cresolver::workers::fanout::{WorkerSlot, WorkerTarget};
+use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode, FailureMode};
+use cresolver_workers::A2aProtocol;
+use cresolver_workers::fanout::{WorkerSlot, WorkerTarget};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -29,7 +29,7 @@ use std::time::Duration;
 
 /// Starts a reference agent with the given behaviour; returns its base URL.
 pub async fn agent(behaviour: AgentBehaviour) -> String {
-    cresolver::agent::spawn("127.0.0.1:0", behaviour)
+    cresolver_devnet::agent::spawn("127.0.0.1:0", behaviour)
         .await
         .expect("bind agent")
         .0
@@ -183,7 +183,7 @@ pub fn uniform_llm_reply(n: usize) -> String {
     let entries: Vec<Value> = (1..=n)
         .map(|k| {
             let mut o = serde_json::json!({ "workerId": format!("W{k}") });
-            for d in cresolver::resolve::Dimensions::NAMES {
+            for d in cresolver_core::Dimensions::NAMES {
                 o[d] = serde_json::json!(70);
             }
             o

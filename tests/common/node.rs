@@ -6,9 +6,9 @@ use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
 use alloy::rpc::types::Filter;
 use alloy::sol_types::SolEvent;
-use cresolver::chain::bindings::ICREsolverMarket;
-use cresolver::config::NodeConfig;
-use cresolver::node::{Node, RoundReport};
+use cresolver_chain::bindings::ICREsolverMarket;
+use cresolver_pipeline::config::NodeConfig;
+use cresolver_pipeline::node::{Node, RoundReport};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,7 +45,11 @@ pub fn tmpdir(tag: &str) -> TmpDir {
 /// Writes the default workflow with `edit` applied to its text.
 pub fn workflow_file(dir: &std::path::Path, edit: impl Fn(String) -> String) -> PathBuf {
     let p = dir.join("wf.toml");
-    std::fs::write(&p, edit(cresolver::demo::DEFAULT_WORKFLOW.to_string())).unwrap();
+    std::fs::write(
+        &p,
+        edit(cresolver_devnet::demo::DEFAULT_WORKFLOW.to_string()),
+    )
+    .unwrap();
     p
 }
 
@@ -65,7 +69,7 @@ pub fn node_config(s: &MarketSetup, dir: &std::path::Path, wf: PathBuf) -> NodeC
 pub struct Running {
     pub node: Arc<Node>,
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), cresolver::node::NodeError>>,
+    task: tokio::task::JoinHandle<Result<(), cresolver_pipeline::node::NodeError>>,
 }
 
 pub async fn start(cfg: NodeConfig, signer: alloy::signers::local::PrivateKeySigner) -> Running {

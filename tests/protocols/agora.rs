@@ -6,9 +6,9 @@
 use crate::common::agora_peer::{
     AgentHandle, AgoraBehaviour, RelayHandle, SinceMode, agora_agent, agora_relay, agora_relay_with,
 };
-use cresolver::workers::agora::envelope;
-use cresolver::workers::agora::{AgoraNode, AgoraProtocol, AgoraSettings};
-use cresolver::workers::{
+use cresolver_workers::agora::envelope;
+use cresolver_workers::agora::{AgoraNode, AgoraProtocol, AgoraSettings};
+use cresolver_workers::{
     ChallengeRequest, PeerAnswer, ResolveAnswer, ResolveRequest, StageClient, StageLimits,
     WorkerFailure, WorkerProtocol,
 };

@@ -2,8 +2,8 @@
 //! every Job Result behaviour landing in its typed reason, and the challenge job.
 
 use crate::common::chorus_peer::{self, ChorusBehaviour as B, answer};
-use cresolver::workers::chorus::{ChorusProtocol, ChorusSettings};
-use cresolver::workers::{
+use cresolver_workers::chorus::{ChorusProtocol, ChorusSettings};
+use cresolver_workers::{
     ChallengeRequest, ResolveAnswer, ResolveRequest, StageClient, StageLimits, WorkerFailure,
     WorkerProtocol,
 };
@@ -211,7 +211,7 @@ async fn challenge(
     s: ChorusSettings,
     url: &str,
     challenges: &[String],
-) -> cresolver::workers::ChallengeOutcome {
+) -> cresolver_workers::ChallengeOutcome {
     let endpoint: Url = url.parse().unwrap();
     ChorusProtocol::new(s)
         .challenge(

@@ -3,12 +3,12 @@
 //! warnings as notes, and a whole round with Factagora workers.
 
 use crate::common::factagora_peer::{self, FactagoraBehaviour as B, good_response, with};
-use cresolver::evaluate::RubricEvaluator;
-use cresolver::resolve::Reputation;
-use cresolver::round::{Engine, RoundInput};
-use cresolver::workers::factagora::{FactagoraProtocol, FactagoraSettings, prediction_id};
-use cresolver::workers::fanout::{WorkerSlot, WorkerTarget};
-use cresolver::workers::{
+use cresolver_core::Reputation;
+use cresolver_evaluate::RubricEvaluator;
+use cresolver_pipeline::round::{Engine, RoundInput};
+use cresolver_workers::factagora::{FactagoraProtocol, FactagoraSettings, prediction_id};
+use cresolver_workers::fanout::{WorkerSlot, WorkerTarget};
+use cresolver_workers::{
     ChallengeRequest, PeerAnswer, ResolveAnswer, ResolveRequest, StageClient, StageLimits,
     WorkerFailure, WorkerProtocol,
 };
@@ -530,7 +530,7 @@ async fn a_round_of_factagora_workers_counts_neutral_as_an_abstention() {
             protocol: Arc::new(proto(token)),
         }),
     };
-    let mut wf = cresolver::workflow::Workflow::default_named("factagora");
+    let mut wf = cresolver_pipeline::workflow::Workflow::default_named("factagora");
     wf.resolve.timeout_ms = 3000;
     wf.challenge.timeout_ms = 3000;
     let engine = Engine::with_evaluator(wf, StageClient::default_http(), Arc::new(RubricEvaluator));

@@ -6,9 +6,9 @@ use crate::common::chain::{AgentUri, market_with_workers};
 use crate::common::node::{node_config, resolved_events, start, tmpdir, wait_final, workflow_file};
 use crate::common::{agent, agora_peer, behaviour, chorus_peer, factagora_peer, roundtable_peer};
 use alloy::primitives::U256;
-use cresolver::agent::DeterminationMode;
-use cresolver::devnet::{data_uri, registration_json};
-use cresolver::store::RoundState;
+use cresolver_devnet::agent::DeterminationMode;
+use cresolver_devnet::{data_uri, registration_json};
+use cresolver_store::RoundState;
 use serde_json::{Value, json};
 
 /// A registration whose only worker service is `service` (plus the wallet entry).

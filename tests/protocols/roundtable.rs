@@ -6,18 +6,16 @@ use crate::common::roundtable_peer::{
     Reply, Script, analysis_no, analysis_yes, approve, dissent, spawn,
 };
 use crate::common::{addr, closed_port_url};
-use cresolver::evaluate::RubricEvaluator;
-use cresolver::resolve::Reputation;
-use cresolver::round::{Engine, RoundInput};
-use cresolver::workers::fanout::{WorkerSlot, WorkerTarget};
-use cresolver::workers::roundtable::{
-    RoundTableProtocol, RoundTableSettings, proposition, task_id,
-};
-use cresolver::workers::{
+use cresolver_core::Reputation;
+use cresolver_evaluate::RubricEvaluator;
+use cresolver_pipeline::round::{Engine, RoundInput};
+use cresolver_pipeline::workflow::Workflow;
+use cresolver_workers::fanout::{WorkerSlot, WorkerTarget};
+use cresolver_workers::roundtable::{RoundTableProtocol, RoundTableSettings, proposition, task_id};
+use cresolver_workers::{
     ChallengeRequest, PeerAnswer, RatifyRequest, ResolveAnswer, ResolveRequest, StageClient,
     StageLimits, WorkerFailure, WorkerProtocol,
 };
-use cresolver::workflow::Workflow;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -732,7 +730,7 @@ async fn a_round_of_round_table_agents_resolves_and_ratifies() {
     );
     assert_eq!(
         dissent_vote.outcome,
-        Ok(cresolver::workers::Ratification {
+        Ok(cresolver_workers::Ratification {
             approve: false,
             conditions: vec![],
             dissent_reason: dissent()["dissent_reason"].as_str().map(str::to_string),

@@ -1,0 +1,92 @@
+//! Contract bindings. The engine uses the interface ABIs (`contracts-abi/I*.json`);
+//! `artifacts` holds the deployable local contracts (ABI + bytecode) for tests and the demo.
+
+#![allow(clippy::too_many_arguments, missing_docs)]
+
+use alloy::sol;
+
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    ICREsolverMarket,
+    "../../contracts-abi/ICREsolverMarket.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    IIdentityRegistry,
+    "../../contracts-abi/IIdentityRegistry.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    IReputationRegistry,
+    "../../contracts-abi/IReputationRegistry.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    IReceiver,
+    "../../contracts-abi/IReceiver.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    IKeystoneForwarder,
+    "../../contracts-abi/IKeystoneForwarder.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    IMulticall3,
+    "../../contracts-abi/IMulticall3.json"
+);
+
+/// Deployable local contracts (ABI + bytecode from `contracts-abi/artifacts`).
+pub mod artifacts {
+    #![allow(clippy::too_many_arguments, missing_docs)]
+    use alloy::sol;
+
+    sol!(
+        #[sol(rpc)]
+        #[derive(Debug, PartialEq, Eq)]
+        CREsolverMarket,
+        "../../contracts-abi/artifacts/CREsolverMarket.json"
+    );
+    sol!(
+        #[sol(rpc)]
+        #[derive(Debug, PartialEq, Eq)]
+        IdentityRegistry,
+        "../../contracts-abi/artifacts/IdentityRegistry.json"
+    );
+    sol!(
+        #[sol(rpc)]
+        #[derive(Debug, PartialEq, Eq)]
+        ReputationRegistry,
+        "../../contracts-abi/artifacts/ReputationRegistry.json"
+    );
+    sol!(
+        #[sol(rpc)]
+        #[derive(Debug, PartialEq, Eq)]
+        CREReceiver,
+        "../../contracts-abi/artifacts/CREReceiver.json"
+    );
+    sol!(
+        #[sol(rpc)]
+        #[derive(Debug, PartialEq, Eq)]
+        TestForwarder,
+        "../../contracts-abi/artifacts/TestForwarder.json"
+    );
+    sol!(
+        #[sol(rpc)]
+        #[derive(Debug, PartialEq, Eq)]
+        StrictForwarder,
+        "../../contracts-abi/artifacts/StrictForwarder.json"
+    );
+    sol!(
+        #[sol(rpc)]
+        #[derive(Debug, PartialEq, Eq)]
+        Multicall3,
+        "../../contracts-abi/artifacts/Multicall3.json"
+    );
+}

@@ -1,0 +1,183 @@
+//! Revert decoding: custom errors of the market, receiver, forwarder and registries,
+//! `Error(string)` and `Panic(uint256)`, turned into a named, readable reason.
+
+use super::bindings::ICREsolverMarket::ICREsolverMarketErrors;
+use super::bindings::IIdentityRegistry::IIdentityRegistryErrors;
+use super::bindings::IKeystoneForwarder::IKeystoneForwarderErrors;
+use super::bindings::artifacts::CREReceiver::CREReceiverErrors;
+use alloy::primitives::Bytes;
+use alloy::sol_types::{Panic, Revert, SolError, SolInterface};
+use std::fmt;
+
+/// A decoded revert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevertReason {
+    Market(ICREsolverMarketErrors),
+    Receiver(CREReceiverErrors),
+    Forwarder(IKeystoneForwarderErrors),
+    Identity(IIdentityRegistryErrors),
+    /// `Error(string)` (`require` with a message).
+    Message(String),
+    /// `Panic(uint256)`.
+    Panic(u64),
+    /// Revert data no known ABI explains.
+    Unknown(Bytes),
+}
+
+/// Decodes revert data.
+pub fn decode_revert(data: &[u8]) -> RevertReason {
+    if let Ok(e) = ICREsolverMarketErrors::abi_decode(data) {
+        return RevertReason::Market(e);
+    }
+    if let Ok(e) = CREReceiverErrors::abi_decode(data) {
+        return RevertReason::Receiver(e);
+    }
+    if let Ok(e) = IKeystoneForwarderErrors::abi_decode(data) {
+        return RevertReason::Forwarder(e);
+    }
+    if let Ok(e) = IIdentityRegistryErrors::abi_decode(data) {
+        return RevertReason::Identity(e);
+    }
+    if let Ok(r) = Revert::abi_decode(data) {
+        return RevertReason::Message(r.reason);
+    }
+    if let Ok(p) = Panic::abi_decode(data) {
+        return RevertReason::Panic(p.code.saturating_to());
+    }
+    RevertReason::Unknown(Bytes::copy_from_slice(data))
+}
+
+/// Revert data carried by a contract call error, if the node returned any.
+pub fn revert_data(err: &alloy::contract::Error) -> Option<Bytes> {
+    err.as_revert_data()
+}
+
+impl RevertReason {
+    /// The error's name (`Unauthorized`, `Error`, `Panic`, …).
+    pub fn name(&self) -> String {
+        match self {
+            RevertReason::Market(e) => variant_name(&format!("{e:?}")),
+            RevertReason::Receiver(e) => variant_name(&format!("{e:?}")),
+            RevertReason::Forwarder(e) => variant_name(&format!("{e:?}")),
+            RevertReason::Identity(e) => variant_name(&format!("{e:?}")),
+            RevertReason::Message(_) => "Error".into(),
+            RevertReason::Panic(_) => "Panic".into(),
+            RevertReason::Unknown(_) => "Unknown".into(),
+        }
+    }
+}
+
+fn variant_name(debug: &str) -> String {
+    debug
+        .split(['(', ' ', '{'])
+        .next()
+        .unwrap_or(debug)
+        .to_string()
+}
+
+impl fmt::Display for RevertReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ICREsolverMarketErrors as M;
+        match self {
+            RevertReason::Market(e) => match e {
+                M::Unauthorized(x) => write!(
+                    f,
+                    "Unauthorized({}): this key is not an authorized resolver of the market; the market owner must call setAuthorizedResolver({}, true)",
+                    x.caller, x.caller
+                ),
+                M::AlreadyResolved(x) => write!(
+                    f,
+                    "AlreadyResolved({}): market {} is already resolved",
+                    x.marketId, x.marketId
+                ),
+                M::ArrayMismatch(x) => write!(
+                    f,
+                    "ArrayMismatch({}, {}, {}): workers, weights and dimScores (3 per worker) lengths differ",
+                    x.workersLen, x.weightsLen, x.scoresLen
+                ),
+                M::WorkerSetMismatch(x) => write!(
+                    f,
+                    "WorkerSetMismatch({}, {}, {}): the report must list exactly the market's {} registered workers, it lists {}",
+                    x.marketId, x.expected, x.provided, x.expected, x.provided
+                ),
+                M::UnregisteredWorker(x) => {
+                    write!(
+                        f,
+                        "UnregisteredWorker({}, {}): {} has no stake in market {}",
+                        x.marketId, x.worker, x.worker, x.marketId
+                    )
+                }
+                M::DuplicateWorker(x) => write!(
+                    f,
+                    "DuplicateWorker({}, {}): {} is listed twice",
+                    x.marketId, x.worker, x.worker
+                ),
+                M::ZeroTotalWeight(x) => {
+                    write!(f, "ZeroTotalWeight({}): every weight is 0", x.marketId)
+                }
+                M::TooManyWorkers(x) => write!(
+                    f,
+                    "TooManyWorkers({}, {}): more than the maximum of {}",
+                    x.count, x.max, x.max
+                ),
+                M::MarketNotActive(x) => write!(
+                    f,
+                    "MarketNotActive({}): the market does not exist, is resolved or past its deadline",
+                    x.marketId
+                ),
+                M::MarketDoesNotExist(x) => write!(f, "MarketDoesNotExist({})", x.marketId),
+                M::MarketAlreadyResolved(x) => write!(f, "MarketAlreadyResolved({})", x.marketId),
+                M::NotAgentOwner(x) => write!(
+                    f,
+                    "NotAgentOwner({}, {}): the sender does not own or operate agent {}",
+                    x.caller, x.agentId, x.agentId
+                ),
+                M::ScoreOutOfRange(x) => write!(
+                    f,
+                    "ScoreOutOfRange({}, {}, {}): a score is above 100",
+                    x.marketId, x.worker, x.score
+                ),
+                other => f.write_str(&format!("{other:?}")),
+            },
+            RevertReason::Receiver(e) => write!(f, "{e:?}"),
+            RevertReason::Forwarder(e) => write!(f, "{e:?}"),
+            RevertReason::Identity(e) => write!(f, "{e:?}"),
+            RevertReason::Message(m) if m == "Self-feedback not allowed" => write!(
+                f,
+                "Error(\"Self-feedback not allowed\"): a worker's agent lets the market act as its operator (approve/setApprovalForAll), so the registry refuses the market's feedback"
+            ),
+            RevertReason::Message(m) => write!(f, "Error({m:?})"),
+            RevertReason::Panic(c) => write!(f, "Panic(0x{c:02x})"),
+            RevertReason::Unknown(b) if b.is_empty() => write!(f, "reverted without data"),
+            RevertReason::Unknown(b) => write!(f, "unknown revert data {b}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::ICREsolverMarket;
+    use alloy::primitives::{Address, U256};
+
+    #[test]
+    fn decodes_custom_errors_and_strings() {
+        let data = ICREsolverMarket::Unauthorized {
+            caller: Address::repeat_byte(1),
+        }
+        .abi_encode();
+        let r = decode_revert(&data);
+        assert_eq!(r.name(), "Unauthorized");
+        assert!(r.to_string().contains("setAuthorizedResolver"));
+        let data = ICREsolverMarket::WorkerSetMismatch {
+            marketId: U256::from(1),
+            expected: U256::from(3),
+            provided: U256::from(2),
+        }
+        .abi_encode();
+        assert_eq!(decode_revert(&data).name(), "WorkerSetMismatch");
+        let data = Revert::from("Self-feedback not allowed").abi_encode();
+        assert!(decode_revert(&data).to_string().contains("operator"));
+        assert_eq!(decode_revert(&[1, 2, 3]).name(), "Unknown");
+    }
+}

@@ -1,0 +1,382 @@
+//! The chain watcher: turns `ResolutionRequested` logs into durable round requests.
+//! It scans with `eth_getLogs` from the checkpoint (or the start block) up to the head
+//! minus the confirmation depth, in chunks that are halved when the provider says the
+//! range is too large; every log is recorded in the store (de-duplicated by tx hash and
+//! log index) *before* the checkpoint moves past it. A changed block hash at the
+//! checkpoint rewinds the scan by the reorg window, never below the start block: no
+//! request below it is acted on. A request for a market whose round is done
+//! (`confirmed`, `finalized`, `skipped`) is served again only when the chain says the
+//! market is unresolved at the request's block and at the head ([`judge_request`]);
+//! otherwise it is ignored with that reason. Besides its poll tick, a scan runs
+//! whenever the head feed (`chain::heads`) reports a new head, which on a websocket
+//! endpoint is pushed by a `newHeads` subscription.
+//!
+//! The watcher persists nothing itself: what it saw goes to a [`WatchSink`] (the
+//! ack-height pattern of reth's ExEx): the sink records each request durably and
+//! acknowledges the block the scan reached, and the watcher resumes from the sink's
+//! last acknowledged block. The node's sink is its round store.
+
+use crate::bindings::ICREsolverMarket;
+use crate::reader::{ReadError, resolved_at};
+use crate::scan::LogScanner;
+use alloy::eips::BlockNumberOrTag;
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::{DynProvider, Provider};
+use alloy::rpc::types::{Filter, Log};
+use alloy::sol_types::SolEvent;
+use cresolver_core::LogRef;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// A recorded trigger that starts (or restarts) a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trigger {
+    pub market: Address,
+    pub market_id: U256,
+    pub question: String,
+    pub log: Option<LogRef>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WatcherConfig {
+    pub market: Address,
+    pub workflow: String,
+    pub confirmations: u64,
+    /// First block when there is no checkpoint, and the floor of every scan and rewind.
+    pub start_block: u64,
+    pub poll_interval: Duration,
+    pub max_range: u64,
+    /// Blocks to rescan when the checkpoint's block hash changed.
+    pub reorg_window: u64,
+    /// Longest wait between scans after errors.
+    pub max_backoff: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("RPC error: {0}")]
+    Rpc(String),
+    #[error("cannot record what was seen: {0}")]
+    Sink(#[from] SinkError),
+}
+
+/// The sink could not record or answer (its store is down, say): the scan stops and is
+/// retried; nothing past the last acknowledged block is taken as seen.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SinkError(pub String);
+
+/// A `ResolutionRequested` log the watcher saw, with the chain's word on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenRequest<'a> {
+    pub market: Address,
+    pub market_id: U256,
+    pub workflow: &'a str,
+    pub log: &'a LogRef,
+    /// Only meaningful for a market whose round is done: the chain says the market is
+    /// unresolved at the request's block and at the head.
+    pub unresolved_on_chain: bool,
+}
+
+/// What the sink made of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// A round is (re)started: the trigger goes to the dispatcher.
+    pub starts_round: bool,
+    /// The market's round was already handled, in this state: nothing to do.
+    pub already_handled: Option<&'static str>,
+    /// The decision, for the log line.
+    pub decision: String,
+}
+
+/// Where the watcher hands what it saw; every method is durable before it returns.
+#[async_trait::async_trait]
+pub trait WatchSink: Send + Sync {
+    /// The last acknowledged block of the scan named `key`, with its hash.
+    async fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, SinkError>;
+    /// Acknowledges that every request up to `block` (hash `hash`) was recorded.
+    async fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), SinkError>;
+    /// Whether this very log was recorded before (a rescan after a rewind).
+    async fn log_seen(&self, log: &LogRef) -> Result<bool, SinkError>;
+    /// Whether the market's round is done (`confirmed`, `finalized` or `skipped`): only
+    /// then is the chain asked whether the market is still unresolved.
+    async fn round_done(&self, market: Address, market_id: U256) -> Result<bool, SinkError>;
+    /// Records the request (de-duplicated by its log) and decides what it starts.
+    async fn record_request(&self, req: SeenRequest<'_>) -> Result<Recorded, SinkError>;
+}
+
+/// What one scan did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanReport {
+    pub from: u64,
+    pub to: Option<u64>,
+    pub head: u64,
+    pub logs: usize,
+    pub triggers: usize,
+    pub rewound_to: Option<u64>,
+    /// The range size in use at the end (after any halving).
+    pub range: u64,
+}
+
+pub struct Watcher {
+    provider: DynProvider,
+    sink: Arc<dyn WatchSink>,
+    cfg: WatcherConfig,
+    scanner: LogScanner,
+}
+
+pub use crate::scan::is_range_error;
+
+/// What the chain says of a new request for a market whose round is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainWord {
+    /// Unresolved at the request's block and at the head: the request is served.
+    Unresolved,
+    /// Resolved: why the request is ignored.
+    Resolved(String),
+}
+
+/// Reads whether the market is resolved at `request_block` (a log's block; `None`: a
+/// manual request) and at the head. A node whose endpoint has pruned the request
+/// block's state judges at the head alone.
+pub async fn judge_request(
+    provider: &DynProvider,
+    market: Address,
+    market_id: U256,
+    request_block: Option<u64>,
+) -> Result<ChainWord, ReadError> {
+    if let Some(b) = request_block {
+        match resolved_at(provider, market, market_id, Some(b)).await {
+            Ok(true) => {
+                return Ok(ChainWord::Resolved(format!(
+                    "the market is resolved on chain at the request's block {b}"
+                )));
+            }
+            Ok(false) => {}
+            Err(ReadError::Rpc(e)) if crate::is_pruned_state(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(if resolved_at(provider, market, market_id, None).await? {
+        ChainWord::Resolved("the market is resolved on chain (at the head)".into())
+    } else {
+        ChainWord::Unresolved
+    })
+}
+
+impl Watcher {
+    pub fn new(provider: DynProvider, sink: Arc<dyn WatchSink>, cfg: WatcherConfig) -> Self {
+        let scanner = LogScanner::new(cfg.max_range);
+        Self {
+            provider,
+            sink,
+            cfg,
+            scanner,
+        }
+    }
+
+    fn checkpoint_key(&self) -> String {
+        format!("watch:{}:{}", self.cfg.market, self.cfg.workflow)
+    }
+
+    fn filter(&self) -> Filter {
+        Filter::new()
+            .address(self.cfg.market)
+            .event_signature(ICREsolverMarket::ResolutionRequested::SIGNATURE_HASH)
+    }
+
+    async fn block_hash(&self, n: u64) -> Result<Option<B256>, WatchError> {
+        let b = self
+            .provider
+            .get_block_by_number(BlockNumberOrTag::Number(n))
+            .await
+            .map_err(|e| WatchError::Rpc(e.to_string()))?;
+        Ok(b.map(|b| b.header.hash))
+    }
+
+    /// One pass from the checkpoint to the safe head. Triggers that start a round are
+    /// sent on `out` after they are durably recorded.
+    pub async fn scan_once(
+        &mut self,
+        out: &mpsc::Sender<Trigger>,
+    ) -> Result<ScanReport, WatchError> {
+        let key = self.checkpoint_key();
+        let head = self
+            .provider
+            .get_block_number()
+            .await
+            .map_err(|e| WatchError::Rpc(e.to_string()))?;
+        let safe = head.saturating_sub(self.cfg.confirmations);
+        let mut report = ScanReport {
+            head,
+            range: self.scanner.range(),
+            ..Default::default()
+        };
+        let from = match self.sink.checkpoint(&key).await? {
+            Some((n, hash)) => match self.block_hash(n).await? {
+                Some(h) if h == hash => n + 1,
+                other => {
+                    let back = n
+                        .saturating_sub(self.cfg.reorg_window)
+                        .max(self.cfg.start_block);
+                    tracing::warn!(checkpoint = n, stored = %hash, now = ?other, rewind_to = back, "block hash at checkpoint changed: rewinding");
+                    report.rewound_to = Some(back);
+                    back
+                }
+            },
+            None => self.cfg.start_block,
+        };
+        // a start block raised above an old checkpoint: nothing below it is scanned
+        let mut from = from.max(self.cfg.start_block);
+        report.from = from;
+        while from <= safe {
+            let (to, logs) = self
+                .scanner
+                .next_chunk(&self.provider, &self.filter(), from, safe)
+                .await
+                .map_err(WatchError::Rpc)?;
+            report.logs += logs.len();
+            for log in &logs {
+                if let Some(t) = self.record(log).await? {
+                    report.triggers += 1;
+                    // The request is durable; a closed channel only means shutdown.
+                    let _ = out.send(t).await;
+                }
+            }
+            // An endpoint that does not have `to` yet (another endpoint answered the head)
+            // may have returned only part of the logs: scan the range again later.
+            let hash = self.block_hash(to).await?.ok_or_else(|| {
+                WatchError::Rpc(format!(
+                    "the endpoint has no block {to} yet: the range is scanned again"
+                ))
+            })?;
+            self.sink.set_checkpoint(&key, to, hash).await?;
+            report.to = Some(to);
+            from = to + 1;
+        }
+        report.range = self.scanner.range();
+        Ok(report)
+    }
+
+    async fn record(&self, log: &Log) -> Result<Option<Trigger>, WatchError> {
+        let (Some(tx_hash), Some(log_index), Some(block_number), Some(block_hash)) = (
+            log.transaction_hash,
+            log.log_index,
+            log.block_number,
+            log.block_hash,
+        ) else {
+            tracing::warn!(?log, "log without position (pending?): skipped");
+            return Ok(None);
+        };
+        let ev = match ICREsolverMarket::ResolutionRequested::decode_log(&log.inner) {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(%tx_hash, log_index, error = %e, "undecodable ResolutionRequested log: skipped");
+                return Ok(None);
+            }
+        };
+        if block_number < self.cfg.start_block {
+            tracing::debug!(%tx_hash, block = block_number, start_block = self.cfg.start_block, "request below the start block: not acted on");
+            return Ok(None);
+        }
+        let log_ref = LogRef {
+            tx_hash,
+            log_index,
+            block_number,
+            block_hash,
+        };
+        let market_id = ev.data.marketId;
+        // a done round is served again only when the chain says the market is open; the
+        // chain is read before the log is recorded, so an RPC error leaves it to the
+        // next scan
+        // (a log seen before — a rescan after a rewind — is a duplicate: no chain read)
+        let done = !self.sink.log_seen(&log_ref).await?
+            && self.sink.round_done(self.cfg.market, market_id).await?;
+        let mut ignored_because = None;
+        let unresolved = if done {
+            match judge_request(
+                &self.provider,
+                self.cfg.market,
+                market_id,
+                Some(block_number),
+            )
+            .await
+            {
+                Ok(ChainWord::Unresolved) => true,
+                Ok(ChainWord::Resolved(why)) => {
+                    ignored_because = Some(why);
+                    false
+                }
+                Err(ReadError::Rpc(e)) => return Err(WatchError::Rpc(e)),
+                Err(e) => {
+                    ignored_because = Some(e.to_string());
+                    false
+                }
+            }
+        } else {
+            false
+        };
+        let recorded = self
+            .sink
+            .record_request(SeenRequest {
+                market: self.cfg.market,
+                market_id,
+                workflow: &self.cfg.workflow,
+                log: &log_ref,
+                unresolved_on_chain: unresolved,
+            })
+            .await?;
+        match (recorded.already_handled, ignored_because) {
+            (Some(state), Some(why)) => {
+                tracing::info!(market_id = %market_id, block = block_number, %tx_hash, state, reason = %why, "ResolutionRequested ignored: the market is resolved on chain");
+            }
+            _ => {
+                tracing::info!(market_id = %market_id, block = block_number, %tx_hash, decision = %recorded.decision, "ResolutionRequested")
+            }
+        }
+        Ok(recorded.starts_round.then(|| Trigger {
+            market: self.cfg.market,
+            market_id,
+            question: ev.data.question.clone(),
+            log: Some(log_ref),
+        }))
+    }
+
+    /// Scans until `shutdown` turns true: on every poll tick, and whenever `wake` says
+    /// there is a new head (or a reconnected subscription).
+    pub async fn run(
+        mut self,
+        out: mpsc::Sender<Trigger>,
+        mut shutdown: watch::Receiver<bool>,
+        mut wake: Option<watch::Receiver<u64>>,
+        on_scan: impl Fn(&ScanReport) + Send,
+    ) {
+        let mut backoff = self.cfg.poll_interval;
+        loop {
+            match self.scan_once(&out).await {
+                Ok(r) => {
+                    on_scan(&r);
+                    backoff = self.cfg.poll_interval;
+                }
+                Err(e) => {
+                    backoff = (backoff * 2).min(self.cfg.max_backoff.max(self.cfg.poll_interval));
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "scan failed; retrying");
+                }
+            }
+            let tick = tokio::time::sleep(backoff);
+            tokio::select! {
+                _ = tick => {}
+                _ = shutdown.changed() => return,
+                got = async { match wake.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
+                    if got.is_err() {
+                        wake = None;
+                    }
+                }
+            }
+            if *shutdown.borrow() {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Evaluate: scores every valid responder on the 8 dimensions. Two evaluators share the
+//! [`Evaluator`] trait: an LLM behind any OpenAI-compatible endpoint, and an offline,
+//! deterministic rubric. The LLM one falls back as the workflow says.
+
+pub mod llm;
+pub mod rubric;
+
+use alloy_primitives::Address;
+use cresolver_core::Dimensions;
+use cresolver_workers::ResolveAnswer;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+pub use llm::{LlmConfig, LlmEvaluator};
+pub use rubric::RubricEvaluator;
+
+/// One valid responder as the evaluator sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalWorker {
+    /// Opaque label used in prompts (`W1`, `W2`, …) instead of the address.
+    pub label: String,
+    pub address: Address,
+    pub answer: ResolveAnswer,
+    pub challenges: Vec<String>,
+    /// Responses matched to `challenges` by position (possibly fewer).
+    pub responses: Vec<String>,
+}
+
+/// Everything an evaluator may look at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalInput {
+    pub market_id: u64,
+    pub question: String,
+    pub workers: Vec<EvalWorker>,
+    /// Unix seconds the round is judged at (the request's block time), for timeliness.
+    pub reference_time: u64,
+}
+
+/// Scores for each input worker, in input order, each 0–100 and whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub scores: Vec<Dimensions>,
+    /// Which evaluator produced the scores: `llm`, `rubric` or `neutral`.
+    pub evaluator: String,
+    /// Why the configured evaluator was not used, when a fallback produced the scores.
+    pub fallback_reason: Option<String>,
+    /// Failed attempts before the result (for transcripts and logs).
+    pub attempts: Vec<String>,
+    /// The raw reply of the model that produced the scores, if any.
+    pub raw_reply: Option<String>,
+    /// The slots of the evaluated workers in the order the evaluator saw them, labelled
+    /// `W1…` in that order: a fresh random order per round, never shown to a worker,
+    /// recorded so that a replay builds the same prompt. Empty in transcripts from
+    /// before it existed (slot order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order: Vec<usize>,
+    /// Workers whose text was cut to fit the prompt budget, and by how much.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt_cuts: Vec<String>,
+    /// What the evaluator set aside (the rubric: instruction-like text, markup, JSON
+    /// fragments, which earn nothing), per worker label.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EvalError {
+    #[error("evaluation failed and the fallback policy is `fail`: {0}")]
+    Failed(String),
+    #[error("evaluator misconfigured: {0}")]
+    Config(String),
+}
+
+/// What to do when the LLM evaluator cannot produce valid scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Fallback {
+    /// Score with the offline rubric.
+    #[default]
+    Rubric,
+    /// Every dimension 50 (the reference's behaviour for an unscored worker).
+    Neutral,
+    /// Fail the round.
+    Fail,
+}
+
+/// An evaluator of a round's responders.
+pub trait Evaluator: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn evaluate<'a>(&'a self, input: &'a EvalInput)
+    -> BoxFuture<'a, Result<Evaluation, EvalError>>;
+}
+
+/// Neutral scores for every worker.
+pub fn neutral(input: &EvalInput, reason: Option<String>, attempts: Vec<String>) -> Evaluation {
+    Evaluation {
+        order: Vec::new(),
+        prompt_cuts: Vec::new(),
+        notes: Vec::new(),
+        scores: vec![Dimensions::uniform(50.0); input.workers.len()],
+        evaluator: "neutral".into(),
+        fallback_reason: reason,
+        attempts,
+        raw_reply: None,
+    }
+}

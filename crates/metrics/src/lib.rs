@@ -1,0 +1,580 @@
+//! The node's Prometheus metrics: one registry holding round, worker-call, stage-latency
+//! and chain-progress series, encoded in the text exposition format for `GET /metrics`.
+//! Every method takes `&self`, so one [`Metrics`] is shared across tasks in an `Arc`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets_range};
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+
+/// Smallest and largest finite bucket bound of the stage-duration histogram, in seconds.
+const BUCKET_MIN_S: f64 = 0.005;
+const BUCKET_MAX_S: f64 = 120.0;
+const BUCKET_COUNT: u16 = 16;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkerCallLabels {
+    stage: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TxLabels {
+    signer: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SignerLabels {
+    signer: String,
+}
+
+type U64Gauge = Gauge<u64, AtomicU64>;
+
+/// Exponential buckets from 5 ms to 120 s, rounded to three significant digits so the
+/// exposition shows readable bounds (`0.0098` rather than `0.009797958971132712`).
+fn stage_buckets() -> Vec<f64> {
+    exponential_buckets_range(BUCKET_MIN_S, BUCKET_MAX_S, BUCKET_COUNT)
+        .map(|b| format!("{b:.2e}").parse().unwrap_or(b))
+        .collect()
+}
+
+fn new_stage_histogram() -> Histogram {
+    Histogram::new(stage_buckets())
+}
+
+/// The registry and its metric families.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    rounds: Family<OutcomeLabels, Counter>,
+    worker_calls: Family<WorkerCallLabels, Counter>,
+    stage_duration: Family<StageLabels, Histogram, fn() -> Histogram>,
+    last_processed_block: U64Gauge,
+    head_lag: U64Gauge,
+    rounds_by_state: Family<StateLabels, U64Gauge>,
+    tx_attempts: Family<TxLabels, Counter>,
+    tx_events: Family<TxLabels, Counter>,
+    tx_stuck: Family<SignerLabels, U64Gauge>,
+    tx_nonce_gap: Family<SignerLabels, U64Gauge>,
+    rpc_up: Family<EndpointLabels, U64Gauge>,
+    rpc_head: Family<EndpointLabels, U64Gauge>,
+    rpc_in_service: Family<EndpointLabels, U64Gauge>,
+    rpc_errors: Family<EndpointKindLabels, Counter>,
+    rpc_latency: Family<EndpointLabels, Histogram, fn() -> Histogram>,
+    chain_head: U64Gauge,
+    head_age: U64Gauge,
+    rounds_stopped: Family<ReasonLabels, Counter>,
+    leases_held: U64Gauge,
+    lease_events: Family<LeaseLabels, Counter>,
+    finality_events: Family<LeaseLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    event: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointKindLabels {
+    endpoint: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    stage: &'static str,
+    reason: &'static str,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let rounds = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "cresolver_rounds",
+            "Rounds finished, by final outcome",
+            rounds.clone(),
+        );
+        let worker_calls = Family::<WorkerCallLabels, Counter>::default();
+        registry.register(
+            "cresolver_worker_calls",
+            "Worker calls, by stage and outcome (ok or the failure kind)",
+            worker_calls.clone(),
+        );
+        let stage_duration: Family<StageLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(new_stage_histogram);
+        registry.register_with_unit(
+            "cresolver_stage_duration",
+            "Duration of a round's stages and of whole rounds",
+            Unit::Seconds,
+            stage_duration.clone(),
+        );
+        let last_processed_block = U64Gauge::default();
+        registry.register(
+            "cresolver_last_processed_block",
+            "The last block the watcher has fully processed",
+            last_processed_block.clone(),
+        );
+        let head_lag = U64Gauge::default();
+        registry.register(
+            "cresolver_head_lag_blocks",
+            "How many blocks the watcher is behind the chain head",
+            head_lag.clone(),
+        );
+        let rounds_by_state = Family::<StateLabels, U64Gauge>::default();
+        registry.register(
+            "cresolver_rounds_by_state",
+            "Rounds in the store, by state",
+            rounds_by_state.clone(),
+        );
+
+        let tx_attempts = Family::<TxLabels, Counter>::default();
+        registry.register(
+            "cresolver_tx_attempts",
+            "Transactions signed and broadcast, by signing key and kind (first, replacement, rebroadcast)",
+            tx_attempts.clone(),
+        );
+        let tx_events = Family::<TxLabels, Counter>::default();
+        registry.register(
+            "cresolver_tx_events",
+            "Transaction outcomes, by signing key and kind (mined, lost: the nonce was used by another transaction, reorged)",
+            tx_events.clone(),
+        );
+        let tx_stuck = Family::<SignerLabels, U64Gauge>::default();
+        registry.register_with_unit(
+            "cresolver_tx_oldest_pending",
+            "Age of the oldest reserved nonce of a signing key that is not yet mined and deep enough",
+            Unit::Seconds,
+            tx_stuck.clone(),
+        );
+        let tx_nonce_gap = Family::<SignerLabels, U64Gauge>::default();
+        registry.register(
+            "cresolver_tx_nonce_gap",
+            "Nonces a signing key has reserved beyond the chain's mined transaction count",
+            tx_nonce_gap.clone(),
+        );
+
+        let rpc_up = Family::<EndpointLabels, U64Gauge>::default();
+        registry.register(
+            "cresolver_rpc_up",
+            "Whether the RPC endpoint answered the last head probe (1) or not (0)",
+            rpc_up.clone(),
+        );
+        let rpc_head = Family::<EndpointLabels, U64Gauge>::default();
+        registry.register(
+            "cresolver_rpc_head",
+            "The newest head an RPC endpoint reported to its probe",
+            rpc_head.clone(),
+        );
+        let rpc_in_service = Family::<EndpointLabels, U64Gauge>::default();
+        registry.register(
+            "cresolver_rpc_in_service",
+            "Whether reads and broadcasts use the RPC endpoint now (answers, and within the lag limit of the best head)",
+            rpc_in_service.clone(),
+        );
+        let rpc_errors = Family::<EndpointKindLabels, Counter>::default();
+        registry.register(
+            "cresolver_rpc_errors",
+            "Failed calls and head probes of an RPC endpoint, by kind (timeout, connect, rate_limited, other)",
+            rpc_errors.clone(),
+        );
+        let rpc_latency: Family<EndpointLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(new_stage_histogram);
+        registry.register_with_unit(
+            "cresolver_rpc_latency",
+            "Latency of the head probe of an RPC endpoint",
+            Unit::Seconds,
+            rpc_latency.clone(),
+        );
+        let chain_head = U64Gauge::default();
+        registry.register(
+            "cresolver_chain_head",
+            "The newest head any endpoint reported",
+            chain_head.clone(),
+        );
+        let head_age = U64Gauge::default();
+        registry.register_with_unit(
+            "cresolver_chain_head_age",
+            "Age of the newest head (now minus its timestamp)",
+            Unit::Seconds,
+            head_age.clone(),
+        );
+        let rounds_stopped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "cresolver_rounds_stopped",
+            "Rounds that stopped short of confirmed, by the stage they stopped in and why (failed, skipped, retry)",
+            rounds_stopped.clone(),
+        );
+        let leases_held = U64Gauge::default();
+        registry.register(
+            "cresolver_leases_held",
+            "Rounds this node holds the lease of (drives) now",
+            leases_held.clone(),
+        );
+        let lease_events = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "cresolver_lease_events",
+            "Lease events of this node: claimed, takeover (claimed after another node's lease expired), lost (another node took it, or it could not be renewed in time)",
+            lease_events.clone(),
+        );
+        for event in ["claimed", "takeover", "lost"] {
+            let _ = lease_events.get_or_create(&LeaseLabels { event });
+        }
+        let finality_events = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "cresolver_finality_events",
+            "What the finality watch saw of confirmed resolutions: finalized (their block is final), reorged (their block left the canonical chain before it was final; the round was reopened and its transaction re-sent)",
+            finality_events.clone(),
+        );
+        for event in ["finalized", "reorged"] {
+            let _ = finality_events.get_or_create(&LeaseLabels { event });
+        }
+
+        // Expose the common series from the start, so rates and dashboards see zeros
+        // rather than missing data.
+        for outcome in ["confirmed", "failed", "skipped"] {
+            let _ = rounds.get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            });
+        }
+        Self {
+            registry,
+            rounds,
+            worker_calls,
+            stage_duration,
+            last_processed_block,
+            head_lag,
+            rounds_by_state,
+            tx_attempts,
+            tx_events,
+            tx_stuck,
+            tx_nonce_gap,
+            rpc_up,
+            rpc_head,
+            rpc_in_service,
+            rpc_errors,
+            rpc_latency,
+            chain_head,
+            head_age,
+            rounds_stopped,
+            leases_held,
+            lease_events,
+            finality_events,
+        }
+    }
+
+    /// Counts a finality event of a confirmed round: `finalized` or `reorged`.
+    pub fn finality_event(&self, event: &'static str) {
+        self.finality_events
+            .get_or_create(&LeaseLabels { event })
+            .inc();
+    }
+
+    /// Counts a lease event: `claimed`, `takeover` or `lost`.
+    pub fn lease_event(&self, event: &'static str) {
+        self.lease_events
+            .get_or_create(&LeaseLabels { event })
+            .inc();
+    }
+
+    /// How many rounds this node holds now.
+    pub fn set_leases_held(&self, n: u64) {
+        self.leases_held.set(n);
+    }
+
+    /// The lease counters (`/health`): claimed, takeover, lost.
+    pub fn lease_counts(&self) -> [(&'static str, u64); 3] {
+        ["claimed", "takeover", "lost"].map(|event| {
+            (
+                event,
+                self.lease_events
+                    .get_or_create(&LeaseLabels { event })
+                    .get(),
+            )
+        })
+    }
+
+    pub fn rpc_up(&self, endpoint: &str, up: bool) {
+        self.rpc_up
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.to_string(),
+            })
+            .set(u64::from(up));
+    }
+
+    pub fn rpc_head(&self, endpoint: &str, head: u64) {
+        self.rpc_head
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.to_string(),
+            })
+            .set(head);
+    }
+
+    pub fn rpc_in_service(&self, endpoint: &str, in_service: bool) {
+        self.rpc_in_service
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.to_string(),
+            })
+            .set(u64::from(in_service));
+    }
+
+    pub fn rpc_error(&self, endpoint: &str, kind: &'static str) {
+        self.rpc_errors
+            .get_or_create(&EndpointKindLabels {
+                endpoint: endpoint.to_string(),
+                kind,
+            })
+            .inc();
+    }
+
+    pub fn rpc_latency(&self, endpoint: &str, secs: f64) {
+        self.rpc_latency
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.to_string(),
+            })
+            .observe(secs);
+    }
+
+    pub fn set_chain_head(&self, n: u64) {
+        self.chain_head.set(n);
+    }
+
+    pub fn set_head_age(&self, secs: u64) {
+        self.head_age.set(secs);
+    }
+
+    /// Counts a round that stopped short of `confirmed`: the `stage` it was in and
+    /// `reason` (`failed`, `skipped`, `retry`).
+    pub fn round_stopped(&self, stage: &'static str, reason: &'static str) {
+        self.rounds_stopped
+            .get_or_create(&ReasonLabels { stage, reason })
+            .inc();
+    }
+
+    /// Counts a signed transaction of `signer`: `first`, `replacement` or `rebroadcast`.
+    pub fn tx_attempt(&self, signer: &str, kind: &'static str) {
+        self.tx_attempts
+            .get_or_create(&TxLabels {
+                signer: signer.to_string(),
+                kind,
+            })
+            .inc();
+    }
+
+    /// Counts a transaction outcome of `signer`: `mined`, `lost` or `reorged`.
+    pub fn tx_event(&self, signer: &str, kind: &'static str) {
+        self.tx_events
+            .get_or_create(&TxLabels {
+                signer: signer.to_string(),
+                kind,
+            })
+            .inc();
+    }
+
+    /// The signing key's oldest pending nonce age and its nonce gap.
+    pub fn set_tx_backlog(&self, signer: &str, oldest_pending_secs: u64, nonce_gap: u64) {
+        let l = SignerLabels {
+            signer: signer.to_string(),
+        };
+        self.tx_stuck.get_or_create(&l).set(oldest_pending_secs);
+        self.tx_nonce_gap.get_or_create(&l).set(nonce_gap);
+    }
+
+    /// Counts a finished round (`confirmed`, `failed`, `skipped`, …).
+    pub fn round_finished(&self, outcome: &str) {
+        self.rounds
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one worker call of `stage` (`resolve`, `challenge`) that ended in `outcome`
+    /// (`ok` or a [`cresolver_workers::WorkerFailure::kind`] label).
+    pub fn worker_call(&self, stage: &str, outcome: &str) {
+        self.worker_calls
+            .get_or_create(&WorkerCallLabels {
+                stage: stage.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records how long a stage (`discover`, `resolve`, `challenge`, `evaluate`,
+    /// `submit`, or `round` for the whole round) took.
+    pub fn observe_stage(&self, stage: &str, seconds: f64) {
+        self.stage_duration
+            .get_or_create(&StageLabels {
+                stage: stage.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    pub fn set_last_processed_block(&self, n: u64) {
+        self.last_processed_block.set(n);
+    }
+
+    pub fn set_head_lag(&self, blocks: u64) {
+        self.head_lag.set(blocks);
+    }
+
+    /// Sets the rounds-by-state gauge from the store's counts. `all` names every state
+    /// (the store's list), so a state no round is in any more shows 0; a count for a
+    /// state not in `all` is ignored.
+    pub fn set_rounds_by_state(&self, all: &[&'static str], counts: &[(&'static str, u64)]) {
+        for &state in all {
+            let n = counts
+                .iter()
+                .filter(|(s, _)| *s == state)
+                .map(|(_, n)| *n)
+                .sum();
+            self.rounds_by_state
+                .get_or_create(&StateLabels { state })
+                .set(n);
+        }
+    }
+
+    /// All metrics in the text exposition format (ending with `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail; the encoder only fails on writer errors.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATES: [&str; 3] = ["requested", "confirmed", "failed"];
+
+    fn has_line(text: &str, line: &str) {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing line {line:?} in:\n{text}"
+        );
+    }
+
+    #[test]
+    fn encodes_recorded_values() {
+        let m = Metrics::new();
+        m.round_finished("confirmed");
+        m.round_finished("confirmed");
+        m.round_finished("failed");
+        m.worker_call("resolve", "schema");
+        m.observe_stage("resolve", 0.2);
+        m.observe_stage("resolve", 3.0);
+        m.set_last_processed_block(12_345);
+        m.set_head_lag(3);
+        m.set_rounds_by_state(&STATES, &[("confirmed", 4), ("failed", 1)]);
+        for outcome in ["ok", "ok", "timeout"] {
+            m.worker_call("resolve", outcome);
+        }
+        m.worker_call("challenge", "ok");
+        m.worker_call("challenge", "invalid_json");
+
+        let text = m.encode();
+        has_line(&text, "# TYPE cresolver_rounds counter");
+        has_line(&text, r#"cresolver_rounds_total{outcome="confirmed"} 2"#);
+        has_line(&text, r#"cresolver_rounds_total{outcome="failed"} 1"#);
+        has_line(&text, r#"cresolver_rounds_total{outcome="skipped"} 0"#);
+        has_line(
+            &text,
+            r#"cresolver_worker_calls_total{stage="resolve",outcome="ok"} 2"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_worker_calls_total{stage="resolve",outcome="timeout"} 1"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_worker_calls_total{stage="resolve",outcome="schema"} 1"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_worker_calls_total{stage="challenge",outcome="ok"} 1"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_worker_calls_total{stage="challenge",outcome="invalid_json"} 1"#,
+        );
+        has_line(&text, "# TYPE cresolver_stage_duration_seconds histogram");
+        has_line(
+            &text,
+            r#"cresolver_stage_duration_seconds_sum{stage="resolve"} 3.2"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_stage_duration_seconds_count{stage="resolve"} 2"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_stage_duration_seconds_bucket{le="0.005",stage="resolve"} 0"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_stage_duration_seconds_bucket{le="120.0",stage="resolve"} 2"#,
+        );
+        has_line(
+            &text,
+            r#"cresolver_stage_duration_seconds_bucket{le="+Inf",stage="resolve"} 2"#,
+        );
+        has_line(&text, "cresolver_last_processed_block 12345");
+        has_line(&text, "cresolver_head_lag_blocks 3");
+        has_line(&text, r#"cresolver_rounds_by_state{state="confirmed"} 4"#);
+        has_line(&text, r#"cresolver_rounds_by_state{state="failed"} 1"#);
+        has_line(&text, r#"cresolver_rounds_by_state{state="requested"} 0"#);
+        assert!(text.ends_with("# EOF\n"));
+        assert_eq!(text.matches(r#"stage="challenge""#).count(), 2);
+    }
+
+    #[test]
+    fn buckets_span_5ms_to_120s() {
+        let b = stage_buckets();
+        assert_eq!(b.len(), BUCKET_COUNT as usize);
+        assert_eq!(b[0], 0.005);
+        assert_eq!(*b.last().unwrap(), 120.0);
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn rounds_by_state_resets_missing_states() {
+        let m = Metrics::new();
+        m.set_rounds_by_state(&STATES, &[("requested", 2)]);
+        m.set_rounds_by_state(&STATES, &[("confirmed", 1)]);
+        let text = m.encode();
+        has_line(&text, r#"cresolver_rounds_by_state{state="requested"} 0"#);
+        has_line(&text, r#"cresolver_rounds_by_state{state="confirmed"} 1"#);
+    }
+}

@@ -1,0 +1,786 @@
+//! Node configuration: a TOML file, every key overridable by environment variables
+//! (`CRESOLVER__SECTION__KEY`), the common ones by command-line flags. Secrets (the
+//! signing key, the API token) are only ever named here, never stored: they are read from
+//! the environment or a key file and never logged.
+
+use alloy::primitives::Address;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeConfig {
+    pub chain: ChainCfg,
+    pub node: NodeCfg,
+    pub signer: SignerCfg,
+    pub submit: SubmitTargets,
+    pub discovery: DiscoveryCfg,
+    pub api: ApiCfg,
+    pub protocols: ProtocolsCfg,
+    pub store: StoreCfg,
+}
+
+/// Where the node keeps its rounds. Empty `url`: the embedded SQLite file in
+/// `node.data_dir` (one node). A `postgres://` URL: a database that any number of nodes
+/// share; they split the rounds between them with leases (see `store::pg`). The URL's
+/// password is never shown; it can also come from `CRESOLVER__STORE__URL`.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreCfg {
+    pub url: String,
+    /// This node's name in the cluster (lease holder). Empty: the host name and a random
+    /// suffix, new at every start. A fixed name lets a restarted node take back its own
+    /// rounds at once instead of after their leases expire; two running nodes must never
+    /// share one.
+    pub node_id: String,
+    /// How long a node's claim on a round lasts without a renewal (renewed every third).
+    pub lease_secs: u64,
+    /// Connections to PostgreSQL per node.
+    pub max_connections: usize,
+    /// With `?sslmode=require` (or `verify-full`) in the URL, a PEM file of the CA that
+    /// signed the server's certificate, trusted besides the system's roots. The
+    /// certificate and the host name are always verified when TLS is used.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for StoreCfg {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            node_id: String::new(),
+            lease_secs: 15,
+            max_connections: 16,
+            ca_file: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreCfg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreCfg")
+            .field("url", &cresolver_store::pg::redact_url(&self.url))
+            .field("node_id", &self.node_id)
+            .field("lease_secs", &self.lease_secs)
+            .field("max_connections", &self.max_connections)
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
+}
+
+impl StoreCfg {
+    /// Whether the store is a shared PostgreSQL database.
+    pub fn is_postgres(&self) -> bool {
+        let u = self.url.trim();
+        u.starts_with("postgres://") || u.starts_with("postgresql://")
+    }
+}
+
+/// The agent protocols the node speaks besides A2A, and their settings. Every protocol
+/// is on by default: an agent built for another platform can serve as a worker as it is.
+/// Secrets are named by env var, never written here.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProtocolsCfg {
+    pub factagora: FactagoraCfg,
+    pub roundtable: RoundtableCfg,
+    pub chorus: ChorusCfg,
+    pub agora: AgoraCfg,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FactagoraCfg {
+    pub enabled: bool,
+    /// Env var holding the bearer token sent to Factagora webhooks (unset: no header).
+    pub token_env: String,
+    /// The hosts (`host` or `host:port`) the token may be sent to. A worker registers
+    /// its own endpoint on chain: any other host gets the call without the token.
+    pub token_hosts: Vec<String>,
+}
+
+impl Default for FactagoraCfg {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            token_env: "CRESOLVER_FACTAGORA_TOKEN".into(),
+            token_hosts: vec![],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoundtableCfg {
+    pub enabled: bool,
+    /// Env var holding the bearer key sent to round-table agents (unset: no header).
+    pub api_key_env: String,
+    /// The hosts (`host` or `host:port`) the key may be sent to; any other host gets
+    /// the call without it.
+    pub api_key_hosts: Vec<String>,
+}
+
+impl Default for RoundtableCfg {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            api_key_env: "CRESOLVER_ROUNDTABLE_API_KEY".into(),
+            api_key_hosts: vec![],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChorusCfg {
+    pub enabled: bool,
+    /// Skill of the resolve job.
+    pub skill: String,
+    /// Skill of the challenge job; empty: Chorus workers are not challenged.
+    pub challenge_skill: String,
+    /// Budget offered per job, in Chorus credits.
+    pub budget: f64,
+    /// This node's orchestrator id on Chorus (a UUID v4), under which its hiring history
+    /// builds up; empty: drawn once and kept in the node's store (stable across restarts,
+    /// shared by a cluster).
+    pub orchestrator_id: String,
+}
+
+impl Default for ChorusCfg {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            skill: "market_resolve".into(),
+            challenge_skill: "market_challenge".into(),
+            budget: 0.0,
+            orchestrator_id: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgoraCfg {
+    pub enabled: bool,
+    /// Env var holding the node's Ed25519 seed (32 bytes, hex) — its did:key identity.
+    pub key_env: String,
+    /// Or a file holding it (first line, hex). Neither set: a fresh identity per start
+    /// (logged as a warning with the did).
+    pub key_file: Option<PathBuf>,
+    /// Largest offer price accepted (USD).
+    pub max_cost_usd: f64,
+    /// Long-poll timeout per relay request (seconds, 1-60).
+    pub poll_timeout_secs: u64,
+}
+
+impl Default for AgoraCfg {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            key_env: "CRESOLVER_AGORA_KEY".into(),
+            key_file: None,
+            max_cost_usd: 0.0,
+            poll_timeout_secs: 30,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChainCfg {
+    /// `http(s)://` (polling with eth_getLogs) or `ws(s)://` (a newHeads subscription
+    /// wakes the watcher; polling underneath). Used when `rpc_urls` is empty.
+    pub rpc_url: String,
+    /// Several endpoints of the same chain, in order of preference: reads go to the first
+    /// one in service, signed transactions to all in service (replaces `rpc_url`).
+    pub rpc_urls: Vec<String>,
+    /// An endpoint trailing the best head of all endpoints by more blocks is not used.
+    pub max_endpoint_lag_blocks: u64,
+    /// Reconnection attempts of alloy's websocket client before the node builds a new
+    /// client (it does so without limit).
+    pub ws_reconnect_attempts: u32,
+    /// Pause between those reconnection attempts, in ms.
+    pub ws_retry_interval_ms: u64,
+    /// Expected chain id; checked at start when set.
+    pub chain_id: Option<u64>,
+    pub market_address: Option<Address>,
+    /// Multicall3 address for batched reads (none: concurrent calls).
+    pub multicall_address: Option<Address>,
+    /// Act only on logs at least this deep; default per chain id (0 on anvil/hardhat).
+    pub confirmations: Option<u64>,
+    /// First block to scan when there is no checkpoint (default: 0 on a dev chain, else
+    /// the head at the node's first start, which is remembered). No request below it is
+    /// ever acted on, and a rewind after a reorg never goes below it.
+    pub start_block: Option<u64>,
+    /// How deep a block must be to count as final where the endpoint does not serve the
+    /// `finalized` block tag (default per chain id: see
+    /// `chain::finality::default_finality_depth`). A confirmed resolution is watched
+    /// until its block is final, and re-sent if a reorg removes it before then.
+    pub finality_depth: Option<u64>,
+    pub poll_interval_ms: u64,
+    /// Largest eth_getLogs range; halved on "range too large" errors.
+    pub max_block_range: u64,
+    /// Deadline of one JSON-RPC call (its transport retries included), in ms.
+    pub rpc_timeout_ms: u64,
+    /// Longest wait between retries of the watcher and of rounds after a transient
+    /// error, in ms (the poll interval when that is larger).
+    pub max_backoff_ms: u64,
+    /// `/health/ready` fails when the newest head is older than this many seconds
+    /// (default: 60, none on a dev chain, which mines only on demand).
+    pub max_head_age_secs: Option<u64>,
+    /// `/health/ready` fails when the watcher is more than this many blocks behind the
+    /// head (beyond the confirmations).
+    pub max_lag_blocks: u64,
+}
+
+impl Default for ChainCfg {
+    fn default() -> Self {
+        Self {
+            rpc_url: "http://127.0.0.1:8545".into(),
+            rpc_urls: vec![],
+            max_endpoint_lag_blocks: 5,
+            ws_reconnect_attempts: 10,
+            ws_retry_interval_ms: 3_000,
+            chain_id: None,
+            market_address: None,
+            multicall_address: None,
+            confirmations: None,
+            start_block: None,
+            finality_depth: None,
+            poll_interval_ms: 2_000,
+            max_block_range: 5_000,
+            rpc_timeout_ms: 10_000,
+            max_backoff_ms: 5_000,
+            max_head_age_secs: None,
+            max_lag_blocks: 50,
+        }
+    }
+}
+
+/// Default confirmation depth for a chain.
+pub fn default_confirmations(chain_id: u64) -> u64 {
+    match chain_id {
+        31337 | 1337 => 0,
+        1 => 12,
+        11155111 | 17000 | 560048 => 3,
+        _ => 5,
+    }
+}
+
+/// Whether a chain id is a local development chain.
+pub fn is_dev_chain(chain_id: u64) -> bool {
+    matches!(chain_id, 31337 | 1337)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeCfg {
+    pub data_dir: PathBuf,
+    /// Workflow files to run (the first one drives rounds of the configured market).
+    pub workflows: Vec<PathBuf>,
+    /// Rounds running at once, across markets.
+    pub max_concurrent_rounds: usize,
+}
+
+impl Default for NodeCfg {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./cresolver-data"),
+            workflows: vec![PathBuf::from("workflows/cresolver-resolution.toml")],
+            max_concurrent_rounds: 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SignerCfg {
+    /// Env var holding the hex private key.
+    pub private_key_env: String,
+    /// Or a file holding it (first line, hex).
+    pub key_file: Option<PathBuf>,
+    /// Or an encrypted JSON keystore (the format `cast wallet import` writes). When set
+    /// (or `account`), it is the key, whatever the env var holds.
+    pub keystore: Option<PathBuf>,
+    /// Or a foundry account name: `~/.foundry/keystores/<account>` (`--account`).
+    pub account: Option<String>,
+    /// Env var holding the keystore's password.
+    pub password_env: String,
+    /// Or a file holding it (first line).
+    pub password_file: Option<PathBuf>,
+}
+
+impl Default for SignerCfg {
+    fn default() -> Self {
+        Self {
+            private_key_env: "CRESOLVER_PRIVATE_KEY".into(),
+            key_file: None,
+            keystore: None,
+            account: None,
+            password_env: "CRESOLVER_KEYSTORE_PASSWORD".into(),
+            password_file: None,
+        }
+    }
+}
+
+impl SignerCfg {
+    /// The keystore file to use, if one is configured: `keystore`, or foundry's
+    /// `~/.foundry/keystores/<account>`.
+    pub fn keystore_path(&self) -> Option<PathBuf> {
+        if let Some(p) = &self.keystore {
+            return Some(p.clone());
+        }
+        let name = self.account.as_deref()?.trim();
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        Some(home.join(".foundry").join("keystores").join(name))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SubmitTargets {
+    /// Forwarder for `report` mode.
+    pub forwarder: Option<Address>,
+    /// Receiver for `report` mode.
+    pub receiver: Option<Address>,
+    /// Added to the gas estimate, in percent.
+    pub gas_margin_percent: u64,
+    /// Ignored since the transaction manager follows every attempt until it is mined;
+    /// kept so that older configs still load.
+    pub max_send_attempts: u32,
+    /// How long a round follows its transaction before it yields and is retried later
+    /// (the nonce stays reserved and is followed again).
+    pub receipt_timeout_ms: u64,
+    /// Replace a transaction that is not mined after this many blocks.
+    pub bump_after_blocks: u64,
+    /// Raise both EIP-1559 fees by at least this much for a replacement (geth needs 10).
+    pub fee_bump_percent: u64,
+    /// Never sign a max fee per gas above this, in gwei.
+    pub max_fee_per_gas_gwei: f64,
+}
+
+impl Default for SubmitTargets {
+    fn default() -> Self {
+        Self {
+            forwarder: None,
+            receiver: None,
+            gas_margin_percent: 25,
+            max_send_attempts: 3,
+            receipt_timeout_ms: 120_000,
+            bump_after_blocks: 3,
+            fee_bump_percent: 20,
+            max_fee_per_gas_gwei: 500.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoveryCfg {
+    /// Allow worker endpoints on loopback/private/link-local addresses (demo and tests only).
+    pub allow_private_endpoints: bool,
+    pub ipfs_gateway: String,
+    pub fetch_timeout_ms: u64,
+    pub max_metadata_bytes: usize,
+}
+
+impl Default for DiscoveryCfg {
+    fn default() -> Self {
+        Self {
+            allow_private_endpoints: false,
+            ipfs_gateway: "https://ipfs.io/ipfs/".into(),
+            fetch_timeout_ms: 5_000,
+            max_metadata_bytes: 64 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiCfg {
+    /// Listen address of the HTTP API; empty disables it.
+    pub listen: String,
+    /// Env var holding the bearer token of `POST /resolve` (unset: the trigger is disabled).
+    pub token_env: String,
+}
+
+impl Default for ApiCfg {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9464".into(),
+            token_env: "CRESOLVER_API_TOKEN".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config: {0}")]
+    Load(String),
+    #[error("config: `{key}` {message}")]
+    Invalid { key: &'static str, message: String },
+    #[error(
+        "no signing key: set the env var {env} to the resolver's hex private key, or set signer.key_file (dry-run and replay need no key)"
+    )]
+    NoKey { env: String },
+    #[error("signing key from {source_name} is not a valid hex private key")]
+    BadKey { source_name: String },
+    #[error("cannot read key file {path}: {error}")]
+    KeyFile { path: String, error: String },
+    #[error(
+        "keystore {path} not found: import the key with `cast wallet import <name> --interactive` (then --account <name>), or point signer.keystore at the file"
+    )]
+    KeystoreMissing { path: String },
+    #[error("keystore {path} needs its password: set the env var {env}, or signer.password_file")]
+    NoKeystorePassword { path: String, env: String },
+    #[error(
+        "wrong password for keystore {path} (password from {source_name}): check it, or re-import the key with `cast wallet import`"
+    )]
+    KeystorePassword { path: String, source_name: String },
+    #[error(
+        "keystore {path} is not a readable encrypted JSON keystore ({error}): import the key again with `cast wallet import`"
+    )]
+    KeystoreInvalid { path: String, error: String },
+}
+
+/// Flags that override the file and the environment.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub rpc_url: Option<String>,
+    pub market_address: Option<Address>,
+    pub data_dir: Option<PathBuf>,
+    pub workflows: Vec<PathBuf>,
+    /// A foundry account name (`--account`): the key is `~/.foundry/keystores/<name>`.
+    pub account: Option<String>,
+}
+
+impl NodeConfig {
+    /// Loads `file` (optional), then `CRESOLVER__SECTION__KEY` env vars, then the flags.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let mut b = config::Config::builder();
+        if let Some(f) = file {
+            if !f.is_file() {
+                return Err(ConfigError::Load(format!(
+                    "config file {} not found",
+                    f.display()
+                )));
+            }
+            b = b.add_source(config::File::from(f).format(config::FileFormat::Toml));
+        }
+        b = b.add_source(
+            config::Environment::with_prefix("CRESOLVER")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("node.workflows")
+                .with_list_parse_key("chain.rpc_urls")
+                .with_list_parse_key("protocols.factagora.token_hosts")
+                .with_list_parse_key("protocols.roundtable.api_key_hosts"),
+        );
+        let raw = b.build().map_err(|e| ConfigError::Load(e.to_string()))?;
+        let mut cfg: NodeConfig = raw
+            .try_deserialize()
+            .map_err(|e| ConfigError::Load(e.to_string()))?;
+        if let Some(u) = &overrides.rpc_url {
+            // the command line names the one endpoint to use
+            cfg.chain.rpc_url = u.clone();
+            cfg.chain.rpc_urls.clear();
+        }
+        if let Some(m) = overrides.market_address {
+            cfg.chain.market_address = Some(m);
+        }
+        if let Some(d) = &overrides.data_dir {
+            cfg.node.data_dir = d.clone();
+        }
+        if !overrides.workflows.is_empty() {
+            cfg.node.workflows = overrides.workflows.clone();
+        }
+        if let Some(a) = &overrides.account {
+            cfg.signer.account = Some(a.clone());
+            cfg.signer.keystore = None;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let key = if self.chain.rpc_urls.is_empty() {
+            "chain.rpc_url"
+        } else {
+            "chain.rpc_urls"
+        };
+        for (i, u) in self.rpc_urls().iter().enumerate() {
+            let url = url::Url::parse(u).map_err(|e| ConfigError::Invalid {
+                key,
+                message: format!("entry {} is not a URL: {e}", i + 1),
+            })?;
+            if !matches!(url.scheme(), "http" | "https" | "ws" | "wss") {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!("entry {} must be http(s):// or ws(s)://", i + 1),
+                });
+            }
+        }
+        if self.chain.max_block_range == 0 {
+            return Err(ConfigError::Invalid {
+                key: "chain.max_block_range",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.chain.poll_interval_ms == 0 {
+            return Err(ConfigError::Invalid {
+                key: "chain.poll_interval_ms",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.chain.rpc_timeout_ms == 0 {
+            return Err(ConfigError::Invalid {
+                key: "chain.rpc_timeout_ms",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.node.max_concurrent_rounds == 0 {
+            return Err(ConfigError::Invalid {
+                key: "node.max_concurrent_rounds",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.node.workflows.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "node.workflows",
+                message: "must list at least one workflow file".into(),
+            });
+        }
+        if !(self.submit.max_fee_per_gas_gwei.is_finite() && self.submit.max_fee_per_gas_gwei > 0.0)
+        {
+            return Err(ConfigError::Invalid {
+                key: "submit.max_fee_per_gas_gwei",
+                message: "must be a positive number of gwei".into(),
+            });
+        }
+        if self.submit.fee_bump_percent < 10 {
+            return Err(ConfigError::Invalid {
+                key: "submit.fee_bump_percent",
+                message: "must be at least 10 (nodes refuse smaller replacements)".into(),
+            });
+        }
+        if !self.store.url.trim().is_empty() && !self.store.is_postgres() {
+            return Err(ConfigError::Invalid {
+                key: "store.url",
+                message: "must be a postgres:// URL, or empty for the embedded SQLite store".into(),
+            });
+        }
+        if self.store.lease_secs < 2 {
+            return Err(ConfigError::Invalid {
+                key: "store.lease_secs",
+                message: "must be at least 2".into(),
+            });
+        }
+        if url::Url::parse(&self.discovery.ipfs_gateway).is_err() {
+            return Err(ConfigError::Invalid {
+                key: "discovery.ipfs_gateway",
+                message: "is not a URL".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The watcher settings of this config for `market`'s workflow `workflow` on chain
+    /// `chain_id`, starting at `start_block` when there is no checkpoint (the one place
+    /// the node and `dry-run --watch` take them from).
+    pub fn watcher_config(
+        &self,
+        market: alloy::primitives::Address,
+        workflow: &str,
+        chain_id: u64,
+        start_block: u64,
+    ) -> cresolver_chain::watcher::WatcherConfig {
+        cresolver_chain::watcher::WatcherConfig {
+            market,
+            workflow: workflow.to_string(),
+            confirmations: self
+                .chain
+                .confirmations
+                .unwrap_or(default_confirmations(chain_id)),
+            start_block,
+            poll_interval: std::time::Duration::from_millis(self.chain.poll_interval_ms),
+            max_range: self.chain.max_block_range,
+            reorg_window: crate::node::REORG_WINDOW,
+            max_backoff: self.max_backoff(),
+        }
+    }
+
+    /// This node's name as a lease holder: `store.node_id`, or the host name with a
+    /// random suffix.
+    pub fn node_id(&self) -> String {
+        let configured = self.store.node_id.trim();
+        if !configured.is_empty() {
+            return configured.to_string();
+        }
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "node".into());
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        format!("{host}-{}", &suffix[..8])
+    }
+
+    /// The chain's endpoints in order of preference: `rpc_urls`, or `rpc_url` alone.
+    pub fn rpc_urls(&self) -> Vec<String> {
+        if self.chain.rpc_urls.is_empty() {
+            vec![self.chain.rpc_url.clone()]
+        } else {
+            self.chain.rpc_urls.clone()
+        }
+    }
+
+    /// How the endpoint pool judges and reconnects endpoints.
+    pub fn pool_config(&self) -> cresolver_chain::pool::PoolConfig {
+        cresolver_chain::pool::PoolConfig {
+            timeout: self.rpc_timeout(),
+            max_lag_blocks: self.chain.max_endpoint_lag_blocks,
+            ws_retries: self.chain.ws_reconnect_attempts,
+            ws_retry_interval: std::time::Duration::from_millis(self.chain.ws_retry_interval_ms),
+        }
+    }
+
+    /// The deadline of one JSON-RPC call on one endpoint.
+    pub fn rpc_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.chain.rpc_timeout_ms)
+    }
+
+    /// The cap of retry backoffs: `chain.max_backoff_ms`, or the poll interval if larger.
+    pub fn max_backoff(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.chain.max_backoff_ms.max(self.chain.poll_interval_ms))
+    }
+
+    /// The market address, or an error saying how to set it.
+    pub fn market(&self) -> Result<Address, ConfigError> {
+        self.chain.market_address.ok_or(ConfigError::Invalid {
+            key: "chain.market_address",
+            message: "is not set: pass --market-address, set it in the config file, or CRESOLVER__CHAIN__MARKET_ADDRESS".into(),
+        })
+    }
+
+    /// Reads the signing key: a configured keystore (`signer.keystore`, `--account`),
+    /// else the env var, else the key file. The key never leaves the signer.
+    pub fn signer(&self) -> Result<alloy::signers::local::PrivateKeySigner, ConfigError> {
+        if let Some(path) = self.signer.keystore_path() {
+            return self.keystore_signer(&path);
+        }
+        let (text, source_name) = match std::env::var(&self.signer.private_key_env) {
+            Ok(v) if !v.trim().is_empty() => {
+                (v, format!("env var {}", self.signer.private_key_env))
+            }
+            _ => match &self.signer.key_file {
+                Some(p) => (
+                    std::fs::read_to_string(p).map_err(|e| ConfigError::KeyFile {
+                        path: p.display().to_string(),
+                        error: e.to_string(),
+                    })?,
+                    format!("key file {}", p.display()),
+                ),
+                None => {
+                    return Err(ConfigError::NoKey {
+                        env: self.signer.private_key_env.clone(),
+                    });
+                }
+            },
+        };
+        let line = text.lines().next().unwrap_or("").trim().to_string();
+        line.parse()
+            .map_err(|_| ConfigError::BadKey { source_name })
+    }
+}
+
+impl NodeConfig {
+    /// Decrypts the keystore at `path` with the password from `signer.password_env` or
+    /// `signer.password_file`.
+    fn keystore_signer(
+        &self,
+        path: &Path,
+    ) -> Result<alloy::signers::local::PrivateKeySigner, ConfigError> {
+        use secrecy::{ExposeSecret, SecretString};
+        let shown = path.display().to_string();
+        if !path.is_file() {
+            return Err(ConfigError::KeystoreMissing { path: shown });
+        }
+        let env = &self.signer.password_env;
+        let (password, source_name): (SecretString, String) = match std::env::var(env) {
+            Ok(v) if !v.is_empty() => (v.into(), format!("env var {env}")),
+            _ => match &self.signer.password_file {
+                Some(f) => {
+                    let text = std::fs::read_to_string(f).map_err(|e| ConfigError::KeyFile {
+                        path: f.display().to_string(),
+                        error: e.to_string(),
+                    })?;
+                    let line = text.lines().next().unwrap_or("").to_string();
+                    (line.into(), format!("password file {}", f.display()))
+                }
+                None => {
+                    return Err(ConfigError::NoKeystorePassword {
+                        path: shown,
+                        env: env.clone(),
+                    });
+                }
+            },
+        };
+        alloy::signers::local::PrivateKeySigner::decrypt_keystore(
+            path,
+            password.expose_secret().as_bytes(),
+        )
+        .map_err(|e| {
+            let text = e.to_string();
+            if text.to_lowercase().contains("mac mismatch") {
+                ConfigError::KeystorePassword {
+                    path: shown.clone(),
+                    source_name,
+                }
+            } else {
+                ConfigError::KeystoreInvalid {
+                    path: shown.clone(),
+                    error: text,
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_env_and_flags_layer() {
+        let dir = std::env::temp_dir().join(format!("cresolver-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("node.toml");
+        std::fs::write(&f, "[chain]\nrpc_url = \"http://127.0.0.1:1\"\npoll_interval_ms = 500\n[node]\nmax_concurrent_rounds = 3\n").unwrap();
+        let cfg = NodeConfig::load(Some(&f), &Overrides::default()).unwrap();
+        assert_eq!(cfg.chain.poll_interval_ms, 500);
+        assert_eq!(cfg.node.max_concurrent_rounds, 3);
+        let o = Overrides {
+            rpc_url: Some("ws://127.0.0.1:2".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            NodeConfig::load(Some(&f), &o).unwrap().chain.rpc_url,
+            "ws://127.0.0.1:2"
+        );
+        std::fs::write(&f, "[chain]\nrpc_urll = \"x\"\n").unwrap();
+        let e = NodeConfig::load(Some(&f), &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rpc_urll"), "{e}");
+        std::fs::write(&f, "[chain]\nrpc_url = \"ftp://x\"\n").unwrap();
+        let e = NodeConfig::load(Some(&f), &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("chain.rpc_url"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

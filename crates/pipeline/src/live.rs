@@ -1,0 +1,119 @@
+//! One round run for real outside the node — read the market at a block, discover its
+//! workers, fan out, challenge, evaluate, tally — with no store and no submission.
+//! `cresolver dry-run` and `cresolver replay --live` both drive rounds through
+//! [`run_live`]; what they do with the outcome (simulate, compare) is theirs.
+
+use crate::round::{Engine, RoundError, RoundInput, RoundOutcome};
+use alloy::eips::BlockNumberOrTag;
+use alloy::primitives::{Address, U256};
+use alloy::providers::{DynProvider, Provider};
+use cresolver_chain::discovery::{DiscoveredWorker, DiscoveryConfig, discover, to_slots};
+use cresolver_chain::reader::{MarketSnapshot, ReadError, read_market};
+
+/// Where and how a live round reads and calls.
+pub struct LiveContext<'a> {
+    pub provider: &'a DynProvider,
+    pub multicall: Option<Address>,
+    pub discovery: &'a DiscoveryConfig,
+    pub http: &'a reqwest::Client,
+}
+
+/// What a live round saw and produced.
+pub struct LiveRound {
+    pub snapshot: MarketSnapshot,
+    pub found: Vec<DiscoveredWorker>,
+    pub input: RoundInput,
+    /// The engine's result: an outcome, or why the round failed (quorum, evaluation, tally).
+    pub result: Result<RoundOutcome, RoundError>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("reading market {market_id}: {source}")]
+    Read { market_id: U256, source: ReadError },
+    #[error("market id {0} does not fit the worker protocol's number (u64)")]
+    MarketIdTooLarge(U256),
+    #[error("RPC error: {0}")]
+    Rpc(String),
+}
+
+/// The timestamp of `block` (`None`: the latest block).
+pub async fn block_time(provider: &DynProvider, block: Option<u64>) -> Result<u64, LiveError> {
+    let tag = block.map_or(BlockNumberOrTag::Latest, BlockNumberOrTag::Number);
+    match provider.get_block_by_number(tag).await {
+        Ok(Some(b)) => Ok(b.header.timestamp),
+        Ok(None) => Err(LiveError::Rpc(format!("block {tag} not found"))),
+        Err(e) => Err(LiveError::Rpc(format!("eth_getBlockByNumber({tag}): {e}"))),
+    }
+}
+
+/// Reads `market_id` at `block` (`None`: the head).
+pub async fn read(
+    ctx: &LiveContext<'_>,
+    market: Address,
+    market_id: U256,
+    block: Option<u64>,
+) -> Result<MarketSnapshot, LiveError> {
+    read_market(ctx.provider, market, market_id, block, ctx.multicall)
+        .await
+        .map_err(|source| LiveError::Read { market_id, source })
+}
+
+/// Discovers the snapshot's workers at its block and builds the round's input, judged at
+/// that block's time: the one way every path (node, dry-run, replay --live) prepares a
+/// round.
+pub async fn collect_input(
+    ctx: &LiveContext<'_>,
+    snapshot: &MarketSnapshot,
+) -> Result<(Vec<DiscoveredWorker>, RoundInput), LiveError> {
+    let id64 = u64::try_from(snapshot.market_id)
+        .map_err(|_| LiveError::MarketIdTooLarge(snapshot.market_id))?;
+    let found = discover(
+        ctx.provider,
+        snapshot.identity_registry,
+        &snapshot.workers,
+        Some(snapshot.block),
+        ctx.discovery,
+        ctx.http,
+    )
+    .await;
+    let reference_time = block_time(ctx.provider, Some(snapshot.block)).await?;
+    let input = RoundInput {
+        market_id: id64,
+        question: snapshot.question.clone(),
+        deadline: u64::try_from(snapshot.deadline).ok(),
+        reference_time,
+        workers: to_slots(&found, &ctx.discovery.protocols),
+        reputations: snapshot.workers.iter().map(|w| w.reputation).collect(),
+    };
+    Ok((found, input))
+}
+
+/// Discovers the snapshot's workers at its block and runs one round with `engine`,
+/// judged at the block's time. Nothing is stored, signed or sent.
+pub async fn run_round(
+    ctx: &LiveContext<'_>,
+    engine: &Engine,
+    snapshot: MarketSnapshot,
+) -> Result<LiveRound, LiveError> {
+    let (found, input) = collect_input(ctx, &snapshot).await?;
+    let result = engine.run(&input).await;
+    Ok(LiveRound {
+        snapshot,
+        found,
+        input,
+        result,
+    })
+}
+
+/// [`read`] then [`run_round`].
+pub async fn run_live(
+    ctx: &LiveContext<'_>,
+    engine: &Engine,
+    market: Address,
+    market_id: U256,
+    block: Option<u64>,
+) -> Result<LiveRound, LiveError> {
+    let snapshot = read(ctx, market, market_id, block).await?;
+    run_round(ctx, engine, snapshot).await
+}

@@ -1,0 +1,526 @@
+//! How the node drives one round it holds: from the stored state through discovery,
+//! the workers, the evaluation and the submission to a confirmed (or failed) round,
+//! persisting each step before its side effect.
+
+use super::*;
+
+impl Node {
+    pub(super) async fn drive(
+        &self,
+        market: Address,
+        market_id: U256,
+        halt: &Halt,
+    ) -> Result<(), Step> {
+        let Some(p) = self.pipeline(market) else {
+            return self
+                .fail(market, market_id, "no workflow watches this market")
+                .await;
+        };
+        let Some(rec) = self.store.get(market, market_id).await? else {
+            return Ok(());
+        };
+        if rec.state.is_final() {
+            return Ok(());
+        }
+        // A nonce is reserved for this round: follow it, never sign a second payload.
+        if let Some(txm) = &self.txm
+            && let Some(n) = txm.pending_for(market, market_id).await.map_err(tx_step)?
+        {
+            tracing::info!(market_id = %market_id, nonce = n.nonce, state = rec.state.as_str(), "resuming a reserved transaction");
+            return self.follow(p, market_id, n.nonce).await;
+        }
+        // A nonce another node's key reserved (a takeover in a cluster of different
+        // keys): its signed bytes are re-broadcast and followed before this node signs
+        // anything of its own, for at most `foreign_wait` after the reservation.
+        if let Some(txm) = &self.txm {
+            for (key, n) in self
+                .store
+                .pending_nonces_of_round(market, market_id)
+                .await?
+            {
+                if key == txm.key() {
+                    continue;
+                }
+                match txm.check_foreign(key, &n).await.map_err(tx_step)? {
+                    cresolver_submit::txm::Foreign::Mined(receipt) => {
+                        tracing::info!(market_id = %market_id, signer = %key.signer, nonce = n.nonce, "the previous holder's transaction is mined");
+                        return self.conclude(p, market_id, &receipt).await;
+                    }
+                    cresolver_submit::txm::Foreign::Lost => {}
+                    cresolver_submit::txm::Foreign::Pending => {
+                        let age = cresolver_store::now().saturating_sub(n.created_at);
+                        if age < self.foreign_wait().as_secs() {
+                            return Err(Step::Transient(format!(
+                                "waiting for the resolution that key {} signed at nonce {} (re-broadcast), {age} s after it was reserved",
+                                key.signer, n.nonce
+                            )));
+                        }
+                        tracing::warn!(market_id = %market_id, signer = %key.signer, nonce = n.nonce, age, "the previous holder's transaction was not mined in time: this node signs its own (a pre-flight shows whether the market is still open; should both land, the second reverts on chain with AlreadyResolved)");
+                    }
+                }
+            }
+        }
+        let span_started = Instant::now();
+        // One judging point: the request's block. A manual request has no request log; it
+        // is judged at the head block of its first run, which is kept for every resume.
+        let block = match rec.request_block {
+            Some(b) => b,
+            None => {
+                let head = self
+                    .provider
+                    .get_block_number()
+                    .await
+                    .map_err(|e| Step::Transient(format!("eth_blockNumber: {e}")))?;
+                self.store
+                    .set_request_block(market, market_id, head)
+                    .await?;
+                tracing::info!(market_id = %market_id, block = head, "manual request: judged at this block from now on");
+                head
+            }
+        };
+        // nobody is asked about a market that is already resolved
+        match resolved_at_head(&self.provider, market, market_id).await {
+            Ok(false) => {}
+            Ok(true) => {
+                self.store
+                    .set_state(
+                        market,
+                        market_id,
+                        RoundState::Skipped,
+                        Some("the market is already resolved on chain"),
+                    )
+                    .await?;
+                return Ok(());
+            }
+            Err(ReadError::Rpc(e)) => {
+                return Err(Step::Transient(format!("reading the market: {e}")));
+            }
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
+        }
+        let multicall = self.cfg.chain.multicall_address;
+        let read = match read_market(&self.provider, market, market_id, Some(block), multicall)
+            .await
+        {
+            // A full (non-archive) endpoint has pruned the state of an old block: the
+            // market's terms and workers are read at the head instead (they do not change
+            // after the request); the round is still judged at the request block's time.
+            Err(ReadError::Rpc(e)) if cresolver_chain::is_pruned_state(&e) => {
+                tracing::warn!(market_id = %market_id, block, error = %e, "the endpoint has no state at the request block (pruned): reading the market at the head");
+                read_market(&self.provider, market, market_id, None, multicall).await
+            }
+            other => other,
+        };
+        let snapshot = match read {
+            Ok(s) => s,
+            Err(ReadError::Rpc(e)) => {
+                return Err(Step::Transient(format!(
+                    "reading the market at block {block}: {e}"
+                )));
+            }
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
+        };
+        let ctx = LiveContext {
+            provider: &self.provider,
+            multicall: self.cfg.chain.multicall_address,
+            discovery: &self.discovery,
+            http: &self.http,
+        };
+        let (found, mut input) = match collect_input(&ctx, &snapshot).await {
+            Ok(x) => x,
+            Err(LiveError::Rpc(e)) => return Err(Step::Transient(e)),
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
+        };
+        if snapshot.block != block {
+            // read at the head (pruned state): still judged at the request block's time
+            input.reference_time = match crate::live::block_time(&self.provider, Some(block)).await
+            {
+                Ok(t) => t,
+                Err(e) => return Err(Step::Transient(e.to_string())),
+            };
+        }
+        self.metrics
+            .observe_stage("discover", span_started.elapsed().as_secs_f64());
+        if rec.state == RoundState::Requested {
+            self.store
+                .set_state(market, market_id, RoundState::Discovered, None)
+                .await?;
+        }
+        // what an interrupted run of this attempt recorded: its workers and the LLM are
+        // not asked again for a stage it passed
+        let progress = self
+            .store
+            .progress(market, market_id, rec.attempt).await?
+            .and_then(|v| match serde_json::from_value::<RoundProgress>(v) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(market_id = %market_id, error = %e, "unreadable round progress: running the round from the start");
+                    None
+                }
+            })
+            .unwrap_or_default();
+        if progress.resolve.is_some() {
+            tracing::info!(market_id = %market_id, passed = progress.stage(), "resuming the round where it stopped; its workers are not asked again for the stages passed");
+        }
+        let (store, attempt, halt) = (self.store.clone(), rec.attempt, halt.clone());
+        let persist = move |stage: RoundStage, progress: &RoundProgress| {
+            let (state, point) = match stage {
+                RoundStage::Answered => (RoundState::Answered, "answered"),
+                RoundStage::Challenged => (RoundState::Challenged, "challenged"),
+                RoundStage::Evaluated => (RoundState::Evaluated, "evaluated"),
+            };
+            let value = serde_json::to_value(progress);
+            let (store, halt) = (store.clone(), halt.clone());
+            let fut: futures::future::BoxFuture<'static, ()> = Box::pin(async move {
+                let saved = match value {
+                    Ok(v) => store
+                        .save_progress(market, market_id, attempt, state, &v)
+                        .await
+                        .map_err(Some),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot encode round progress");
+                        Err(None)
+                    }
+                };
+                match saved {
+                    Ok(()) => cresolver_submit::txm::crash_point(point),
+                    // another node drives the round now: stop before the next stage
+                    Err(Some(e)) if e.is_lease_lost() => halt.token.cancel(),
+                    // nothing of the next stage happens before this one is persisted:
+                    // the round pauses and is retried
+                    Err(Some(e)) => halt.pause(format!("cannot persist the round's progress: {e}")),
+                    Err(None) => {}
+                }
+            });
+            fut
+        };
+        let round_started = Instant::now();
+        let result = p.engine.run_resumable(&input, progress, &persist).await;
+        self.metrics
+            .observe_stage("resolve+evaluate", round_started.elapsed().as_secs_f64());
+        let mut transcript = Transcript {
+            version: TRANSCRIPT_VERSION,
+            chain_id: Some(self.chain_id),
+            request: Some(RequestRecord {
+                tx: rec.request_tx,
+                block: rec.request_block,
+            }),
+            workflow: p.workflow.clone(),
+            market: snapshot.clone(),
+            discovery: found,
+            question: input.question.clone(),
+            reference_time: input.reference_time,
+            resolve: None,
+            outcome: None,
+            submission: None,
+            confirmation: None,
+            transactions: None,
+            finality: None,
+            round: None,
+        };
+        let outcome = match result {
+            Ok(o) => o,
+            Err(e) => {
+                if let RoundError::QuorumNotMet(stage) = &e {
+                    transcript.resolve = Some((**stage).clone());
+                }
+                self.save_transcript(market, market_id, &transcript).await?;
+                return self.fail(market, market_id, &e.to_string()).await;
+            }
+        };
+        for (stage, label) in outcome.worker_calls() {
+            self.metrics.worker_call(stage, label);
+        }
+        transcript.outcome = Some(outcome);
+        self.save_transcript(market, market_id, &transcript).await?;
+        let Some(outcome) = transcript.outcome.as_ref() else {
+            return Ok(());
+        };
+
+        let prepared = match p.submitter.prepare(&snapshot, &outcome.tally).await {
+            Ok(x) => x,
+            Err(SubmitError::AlreadyResolved { .. }) => {
+                self.store
+                    .set_state(
+                        market,
+                        market_id,
+                        RoundState::Skipped,
+                        Some("the market was resolved on chain meanwhile"),
+                    )
+                    .await?;
+                return Ok(());
+            }
+            Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
+        };
+        transcript.submission = Some(SubmissionRecord {
+            to: prepared.to,
+            calldata: prepared.calldata.clone(),
+            gas_limit: prepared.gas_limit,
+            from: prepared.from,
+            mode: prepared.mode,
+        });
+        self.save_transcript(market, market_id, &transcript).await?;
+        let Some(txm) = &self.txm else {
+            return self
+                .fail(
+                    market,
+                    market_id,
+                    "no signing key: the node can simulate but not submit",
+                )
+                .await;
+        };
+        let nonce = match txm
+            .submit(TxPayload {
+                market,
+                market_id,
+                to: prepared.to,
+                calldata: prepared.calldata.clone(),
+                gas_limit: prepared.gas_limit,
+            })
+            .await
+        {
+            Ok(n) => n,
+            Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+            Err(TxError::Store(e)) => return Err(Step::from(e)),
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
+        };
+        self.follow(p, market_id, nonce).await
+    }
+
+    /// Follows the round's reserved nonce to its end: confirmed (our attempt mined deep
+    /// enough and it resolved the market), skipped (someone else resolved it), or a fresh
+    /// nonce when the key's nonce was used elsewhere (at most [`MAX_FRESH_NONCES`]).
+    pub(super) async fn follow(
+        &self,
+        p: &Pipeline,
+        market_id: U256,
+        mut nonce: u64,
+    ) -> Result<(), Step> {
+        let Some(txm) = &self.txm else {
+            return Err(Step::Transient("no transaction manager".into()));
+        };
+        let market = p.market;
+        let mut fresh = 0;
+        loop {
+            let started = Instant::now();
+            let outcome = txm.drive(nonce).await;
+            self.metrics
+                .observe_stage("submit", started.elapsed().as_secs_f64());
+            match outcome {
+                Ok(TxOutcome::Mined { receipt, .. }) => {
+                    return self.conclude(p, market_id, &receipt).await;
+                }
+                Ok(TxOutcome::Lost { nonce: lost }) => {
+                    if self.resolved_on_chain(market, market_id).await? {
+                        let reason = format!(
+                            "nonce {lost} of the resolver key was used by another transaction, and the market is resolved on chain by someone else"
+                        );
+                        self.record_confirmation(
+                            market,
+                            market_id,
+                            ConfirmationRecord {
+                                status: "skipped".into(),
+                                tx_hash: None,
+                                block_number: None,
+                                resolution: None,
+                                resolver: None,
+                                gas_used: None,
+                                detail: Some(reason.clone()),
+                            },
+                        )
+                        .await?;
+                        self.store
+                            .set_state(market, market_id, RoundState::Skipped, Some(&reason))
+                            .await?;
+                        return Ok(());
+                    }
+                    fresh += 1;
+                    if fresh > MAX_FRESH_NONCES {
+                        return self.fail(
+                            market,
+                            market_id,
+                            &format!("the resolver key's nonce was used by other transactions {MAX_FRESH_NONCES} times in a row: is another process signing with this key?"),
+                        ).await;
+                    }
+                    let Some(rec) = self.store.nonce_record(txm.key(), lost).await? else {
+                        return Err(Step::Transient(format!(
+                            "nonce {lost} vanished from the store"
+                        )));
+                    };
+                    // the same payload, re-simulated exactly as it will be sent
+                    let call = alloy::rpc::types::TransactionRequest::default()
+                        .from(txm.key().signer)
+                        .to(rec.payload.to)
+                        .input(rec.payload.calldata.clone().into());
+                    if let Err(e) = self.provider.call(call).await {
+                        match e.as_error_resp().and_then(|r| r.as_revert_data()) {
+                            Some(d) => {
+                                let r = cresolver_chain::decode_revert(&d);
+                                return self
+                                    .fail(
+                                        market,
+                                        market_id,
+                                        &format!("re-simulation after a lost nonce reverted: {r}"),
+                                    )
+                                    .await;
+                            }
+                            None => {
+                                return Err(Step::Transient(format!(
+                                    "re-simulating after a lost nonce: {e}"
+                                )));
+                            }
+                        }
+                    }
+                    tracing::warn!(market_id = %market_id, lost, "signing the resolution again with a fresh nonce");
+                    nonce = match txm.submit(rec.payload).await {
+                        Ok(n) => n,
+                        Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+                        Err(TxError::Store(e)) => return Err(Step::from(e)),
+                        Err(e) => return self.fail(market, market_id, &e.to_string()).await,
+                    };
+                }
+                Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+                Err(TxError::Store(e)) => return Err(Step::from(e)),
+                Err(e) => return self.fail(market, market_id, &e.to_string()).await,
+            }
+        }
+    }
+
+    pub(super) async fn resolved_on_chain(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<bool, Step> {
+        cresolver_chain::bindings::ICREsolverMarket::new(market, self.provider.clone())
+            .getMarket(market_id)
+            .call()
+            .await
+            .map(|m| m.resolved)
+            .map_err(|e| Step::Transient(format!("reading the market: {e}")))
+    }
+
+    /// Ends a round whose transaction was mined deep enough.
+    pub(super) async fn conclude(
+        &self,
+        p: &Pipeline,
+        market_id: U256,
+        receipt: &alloy::rpc::types::TransactionReceipt,
+    ) -> Result<(), Step> {
+        let tx = receipt.transaction_hash;
+        match p.submitter.confirm(market_id, receipt) {
+            Ok(Confirmed {
+                tx_hash,
+                resolution,
+                block_number,
+                resolver,
+                gas_used,
+            }) => {
+                tracing::info!(market_id = %market_id, tx = %tx_hash, block = block_number, resolution, "market resolved");
+                self.record_confirmation(
+                    p.market,
+                    market_id,
+                    ConfirmationRecord {
+                        status: "confirmed".into(),
+                        tx_hash: Some(tx_hash),
+                        block_number: Some(block_number),
+                        resolution: Some(resolution),
+                        resolver: Some(resolver),
+                        gas_used: Some(gas_used),
+                        detail: None,
+                    },
+                )
+                .await?;
+                self.store
+                    .set_state(p.market, market_id, RoundState::Confirmed, None)
+                    .await?;
+                Ok(())
+            }
+            Err(e) => {
+                // Our transaction did not resolve it; maybe someone else did.
+                let resolved = self.resolved_on_chain(p.market, market_id).await?;
+                let (state, reason) = if resolved {
+                    (
+                        RoundState::Skipped,
+                        format!("resolved on chain by another transaction; ours: {e}"),
+                    )
+                } else {
+                    (RoundState::Failed, e.to_string())
+                };
+                tracing::warn!(market_id = %market_id, %tx, state = state.as_str(), %reason, "our transaction did not resolve the market");
+                self.record_confirmation(
+                    p.market,
+                    market_id,
+                    ConfirmationRecord {
+                        status: "failed".into(),
+                        tx_hash: Some(tx),
+                        block_number: None,
+                        resolution: None,
+                        resolver: None,
+                        gas_used: None,
+                        detail: Some(e.to_string()),
+                    },
+                )
+                .await?;
+                self.store
+                    .set_state(p.market, market_id, state, Some(&reason))
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Stores a round's transcript (written by serde; see `crate::transcript`).
+    pub(super) async fn save_transcript(
+        &self,
+        market: Address,
+        market_id: U256,
+        t: &Transcript,
+    ) -> Result<(), Step> {
+        let v = serde_json::to_value(t)
+            .map_err(|e| Step::Transient(format!("cannot encode the transcript: {e}")))?;
+        self.store.set_outcome(market, market_id, &v).await?;
+        Ok(())
+    }
+
+    /// Adds the receipt outcome and every transaction attempt to the stored transcript.
+    pub(super) async fn record_confirmation(
+        &self,
+        market: Address,
+        market_id: U256,
+        confirmation: ConfirmationRecord,
+    ) -> Result<(), Step> {
+        let Some(stored) = self
+            .store
+            .get(market, market_id)
+            .await?
+            .and_then(|r| r.outcome)
+        else {
+            return Ok(());
+        };
+        let mut t: Transcript = match serde_json::from_value(stored) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(market_id = %market_id, error = %e, "the stored transcript does not parse: the confirmation is not added to it");
+                return Ok(());
+            }
+        };
+        t.confirmation = Some(confirmation);
+        t.transactions = Some(crate::transcript::transactions_json(
+            &self.store.tx_history(market, market_id).await?,
+        ));
+        self.save_transcript(market, market_id, &t).await
+    }
+
+    pub(super) async fn fail(
+        &self,
+        market: Address,
+        market_id: U256,
+        reason: &str,
+    ) -> Result<(), Step> {
+        tracing::warn!(market_id = %market_id, %reason, "round failed");
+        self.store
+            .set_state(market, market_id, RoundState::Failed, Some(reason))
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,642 @@
+//! The resolver node: runs every workflow it is given against its market — a watcher
+//! turns `ResolutionRequested` logs into durable requests, a dispatcher runs rounds
+//! concurrently (bounded) through read → discover → resolve/challenge → evaluate →
+//! submit, persisting each state, and the HTTP API serves health, metrics, rounds and
+//! the bearer-guarded manual trigger. Restarted, it resumes every unfinished round; a
+//! stored signed transaction is re-broadcast, never re-signed, so a market is resolved
+//! by at most one transaction of this node. Shutdown lets in-flight rounds reach a
+//! persisted state first.
+
+pub mod api;
+mod drive;
+pub mod finality;
+mod run;
+mod setup;
+pub mod status;
+pub use setup::{discovery_config, open_store, protocol_set, submitter_config, txm_config};
+
+use crate::config::{NodeConfig, default_confirmations, is_dev_chain};
+use crate::live::{LiveContext, LiveError, collect_input};
+use crate::node::api::{ApiState, ManualTrigger};
+use crate::round::{Engine, RoundError, RoundProgress, RoundStage};
+use crate::store_sink::StoreSink;
+use crate::workflow::Workflow;
+use alloy::network::EthereumWallet;
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::{DynProvider, Provider};
+use alloy::signers::local::PrivateKeySigner;
+use cresolver_chain::discovery::DiscoveryConfig;
+use cresolver_chain::heads::{HeadFeed, PushConfig};
+use cresolver_chain::reader::{ReadError, read_market, resolved_at_head};
+use cresolver_chain::watcher::{Trigger, Watcher};
+use cresolver_core::report::ReportMetadata;
+use cresolver_metrics::Metrics;
+use cresolver_store::TxPayload;
+use cresolver_store::{RoundState, RoundStore, SqliteStore, Store};
+use cresolver_submit::txm::fees::FeePolicy;
+use cresolver_submit::txm::{TxError, TxManager, TxOutcome, TxmConfig};
+use cresolver_submit::{Confirmed, SubmitError, Submitter, SubmitterConfig};
+use cresolver_workers::registry::{ProtocolKind, ProtocolSet};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+
+/// Version of the transcript JSON stored with each round (schema: [`crate::transcript`]).
+pub use crate::transcript::TRANSCRIPT_VERSION;
+use crate::transcript::{ConfirmationRecord, RequestRecord, SubmissionRecord, Transcript};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Workflow(#[from] crate::workflow::WorkflowError),
+    #[error(transparent)]
+    Engine(#[from] crate::round::EngineError),
+    #[error(transparent)]
+    Connect(#[from] cresolver_chain::ConnectError),
+    #[error(transparent)]
+    Store(#[from] cresolver_store::StoreError),
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    #[error("RPC chain id is {actual} but the config expects {expected}")]
+    ChainId { expected: u64, actual: u64 },
+    #[error("workflows {0} and {1} both watch market {2}: give each its own [trigger].address")]
+    SameMarket(String, String, Address),
+    #[error("cannot read market {market_id} on chain to judge the request: {error} (try again)")]
+    Judge { market_id: U256, error: String },
+    #[error(
+        "cannot listen on {addr} for the HTTP API: {error} (is another node running? set api.listen to a free address, or empty to disable)"
+    )]
+    Listen { addr: String, error: String },
+}
+
+/// One workflow bound to its market.
+pub struct Pipeline {
+    pub workflow: Workflow,
+    pub market: Address,
+    pub engine: Engine,
+    pub submitter: Submitter,
+}
+
+/// A round's result as the operator sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundReport {
+    pub market: Address,
+    pub market_id: U256,
+    pub state: RoundState,
+    pub reason: Option<String>,
+    pub tx_hash: Option<B256>,
+    pub resolution: Option<bool>,
+    /// The stored transcript, when the round got that far.
+    pub transcript: Option<serde_json::Value>,
+}
+
+pub struct Node {
+    pub cfg: NodeConfig,
+    pub provider: DynProvider,
+    pub chain_id: u64,
+    pub store: Arc<dyn RoundStore>,
+    pub metrics: Arc<Metrics>,
+    pub pipelines: Vec<Pipeline>,
+    pub discovery: DiscoveryConfig,
+    /// The transaction manager of the node's signing key (`None`: no key, no submission).
+    pub txm: Option<Arc<TxManager>>,
+    http: reqwest::Client,
+    rounds: Arc<Semaphore>,
+    in_flight: Mutex<HashSet<(Address, U256)>>,
+    retries: Mutex<HashMap<(Address, U256), u32>>,
+    health: Arc<std::sync::RwLock<serde_json::Value>>,
+    /// The chain as the head probe sees it (`/health`, `/health/ready`, chain metrics).
+    pub chain_health: Arc<cresolver_chain::health::ChainHealth>,
+    /// The newest head (probe and push subscription): wakes the watcher and the txm.
+    heads: HeadFeed,
+    /// Every task the node spawns outside its dispatcher (round retries), drained at
+    /// shutdown; `cancel` ends those that have not started their round yet.
+    tracker: tokio_util::task::TaskTracker,
+    cancel: tokio_util::sync::CancellationToken,
+}
+
+impl Node {
+    /// Connects, loads the workflows and opens the store. `signer` is the resolver key
+    /// (`None`: the node can simulate but not submit).
+    pub async fn build(
+        cfg: NodeConfig,
+        signer: Option<PrivateKeySigner>,
+    ) -> Result<Arc<Self>, NodeError> {
+        // the store first: a database that cannot be used is the first thing to fix
+        let store = open_store(&cfg).await?;
+        let (pool, provider, chain_id) =
+            cresolver_chain::connect_pool_checked(&cfg.rpc_urls(), cfg.pool_config()).await?;
+        if let Some(expected) = cfg.chain.chain_id
+            && expected != chain_id
+        {
+            return Err(NodeError::ChainId {
+                expected,
+                actual: chain_id,
+            });
+        }
+        let mut cfg = cfg;
+        if cfg.protocols.chorus.enabled && cfg.protocols.chorus.orchestrator_id.trim().is_empty() {
+            // one id for this node's hiring history on Chorus: drawn once, kept in the
+            // store (a cluster shares it), the same after every restart
+            let id = store
+                .setting_or_init(CHORUS_ORCHESTRATOR_KEY, &uuid::Uuid::new_v4().to_string())
+                .await?;
+            tracing::debug!(orchestrator_id = %id, "Chorus orchestrator id (from the store)");
+            cfg.protocols.chorus.orchestrator_id = id;
+        }
+        let discovery = discovery_config(&cfg)?;
+        let default_market = cfg.chain.market_address;
+        let from = signer.as_ref().map(|s| s.address()).unwrap_or_default();
+        let wallet = signer.map(EthereumWallet::from);
+        let mut pipelines = Vec::new();
+        let mut seen: HashMap<Address, String> = HashMap::new();
+        for path in &cfg.node.workflows {
+            let workflow = Workflow::load(path)?;
+            let market = match workflow.trigger.address.or(default_market) {
+                Some(m) => m,
+                None => cfg.market()?,
+            };
+            if let Some(other) = seen.insert(market, workflow.name.clone()) {
+                return Err(NodeError::SameMarket(other, workflow.name.clone(), market));
+            }
+            let submitter = Submitter::new(
+                provider.clone(),
+                from,
+                submitter_config(&cfg, &workflow, market),
+            )?;
+            let engine = Engine::new(workflow.clone(), &discovery.net_policy())?;
+            pipelines.push(Pipeline {
+                workflow,
+                market,
+                engine,
+                submitter,
+            });
+        }
+        let metrics = Arc::new(Metrics::new());
+        let heads = HeadFeed::new();
+        let txm = wallet.map(|w| {
+            Arc::new(
+                TxManager::new(
+                    provider.clone(),
+                    w,
+                    from,
+                    chain_id,
+                    store.clone(),
+                    txm_config(&cfg, chain_id),
+                    metrics.clone(),
+                )
+                .with_heads(heads.subscribe()),
+            )
+        });
+        let chain_health = Arc::new(cresolver_chain::health::ChainHealth::new(
+            cresolver_chain::health::HealthLimits {
+                confirmations: cfg
+                    .chain
+                    .confirmations
+                    .unwrap_or(default_confirmations(chain_id)),
+                max_head_age: cfg
+                    .chain
+                    .max_head_age_secs
+                    .or((!is_dev_chain(chain_id)).then_some(60))
+                    .map(Duration::from_secs),
+                max_lag_blocks: cfg.chain.max_lag_blocks,
+            },
+            pool,
+            heads.clone(),
+            metrics.clone(),
+        ));
+        // discovery's metadata fetches: the same address policy as worker calls
+        let http = discovery.net_policy().http_client();
+        let health = json!({"chain_id": chain_id, "markets": pipelines.iter().map(|p| p.market.to_string()).collect::<Vec<_>>()});
+        Ok(Arc::new(Self {
+            rounds: Arc::new(Semaphore::new(cfg.node.max_concurrent_rounds)),
+            cfg,
+            provider,
+            chain_id,
+            store,
+            metrics,
+            pipelines,
+            discovery,
+            txm,
+            http,
+            in_flight: Mutex::new(HashSet::new()),
+            retries: Mutex::new(HashMap::new()),
+            health: Arc::new(std::sync::RwLock::new(health)),
+            chain_health,
+            heads,
+            tracker: tokio_util::task::TaskTracker::new(),
+            cancel: tokio_util::sync::CancellationToken::new(),
+        }))
+    }
+
+    /// Where a workflow's watcher starts and the floor below which no request is acted
+    /// on: `chain.start_block`, else the one remembered from the node's first start (0 on
+    /// a dev chain, else the head then; a store that predates it remembers its watch
+    /// checkpoint less the reorg window).
+    async fn start_block(&self, p: &Pipeline, dev: bool, head: u64) -> Result<u64, NodeError> {
+        if let Some(b) = self.cfg.chain.start_block {
+            return Ok(b);
+        }
+        let key = format!("start:{}:{}", p.market, p.workflow.name);
+        if let Some((b, _)) = self.store.checkpoint(&key).await? {
+            return Ok(b);
+        }
+        let watched = format!("watch:{}:{}", p.market, p.workflow.name);
+        let start = match self.store.checkpoint(&watched).await? {
+            Some((n, _)) => n.saturating_sub(REORG_WINDOW).min(head),
+            None if dev => 0,
+            None => head,
+        };
+        self.store.set_checkpoint(&key, start, B256::ZERO).await?;
+        tracing::info!(market = %p.market, workflow = %p.workflow.name, start_block = start, "first start: requests below this block are never acted on (set chain.start_block to choose)");
+        Ok(start)
+    }
+
+    fn pipeline(&self, market: Address) -> Option<&Pipeline> {
+        self.pipelines.iter().find(|p| p.market == market)
+    }
+
+    /// Records a manual request for `market_id` on the first workflow's market. A round
+    /// that is done is served again only when the chain says the market is unresolved;
+    /// otherwise the request is ignored with that reason.
+    pub async fn request(&self, market_id: U256) -> Result<Option<Trigger>, NodeError> {
+        let p = &self.pipelines[0];
+        let done = self
+            .store
+            .get(p.market, market_id)
+            .await?
+            .is_some_and(|r| r.state.is_resolved());
+        let unresolved = if done {
+            match cresolver_chain::watcher::judge_request(&self.provider, p.market, market_id, None)
+                .await
+            {
+                Ok(cresolver_chain::watcher::ChainWord::Unresolved) => true,
+                Ok(cresolver_chain::watcher::ChainWord::Resolved(why)) => {
+                    tracing::info!(market_id = %market_id, reason = %why, "manual resolution request ignored: the market is resolved on chain");
+                    return Ok(None);
+                }
+                Err(e) => {
+                    return Err(NodeError::Judge {
+                        market_id,
+                        error: e.to_string(),
+                    });
+                }
+            }
+        } else {
+            false
+        };
+        let d = self
+            .store
+            .manual_request_judged(p.market, market_id, &p.workflow.name, unresolved)
+            .await?;
+        tracing::info!(market_id = %market_id, decision = ?d, "manual resolution request");
+        // A manual request also resumes an unfinished round that is not running.
+        let unfinished = self
+            .store
+            .get(p.market, market_id)
+            .await?
+            .is_some_and(|r| !r.state.is_final());
+        Ok((d.starts_round() || unfinished).then(|| Trigger {
+            market: p.market,
+            market_id,
+            question: String::new(),
+            log: None,
+        }))
+    }
+
+    /// Runs (or resumes) the round of one market to a final or persisted state.
+    pub async fn run_round(
+        self: &Arc<Self>,
+        market: Address,
+        market_id: U256,
+    ) -> Result<RoundReport, NodeError> {
+        self.run_round_as(market, market_id, Claim::Direct).await
+    }
+
+    /// [`Self::run_round`], claiming the round's lease first: `Claim::FromStore` (the
+    /// claim loop) respects the back-off a paused round was released with.
+    async fn run_round_as(
+        self: &Arc<Self>,
+        market: Address,
+        market_id: U256,
+        how: Claim,
+    ) -> Result<RoundReport, NodeError> {
+        let running = !self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((market, market_id));
+        if running {
+            return self.report(market, market_id).await;
+        }
+        let _permit = self.rounds.acquire().await.ok();
+        let started = Instant::now();
+        let result = self.drive_leased(market, market_id, how).await;
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(market, market_id));
+        self.metrics
+            .observe_stage("round", started.elapsed().as_secs_f64());
+        match result {
+            Ok(()) => {}
+            Err(Step::Transient(reason)) => {
+                // the store may be what is failing: the retry is scheduled regardless
+                let stage = match self.store.get(market, market_id).await {
+                    Ok(r) => r.map_or("requested", |r| r.state.as_str()),
+                    Err(_) => "unknown",
+                };
+                self.metrics.round_stopped(stage, "retry");
+                tracing::warn!(market_id = %market_id, stage, %reason, "round paused on a transient error; will retry");
+                self.schedule_retry(market, market_id);
+                return self.report(market, market_id).await;
+            }
+            Err(Step::Store(e)) => return Err(NodeError::Store(e)),
+            Err(Step::LeaseLost) => {
+                self.metrics.lease_event("lost");
+                tracing::warn!(market_id = %market_id, node = self.store.node_id(), "lease lost: another node drives this round now; this node stopped it and wrote nothing more");
+                return self.report(market, market_id).await;
+            }
+            Err(Step::NotHeld) => {
+                tracing::debug!(market_id = %market_id, "round held by another node (or final): not run here");
+                return self.report(market, market_id).await;
+            }
+        }
+        let r = self.report(market, market_id).await?;
+        if matches!(r.state, RoundState::Failed | RoundState::Skipped) {
+            let stage = r.transcript.as_ref().map_or("before evaluation", |t| {
+                if t.get("confirmation").is_some() {
+                    "submitted"
+                } else if t.get("outcome").is_some() {
+                    "evaluated"
+                } else {
+                    "discovered"
+                }
+            });
+            self.metrics.round_stopped(stage, r.state.as_str());
+            let reason = r.reason.as_deref().unwrap_or("");
+            if r.state == RoundState::Failed {
+                tracing::error!(market_id = %market_id, stage, reason, "round failed");
+            } else {
+                tracing::warn!(market_id = %market_id, stage, reason, "round skipped");
+            }
+        }
+        if r.state.is_final() {
+            self.metrics.round_finished(r.state.as_str());
+            self.retries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&(market, market_id));
+        }
+        Ok(r)
+    }
+
+    /// Claims the round, drives it while a renewal task keeps the lease, and releases it.
+    /// The drive stops at once when the lease is lost (a renewal refused, or not renewed
+    /// within the lease: the node then cannot know it still holds it).
+    async fn drive_leased(&self, market: Address, market_id: U256, how: Claim) -> Result<(), Step> {
+        let lease = match self
+            .store
+            .claim(market, market_id, how == Claim::Direct)
+            .await?
+        {
+            Some(l) => l,
+            None => return Err(Step::NotHeld),
+        };
+        if self.store.shared() {
+            self.metrics.lease_event("claimed");
+            if let Some(prev) = &lease.taken_from {
+                self.metrics.lease_event("takeover");
+                tracing::warn!(market_id = %market_id, from = %prev, term = lease.term, "taking over a round whose holder's lease expired; continuing from its persisted stage");
+            } else {
+                tracing::debug!(market_id = %market_id, term = lease.term, "lease claimed");
+            }
+        }
+        self.metrics.set_leases_held(self.store.held() as u64);
+        let halt = Halt::default();
+        // aborted with this future, also when the node drops it (shutdown, a test)
+        let renewal = self.store.shared().then(|| {
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(renew_lease(
+                self.store.clone(),
+                market,
+                market_id,
+                halt.token.clone(),
+            )))
+        });
+        let result = tokio::select! {
+            r = self.drive(market, market_id, &halt) => r,
+            _ = halt.token.cancelled() => Err(halt.step()),
+        };
+        drop(renewal);
+        let retry_after = match &result {
+            // the wait of the retry about to be scheduled
+            Err(Step::Transient(_)) => Some(self.backoff(self.retries_of(market, market_id) + 1)),
+            _ => None,
+        };
+        // Released whatever the outcome: after a lost lease the conditional update
+        // touches nothing (the term moved on) and this node forgets its claim; after a
+        // renewal that could not be made in time it frees the round for another node.
+        if let Err(e) = self.store.release(market, market_id, retry_after).await {
+            tracing::warn!(market_id = %market_id, error = %e, "cannot release the round's lease: it expires by itself");
+        }
+        self.metrics.set_leases_held(self.store.held() as u64);
+        result
+    }
+
+    /// How long a node that took a round over waits for the transaction another key
+    /// signed for it before it signs its own: three receipt timeouts.
+    fn foreign_wait(&self) -> Duration {
+        Duration::from_millis(self.cfg.submit.receipt_timeout_ms.max(1_000)).saturating_mul(3)
+    }
+
+    /// The wait before the `n`-th retry of a round: it doubles up to the configured cap.
+    fn backoff(&self, n: u32) -> Duration {
+        Duration::from_secs(1u64 << n.min(6)).min(self.cfg.max_backoff())
+    }
+
+    /// How many times a round was retried so far.
+    fn retries_of(&self, market: Address, market_id: U256) -> u32 {
+        self.retries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(market, market_id))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn schedule_retry(self: &Arc<Self>, market: Address, market_id: U256) {
+        let n = {
+            let mut r = self.retries.lock().unwrap_or_else(|p| p.into_inner());
+            let n = r.entry((market, market_id)).or_insert(0);
+            *n += 1;
+            *n
+        };
+        // Retried for as long as the market is open: a round that reads the market
+        // resolved ends `skipped`.
+        let node = self.clone();
+        let delay = self.backoff(n);
+        let mut restored = self.heads.on_restore();
+        restored.borrow_and_update();
+        let cancel = self.cancel.clone();
+        // tracked: shutdown waits for a retry that runs, and cancels one that waits
+        self.tracker.spawn(async move {
+            // the wait ends early when the RPC comes back after an outage
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = restored.changed() => {}
+                _ = cancel.cancelled() => return,
+            }
+            if cancel.is_cancelled() {
+                return;
+            }
+            let _ = node.run_round(market, market_id).await;
+        });
+    }
+
+    /// The stored state of a round.
+    pub async fn report(&self, market: Address, market_id: U256) -> Result<RoundReport, NodeError> {
+        let rec = self.store.get(market, market_id).await?;
+        Ok(match rec {
+            Some(r) => RoundReport {
+                market,
+                market_id,
+                state: r.state,
+                reason: r.reason,
+                tx_hash: r.submit_tx,
+                resolution: r
+                    .outcome
+                    .as_ref()
+                    .and_then(|o| Transcript::deserialize(o).ok())
+                    .and_then(|t| t.outcome)
+                    .map(|o| o.tally.resolution),
+                transcript: r.outcome,
+            },
+            None => RoundReport {
+                market,
+                market_id,
+                state: RoundState::Failed,
+                reason: Some("no such round".into()),
+                tx_hash: None,
+                resolution: None,
+                transcript: None,
+            },
+        })
+    }
+}
+
+/// A transaction manager error as a round step.
+fn tx_step(e: TxError) -> Step {
+    match e {
+        TxError::Store(e) => Step::from(e),
+        e => Step::Transient(e.to_string()),
+    }
+}
+
+/// The store key of the node's Chorus `orchestrator_id` when none is configured.
+pub const CHORUS_ORCHESTRATOR_KEY: &str = "chorus.orchestrator_id";
+
+/// Blocks the watcher rescans when the block hash at its checkpoint changed.
+pub const REORG_WINDOW: u64 = 64;
+
+/// How many times a round signs again with a fresh nonce when its nonce was used by
+/// another transaction of the key, before it fails.
+const MAX_FRESH_NONCES: u32 = 3;
+
+enum Step {
+    /// Worth retrying later; the round stays unfinished.
+    Transient(String),
+    Store(cresolver_store::StoreError),
+    /// Another node took the round over: stop, write nothing more.
+    LeaseLost,
+    /// The round could not be claimed: another node holds it, or it is final.
+    NotHeld,
+}
+
+impl From<cresolver_store::StoreError> for Step {
+    fn from(e: cresolver_store::StoreError) -> Self {
+        match e {
+            e if e.is_lease_lost() => Step::LeaseLost,
+            // a shared database that is restarting or unreachable: the round pauses
+            // and is retried (by this node, or by another once the lease expires)
+            cresolver_store::StoreError::Postgres(m) => {
+                Step::Transient(format!("the shared store: {m}"))
+            }
+            e => Step::Store(e),
+        }
+    }
+}
+
+/// Stops a round's drive from outside it: the lease was lost (the token alone), or a
+/// stage could not be persisted (a pause with its reason: the round is retried).
+#[derive(Clone, Default)]
+struct Halt {
+    token: tokio_util::sync::CancellationToken,
+    pause: Arc<Mutex<Option<String>>>,
+}
+
+impl Halt {
+    fn pause(&self, why: String) {
+        *self.pause.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.token.cancel();
+    }
+
+    /// What the stop means for the round.
+    fn step(&self) -> Step {
+        match self.pause.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(why) => Step::Transient(why),
+            None => Step::LeaseLost,
+        }
+    }
+}
+
+/// How a round is claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// A trigger, a retry or an operator: a released round's back-off does not apply.
+    Direct,
+    /// The claim loop of a shared store.
+    FromStore,
+}
+
+/// Renews a lease every third of its duration until aborted; cancels `lost` when the
+/// store refuses (another node holds the round) or when no renewal succeeded for
+/// two thirds of the lease (the node cannot know it still holds it, so it stops first).
+async fn renew_lease(
+    store: Arc<dyn RoundStore>,
+    market: Address,
+    market_id: U256,
+    lost: tokio_util::sync::CancellationToken,
+) {
+    let lease = store.lease_duration();
+    let every = lease / 3;
+    let mut last_ok = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        match tokio::time::timeout(every, store.renew(market, market_id)).await {
+            Ok(Ok(true)) => last_ok = Instant::now(),
+            Ok(Ok(false)) => {
+                tracing::warn!(market_id = %market_id, "lease renewal refused: another node holds the round");
+                lost.cancel();
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(market_id = %market_id, error = %e, "cannot renew the round's lease")
+            }
+            Err(_) => {
+                tracing::warn!(market_id = %market_id, "renewing the round's lease timed out")
+            }
+        }
+        if last_ok.elapsed() >= lease * 2 / 3 {
+            tracing::warn!(market_id = %market_id, "the lease could not be renewed in time: stopping the round before it expires");
+            lost.cancel();
+            return;
+        }
+    }
+}

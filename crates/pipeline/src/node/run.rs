@@ -1,0 +1,337 @@
+//! The node's long-running loop: the watchers, the dispatcher that runs rounds
+//! concurrently (bounded), retries, the claim loop of a shared store, the finality watch,
+//! the API and an orderly shutdown.
+
+use super::*;
+use crate::dispatch::{Concurrency, dispatch};
+
+impl Node {
+    /// A shared store's claim loop: every tick, as many claimable rounds as this node has
+    /// room for (`max_concurrent_rounds` less the rounds it runs) are handed to the
+    /// dispatcher, which claims each before it runs it; other nodes do the same, so the
+    /// rounds spread over the nodes with room. Also keeps `/health`'s cluster view.
+    pub(super) async fn claim_loop(
+        self: Arc<Self>,
+        tx: mpsc::Sender<(Address, U256)>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 1_000));
+        let mut failing = false;
+        loop {
+            // a little jitter, so that nodes do not race for the same rounds in step
+            let jitter =
+                Duration::from_millis(rand::random::<u64>() % (every.as_millis() as u64 / 4 + 1));
+            tokio::select! {
+                _ = tokio::time::sleep(every + jitter) => {}
+                _ = stop.changed() => return,
+            }
+            let held = self.store.held() as u64;
+            self.metrics.set_leases_held(held);
+            if let Ok(mut h) = self.health.write() {
+                let counts = self.metrics.lease_counts();
+                h["cluster"] = json!({
+                    "node_id": self.store.node_id(),
+                    "lease_secs": self.store.lease_duration().as_secs(),
+                    "leases_held": held,
+                    "leases_claimed": counts[0].1,
+                    "takeovers": counts[1].1,
+                    "leases_lost": counts[2].1,
+                });
+            }
+            let busy = self
+                .in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .len();
+            let room = self.cfg.node.max_concurrent_rounds.saturating_sub(busy);
+            if room == 0 {
+                continue;
+            }
+            let markets: Vec<Address> = self.pipelines.iter().map(|p| p.market).collect();
+            let ids = match self.store.claimable(&markets, room).await {
+                Ok(ids) => {
+                    if failing {
+                        tracing::info!("the shared store answers again");
+                        failing = false;
+                    }
+                    ids
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(error = %e, "cannot read claimable rounds from the shared store; retrying");
+                        failing = true;
+                    }
+                    continue;
+                }
+            };
+            for (market, market_id) in ids {
+                let running = self
+                    .in_flight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&(market, market_id));
+                if running {
+                    continue;
+                }
+                if tx.send((market, market_id)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs the node until `shutdown` completes: watchers, API, dispatcher. In-flight
+    /// rounds get up to `drain` to reach a persisted state.
+    pub async fn run(
+        self: Arc<Self>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        drain: Duration,
+    ) -> Result<(), NodeError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (trig_tx, trig_rx) = mpsc::channel::<Trigger>(1024);
+        let mut tasks = JoinSet::new();
+
+        // Unfinished rounds are fed to the dispatcher by a task of their own: the channel
+        // holds 1024, and the dispatcher only starts draining it below.
+        // A shared store: the claim loop below finds every round a node may drive,
+        // this node's unfinished ones included (once their leases expire).
+        let unfinished = if self.store.shared() {
+            Vec::new()
+        } else {
+            self.store.unfinished().await?
+        };
+        if !unfinished.is_empty() {
+            tracing::info!(rounds = unfinished.len(), "resuming unfinished rounds");
+            let (tx, mut stop) = (trig_tx.clone(), stop_rx.clone());
+            tasks.spawn(async move {
+                for rec in unfinished {
+                    tracing::debug!(market_id = %rec.market_id, state = rec.state.as_str(), "resuming unfinished round");
+                    let t = Trigger {
+                        market: rec.market,
+                        market_id: rec.market_id,
+                        question: String::new(),
+                        log: None,
+                    };
+                    tokio::select! {
+                        sent = tx.send(t) => if sent.is_err() { return },
+                        _ = stop.changed() => return,
+                    }
+                }
+            });
+        }
+
+        let dev = is_dev_chain(self.chain_id);
+        let head = self.provider.get_block_number().await.unwrap_or(0);
+        for p in &self.pipelines {
+            let start = self.start_block(p, dev, head).await?;
+            let wcfg = self
+                .cfg
+                .watcher_config(p.market, &p.workflow.name, self.chain_id, start);
+            let watcher = Watcher::new(
+                self.provider.clone(),
+                StoreSink::shared(self.store.clone()),
+                wcfg,
+            );
+            let (tx, rx, m, h, ch, wake) = (
+                trig_tx.clone(),
+                stop_rx.clone(),
+                self.metrics.clone(),
+                self.health.clone(),
+                self.chain_health.clone(),
+                self.heads.subscribe(),
+            );
+            tasks.spawn(async move {
+                watcher
+                    .run(tx, rx, Some(wake), move |r| {
+                        if let Some(to) = r.to {
+                            m.set_last_processed_block(to);
+                            ch.processed(to);
+                            if let Ok(mut h) = h.write() {
+                                h["last_processed_block"] = json!(to);
+                            }
+                        }
+                    })
+                    .await
+            });
+        }
+
+        {
+            let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(50, 1_000));
+            let (ch, m, rx) = (
+                self.chain_health.clone(),
+                self.metrics.clone(),
+                stop_rx.clone(),
+            );
+            tasks.spawn(async move { ch.run(m, every, rx).await });
+        }
+        // A push subscription on the first websocket endpoint wakes the watcher and the
+        // transaction manager at every new head; it is rebuilt for as long as the node runs.
+        if let Some(url) = self
+            .cfg
+            .rpc_urls()
+            .into_iter()
+            .find(|u| u.starts_with("ws"))
+        {
+            let cfg = PushConfig {
+                pool: self.cfg.pool_config(),
+                max_backoff: self.cfg.max_backoff(),
+                stall_after: Duration::from_millis(self.cfg.chain.poll_interval_ms)
+                    .saturating_mul(3)
+                    .max(Duration::from_secs(2)),
+            };
+            let (feed, rx) = (self.heads.clone(), stop_rx.clone());
+            tasks.spawn(async move { cresolver_chain::heads::run_push(url, cfg, feed, rx).await });
+        }
+
+        // the finality watch: confirmed rounds until final; the rounds it reopens (a
+        // reorg removed their resolution) go to the dispatcher like the claim loop's
+        let (reopen_tx, reopen_rx) = mpsc::channel::<(Address, U256)>(256);
+        {
+            let depth = self.cfg.chain.finality_depth.unwrap_or(
+                cresolver_chain::finality::default_finality_depth(self.chain_id),
+            );
+            let watch = finality::FinalityWatch::new(
+                self.provider.clone(),
+                self.store.clone(),
+                self.metrics.clone(),
+                depth,
+            );
+            let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 5_000));
+            let (rx, wake) = (stop_rx.clone(), self.heads.subscribe());
+            tasks.spawn(async move { watch.run(reopen_tx, rx, wake, every).await });
+        }
+
+        let (claim_tx, claim_rx) = mpsc::channel::<(Address, U256)>(256);
+        if self.store.shared() {
+            let (node, rx) = (self.clone(), stop_rx.clone());
+            tasks.spawn(async move { node.claim_loop(claim_tx, rx).await });
+        } else {
+            drop(claim_tx);
+        }
+
+        let (api_tx, mut api_rx) = mpsc::channel::<ManualTrigger>(64);
+        if !self.cfg.api.listen.trim().is_empty() {
+            let addr = self.cfg.api.listen.clone();
+            let listener =
+                tokio::net::TcpListener::bind(&addr)
+                    .await
+                    .map_err(|e| NodeError::Listen {
+                        addr: addr.clone(),
+                        error: e.to_string(),
+                    })?;
+            let token = std::env::var(&self.cfg.api.token_env)
+                .ok()
+                .filter(|t| !t.is_empty())
+                .map(secrecy::SecretString::from);
+            tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or(addr), trigger_enabled = token.is_some(), "HTTP API listening");
+            let state = ApiState {
+                store: self.store.clone(),
+                metrics: self.metrics.clone(),
+                trigger: api_tx.clone(),
+                token,
+                market: self.pipelines[0].market,
+                started: Instant::now(),
+                health: self.health.clone(),
+                chain: Some(self.chain_health.clone()),
+                stop: self.cancel.clone(),
+            };
+            let mut rx = stop_rx.clone();
+            tasks.spawn(async move {
+                let _ = crate::node::api::serve(listener, state, async move {
+                    let _ = rx.changed().await;
+                })
+                .await;
+            });
+        }
+        drop(api_tx);
+
+        // The sources above feed one dispatcher: watcher triggers and resumed rounds,
+        // rounds the finality watch reopened, manual requests (judged first), and a
+        // shared store's claims.
+        let (jobs_tx, jobs_rx) = mpsc::channel::<RoundJob>(1024);
+        forward(&mut tasks, trig_rx, jobs_tx.clone(), |t: Trigger| {
+            RoundJob::Local(t.market, t.market_id)
+        });
+        forward(&mut tasks, reopen_rx, jobs_tx.clone(), |(m, id)| {
+            RoundJob::Local(m, id)
+        });
+        forward(&mut tasks, claim_rx, jobs_tx.clone(), |(m, id)| {
+            RoundJob::Claimed(m, id)
+        });
+        {
+            let (node, jobs) = (self.clone(), jobs_tx.clone());
+            tasks.spawn(async move {
+                while let Some(m) = api_rx.recv().await {
+                    match node.request(m.market_id).await {
+                        Ok(Some(t)) => {
+                            if jobs
+                                .send(RoundJob::Local(t.market, t.market_id))
+                                .await
+                                .is_err()
+                            {
+                                return;
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => tracing::error!(error = %e, "manual request failed"),
+                    }
+                }
+            });
+        }
+        drop((jobs_tx, trig_tx));
+        let node = self.clone();
+        let rounds = dispatch(jobs_rx, Concurrency::Unbounded, shutdown, move |job| {
+            let node = node.clone();
+            async move {
+                let (market, market_id, how) = match job {
+                    RoundJob::Local(m, id) => (m, id, Claim::Direct),
+                    RoundJob::Claimed(m, id) => (m, id, Claim::FromStore),
+                };
+                if let Err(e) = node.run_round_as(market, market_id, how).await {
+                    tracing::error!(market_id = %market_id, error = %e, "round error");
+                }
+            }
+        })
+        .await;
+        tracing::info!(
+            in_flight = rounds.len(),
+            "shutting down: letting in-flight rounds reach a persisted state"
+        );
+        let _ = stop_tx.send(true);
+        self.cancel.cancel();
+        self.tracker.close();
+        let tracker = self.tracker.clone();
+        let started = Instant::now();
+        rounds.drain(drain).await;
+        let _ = tokio::time::timeout(drain.saturating_sub(started.elapsed()), tracker.wait()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        tasks.abort_all();
+        Ok(())
+    }
+}
+
+/// A round for the dispatcher: one this node starts (or resumes) itself, or one a shared
+/// store's claim loop found.
+enum RoundJob {
+    Local(Address, U256),
+    Claimed(Address, U256),
+}
+
+/// Forwards a source's channel into the dispatcher's, mapped to jobs, until either closes.
+fn forward<T: Send + 'static>(
+    tasks: &mut JoinSet<()>,
+    mut from: mpsc::Receiver<T>,
+    to: mpsc::Sender<RoundJob>,
+    job: impl Fn(T) -> RoundJob + Send + 'static,
+) {
+    tasks.spawn(async move {
+        while let Some(x) = from.recv().await {
+            if to.send(job(x)).await.is_err() {
+                return;
+            }
+        }
+    });
+}

@@ -1,0 +1,199 @@
+//! What the node is built from: its store, discovery settings, worker protocols, the
+//! submitter and the transaction manager, each from the node configuration.
+
+use super::*;
+
+/// The node's store: the shared PostgreSQL database of `[store] url`, or the embedded
+/// SQLite file in the data dir.
+pub async fn open_store(cfg: &NodeConfig) -> Result<Arc<dyn RoundStore>, NodeError> {
+    if cfg.store.is_postgres() {
+        let node_id = cfg.node_id();
+        let store = cresolver_store::PgStore::connect(
+            cfg.store.url.trim(),
+            cresolver_store::PgSettings {
+                node_id: node_id.clone(),
+                lease: Duration::from_secs(cfg.store.lease_secs),
+                max_connections: cfg.store.max_connections,
+                ca_file: cfg.store.ca_file.clone(),
+            },
+        )
+        .await?;
+        tracing::info!(
+            database = %cresolver_store::pg::redact_url(&cfg.store.url),
+            node_id,
+            lease_secs = cfg.store.lease_secs,
+            "shared PostgreSQL store: rounds are split between the nodes by leases"
+        );
+        Ok(Arc::new(store))
+    } else {
+        Ok(Arc::new(SqliteStore::new(Store::open(&cfg.node.data_dir)?)))
+    }
+}
+
+/// The discovery settings of a node config.
+pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, crate::config::ConfigError> {
+    Ok(DiscoveryConfig {
+        allow_private_endpoints: cfg.discovery.allow_private_endpoints,
+        lookup: Arc::new(cresolver_workers::netguard::SystemLookup),
+        ipfs_gateway: url::Url::parse(&cfg.discovery.ipfs_gateway).map_err(|e| {
+            crate::config::ConfigError::Invalid {
+                key: "discovery.ipfs_gateway",
+                message: e.to_string(),
+            }
+        })?,
+        fetch_timeout: Duration::from_millis(cfg.discovery.fetch_timeout_ms),
+        max_metadata_bytes: cfg.discovery.max_metadata_bytes,
+        protocols: protocol_set(cfg)?,
+    })
+}
+
+/// The node's protocol adapters from `[protocols]`: A2A always, each other protocol
+/// when enabled. Secrets come from the env vars the config names.
+pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, crate::config::ConfigError> {
+    use crate::config::ConfigError;
+    use cresolver_workers::chorus::{ChorusProtocol, ChorusSettings};
+    use cresolver_workers::factagora::{FactagoraProtocol, FactagoraSettings};
+    use cresolver_workers::roundtable::{RoundTableProtocol, RoundTableSettings};
+    let secret = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let p = &cfg.protocols;
+    for (token, hosts, env, key) in [
+        (
+            secret(&p.factagora.token_env),
+            &p.factagora.token_hosts,
+            &p.factagora.token_env,
+            "protocols.factagora.token_hosts",
+        ),
+        (
+            secret(&p.roundtable.api_key_env),
+            &p.roundtable.api_key_hosts,
+            &p.roundtable.api_key_env,
+            "protocols.roundtable.api_key_hosts",
+        ),
+    ] {
+        if token.is_some() && hosts.is_empty() {
+            tracing::warn!(env = %env, key, "a protocol credential is set but no host may receive it: list the hosts in {key} (workers choose their own endpoints; the credential is never sent to an unlisted host)");
+        }
+    }
+    let mut set = ProtocolSet::a2a_only();
+    if p.factagora.enabled {
+        set = set.with(
+            ProtocolKind::Factagora,
+            Arc::new(FactagoraProtocol::new(FactagoraSettings {
+                token: secret(&p.factagora.token_env).map(Into::into),
+                token_hosts: p.factagora.token_hosts.clone(),
+            })),
+        );
+    }
+    if p.roundtable.enabled {
+        set = set.with(
+            ProtocolKind::Roundtable,
+            Arc::new(RoundTableProtocol::new(RoundTableSettings {
+                api_key: secret(&p.roundtable.api_key_env).map(Into::into),
+                api_key_hosts: p.roundtable.api_key_hosts.clone(),
+            })),
+        );
+    }
+    if p.chorus.enabled {
+        let mut settings = ChorusSettings {
+            skill: p.chorus.skill.trim().to_string(),
+            challenge_skill: Some(p.chorus.challenge_skill.trim().to_string())
+                .filter(|s| !s.is_empty()),
+            budget: p.chorus.budget,
+            ..ChorusSettings::default()
+        };
+        if !p.chorus.orchestrator_id.trim().is_empty() {
+            settings.orchestrator_id = p.chorus.orchestrator_id.trim().to_string();
+        }
+        settings
+            .validate()
+            .map_err(|message| ConfigError::Invalid {
+                key: "protocols.chorus",
+                message,
+            })?;
+        set = set.with(
+            ProtocolKind::Chorus,
+            Arc::new(ChorusProtocol::new(settings)),
+        );
+    }
+    if p.agora.enabled {
+        use cresolver_workers::agora::{AgoraNode, AgoraProtocol, AgoraSettings};
+        let settings = AgoraSettings {
+            max_cost_usd: p.agora.max_cost_usd,
+            poll_timeout_secs: p.agora.poll_timeout_secs,
+            ..AgoraSettings::default()
+        };
+        let invalid = |message: String| ConfigError::Invalid {
+            key: "protocols.agora",
+            message,
+        };
+        let seed = match (secret(&p.agora.key_env), &p.agora.key_file) {
+            (Some(hex), _) => Some((hex, format!("env var {}", p.agora.key_env))),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError::KeyFile {
+                    path: path.display().to_string(),
+                    error: e.to_string(),
+                })?;
+                let line = text.lines().next().unwrap_or("").trim().to_string();
+                Some((line, format!("key file {}", path.display())))
+            }
+            (None, None) => None,
+        };
+        let node = match seed {
+            Some((hex, from)) => AgoraNode::from_secret_hex(&hex, settings)
+                .map_err(|e| invalid(format!("identity from {from}: {e}")))?,
+            None => {
+                let node = AgoraNode::generate(settings).map_err(invalid)?;
+                // info, not a warning: nothing is wrong until an Agora worker is met, and
+                // a newcomer who configured nothing of Agora should not be alarmed
+                tracing::info!(
+                    did = %node.did(),
+                    "no Agora identity configured (protocols.agora.key_env / key_file): using a fresh one for this run"
+                );
+                node
+            }
+        };
+        set = set.with_factory(ProtocolKind::Agora, AgoraProtocol::factory(Arc::new(node)));
+    }
+    Ok(set)
+}
+
+/// The submitter settings of `workflow` on `market` under a node config.
+pub fn submitter_config(cfg: &NodeConfig, workflow: &Workflow, market: Address) -> SubmitterConfig {
+    let report = &workflow.submit.report;
+    SubmitterConfig {
+        market,
+        mode: workflow.submit.mode,
+        forwarder: cfg.submit.forwarder,
+        receiver: cfg.submit.receiver,
+        metadata: ReportMetadata::new(
+            report.workflow_id,
+            workflow.report_workflow_name(),
+            report.workflow_owner,
+            [0, 1],
+        ),
+        gas_margin_percent: cfg.submit.gas_margin_percent,
+    }
+}
+
+/// The transaction manager settings of a node config: confirmations as the watcher's
+/// (per-chain default), fees from `[submit]`.
+pub fn txm_config(cfg: &NodeConfig, chain_id: u64) -> TxmConfig {
+    TxmConfig {
+        confirmations: cfg
+            .chain
+            .confirmations
+            .unwrap_or(default_confirmations(chain_id)),
+        fees: FeePolicy {
+            bump_percent: cfg.submit.fee_bump_percent,
+            max_fee_cap: (cfg.submit.max_fee_per_gas_gwei * 1e9) as u128,
+            bump_after_blocks: cfg.submit.bump_after_blocks,
+        },
+        poll_interval: Duration::from_millis(cfg.chain.poll_interval_ms.clamp(10, 2_000)),
+        wait_bound: Duration::from_millis(cfg.submit.receipt_timeout_ms.max(1_000)),
+    }
+}

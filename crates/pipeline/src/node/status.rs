@@ -1,0 +1,374 @@
+//! The operator's status page, served by the node's HTTP API without a token (read-only):
+//! `GET /` (the page; `/?round=<id>` shows one round with its whole transcript), its
+//! assets embedded in the binary (no build step, no CDN, works offline), the views it
+//! reads (`/status/rounds`, `/status/rounds/{market_id}`) and `GET /events`, a stream of
+//! server-sent events carrying the newest page whenever it changes.
+//!
+//! The page puts every text into the DOM with `textContent` only, and is served with a
+//! Content-Security-Policy that allows no inline script: a worker's evidence that holds
+//! HTML or script is shown as text and never runs. The views are pure functions of the
+//! stored round, its transcript and its transactions ([`round_view`]).
+
+use super::api::ApiState;
+use crate::transcript::Transcript;
+use alloy::primitives::U256;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use cresolver_store::{AttemptRecord, NonceRecord, RoundRecord};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+const INDEX_HTML: &str = include_str!("status/index.html");
+const STATUS_JS: &str = include_str!("status/status.js");
+const STATUS_CSS: &str = include_str!("status/status.css");
+
+/// Rounds per page of the status page.
+pub const PAGE_SIZE: usize = 20;
+/// How often the event stream looks for changes.
+const EVENT_POLL: Duration = Duration::from_millis(500);
+/// Longest evidence text a round's view carries per worker.
+const EVIDENCE_BYTES: usize = 16 * 1024;
+
+/// No inline script or style, nothing from elsewhere.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The status page's routes.
+pub fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/", get(index))
+        .route("/assets/status.js", get(js))
+        .route("/assets/status.css", get(css))
+        .route("/status/rounds", get(list))
+        .route("/status/rounds/{market_id}", get(one))
+        .route("/events", get(events))
+}
+
+fn asset(body: &'static str, content_type: &'static str) -> Response {
+    let mut r = body.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    r
+}
+
+async fn index() -> Response {
+    asset(INDEX_HTML, "text/html; charset=utf-8")
+}
+
+async fn js() -> Response {
+    asset(STATUS_JS, "text/javascript; charset=utf-8")
+}
+
+async fn css() -> Response {
+    asset(STATUS_CSS, "text/css; charset=utf-8")
+}
+
+fn short(s: String, max: usize) -> String {
+    cresolver_store::truncate(s, max)
+}
+
+/// A round as the status page shows it: its state and reason, the quorum, each worker's
+/// answer, confidence, three scores, weight or failure (with its evidence when
+/// `detail`), the resolution, the transactions and the confirmation.
+pub fn round_view(
+    r: &RoundRecord,
+    txs: &[(NonceRecord, Vec<AttemptRecord>)],
+    detail: bool,
+) -> Value {
+    let transcript = r
+        .outcome
+        .as_ref()
+        .and_then(|o| Transcript::deserialize(o).ok());
+    let stage = transcript.as_ref().and_then(|t| {
+        t.outcome
+            .as_ref()
+            .map(|o| &o.resolve)
+            .or(t.resolve.as_ref())
+    });
+    let tally = transcript
+        .as_ref()
+        .and_then(|t| t.outcome.as_ref())
+        .map(|o| &o.tally);
+    // what resolveMarket pays each worker, from the market read at the request block
+    let payouts: Vec<(alloy::primitives::Address, U256)> = match (tally, transcript.as_ref()) {
+        (Some(t), Some(tr)) => {
+            let stakes: Vec<U256> = t
+                .workers
+                .iter()
+                .map(|w| {
+                    tr.market
+                        .workers
+                        .iter()
+                        .find(|m| m.address == w.address)
+                        .map_or(U256::ZERO, |m| m.stake)
+                })
+                .collect();
+            t.payouts(tr.market.reward_pool, &stakes)
+                .map(|p| t.workers.iter().map(|w| w.address).zip(p).collect())
+                .unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    let workers: Vec<Value> = stage
+        .map(|st| {
+            st.results
+                .iter()
+                .map(|res| {
+                    let tallied = tally.and_then(|t| t.workers.iter().find(|w| w.address == res.address));
+                    let payout = payouts.iter().find(|(a, _)| *a == res.address).map(|(_, p)| *p);
+                    let mut w = json!({
+                        "address": res.address,
+                        "answer": Value::Null,
+                        "confidence": Value::Null,
+                        "scores": tallied.map(|t| [t.scores.res_quality, t.scores.src_quality, t.scores.analysis_depth]),
+                        "weight": tallied.map(|t| t.weight),
+                        "payout_wei": payout.map(|p| p.to_string()),
+                        "payout_eth": payout.map(alloy::primitives::utils::format_ether),
+                        "failure": Value::Null,
+                    });
+                    match &res.outcome {
+                        Ok(a) => {
+                            w["answer"] = json!(if a.abstain { "abstain" } else if a.determination { "YES" } else { "NO" });
+                            w["confidence"] = json!(a.confidence);
+                            if detail {
+                                w["evidence"] = json!(short(a.evidence.clone(), EVIDENCE_BYTES));
+                                w["sources"] = json!(a.sources.iter().take(50).collect::<Vec<_>>());
+                            }
+                        }
+                        Err(f) => w["failure"] = json!(short(f.to_string(), 300)),
+                    }
+                    w
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let transactions: Vec<Value> = txs
+        .iter()
+        .map(|(n, attempts)| {
+            json!({
+                "nonce": n.nonce,
+                "state": n.state,
+                "attempts": attempts.len(),
+                "hashes": attempts.iter().map(|a| a.tx_hash).collect::<Vec<_>>(),
+                "mined_tx": n.mined_tx,
+                "mined_block": n.mined_block,
+            })
+        })
+        .collect();
+    let mut v = json!({
+        "market": r.market,
+        "market_id": r.market_id.to_string(),
+        "state": r.state,
+        "attempt": r.attempt,
+        "reason": r.reason.clone().map(|s| short(s, cresolver_store::SUMMARY_REASON_BYTES)),
+        "request_tx": r.request_tx,
+        "request_block": r.request_block,
+        "holder": r.holder,
+        "updated_at": r.updated_at,
+        "quorum": stage.map(|s| json!({"met": s.quorum_met, "valid": s.valid, "required": s.required, "registered": s.registered})),
+        "workers": workers,
+        "resolution": tally.map(|t| t.resolution),
+        "outcome": outcome_view(r, stage.map(|s| s.quorum_met), tally),
+        "transactions": transactions,
+        "confirmation": transcript.as_ref().and_then(|t| t.confirmation.as_ref()).map(|c| json!({
+            "status": c.status, "tx_hash": c.tx_hash, "block_number": c.block_number,
+        })),
+        "finality": transcript.as_ref().and_then(|t| t.finality.as_ref()).map(|f| json!({
+            "status": f.status, "finalized_block": f.finalized_block, "source": f.source,
+            "reorgs": f.reorgs.len(),
+        })),
+    });
+    if detail {
+        v["question"] = json!(transcript.as_ref().map(|t| t.question.clone()));
+        v["transcript"] = r.outcome.clone().unwrap_or(Value::Null);
+    }
+    v
+}
+
+/// What the market was resolved to by this round and the vote weight behind it
+/// (`pending` while the transaction is not confirmed), or why there is none.
+fn outcome_view(
+    r: &RoundRecord,
+    quorum_met: Option<bool>,
+    tally: Option<&cresolver_core::TallyOutcome>,
+) -> Value {
+    use cresolver_store::RoundState as S;
+    let done = matches!(r.state, S::Confirmed | S::Finalized);
+    let on_its_way = matches!(r.state, S::Evaluated | S::Submitted);
+    match tally {
+        Some(t) if done || on_its_way => json!({
+            "resolution": if t.resolution { "YES" } else { "NO" },
+            "pending": on_its_way,
+            "weight": t.winning_weight(),
+            "yes_weight": t.yes_weight,
+            "no_weight": t.no_weight,
+            "tie": t.tie,
+        }),
+        _ => {
+            let why = match (quorum_met, r.state.is_final()) {
+                (Some(false), _) => "quorum not met".to_string(),
+                (_, true) => r
+                    .reason
+                    .clone()
+                    .map_or_else(|| r.state.as_str().to_string(), |x| short(x, 200)),
+                (_, false) => format!("not yet ({})", r.state.as_str()),
+            };
+            json!({ "resolution": Value::Null, "none": why })
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct PageQuery {
+    cursor: Option<i64>,
+}
+
+/// Views of the rounds already built, by (market id, updated_at, holder): a round that
+/// did not change is not read and parsed again.
+type ViewCache = HashMap<(U256, u64, Option<String>), Value>;
+
+/// A page of round views (newest first) with the chain's head and the watcher's lag.
+async fn page(s: &ApiState, cursor: Option<i64>, cache: &mut ViewCache) -> Result<Value, String> {
+    let (summaries, next) = s
+        .store
+        .list_summaries(PAGE_SIZE, cursor)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut rounds = Vec::with_capacity(summaries.len());
+    let mut fresh = ViewCache::new();
+    for sum in summaries {
+        let key = (sum.market_id, sum.updated_at, sum.holder.clone());
+        let mut view = match cache.remove(&key) {
+            Some(v) => v,
+            None => {
+                let Some(rec) = s
+                    .store
+                    .get(sum.market, sum.market_id)
+                    .await
+                    .map_err(|e| e.to_string())?
+                else {
+                    continue;
+                };
+                let txs = s
+                    .store
+                    .tx_history(sum.market, sum.market_id)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                round_view(&rec, &txs, false)
+            }
+        };
+        fresh.insert(key, view.clone());
+        view["driven_by"] = json!(sum.driven_by);
+        rounds.push(view);
+    }
+    *cache = fresh;
+    let chain_id = s
+        .health
+        .read()
+        .map(|h| h.get("chain_id").cloned())
+        .ok()
+        .flatten();
+    let (head, lag, status) = match &s.chain {
+        Some(c) => {
+            let a = c.assess();
+            (a.head, a.lag_blocks, Some(a.status))
+        }
+        None => (None, None, None),
+    };
+    Ok(json!({
+        "rounds": rounds,
+        "next": next,
+        "chain_id": chain_id,
+        "head": head,
+        "lag_blocks": lag,
+        "status": status,
+    }))
+}
+
+async fn list(
+    State(s): State<ApiState>,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(PageQuery { cursor })) = q else {
+        return super::api::error(StatusCode::BAD_REQUEST, "cursor must be an integer");
+    };
+    match page(&s, cursor, &mut ViewCache::new()).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => super::api::error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+async fn one(State(s): State<ApiState>, Path(raw): Path<String>) -> Response {
+    let Some(market_id) = super::api::parse_decimal(&raw) else {
+        return super::api::error(
+            StatusCode::BAD_REQUEST,
+            "market_id must be a non-negative integer",
+        );
+    };
+    let found = async {
+        let Some(rec) = s.store.get(s.market, market_id).await? else {
+            return Ok(None);
+        };
+        let txs = s.store.tx_history(s.market, market_id).await?;
+        Ok::<_, cresolver_store::StoreError>(Some(round_view(&rec, &txs, true)))
+    }
+    .await;
+    match found {
+        Ok(Some(v)) => axum::Json(v).into_response(),
+        Ok(None) => super::api::error(
+            StatusCode::NOT_FOUND,
+            format!("no round for market {market_id}"),
+        ),
+        Err(e) => super::api::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// Server-sent events: `rounds` with the newest page, at once and then whenever it
+/// changes (looked at every 500 ms); ends when the node stops.
+async fn events(
+    State(s): State<ApiState>,
+) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
+    let stream = futures::stream::unfold(
+        (s, None::<String>, ViewCache::new(), true),
+        |(s, last, mut cache, first)| async move {
+            let mut first = first;
+            loop {
+                if !first {
+                    tokio::select! {
+                        _ = tokio::time::sleep(EVENT_POLL) => {}
+                        _ = s.stop.cancelled() => return None,
+                    }
+                }
+                first = false;
+                let Ok(v) = page(&s, None, &mut cache).await else {
+                    continue;
+                };
+                let text = v.to_string();
+                if last.as_deref() != Some(text.as_str()) {
+                    let ev = Event::default().event("rounds").data(text.clone());
+                    return Some((Ok(ev), (s, Some(text), cache, false)));
+                }
+            }
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

@@ -1,0 +1,341 @@
+//! A round replayed from its transcript: the recorded answers and defences through the
+//! engine's own evaluation and decision, deterministic and offline.
+
+use super::*;
+
+// ─── Replaying a round ──────────────────────────────────────────────────────────────
+
+/// How a replayed round ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum ReplayStatus {
+    /// A resolution, with the tally and report.
+    Resolved,
+    /// Fewer valid answers than the quorum rule needs: the round would fail.
+    NoQuorum,
+    /// The round would fail (evaluation under a `fail` fallback, a tie under `fail`, …).
+    Failed { reason: String },
+    /// The round could not be replayed (no transcript, needs `--live`, read error).
+    Unavailable { reason: String },
+}
+
+/// The quorum verdict of a replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuorumVerdict {
+    pub rule: String,
+    pub registered: usize,
+    pub required: usize,
+    pub valid: usize,
+    pub met: bool,
+}
+
+/// A replayed round.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Replayed {
+    #[serde(flatten)]
+    pub status: ReplayStatus,
+    pub quorum: Option<QuorumVerdict>,
+    pub evaluation: Option<Evaluation>,
+    /// The 8 scores per registered worker (`None`: non-responder).
+    pub scores: Vec<Option<Dimensions>>,
+    pub tally: Option<TallyRecord>,
+    pub report: Option<Bytes>,
+    pub notes: Vec<String>,
+}
+
+impl Replayed {
+    fn ended(status: ReplayStatus, quorum: Option<QuorumVerdict>, notes: Vec<String>) -> Self {
+        Self {
+            status,
+            quorum,
+            evaluation: None,
+            scores: vec![],
+            tally: None,
+            report: None,
+            notes,
+        }
+    }
+
+    /// An unavailable replay.
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        Self::ended(
+            ReplayStatus::Unavailable {
+                reason: reason.into(),
+            },
+            None,
+            vec![],
+        )
+    }
+
+    /// `YES`, `NO`, `no quorum`, `failed`, `-`.
+    pub fn label(&self) -> String {
+        match (&self.status, &self.tally) {
+            (ReplayStatus::Resolved, Some(t)) => yes_no(t.resolution).into(),
+            (ReplayStatus::Resolved, None) => "resolved".into(),
+            (ReplayStatus::NoQuorum, _) => "no quorum".into(),
+            (ReplayStatus::Failed { .. }, _) => "failed".into(),
+            (ReplayStatus::Unavailable { .. }, _) => "-".into(),
+        }
+    }
+
+    /// The replayed report, decoded.
+    pub fn view(&self) -> Option<ReportView> {
+        self.tally.as_ref().map(ReportView::from_tally)
+    }
+
+    /// A replay of a live round.
+    pub fn from_live(
+        wf: &Workflow,
+        result: &Result<RoundOutcome, RoundError>,
+        registered: usize,
+    ) -> Self {
+        match result {
+            Ok(o) => Self {
+                status: ReplayStatus::Resolved,
+                quorum: Some(QuorumVerdict {
+                    rule: wf.quorum.rule.to_string(),
+                    registered: o.resolve.registered,
+                    required: o.resolve.required,
+                    valid: o.resolve.valid,
+                    met: o.resolve.quorum_met,
+                }),
+                evaluation: Some(o.evaluation.clone()),
+                scores: o.scores.clone(),
+                tally: Some(o.tally.clone()),
+                report: Some(o.report.clone()),
+                notes: vec![],
+            },
+            Err(RoundError::QuorumNotMet(stage)) => Self::ended(
+                ReplayStatus::NoQuorum,
+                Some(QuorumVerdict {
+                    rule: wf.quorum.rule.to_string(),
+                    registered: stage.registered,
+                    required: stage.required,
+                    valid: stage.valid,
+                    met: false,
+                }),
+                vec![],
+            ),
+            Err(RoundError::NoWorkers) => Self::ended(
+                ReplayStatus::Failed {
+                    reason: RoundError::NoWorkers.to_string(),
+                },
+                Some(QuorumVerdict {
+                    rule: wf.quorum.rule.to_string(),
+                    registered,
+                    required: wf.quorum.rule.required(registered),
+                    valid: 0,
+                    met: false,
+                }),
+                vec![],
+            ),
+            Err(e) => Self::ended(
+                ReplayStatus::Failed {
+                    reason: e.to_string(),
+                },
+                None,
+                vec![],
+            ),
+        }
+    }
+}
+
+/// Re-runs quorum, evaluation and tally from a transcript under `wf` — deterministic,
+/// offline. See the module documentation for how each evaluator is replayed.
+pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
+    let mut notes = Vec::new();
+    let Some(stage) = t.resolve_stage() else {
+        return Replayed::unavailable("the transcript records no resolve stage");
+    };
+    let n = stage.results.len();
+    let valid = stage.results.iter().filter(|r| r.outcome.is_ok()).count();
+    let rule = wf.quorum.rule;
+    let quorum = QuorumVerdict {
+        rule: rule.to_string(),
+        registered: n,
+        required: rule.required(n),
+        valid,
+        met: rule.is_met(valid, n),
+    };
+    if n == 0 {
+        return Replayed::ended(
+            ReplayStatus::Failed {
+                reason: RoundError::NoWorkers.to_string(),
+            },
+            Some(quorum),
+            notes,
+        );
+    }
+    if !quorum.met {
+        return Replayed::ended(ReplayStatus::NoQuorum, Some(quorum), notes);
+    }
+    let Ok(market_id) = u64::try_from(t.market.market_id) else {
+        return Replayed::unavailable("market id does not fit the worker protocol's number");
+    };
+
+    // Challenges: the recorded defences (they answered the recorded texts).
+    let recorded = t.outcome.as_ref().map(|o| &o.challenges);
+    let challenges: Vec<Option<ChallengeOutcome>> = match (wf.challenge.enabled, recorded) {
+        (false, _) => vec![None; n],
+        (true, Some(c)) => c.clone(),
+        (true, None) => {
+            notes.push(
+                "the recorded round stopped before the challenge stage: evaluated without defences (re-asking needs --live)"
+                    .into(),
+            );
+            vec![None; n]
+        }
+    };
+    if wf.challenge.enabled && !t.workflow.challenge.enabled {
+        notes.push(
+            "challenges are enabled but the recorded round had none: evaluated without defences (re-asking needs --live)"
+                .into(),
+        );
+    }
+    if wf.challenge.enabled {
+        let determinations = votes(stage.results.iter().filter_map(|r| r.answer()));
+        let templates = wf.challenge.templates();
+        // Only A2A workers are sent the template texts; other protocols record what they
+        // asked in their own form (a Factagora round 2, a round-table /challenge).
+        let speaks_a2a = |i: usize| {
+            t.discovery
+                .get(i)
+                .and_then(|d| d.protocol)
+                .is_none_or(|k| k == ProtocolKind::A2a)
+        };
+        let differ = stage
+            .results
+            .iter()
+            .zip(&challenges)
+            .enumerate()
+            .any(|(i, (r, c))| match (r.answer(), c) {
+                (Some(a), Some(c)) if speaks_a2a(i) => {
+                    challenges_for(&templates, &t.question, a, &determinations) != c.challenges
+                }
+                _ => false,
+            });
+        if differ {
+            notes.push(
+                "the workflow's challenge texts for these answers differ from the recorded ones: the recorded defences are evaluated with the recorded texts (re-asking needs --live)"
+                    .into(),
+            );
+        }
+    }
+
+    // The evaluator's input, built by the engine's own function.
+    // the recorded round's order of workers in the prompt (its evaluator labels)
+    let recorded_order = t.outcome.as_ref().map(|o| o.evaluation.order.clone());
+    let (input, slot_of) = crate::round::evaluation_input(
+        market_id,
+        &t.question,
+        t.reference_time,
+        stage,
+        &challenges,
+        recorded_order.as_deref().filter(|o| !o.is_empty()),
+    );
+    let evaluation = match wf.evaluator.kind {
+        EvaluatorKind::Rubric => rubric::score_all(&input),
+        EvaluatorKind::Llm => match replay_llm(t, wf, &input) {
+            Ok(ev) => ev,
+            Err(ReplayEnd::Failed(reason)) => {
+                return Replayed::ended(ReplayStatus::Failed { reason }, Some(quorum), notes);
+            }
+            Err(ReplayEnd::Unavailable(reason)) => {
+                return Replayed::ended(ReplayStatus::Unavailable { reason }, Some(quorum), notes);
+            }
+        },
+    };
+    if let Some(rec) = t.outcome.as_ref().map(|o| &o.evaluation)
+        && rec.evaluator != evaluation.evaluator
+    {
+        notes.push(format!(
+            "scored by `{}` (the recorded round was scored by `{}`)",
+            evaluation.evaluator, rec.evaluator
+        ));
+    }
+    let reputations: Vec<_> = t.market.workers.iter().map(|w| w.reputation).collect();
+    match crate::round::decide(
+        t.market.market_id,
+        stage,
+        &slot_of,
+        &evaluation,
+        &reputations,
+        wf.tally.tie,
+    ) {
+        Ok(d) => Replayed {
+            status: ReplayStatus::Resolved,
+            quorum: Some(quorum),
+            report: Some(d.report),
+            tally: Some(d.tally.clone()),
+            evaluation: Some(evaluation),
+            scores: d.scores,
+            notes,
+        },
+        Err(e) => Replayed {
+            status: ReplayStatus::Failed {
+                reason: RoundError::Tally(e).to_string(),
+            },
+            quorum: Some(quorum),
+            evaluation: Some(evaluation),
+            scores: vec![None; n],
+            tally: None,
+            report: None,
+            notes,
+        },
+    }
+}
+
+pub(super) enum ReplayEnd {
+    Failed(String),
+    Unavailable(String),
+}
+
+/// The LLM evaluator, replayed from the recorded reply.
+pub(super) fn replay_llm(
+    t: &Transcript,
+    wf: &Workflow,
+    input: &EvalInput,
+) -> Result<Evaluation, ReplayEnd> {
+    let Some(rec) = t.outcome.as_ref().map(|o| &o.evaluation) else {
+        return Err(ReplayEnd::Unavailable(
+            "the workflow's evaluator is `llm` but the transcript records no evaluation: replay with --live".into(),
+        ));
+    };
+    let fallback = |reason: String| -> Result<Evaluation, ReplayEnd> {
+        match wf.evaluator.fallback {
+            Fallback::Rubric => {
+                let mut ev = rubric::score_all(input);
+                ev.fallback_reason = Some(reason);
+                ev.attempts = rec.attempts.clone();
+                Ok(ev)
+            }
+            Fallback::Neutral => Ok(neutral(input, Some(reason), rec.attempts.clone())),
+            Fallback::Fail => Err(ReplayEnd::Failed(
+                cresolver_evaluate::EvalError::Failed(reason).to_string(),
+            )),
+        }
+    };
+    match (&rec.raw_reply, &rec.fallback_reason) {
+        (Some(raw), _) => match llm::parse_scores(raw, input) {
+            Ok(scores) => Ok(Evaluation {
+                order: Vec::new(),
+                prompt_cuts: Vec::new(),
+                notes: Vec::new(),
+                scores,
+                evaluator: "llm".into(),
+                fallback_reason: None,
+                attempts: rec.attempts.clone(),
+                raw_reply: Some(raw.clone()),
+            }),
+            Err(e) => fallback(format!(
+                "the recorded LLM reply does not fit the replayed input: {e}"
+            )),
+        },
+        // The LLM failed at the time: the workflow's fallback policy decides.
+        (None, Some(reason)) => fallback(reason.clone()),
+        (None, None) => Err(ReplayEnd::Unavailable(format!(
+            "the workflow's evaluator is `llm` but the recorded round was scored by `{}` without an LLM reply: replay with --live",
+            rec.evaluator
+        ))),
+    }
+}

@@ -1,0 +1,451 @@
+//! Workflow definitions: the declarative TOML files under `workflows/` that say how a
+//! round runs (trigger, stage limits, quorum, challenge texts, evaluator, tie rule,
+//! submission mode). Unknown keys and bad values are errors naming the key.
+
+use alloy::primitives::{Address, B256};
+use cresolver_core::{QuorumRule, TieRule};
+use cresolver_evaluate::Fallback;
+use cresolver_submit::SubmitMode;
+use cresolver_workers::challenge::{self, ChallengeTemplates};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A loaded, validated workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workflow {
+    /// Shown in logs; also the CRE workflow name of report metadata unless overridden.
+    pub name: String,
+    #[serde(default)]
+    pub trigger: Trigger,
+    #[serde(default)]
+    pub resolve: ResolveStageCfg,
+    #[serde(default)]
+    pub quorum: QuorumCfg,
+    #[serde(default)]
+    pub challenge: ChallengeCfg,
+    #[serde(default)]
+    pub evaluator: EvaluatorCfg,
+    #[serde(default)]
+    pub tally: TallyCfg,
+    #[serde(default)]
+    pub submit: SubmitCfg,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Trigger {
+    /// Which configured contract emits the trigger; only `market` exists today.
+    pub contract: String,
+    /// The trigger event's signature.
+    pub event: String,
+    /// The market contract this workflow watches; defaults to the node's
+    /// `chain.market_address`. Two workflows of one node must not watch the same market.
+    pub address: Option<Address>,
+}
+
+impl Default for Trigger {
+    fn default() -> Self {
+        Self {
+            contract: "market".into(),
+            event: "ResolutionRequested(uint256,string)".into(),
+            address: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResolveStageCfg {
+    pub timeout_ms: u64,
+    pub max_body_bytes: usize,
+    pub connect_retries: usize,
+    pub retry_backoff_ms: u64,
+    /// Worker calls in flight at once, across every round of the engine.
+    pub concurrency: usize,
+}
+
+impl Default for ResolveStageCfg {
+    fn default() -> Self {
+        Self {
+            timeout_ms: 30_000,
+            max_body_bytes: 256 * 1024,
+            connect_retries: 1,
+            retry_backoff_ms: 250,
+            concurrency: 64,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuorumCfg {
+    pub rule: QuorumRule,
+    /// After quorum is met, wait at most this long for the rest; 0 waits for every
+    /// worker up to the stage timeout.
+    pub grace_ms: u64,
+}
+
+impl Default for QuorumCfg {
+    fn default() -> Self {
+        Self {
+            rule: QuorumRule::Bft,
+            grace_ms: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChallengeCfg {
+    pub enabled: bool,
+    /// After the tally, put the outcome to a ratifying vote of the workers whose protocol
+    /// has one (round-table `/vote`); dissent is recorded in the transcript, not counted.
+    pub ratify: bool,
+    pub timeout_ms: u64,
+    pub max_body_bytes: usize,
+    pub disagreement: Vec<String>,
+    pub unanimity: Vec<String>,
+}
+
+impl Default for ChallengeCfg {
+    fn default() -> Self {
+        let t = ChallengeTemplates::default();
+        Self {
+            enabled: true,
+            ratify: false,
+            timeout_ms: 15_000,
+            max_body_bytes: 256 * 1024,
+            disagreement: t.disagreement,
+            unanimity: t.unanimity,
+        }
+    }
+}
+
+impl ChallengeCfg {
+    pub fn templates(&self) -> ChallengeTemplates {
+        ChallengeTemplates {
+            disagreement: self.disagreement.clone(),
+            unanimity: self.unanimity.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EvaluatorKind {
+    Llm,
+    #[default]
+    Rubric,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvaluatorCfg {
+    pub kind: EvaluatorKind,
+    pub fallback: Fallback,
+    pub llm: Option<LlmCfg>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmCfg {
+    pub base_url: String,
+    pub model: String,
+    /// Name of the environment variable holding the API key (none: no auth header).
+    pub api_key_env: Option<String>,
+    pub timeout_ms: u64,
+    pub retries: u32,
+    pub retry_backoff_ms: u64,
+    pub max_tokens: u32,
+    pub max_reply_bytes: usize,
+    /// The prompt budget, in characters of worker text (the model's context, less the
+    /// instructions and the reply): each worker's text is cut to an equal share of it
+    /// (evidence first, two thirds; then its defences, then its sources), the cut marked
+    /// in the prompt and recorded in the transcript.
+    pub max_prompt_chars: usize,
+}
+
+impl Default for LlmCfg {
+    fn default() -> Self {
+        Self {
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-4o-mini".into(),
+            api_key_env: Some("OPENAI_API_KEY".into()),
+            timeout_ms: 60_000,
+            retries: 2,
+            retry_backoff_ms: 1_000,
+            max_tokens: 4_096,
+            max_reply_bytes: 1024 * 1024,
+            max_prompt_chars: 200_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TallyCfg {
+    pub tie: TieRule,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct SubmitCfg {
+    pub mode: SubmitMode,
+    pub report: ReportCfg,
+}
+
+/// Report metadata for the `report` mode (what the receiver sees as metadata).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportCfg {
+    /// Defaults to the workflow's name.
+    pub workflow_name: Option<String>,
+    pub workflow_id: B256,
+    pub workflow_owner: Address,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkflowError {
+    #[error("cannot read workflow file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("workflow file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("workflow file {path}: `{key}` {message}")]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+impl Workflow {
+    /// Reads and validates a workflow file.
+    pub fn load(path: &Path) -> Result<Self, WorkflowError> {
+        let text = std::fs::read_to_string(path).map_err(|source| WorkflowError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates workflow text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, WorkflowError> {
+        let wf: Workflow = toml::from_str(text).map_err(|e| WorkflowError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        wf.validate()
+            .map_err(|(key, message)| WorkflowError::Invalid {
+                path: path.into(),
+                key,
+                message,
+            })?;
+        Ok(wf)
+    }
+
+    /// The built-in defaults (what `workflows/cresolver-resolution.toml` spells out).
+    pub fn default_named(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            trigger: Trigger::default(),
+            resolve: ResolveStageCfg::default(),
+            quorum: QuorumCfg::default(),
+            challenge: ChallengeCfg::default(),
+            evaluator: EvaluatorCfg::default(),
+            tally: TallyCfg::default(),
+            submit: SubmitCfg::default(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |k: &str, m: &str| Err((k.to_string(), m.to_string()));
+        if self.name.trim().is_empty() {
+            return bad("name", "must not be empty");
+        }
+        if self.trigger.contract != "market" {
+            return bad(
+                "trigger.contract",
+                "must be \"market\" (the only trigger contract)",
+            );
+        }
+        if self.trigger.event.replace(' ', "") != "ResolutionRequested(uint256,string)" {
+            return bad(
+                "trigger.event",
+                "must be \"ResolutionRequested(uint256,string)\"",
+            );
+        }
+        for (key, ms) in [
+            ("resolve.timeout_ms", self.resolve.timeout_ms),
+            ("challenge.timeout_ms", self.challenge.timeout_ms),
+        ] {
+            if ms == 0 || ms > 600_000 {
+                return bad(key, "must be between 1 and 600000 ms");
+            }
+        }
+        for (key, n) in [
+            ("resolve.max_body_bytes", self.resolve.max_body_bytes),
+            ("challenge.max_body_bytes", self.challenge.max_body_bytes),
+        ] {
+            if !(1024..=64 * 1024 * 1024).contains(&n) {
+                return bad(key, "must be between 1024 and 67108864 bytes");
+            }
+        }
+        if self.resolve.concurrency == 0 {
+            return bad("resolve.concurrency", "must be at least 1");
+        }
+        if self.resolve.connect_retries > 10 {
+            return bad("resolve.connect_retries", "must be at most 10");
+        }
+        if let QuorumRule::Fixed(0) = self.quorum.rule {
+            return bad("quorum.rule", "a fixed quorum must be at least 1");
+        }
+        if self.quorum.grace_ms > 600_000 {
+            return bad("quorum.grace_ms", "must be at most 600000 ms");
+        }
+        for (key, set) in [
+            ("challenge.disagreement", &self.challenge.disagreement),
+            ("challenge.unanimity", &self.challenge.unanimity),
+        ] {
+            if self.challenge.enabled && set.is_empty() {
+                return bad(
+                    key,
+                    "must list at least one challenge when challenges are enabled",
+                );
+            }
+            for (i, t) in set.iter().enumerate() {
+                if t.trim().is_empty() {
+                    return Err((format!("{key}[{i}]"), "must not be empty".into()));
+                }
+                if let Some(p) = challenge::unknown_placeholder(t) {
+                    return Err((
+                        format!("{key}[{i}]"),
+                        format!(
+                            "uses unknown placeholder {{{p}}}; known: {}",
+                            challenge::PLACEHOLDERS.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        if self.evaluator.kind == EvaluatorKind::Llm {
+            let Some(llm) = &self.evaluator.llm else {
+                return bad("evaluator.llm", "is required when evaluator.kind = \"llm\"");
+            };
+            match url::Url::parse(&llm.base_url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                _ => {
+                    return bad(
+                        "evaluator.llm.base_url",
+                        "must be an http(s) URL such as https://api.openai.com/v1",
+                    );
+                }
+            }
+            if llm.model.trim().is_empty() {
+                return bad("evaluator.llm.model", "must not be empty");
+            }
+            if llm.timeout_ms == 0 || llm.timeout_ms > 600_000 {
+                return bad(
+                    "evaluator.llm.timeout_ms",
+                    "must be between 1 and 600000 ms",
+                );
+            }
+            if llm.retries > 10 {
+                return bad("evaluator.llm.retries", "must be at most 10");
+            }
+            if llm.max_prompt_chars < 4_000 {
+                return bad("evaluator.llm.max_prompt_chars", "must be at least 4000");
+            }
+            if llm.max_reply_bytes < 1024 {
+                return bad("evaluator.llm.max_reply_bytes", "must be at least 1024");
+            }
+        }
+        Ok(())
+    }
+
+    pub fn resolve_timeout(&self) -> Duration {
+        Duration::from_millis(self.resolve.timeout_ms)
+    }
+
+    pub fn grace(&self) -> Option<Duration> {
+        (self.quorum.grace_ms > 0).then(|| Duration::from_millis(self.quorum.grace_ms))
+    }
+
+    /// The workflow name used in report metadata.
+    pub fn report_workflow_name(&self) -> &str {
+        self.submit
+            .report
+            .workflow_name
+            .as_deref()
+            .unwrap_or(&self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Workflow, WorkflowError> {
+        Workflow::parse(s, Path::new("t.toml"))
+    }
+
+    #[test]
+    fn minimal_gets_defaults() {
+        let w = parse("name = \"x\"").unwrap();
+        assert_eq!(w.resolve.timeout_ms, 30_000);
+        assert_eq!(w.challenge.timeout_ms, 15_000);
+        assert_eq!(w.quorum.rule, QuorumRule::Bft);
+        assert_eq!(w.tally.tie, TieRule::Yes);
+    }
+
+    #[test]
+    fn quorum_forms() {
+        assert_eq!(
+            parse("name='x'\n[quorum]\nrule = 4").unwrap().quorum.rule,
+            QuorumRule::Fixed(4)
+        );
+        assert_eq!(
+            parse("name='x'\n[quorum]\nrule = 'majority'")
+                .unwrap()
+                .quorum
+                .rule,
+            QuorumRule::Majority
+        );
+        assert!(parse("name='x'\n[quorum]\nrule = 'most'").is_err());
+        let e = parse("name='x'\n[quorum]\nrule = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("quorum.rule"), "{e}");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = parse("name='x'\n[resolve]\ntimeout_sec = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("timeout_sec"), "{e}");
+        let e = parse("name='x'\n[resolve]\ntimeout_ms = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("resolve.timeout_ms"), "{e}");
+        let e = parse("name='x'\n[challenge]\nunanimity = ['what {nope}?']")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("challenge.unanimity[0]") && e.contains("nope"),
+            "{e}"
+        );
+        let e = parse("name='x'\n[tally]\ntie = 'maybe'")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("maybe"), "{e}");
+        let e = parse("name='x'\n[evaluator]\nkind = 'llm'")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("evaluator.llm"), "{e}");
+    }
+}

@@ -1,0 +1,230 @@
+//! The PostgreSQL side of [`crate::done`]: the finality watch's transitions, new
+//! attempts of done rounds and node settings, with the SQL the SQLite store runs (its
+//! `?n` placeholders as `$n`). Like there, nothing here is fenced by a lease: each
+//! change is conditional on the state it leaves (and `renew_in` locks the row first).
+
+use super::{PgStore, col, pg_err, pg_sql};
+use crate::done::sql;
+use crate::{
+    ARCHIVE_SQL, LogRef, PAST_SQL, PastAttempt, PastRow, RoundState, StoreError, WATCHED_SQL,
+    Watched, WatchedRow, now,
+};
+use alloy_primitives::{Address, B256, U256};
+use tokio_postgres::Transaction;
+
+/// [`crate::RoundStore::renew_round`] inside a transaction.
+pub(super) async fn renew_in(
+    tx: &Transaction<'_>,
+    market: Address,
+    market_id: U256,
+    workflow: &str,
+    request: Option<(B256, u64)>,
+    from: RoundState,
+) -> Result<bool, StoreError> {
+    let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
+    let state: Option<String> = tx
+        .query_opt(
+            "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+            &[&m, &id],
+        )
+        .await
+        .map_err(pg_err)?
+        .map(|r| col(&r, 0))
+        .transpose()?;
+    if state.as_deref() != Some(from.as_str()) {
+        return Ok(false);
+    }
+    tx.execute(&pg_sql(ARCHIVE_SQL), &[&m, &id, &t])
+        .await
+        .map_err(pg_err)?;
+    tx.execute(
+        &pg_sql(sql::RENEW),
+        &[
+            &m,
+            &id,
+            &workflow,
+            &request.map(|(h, _)| h.to_string()),
+            &request.map(|(_, b)| b as i64),
+            &t,
+        ],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(true)
+}
+
+/// [`crate::RoundStore::reopen_submission`] inside a transaction.
+pub(super) async fn reopen_submission_in(
+    tx: &Transaction<'_>,
+    market: Address,
+    market_id: U256,
+    reason: &str,
+    outcome: Option<&serde_json::Value>,
+) -> Result<bool, StoreError> {
+    let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
+    let n = tx
+        .execute(
+            &pg_sql(sql::REOPEN_ROUND),
+            &[&m, &id, &reason, &outcome.map(|o| o.to_string()), &t],
+        )
+        .await
+        .map_err(pg_err)?;
+    if n == 0 {
+        return Ok(false);
+    }
+    let mined = tx
+        .query_opt(&pg_sql(sql::MINED_NONCE), &[&m, &id])
+        .await
+        .map_err(pg_err)?;
+    if let Some(row) = mined {
+        let (signer, chain, nonce): (String, i64, i64) =
+            (col(&row, 0)?, col(&row, 1)?, col(&row, 2)?);
+        tx.execute(
+            &pg_sql(sql::REOPEN_NONCE),
+            &[&signer, &chain, &nonce, &reason, &t],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(&pg_sql(sql::UNSEND_ATTEMPTS), &[&signer, &chain, &nonce])
+            .await
+            .map_err(pg_err)?;
+    }
+    Ok(true)
+}
+
+/// The bodies of the store interface's done-round calls.
+impl PgStore {
+    pub(super) async fn done_log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &pg_sql(sql::LOG_SEEN),
+                &[&log.tx_hash.to_string(), &(log.log_index as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(row.is_some())
+    }
+
+    pub(super) async fn done_renew(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        request: Option<(B256, u64)>,
+        from: RoundState,
+    ) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = renew_in(&tx, market, market_id, workflow, request, from).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    pub(super) async fn done_reopen(
+        &self,
+        market: Address,
+        market_id: U256,
+        reason: &str,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = reopen_submission_in(&tx, market, market_id, reason, outcome).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    pub(super) async fn done_finalize(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                &pg_sql(sql::FINALIZE),
+                &[
+                    &market.to_string(),
+                    &market_id.to_string(),
+                    &outcome.map(|o| o.to_string()),
+                    &(now() as i64),
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(n > 0)
+    }
+
+    pub(super) async fn done_watched(&self, limit: usize) -> Result<Vec<Watched>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(&pg_sql(WATCHED_SQL), &[&(limit as i64)])
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                WatchedRow {
+                    market: col(r, 0)?,
+                    market_id: col(r, 1)?,
+                    attempt: col::<i32>(r, 2)? as i64,
+                    signer: col(r, 3)?,
+                    chain_id: col(r, 4)?,
+                    nonce: col(r, 5)?,
+                    mined_tx: col(r, 6)?,
+                    mined_block: col(r, 7)?,
+                    mined_hash: col(r, 8)?,
+                }
+                .parse()
+            })
+            .collect()
+    }
+
+    pub(super) async fn done_past(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<PastAttempt>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &pg_sql(PAST_SQL),
+                &[&market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                PastRow {
+                    attempt: col::<i32>(r, 0)? as i64,
+                    state: col(r, 1)?,
+                    reason: col(r, 2)?,
+                    request_tx: col(r, 3)?,
+                    request_block: col(r, 4)?,
+                    submit_tx: col(r, 5)?,
+                    outcome: col(r, 6)?,
+                    ended_at: col(r, 7)?,
+                }
+                .parse()
+            })
+            .collect()
+    }
+
+    pub(super) async fn done_setting(
+        &self,
+        key: &str,
+        candidate: &str,
+    ) -> Result<String, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(&pg_sql(sql::SETTING_INIT), &[&key, &candidate])
+            .await
+            .map_err(pg_err)?;
+        let row = client
+            .query_one(&pg_sql(sql::SETTING), &[&key])
+            .await
+            .map_err(pg_err)?;
+        col(&row, 0)
+    }
+}

@@ -1,0 +1,169 @@
+//! Leases with fencing on PostgreSQL: a node claims an unfinished round with one
+//! conditional `UPDATE` that bumps its term, renews it while it works, and releases it
+//! with a back-off; lease times are the database's clock.
+
+use super::*;
+
+impl PgStore {
+    pub(super) async fn lease_claim(
+        &self,
+        market: Address,
+        market_id: U256,
+        ignore_backoff: bool,
+    ) -> Result<Option<Lease>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let (m, id) = (market.to_string(), market_id.to_string());
+        let Some(row) = tx
+            .query_opt(
+                &format!(
+                    "SELECT holder, state, lease_until IS NULL OR lease_until < {NOW_MS}
+                     FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE"
+                ),
+                &[&m, &id],
+            )
+            .await
+            .map_err(pg_err)?
+        else {
+            return Ok(None);
+        };
+        let prev: Option<String> = col(&row, 0)?;
+        let state: String = col(&row, 1)?;
+        let expired: bool = col(&row, 2)?;
+        let ours = prev.as_deref() == Some(self.node.as_str());
+        let free = expired || ours || (prev.is_none() && ignore_backoff);
+        if RoundState::from_str(&state)?.is_final() || !free {
+            return Ok(None);
+        }
+        let term: i64 = tx
+            .query_one(
+                &format!(
+                    "UPDATE rounds SET holder = $3, last_holder = $3, term = term + 1, lease_until = {NOW_MS} + $4
+                     WHERE market = $1 AND market_id = $2 RETURNING term"
+                ),
+                &[&m, &id, &self.node, &(self.lease.as_millis() as i64)],
+            )
+            .await
+            .map_err(pg_err)?
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
+        tx.commit().await.map_err(pg_err)?;
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((market, market_id), term);
+        Ok(Some(Lease {
+            term: term as u64,
+            taken_from: prev.filter(|p| p != &self.node),
+        }))
+    }
+
+    pub(super) async fn lease_renew(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<bool, StoreError> {
+        let Some(term) = self.term_of(market, market_id) else {
+            return Ok(false);
+        };
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                &format!(
+                    "UPDATE rounds SET lease_until = {NOW_MS} + $4
+                     WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $5"
+                ),
+                &[
+                    &market.to_string(),
+                    &market_id.to_string(),
+                    &self.node,
+                    &(self.lease.as_millis() as i64),
+                    &term,
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        if n == 0 {
+            self.forget(market, market_id);
+        }
+        Ok(n == 1)
+    }
+
+    pub(super) async fn lease_release(
+        &self,
+        market: Address,
+        market_id: U256,
+        retry_after: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let Some(term) = self.term_of(market, market_id) else {
+            return Ok(());
+        };
+        self.forget(market, market_id);
+        let client = self.client().await?;
+        let after = retry_after.map(|d| d.as_millis() as i64);
+        client
+            .execute(
+                &format!(
+                    "UPDATE rounds SET holder = NULL,
+                       lease_until = CASE WHEN $5::BIGINT IS NULL THEN NULL ELSE {NOW_MS} + $5::BIGINT END
+                     WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4"
+                ),
+                &[
+                    &market.to_string(),
+                    &market_id.to_string(),
+                    &self.node,
+                    &term,
+                    &after,
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+
+    pub(super) async fn lease_claimable(
+        &self,
+        markets: &[Address],
+        limit: usize,
+    ) -> Result<Vec<(Address, U256)>, StoreError> {
+        let client = self.client().await?;
+        let markets: Vec<String> = markets.iter().map(|m| m.to_string()).collect();
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT market, market_id FROM rounds
+                     WHERE state NOT IN {FINAL} AND market = ANY($3)
+                       AND (lease_until IS NULL OR lease_until < {NOW_MS} OR holder = $2)
+                     ORDER BY id LIMIT $1"
+                ),
+                &[&(limit as i64), &self.node, &markets],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| parse_market(&col::<String>(r, 0)?, &col::<String>(r, 1)?))
+            .collect()
+    }
+
+    pub(super) async fn lease_fence_ok(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<bool, StoreError> {
+        let Some(term) = self.term_of(market, market_id) else {
+            return Ok(false);
+        };
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4",
+                &[&market.to_string(), &market_id.to_string(), &self.node, &term],
+            )
+            .await
+            .map_err(pg_err)?;
+        if row.is_none() {
+            self.forget(market, market_id);
+        }
+        Ok(row.is_some())
+    }
+}

@@ -1,0 +1,799 @@
+//! The shared store of a cluster: the same [`RoundStore`] on PostgreSQL, so that any
+//! number of nodes share one database that decides who drives which round.
+//!
+//! - **Schema** versioned in [`MIGRATIONS`], applied at start under an advisory lock
+//!   (several nodes may start at once); a database newer than the binary is refused.
+//! - **Leases with fencing.** A node claims an unfinished round that is unheld, released
+//!   past its back-off, or whose lease expired, with one conditional `UPDATE` that bumps
+//!   the round's `term`; it renews the lease while it works. Every write for a round
+//!   (state, progress, outcome, nonce reservation, attempts) runs in a transaction that
+//!   first locks the round's row and checks that this node still holds it at the term it
+//!   claimed: a node that lost its lease writes nothing ([`StoreError::LeaseLost`]).
+//!   Lease times are the database's clock, so nodes' clocks do not matter.
+//! - **Shared keys.** A nonce is reserved under a row lock of its key (`tx_keys`), so
+//!   nodes that share a signing key never reserve the same nonce.
+//!
+//! Timestamps shown to operators (`created_at`, `updated_at`) stay unix seconds, as in
+//! SQLite; lease times are milliseconds of the database clock.
+
+use super::txs::{ATTEMPT_SELECT, AttemptRow, NONCE_SELECT, NonceRow};
+use super::{
+    ARCHIVE_SQL, AttemptRecord, DONE_SQL, KeyRef, Lease, LogRef, MinedAt, NonceRecord, NonceState,
+    PastAttempt, RequestDecision, RoundRecord, RoundRow, RoundState, RoundStore, RoundSummary,
+    SELECT, StoreError, SummaryRow, TxPayload, Watched, corrupt, now, parse_market,
+};
+use alloy_primitives::{Address, B256, U256};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio_postgres::{NoTls, Row, Transaction};
+
+mod done;
+mod lease;
+mod rounds;
+mod schema;
+mod tls;
+mod txs;
+use done::{renew_in, reopen_submission_in};
+pub use schema::MIGRATIONS;
+use tls::{Tls, split_sslmode, tls_connector};
+
+/// The oldest PostgreSQL the store is tested against (`server_version_num`).
+pub const MIN_SERVER_VERSION: i32 = 120_000;
+
+/// The database clock in milliseconds.
+const NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+
+/// Settings of the PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PgSettings {
+    /// This node's name as a lease holder (unique per running node).
+    pub node_id: String,
+    /// How long a claimed round stays this node's without a renewal.
+    pub lease: Duration,
+    /// Connections in the pool.
+    pub max_connections: usize,
+    /// A PEM file of the CA(s) that sign the server's certificate, trusted besides the
+    /// system's roots (`sslmode=require`/`verify-full`).
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+/// The PostgreSQL store.
+pub struct PgStore {
+    pool: Pool,
+    node: String,
+    lease: Duration,
+    /// The rounds this node holds, with the term it claimed them at (the fencing token).
+    held: Mutex<HashMap<(Address, U256), i64>>,
+}
+
+/// A connection URL without its password (for every message that shows it).
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.has_host() => {
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.to_string()
+        }
+        _ => "(a connection string that is not a URL)".into(),
+    }
+}
+
+fn pg_err(e: tokio_postgres::Error) -> StoreError {
+    // tokio-postgres' messages carry no connection parameters; the database's own
+    // message (code, detail) is what an operator needs
+    let detail = e
+        .as_db_error()
+        .map(|d| format!("{} ({})", d.message(), d.code().code()))
+        .unwrap_or_else(|| {
+            let mut s = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(c) = src {
+                s.push_str(": ");
+                s.push_str(&c.to_string());
+                src = c.source();
+            }
+            s
+        });
+    StoreError::Postgres(detail)
+}
+
+fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => pg_err(e),
+        e => StoreError::Postgres(format!("connection pool: {e}")),
+    }
+}
+
+const FINAL: &str = DONE_SQL;
+
+/// SQLite's `?n` placeholders as PostgreSQL's `$n` (the SQL both backends share).
+fn pg_sql(sql: &str) -> String {
+    sql.replace('?', "$")
+}
+
+impl PgStore {
+    /// Connects, checks the server's version and applies the migrations. Errors name the
+    /// URL without its password.
+    pub async fn connect(url: &str, settings: PgSettings) -> Result<Self, StoreError> {
+        let shown = redact_url(url);
+        let invalid = |error: String| StoreError::Connect {
+            url: shown.clone(),
+            error,
+        };
+        let (url, tls) = split_sslmode(url).map_err(&invalid)?;
+        let mut cfg = tokio_postgres::Config::from_str(&url)
+            .map_err(|e| invalid(format!("not a PostgreSQL connection URL: {e}")))?;
+        cfg.ssl_mode(match tls {
+            Tls::Off => tokio_postgres::config::SslMode::Disable,
+            Tls::Prefer => tokio_postgres::config::SslMode::Prefer,
+            Tls::Require => tokio_postgres::config::SslMode::Require,
+        });
+        cfg.connect_timeout(Duration::from_secs(5))
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10))
+            .tcp_user_timeout(Duration::from_secs(15))
+            // a stalled server ends a statement instead of a round's progress
+            .options("-c statement_timeout=15000 -c lock_timeout=10000")
+            .application_name("cresolver");
+        let mc = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let mgr = match tls {
+            Tls::Off => Manager::from_config(cfg, NoTls, mc),
+            Tls::Prefer | Tls::Require => Manager::from_config(
+                cfg,
+                tls_connector(settings.ca_file.as_deref()).map_err(&invalid)?,
+                mc,
+            ),
+        };
+        let pool = Pool::builder(mgr)
+            .max_size(settings.max_connections.max(2))
+            .wait_timeout(Some(Duration::from_secs(10)))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .recycle_timeout(Some(Duration::from_secs(5)))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| invalid(e.to_string()))?;
+        let store = Self {
+            pool,
+            node: settings.node_id,
+            lease: settings.lease,
+            held: Mutex::new(HashMap::new()),
+        };
+        let connect_err = |e: StoreError| StoreError::Connect {
+            url: shown.clone(),
+            error: e.to_string(),
+        };
+        let client = store
+            .pool
+            .get()
+            .await
+            .map_err(pool_err)
+            .map_err(connect_err)?;
+        let version: String = client
+            .query_one("SHOW server_version_num", &[])
+            .await
+            .map_err(pg_err)
+            .map_err(connect_err)?
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
+        let num: i32 = version.trim().parse().unwrap_or(0);
+        if num < MIN_SERVER_VERSION {
+            return Err(StoreError::Connect {
+                url: shown,
+                error: format!(
+                    "PostgreSQL server version {version} is not supported: use PostgreSQL 12 or newer"
+                ),
+            });
+        }
+        drop(client);
+        store.migrate().await.map_err(connect_err)?;
+        Ok(store)
+    }
+
+    /// This node's name as a lease holder.
+    pub fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    /// Applies the migrations the database does not have yet, one transaction, under an
+    /// advisory lock so that nodes starting together apply each once.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.pool.get().await.map_err(pool_err)?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        tx.execute("SELECT pg_advisory_xact_lock(7370657263)", &[])
+            .await
+            .map_err(pg_err)?;
+        let exists: bool = tx
+            .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+            .await
+            .map_err(pg_err)?
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
+        if !exists {
+            tx.batch_execute(
+                "CREATE TABLE schema_migrations (
+                    version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        let have: Option<i32> = tx
+            .query_one("SELECT MAX(version) FROM schema_migrations", &[])
+            .await
+            .map_err(pg_err)?
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
+        let have = have.unwrap_or(0);
+        let newest = MIGRATIONS.last().map_or(0, |m| m.0);
+        if have > newest {
+            return Err(StoreError::Corrupt(format!(
+                "the database schema is version {have}, newer than this binary's {newest}: upgrade the node"
+            )));
+        }
+        for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > have) {
+            tx.batch_execute(sql).await.map_err(pg_err)?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version, description) VALUES ($1, $2)",
+                &[version, description],
+            )
+            .await
+            .map_err(pg_err)?;
+            tracing::info!(version, description, "database migration applied");
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_err)
+    }
+
+    fn term_of(&self, market: Address, market_id: U256) -> Option<i64> {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(market, market_id))
+            .copied()
+    }
+
+    fn forget(&self, market: Address, market_id: U256) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(market, market_id));
+    }
+
+    /// Locks the round's row and checks this node still holds it at its term: the fence
+    /// of every write for a round.
+    async fn fence(
+        &self,
+        tx: &Transaction<'_>,
+        market: Address,
+        market_id: U256,
+    ) -> Result<(), StoreError> {
+        let lost = StoreError::LeaseLost(market, market_id);
+        let Some(term) = self.term_of(market, market_id) else {
+            return Err(lost);
+        };
+        let row = tx
+            .query_opt(
+                "SELECT holder, term FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+                &[&market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?
+            .ok_or(StoreError::NoRound(market, market_id))?;
+        let holder: Option<String> = col(&row, 0)?;
+        let t: i64 = col(&row, 1)?;
+        if holder.as_deref() != Some(self.node.as_str()) || t != term {
+            self.forget(market, market_id);
+            return Err(lost);
+        }
+        Ok(())
+    }
+
+    /// One statement for a round, in a transaction fenced by this node's lease.
+    async fn fenced_execute(
+        &self,
+        market: Address,
+        market_id: U256,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(sql, params).await.map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    /// The round a reserved nonce belongs to.
+    async fn nonce_round(
+        &self,
+        tx: &Transaction<'_>,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<(Address, U256), StoreError> {
+        let row = tx
+            .query_opt(
+                "SELECT market, market_id FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
+                &[&key.signer.to_string(), &(key.chain_id as i64), &(nonce as i64)],
+            )
+            .await
+            .map_err(pg_err)?
+            .ok_or_else(|| corrupt("tx_nonces", format!("nonce {nonce} is not reserved")))?;
+        parse_market(&col::<String>(&row, 0)?, &col::<String>(&row, 1)?)
+    }
+
+    /// A round's reservations under any key (only the pending ones with `pending`),
+    /// oldest first.
+    async fn round_nonces(
+        &self,
+        market: Address,
+        market_id: U256,
+        pending: bool,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = $1 AND market_id = $2
+                 AND (NOT $3 OR state = 'pending') ORDER BY created_at, nonce",
+                &[&market.to_string(), &market_id.to_string(), &pending],
+            )
+            .await
+            .map_err(pg_err)?;
+        drop(client);
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let signer: String = col(&r, 0)?;
+            let key = KeyRef {
+                signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
+                chain_id: col::<i64>(&r, 1)? as u64,
+            };
+            let nonce = col::<i64>(&r, 2)? as u64;
+            if let Some(rec) = self.nonce_record(key, nonce).await? {
+                out.push((key, rec));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn upsert_round(
+        &self,
+        tx: &Transaction<'_>,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        request: Option<(B256, u64)>,
+        unresolved_on_chain: bool,
+    ) -> Result<RequestDecision, StoreError> {
+        let (m, id) = (market.to_string(), market_id.to_string());
+        let existing = tx
+            .query_opt(
+                "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+                &[&m, &id],
+            )
+            .await
+            .map_err(pg_err)?;
+        let req_tx = request.map(|(h, _)| h.to_string());
+        let req_block = request.map(|(_, b)| b as i64);
+        let t = now() as i64;
+        match existing {
+            None => {
+                // two nodes may insert the same market at once: the loser sees it handled
+                let n = tx
+                    .execute(
+                        "INSERT INTO rounds (market, market_id, state, attempt, workflow, request_tx, request_block, created_at, updated_at)
+                         VALUES ($1, $2, 'requested', 1, $3, $4, $5, $6, $6) ON CONFLICT DO NOTHING",
+                        &[&m, &id, &workflow, &req_tx, &req_block, &t],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                Ok(if n == 1 {
+                    RequestDecision::New
+                } else {
+                    RequestDecision::AlreadyHandled(RoundState::Requested)
+                })
+            }
+            Some(row) => {
+                let state: String = col(&row, 0)?;
+                if state == "failed" {
+                    tx.execute(&pg_sql(ARCHIVE_SQL), &[&m, &id, &t])
+                        .await
+                        .map_err(pg_err)?;
+                    tx.execute(
+                        "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
+                         request_tx = COALESCE($4, request_tx), request_block = COALESCE($5, request_block),
+                         reason = NULL, updated_at = $6, holder = NULL, lease_until = NULL
+                         WHERE market = $1 AND market_id = $2",
+                        &[&m, &id, &workflow, &req_tx, &req_block, &t],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                    Ok(RequestDecision::Reopened)
+                } else {
+                    let state = RoundState::from_str(&state)?;
+                    if !(unresolved_on_chain && state.is_resolved()) {
+                        return Ok(RequestDecision::AlreadyHandled(state));
+                    }
+                    if state == RoundState::Confirmed {
+                        reopen_submission_in(tx, market, market_id, super::RESUBMIT_REASON, None)
+                            .await?;
+                        return Ok(RequestDecision::Resubmit);
+                    }
+                    renew_in(tx, market, market_id, workflow, request, state).await?;
+                    Ok(RequestDecision::Renewed)
+                }
+            }
+        }
+    }
+}
+
+/// A column of a row, typed; a column of another type is a corrupt-data error, not a
+/// panic (`Row::get` panics).
+fn col<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T, StoreError> {
+    r.try_get(i).map_err(|e| corrupt("column", e))
+}
+
+fn read_round(r: &Row) -> Result<RoundRecord, StoreError> {
+    RoundRow {
+        market: col(r, 0)?,
+        market_id: col(r, 1)?,
+        state: col(r, 2)?,
+        attempt: col::<i32>(r, 3)? as i64,
+        workflow: col(r, 4)?,
+        request_tx: col(r, 5)?,
+        request_block: col(r, 6)?,
+        reason: col(r, 7)?,
+        submit_tx: col(r, 8)?,
+        raw_tx: col(r, 9)?,
+        outcome: col(r, 10)?,
+        created_at: col(r, 11)?,
+        updated_at: col(r, 12)?,
+        holder: col(r, 13)?,
+    }
+    .parse()
+}
+
+fn read_nonce(r: &Row) -> Result<NonceRecord, StoreError> {
+    NonceRow {
+        nonce: col(r, 0)?,
+        state: col(r, 1)?,
+        market: col(r, 2)?,
+        market_id: col(r, 3)?,
+        to: col(r, 4)?,
+        calldata: col(r, 5)?,
+        gas_limit: col(r, 6)?,
+        mined_tx: col(r, 7)?,
+        mined_block: col(r, 8)?,
+        detail: col(r, 9)?,
+        created_at: col(r, 10)?,
+        updated_at: col(r, 11)?,
+        mined_hash: col(r, 12)?,
+    }
+    .parse()
+}
+
+fn read_attempt(r: &Row) -> Result<AttemptRecord, StoreError> {
+    AttemptRow {
+        nonce: col(r, 0)?,
+        seq: col::<i32>(r, 1)? as i64,
+        tx_hash: col(r, 2)?,
+        raw: col(r, 3)?,
+        max_fee: col(r, 4)?,
+        max_priority_fee: col(r, 5)?,
+        gas_limit: col(r, 6)?,
+        sent_block: col(r, 7)?,
+        created_at: col(r, 8)?,
+    }
+    .parse()
+}
+
+fn key_params(key: &KeyRef) -> (String, i64) {
+    (key.signer.to_string(), key.chain_id as i64)
+}
+
+#[async_trait::async_trait]
+impl RoundStore for PgStore {
+    async fn record_request_judged(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        log: &LogRef,
+        unresolved_on_chain: bool,
+    ) -> Result<RequestDecision, StoreError> {
+        self.rounds_record_request_judged(market, market_id, workflow, log, unresolved_on_chain)
+            .await
+    }
+
+    async fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
+        self.done_log_seen(log).await
+    }
+
+    async fn manual_request_judged(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        unresolved_on_chain: bool,
+    ) -> Result<RequestDecision, StoreError> {
+        self.rounds_manual_request_judged(market, market_id, workflow, unresolved_on_chain)
+            .await
+    }
+
+    async fn set_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.rounds_set_state(market, market_id, state, reason)
+            .await
+    }
+
+    async fn save_progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+        state: RoundState,
+        progress: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.rounds_save_progress(market, market_id, attempt, state, progress)
+            .await
+    }
+
+    async fn progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        self.rounds_progress(market, market_id, attempt).await
+    }
+
+    async fn set_request_block(
+        &self,
+        market: Address,
+        market_id: U256,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        self.rounds_set_request_block(market, market_id, block)
+            .await
+    }
+
+    async fn set_outcome(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.rounds_set_outcome(market, market_id, outcome).await
+    }
+
+    async fn get(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<RoundRecord>, StoreError> {
+        self.rounds_get(market, market_id).await
+    }
+
+    async fn list_summaries(
+        &self,
+        limit: usize,
+        before: Option<i64>,
+    ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
+        self.rounds_list_summaries(limit, before).await
+    }
+
+    async fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
+        self.rounds_unfinished().await
+    }
+
+    async fn count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
+        self.rounds_count_by_state().await
+    }
+
+    async fn probe_write(&self) -> Result<(), StoreError> {
+        self.set_checkpoint(&format!("health:probe:{}", self.node), now(), B256::ZERO)
+            .await
+    }
+
+    async fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
+        self.rounds_checkpoint(key).await
+    }
+
+    async fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
+        self.rounds_set_checkpoint(key, block, hash).await
+    }
+
+    async fn reserve_nonce(
+        &self,
+        key: KeyRef,
+        chain_pending: u64,
+        payload: &TxPayload,
+    ) -> Result<u64, StoreError> {
+        self.txs_reserve_nonce(key, chain_pending, payload).await
+    }
+
+    async fn add_attempt(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+        a: &AttemptRecord,
+    ) -> Result<(), StoreError> {
+        self.txs_add_attempt(key, market, market_id, a).await
+    }
+
+    async fn mark_attempt_sent(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        seq: u32,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        self.txs_mark_attempt_sent(key, nonce, seq, block).await
+    }
+
+    async fn finish_nonce(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        state: NonceState,
+        mined: Option<MinedAt>,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.txs_finish_nonce(key, nonce, state, mined, detail)
+            .await
+    }
+
+    async fn pending_nonce_of(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<NonceRecord>, StoreError> {
+        self.txs_pending_nonce_of(key, market, market_id).await
+    }
+
+    async fn nonce_record(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<Option<NonceRecord>, StoreError> {
+        self.txs_nonce_record(key, nonce).await
+    }
+
+    async fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError> {
+        self.txs_pending_nonces(key).await
+    }
+
+    async fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError> {
+        self.txs_attempts(key, nonce).await
+    }
+
+    async fn tx_history(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
+        self.txs_tx_history(market, market_id).await
+    }
+
+    async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
+        self.txs_highest_nonce(key).await
+    }
+
+    async fn pending_nonces_of_round(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        self.txs_pending_nonces_of_round(market, market_id).await
+    }
+
+    async fn renew_round(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        request: Option<(B256, u64)>,
+        from: RoundState,
+    ) -> Result<bool, StoreError> {
+        self.done_renew(market, market_id, workflow, request, from)
+            .await
+    }
+
+    async fn reopen_submission(
+        &self,
+        market: Address,
+        market_id: U256,
+        reason: &str,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        self.done_reopen(market, market_id, reason, outcome).await
+    }
+
+    async fn set_finalized(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        self.done_finalize(market, market_id, outcome).await
+    }
+
+    async fn awaiting_finality(&self, limit: usize) -> Result<Vec<Watched>, StoreError> {
+        self.done_watched(limit).await
+    }
+
+    async fn past_attempts(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<PastAttempt>, StoreError> {
+        self.done_past(market, market_id).await
+    }
+
+    async fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
+        self.done_setting(key, candidate).await
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    fn lease_duration(&self) -> Duration {
+        self.lease
+    }
+
+    async fn claim(
+        &self,
+        market: Address,
+        market_id: U256,
+        ignore_backoff: bool,
+    ) -> Result<Option<Lease>, StoreError> {
+        self.lease_claim(market, market_id, ignore_backoff).await
+    }
+
+    async fn renew(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
+        self.lease_renew(market, market_id).await
+    }
+
+    async fn release(
+        &self,
+        market: Address,
+        market_id: U256,
+        retry_after: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.lease_release(market, market_id, retry_after).await
+    }
+
+    async fn claimable(
+        &self,
+        markets: &[Address],
+        limit: usize,
+    ) -> Result<Vec<(Address, U256)>, StoreError> {
+        self.lease_claimable(markets, limit).await
+    }
+
+    async fn fence_ok(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
+        self.lease_fence_ok(market, market_id).await
+    }
+
+    fn held(&self) -> usize {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}

@@ -1,0 +1,303 @@
+//! Rounds on PostgreSQL: requests (de-duplicated by their log), states, progress,
+//! outcomes, listings and the watcher's checkpoints; every write for a round is fenced by
+//! its lease.
+
+use super::*;
+
+impl PgStore {
+    pub(super) async fn rounds_record_request_judged(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        log: &LogRef,
+        unresolved_on_chain: bool,
+    ) -> Result<RequestDecision, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let inserted = tx
+            .execute(
+                "INSERT INTO seen_logs (tx_hash, log_index, market, market_id, block_number, block_hash)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                &[
+                    &log.tx_hash.to_string(),
+                    &(log.log_index as i64),
+                    &market.to_string(),
+                    &market_id.to_string(),
+                    &(log.block_number as i64),
+                    &log.block_hash.to_string(),
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        if inserted == 0 {
+            return Ok(RequestDecision::DuplicateLog);
+        }
+        let d = self
+            .upsert_round(
+                &tx,
+                market,
+                market_id,
+                workflow,
+                Some((log.tx_hash, log.block_number)),
+                unresolved_on_chain,
+            )
+            .await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(d)
+    }
+
+    pub(super) async fn rounds_manual_request_judged(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        unresolved_on_chain: bool,
+    ) -> Result<RequestDecision, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let d = self
+            .upsert_round(&tx, market, market_id, workflow, None, unresolved_on_chain)
+            .await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(d)
+    }
+
+    pub(super) async fn rounds_set_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.fenced_execute(
+            market,
+            market_id,
+            "UPDATE rounds SET state = $3, reason = $4, updated_at = $5 WHERE market = $1 AND market_id = $2",
+            &[
+                &market.to_string(),
+                &market_id.to_string(),
+                &state.as_str(),
+                &reason,
+                &(now() as i64),
+            ],
+        )
+        .await
+    }
+
+    pub(super) async fn rounds_save_progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+        state: RoundState,
+        progress: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, market, market_id).await?;
+        let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
+        tx.execute(
+            "UPDATE rounds SET state = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
+            &[&m, &id, &state.as_str(), &t],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(
+            "INSERT INTO round_progress (market, market_id, attempt, progress, updated_at) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (market, market_id) DO UPDATE SET attempt = $3, progress = $4, updated_at = $5",
+            &[&m, &id, &(attempt as i32), &progress.to_string(), &t],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    pub(super) async fn rounds_progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT progress FROM round_progress WHERE market = $1 AND market_id = $2 AND attempt = $3",
+                &[&market.to_string(), &market_id.to_string(), &(attempt as i32)],
+            )
+            .await
+            .map_err(pg_err)?;
+        row.map(|r| {
+            serde_json::from_str(col::<&str>(&r, 0)?).map_err(|e| corrupt("round progress", e))
+        })
+        .transpose()
+    }
+
+    pub(super) async fn rounds_set_request_block(
+        &self,
+        market: Address,
+        market_id: U256,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        self.fenced_execute(
+            market,
+            market_id,
+            "UPDATE rounds SET request_block = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
+            &[
+                &market.to_string(),
+                &market_id.to_string(),
+                &(block as i64),
+                &(now() as i64),
+            ],
+        )
+        .await
+    }
+
+    pub(super) async fn rounds_set_outcome(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.fenced_execute(
+            market,
+            market_id,
+            "UPDATE rounds SET outcome = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
+            &[
+                &market.to_string(),
+                &market_id.to_string(),
+                &outcome.to_string(),
+                &(now() as i64),
+            ],
+        )
+        .await
+    }
+
+    pub(super) async fn rounds_get(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<RoundRecord>, StoreError> {
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!("{SELECT} WHERE market = $1 AND market_id = $2"),
+                &[&market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| read_round(&r))
+            .transpose()
+    }
+
+    pub(super) async fn rounds_list_summaries(
+        &self,
+        limit: usize,
+        before: Option<i64>,
+    ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT id, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx,
+                        created_at, updated_at, holder, last_holder,
+                        CASE WHEN lease_until > {NOW_MS} THEN lease_until - {NOW_MS} END
+                     FROM rounds WHERE id < $1 ORDER BY id DESC LIMIT $2"
+                ),
+                &[&before.unwrap_or(i64::MAX), &(limit as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut last = None;
+        for r in rows {
+            let row = SummaryRow {
+                cursor: col(&r, 0)?,
+                market: col(&r, 1)?,
+                market_id: col(&r, 2)?,
+                state: col(&r, 3)?,
+                attempt: col::<i32>(&r, 4)? as i64,
+                workflow: col(&r, 5)?,
+                request_tx: col(&r, 6)?,
+                request_block: col(&r, 7)?,
+                reason: col(&r, 8)?,
+                submit_tx: col(&r, 9)?,
+                created_at: col(&r, 10)?,
+                updated_at: col(&r, 11)?,
+                holder: col(&r, 12)?,
+                driven_by: col(&r, 13)?,
+                lease_ms: col(&r, 14)?,
+            };
+            last = Some(row.cursor);
+            out.push(row.parse()?);
+        }
+        let next = (out.len() == limit).then_some(last).flatten();
+        Ok((out, next))
+    }
+
+    pub(super) async fn rounds_unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!("{SELECT} WHERE state NOT IN {FINAL} ORDER BY created_at, id"),
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(read_round).collect()
+    }
+
+    pub(super) async fn rounds_count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT state, COUNT(*) FROM rounds GROUP BY state", &[])
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                let s: String = col(r, 0)?;
+                Ok((RoundState::from_str(&s)?, col::<i64>(r, 1)? as u64))
+            })
+            .collect()
+    }
+
+    pub(super) async fn rounds_checkpoint(
+        &self,
+        key: &str,
+    ) -> Result<Option<(u64, B256)>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT block_number, block_hash FROM checkpoints WHERE key = $1",
+                &[&key],
+            )
+            .await
+            .map_err(pg_err)?;
+        row.map(|r| {
+            let h: String = col(&r, 1)?;
+            Ok((
+                col::<i64>(&r, 0)? as u64,
+                B256::from_str(&h).map_err(|e| corrupt("checkpoint hash", e))?,
+            ))
+        })
+        .transpose()
+    }
+
+    pub(super) async fn rounds_set_checkpoint(
+        &self,
+        key: &str,
+        block: u64,
+        hash: B256,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO checkpoints (key, block_number, block_hash) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash",
+                &[&key, &(block as i64), &hash.to_string()],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,294 @@
+//! The transaction manager's nonces and attempts on PostgreSQL: a nonce is reserved under
+//! the key's row lock, so nodes sharing a signing key never take the same one; every
+//! write is fenced by the round's lease.
+
+use super::*;
+
+impl PgStore {
+    pub(super) async fn txs_reserve_nonce(
+        &self,
+        key: KeyRef,
+        chain_pending: u64,
+        payload: &TxPayload,
+    ) -> Result<u64, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, payload.market, payload.market_id).await?;
+        // the key's row lock: nodes sharing the key reserve one at a time
+        tx.execute(
+            "INSERT INTO tx_keys (signer, chain_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[&signer, &chain],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(
+            "SELECT 1 FROM tx_keys WHERE signer = $1 AND chain_id = $2 FOR UPDATE",
+            &[&signer, &chain],
+        )
+        .await
+        .map_err(pg_err)?;
+        let highest: Option<i64> = tx
+            .query_one(
+                "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
+                &[&signer, &chain],
+            )
+            .await
+            .map_err(pg_err)?
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
+        let nonce = highest.map_or(chain_pending, |h| chain_pending.max(h as u64 + 1));
+        let t = now() as i64;
+        tx.execute(
+            "INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9)",
+            &[
+                &signer,
+                &chain,
+                &(nonce as i64),
+                &payload.market.to_string(),
+                &payload.market_id.to_string(),
+                &payload.to.to_string(),
+                &payload.calldata.as_ref(),
+                &(payload.gas_limit as i64),
+                &t,
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(
+            "UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = $3 WHERE market = $1 AND market_id = $2",
+            &[&payload.market.to_string(), &payload.market_id.to_string(), &t],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(nonce)
+    }
+
+    pub(super) async fn txs_add_attempt(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+        a: &AttemptRecord,
+    ) -> Result<(), StoreError> {
+        let (signer, chain) = key_params(&key);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(
+            "INSERT INTO tx_attempts (signer, chain_id, nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            &[
+                &signer,
+                &chain,
+                &(a.nonce as i64),
+                &(a.seq as i32),
+                &a.tx_hash.to_string(),
+                &a.raw.as_ref(),
+                &a.max_fee_per_gas.to_string(),
+                &a.max_priority_fee_per_gas.to_string(),
+                &(a.gas_limit as i64),
+                &a.sent_block.map(|b| b as i64),
+                &(a.created_at as i64),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(
+            "UPDATE rounds SET submit_tx = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
+            &[
+                &market.to_string(),
+                &market_id.to_string(),
+                &a.tx_hash.to_string(),
+                &(now() as i64),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    pub(super) async fn txs_mark_attempt_sent(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        seq: u32,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        let (signer, chain) = key_params(&key);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let (market, market_id) = self.nonce_round(&tx, key, nonce).await?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(
+            "UPDATE tx_attempts SET sent_block = COALESCE(sent_block, $5)
+             WHERE signer = $1 AND chain_id = $2 AND nonce = $3 AND seq = $4",
+            &[
+                &signer,
+                &chain,
+                &(nonce as i64),
+                &(seq as i32),
+                &(block as i64),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    pub(super) async fn txs_finish_nonce(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        state: NonceState,
+        mined: Option<MinedAt>,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let (signer, chain) = key_params(&key);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let (market, market_id) = self.nonce_round(&tx, key, nonce).await?;
+        self.fence(&tx, market, market_id).await?;
+        tx.execute(
+            "UPDATE tx_nonces SET state = $4, mined_tx = $5, mined_block = $6, detail = $7, updated_at = $8, mined_hash = $9
+             WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
+            &[
+                &signer,
+                &chain,
+                &(nonce as i64),
+                &state.as_str(),
+                &mined.map(|m| m.tx.to_string()),
+                &mined.map(|m| m.block as i64),
+                &detail,
+                &(now() as i64),
+                &mined.map(|m| m.block_hash.to_string()),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        if let Some(MinedAt { tx: h, .. }) = mined {
+            tx.execute(
+                "UPDATE rounds SET submit_tx = $3 WHERE market = $1 AND market_id = $2",
+                &[&market.to_string(), &market_id.to_string(), &h.to_string()],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)
+    }
+
+    pub(super) async fn txs_pending_nonce_of(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<NonceRecord>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!(
+                    "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND market = $3 AND market_id = $4 AND state = 'pending'
+                     ORDER BY nonce LIMIT 1"
+                ),
+                &[&signer, &chain, &market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| read_nonce(&r))
+            .transpose()
+    }
+
+    pub(super) async fn txs_nonce_record(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<Option<NonceRecord>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!("{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3"),
+                &[&signer, &chain, &(nonce as i64)],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| read_nonce(&r))
+            .transpose()
+    }
+
+    pub(super) async fn txs_pending_nonces(
+        &self,
+        key: KeyRef,
+    ) -> Result<Vec<NonceRecord>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND state = 'pending' ORDER BY nonce"
+                ),
+                &[&signer, &chain],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(read_nonce).collect()
+    }
+
+    pub(super) async fn txs_attempts(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<Vec<AttemptRecord>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "{ATTEMPT_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3 ORDER BY seq"
+                ),
+                &[&signer, &chain, &(nonce as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(read_attempt).collect()
+    }
+
+    pub(super) async fn txs_tx_history(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
+        let mut out = Vec::new();
+        for (key, rec) in self.round_nonces(market, market_id, false).await? {
+            let attempts = self.attempts(key, rec.nonce).await?;
+            out.push((rec, attempts));
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn txs_highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        let h: Option<i64> = client
+            .query_one(
+                "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
+                &[&signer, &chain],
+            )
+            .await
+            .map_err(pg_err)?
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
+        Ok(h.map(|h| h as u64))
+    }
+
+    pub(super) async fn txs_pending_nonces_of_round(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        self.round_nonces(market, market_id, true).await
+    }
+}

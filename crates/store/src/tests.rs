@@ -1,0 +1,91 @@
+//! The SQLite store's own tests: transitions, de-duplication, leases and migrations.
+
+use super::*;
+
+fn log(i: u8) -> LogRef {
+    LogRef {
+        tx_hash: B256::repeat_byte(i),
+        log_index: 0,
+        block_number: i as u64,
+        block_hash: B256::repeat_byte(0xb0 + i),
+    }
+}
+
+#[test]
+fn one_round_per_market_and_log_dedupe() {
+    let s = Store::in_memory().unwrap();
+    let m = Address::repeat_byte(1);
+    let id = U256::from(7);
+    assert_eq!(
+        s.record_request(m, id, "wf", &log(1)).unwrap(),
+        RequestDecision::New
+    );
+    assert_eq!(
+        s.record_request(m, id, "wf", &log(1)).unwrap(),
+        RequestDecision::DuplicateLog
+    );
+    assert_eq!(
+        s.record_request(m, id, "wf", &log(2)).unwrap(),
+        RequestDecision::AlreadyHandled(RoundState::Requested)
+    );
+    s.set_state(m, id, RoundState::Failed, Some("quorum not met"))
+        .unwrap();
+    assert_eq!(
+        s.record_request(m, id, "wf", &log(3)).unwrap(),
+        RequestDecision::Reopened
+    );
+    let r = s.get(m, id).unwrap().unwrap();
+    assert_eq!(
+        (r.state, r.attempt, r.reason.clone()),
+        (RoundState::Requested, 2, None)
+    );
+    assert_eq!(r.request_tx, Some(B256::repeat_byte(3)));
+    assert_eq!(s.unfinished().unwrap().len(), 1);
+    s.set_state(m, id, RoundState::Confirmed, None).unwrap();
+    assert!(s.unfinished().unwrap().is_empty());
+    assert_eq!(
+        s.manual_request(m, id, "wf").unwrap(),
+        RequestDecision::AlreadyHandled(RoundState::Confirmed)
+    );
+    assert_eq!(
+        s.count_by_state().unwrap(),
+        vec![(RoundState::Confirmed, 1)]
+    );
+}
+
+#[test]
+fn many_openers_of_a_new_file_migrate_it_once() {
+    // a node and the CLI (or a test) may open a fresh or old file at the same moment
+    let dir = std::env::temp_dir().join(format!("cresolver-store-race-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let d = dir.clone();
+            std::thread::spawn(move || Store::open(&d).map(|_| ()))
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap().unwrap();
+    }
+    let s = Store::open(&dir).unwrap();
+    s.manual_request(Address::ZERO, U256::from(1), "wf")
+        .unwrap();
+    assert_eq!(s.claim(Address::ZERO, U256::from(1), "n").unwrap(), Some(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn persists_across_reopen() {
+    let dir = std::env::temp_dir().join(format!("cresolver-store-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let s = Store::open(&dir).unwrap();
+        s.set_checkpoint("k", 42, B256::repeat_byte(4)).unwrap();
+        s.manual_request(Address::ZERO, U256::from(1), "wf")
+            .unwrap();
+    }
+    let s = Store::open(&dir).unwrap();
+    assert_eq!(s.checkpoint("k").unwrap(), Some((42, B256::repeat_byte(4))));
+    assert_eq!(s.unfinished().unwrap().len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

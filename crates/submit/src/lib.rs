@@ -1,0 +1,508 @@
+//! Submission: puts a tally on chain exactly once, either `resolveMarket` with the
+//! node's key (`direct`) or the CRE report through a forwarder to the receiver
+//! (`report`). Before anything is signed: re-read `resolved`, check that no worker's
+//! agent lets the market act as its operator (the registry would refuse the market's
+//! feedback), and simulate with `eth_call` — a revert is decoded and fails the round, it
+//! is not retried. In report mode the forwarder's own `report(...)` is simulated from the
+//! node's address exactly as it will be sent (a forwarder revert reverts the whole
+//! transaction), and so is the receiver's `onReport` from the forwarder (the forwarder
+//! swallows a receiver revert into `ReportProcessed.result = false`). Signing and sending
+//! belong to the transaction manager ([`crate::txm`]); [`Submitter::confirm`] reads the
+//! mined receipt: confirmation is the `MarketResolved` event (and, in report mode,
+//! `ReportProcessed.result`), not the receipt status alone.
+
+pub mod txm;
+
+use alloy::network::TransactionBuilder;
+use alloy::primitives::{Address, B256, Bytes, U256, keccak256};
+use alloy::providers::{DynProvider, Provider};
+use alloy::rpc::types::state::StateOverride;
+use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
+use alloy::sol_types::{SolCall, SolEvent};
+use cresolver_chain::bindings::{ICREsolverMarket, IKeystoneForwarder, IReceiver};
+use cresolver_chain::reader::MarketSnapshot;
+use cresolver_chain::{RevertReason, decode_revert};
+use cresolver_core::TallyOutcome;
+use cresolver_core::report::{ExecutionHeader, ReportMetadata, build_raw_report};
+use serde::Serialize;
+
+/// How a round's result reaches the chain: `resolveMarket(...)` from the node's key
+/// (`direct`), or a report through a forwarder to a receiver (`report`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SubmitMode {
+    #[default]
+    Direct,
+    Report,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("market {market_id} is already resolved on chain")]
+    AlreadyResolved { market_id: U256 },
+    #[error(
+        "worker {worker} (agent {agent_id}) has approved the market as operator of its agent: the reputation registry refuses the market's feedback (\"Self-feedback not allowed\") and resolveMarket would revert for every worker; the worker must revoke the approval"
+    )]
+    OperatorBlocks { worker: Address, agent_id: U256 },
+    #[error("simulation reverted: {reason}")]
+    Reverted { name: String, reason: String },
+    #[error("submission misconfigured: {0}")]
+    Config(String),
+    #[error("RPC error: {0}")]
+    Rpc(String),
+    #[error("transaction {tx} not mined within {secs} s")]
+    NoReceipt { tx: B256, secs: u64 },
+    #[error("transaction {tx} mined but did not resolve the market: {detail}")]
+    NotConfirmed { tx: B256, detail: String },
+}
+
+impl SubmitError {
+    /// Whether trying again later could help (RPC trouble, a slow chain).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SubmitError::Rpc(_) | SubmitError::NoReceipt { .. })
+    }
+}
+
+/// A transaction ready to sign.
+#[derive(Debug, Clone, Serialize)]
+pub struct Prepared {
+    pub from: Address,
+    pub to: Address,
+    pub calldata: Bytes,
+    pub gas_estimate: u64,
+    pub gas_limit: u64,
+    pub mode: SubmitMode,
+}
+
+/// What a simulation of the submission said (see [`Submitter::simulate`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct Simulation {
+    /// The transaction that would be sent.
+    pub from: Address,
+    pub to: Address,
+    pub calldata: Bytes,
+    /// The call that executes the resolution (report mode: the forwarder calling the receiver).
+    pub executes_from: Address,
+    pub executes_to: Address,
+    /// Whether a state override was applied.
+    pub state_override: bool,
+    /// The call ran without reverting.
+    pub success: bool,
+    pub revert: Option<SimulatedRevert>,
+    /// Neither success nor a revert: the RPC failed.
+    pub rpc_error: Option<String>,
+    pub gas_estimate: Option<u64>,
+    pub gas_limit: Option<u64>,
+}
+
+/// A decoded revert of a simulation.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimulatedRevert {
+    /// The error's name (`Unauthorized`, …).
+    pub name: String,
+    pub reason: String,
+}
+
+/// Proof that the market was resolved by our transaction.
+#[derive(Debug, Clone, Serialize)]
+pub struct Confirmed {
+    pub tx_hash: B256,
+    pub block_number: u64,
+    pub resolution: bool,
+    pub resolver: Address,
+    pub gas_used: u64,
+}
+
+/// Where and how to submit.
+#[derive(Debug, Clone)]
+pub struct SubmitterConfig {
+    pub market: Address,
+    pub mode: SubmitMode,
+    pub forwarder: Option<Address>,
+    pub receiver: Option<Address>,
+    pub metadata: ReportMetadata,
+    pub gas_margin_percent: u64,
+}
+
+pub struct Submitter {
+    provider: DynProvider,
+    from: Address,
+    cfg: SubmitterConfig,
+}
+
+fn revert_of(e: &alloy::transports::TransportError) -> Option<RevertReason> {
+    e.as_error_resp()
+        .and_then(|p| p.as_revert_data())
+        .map(|d| decode_revert(&d))
+}
+
+impl Submitter {
+    /// `from` is the address that signs (or, for a dry-run, that the simulation runs as).
+    pub fn new(
+        provider: DynProvider,
+        from: Address,
+        cfg: SubmitterConfig,
+    ) -> Result<Self, SubmitError> {
+        if cfg.mode == SubmitMode::Report && (cfg.forwarder.is_none() || cfg.receiver.is_none()) {
+            return Err(SubmitError::Config(
+                "report mode needs submit.forwarder and submit.receiver in the node config".into(),
+            ));
+        }
+        Ok(Self {
+            provider,
+            from,
+            cfg,
+        })
+    }
+
+    pub fn from(&self) -> Address {
+        self.from
+    }
+
+    /// The raw report envelope the forwarder receives for `tally`.
+    pub fn raw_report(&self, tally: &TallyOutcome) -> Bytes {
+        let body = tally.report();
+        let exec_id = keccak256(
+            [
+                self.cfg.market.as_slice(),
+                &tally.market_id.to_be_bytes::<32>(),
+                body.as_ref(),
+            ]
+            .concat(),
+        );
+        let header = ExecutionHeader {
+            version: 1,
+            workflow_execution_id: exec_id,
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as u32)
+                .unwrap_or(0),
+            don_id: 0,
+            don_config_version: 0,
+        };
+        build_raw_report(&header, &self.cfg.metadata, &body)
+    }
+
+    /// `(to, calldata)` of the submission.
+    pub fn calldata(&self, tally: &TallyOutcome) -> (Address, Bytes) {
+        match self.cfg.mode {
+            SubmitMode::Direct => {
+                let call = ICREsolverMarket::resolveMarketCall {
+                    marketId: tally.market_id,
+                    workers: tally.addresses(),
+                    weights: tally.weights(),
+                    dimScores: tally.dim_scores(),
+                    resolution: tally.resolution,
+                };
+                (self.cfg.market, Bytes::from(call.abi_encode()))
+            }
+            SubmitMode::Report => {
+                let call = IKeystoneForwarder::reportCall {
+                    receiver: self.cfg.receiver.unwrap_or_default(),
+                    rawReport: self.raw_report(tally),
+                    reportContext: Bytes::new(),
+                    signatures: vec![],
+                };
+                (
+                    self.cfg.forwarder.unwrap_or_default(),
+                    Bytes::from(call.abi_encode()),
+                )
+            }
+        }
+    }
+
+    /// Checks, simulates and estimates gas. Never signs or sends.
+    pub async fn prepare(
+        &self,
+        snapshot: &MarketSnapshot,
+        tally: &TallyOutcome,
+    ) -> Result<Prepared, SubmitError> {
+        let market = ICREsolverMarket::new(self.cfg.market, self.provider.clone());
+        let m = market
+            .getMarket(tally.market_id)
+            .call()
+            .await
+            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
+        if m.resolved {
+            return Err(SubmitError::AlreadyResolved {
+                market_id: tally.market_id,
+            });
+        }
+        if let Some(w) = snapshot
+            .workers
+            .iter()
+            .find(|w| w.market_is_operator && w.agent_id != U256::ZERO)
+        {
+            return Err(SubmitError::OperatorBlocks {
+                worker: w.address,
+                agent_id: w.agent_id,
+            });
+        }
+        let (to, calldata) = self.calldata(tally);
+        let forwarder_gas = self
+            .preflight_forwarder(tally.market_id, to, &calldata)
+            .await?;
+        let sim = self.execution(tally, &calldata);
+        if let Err(e) = self.provider.call(sim.clone()).await {
+            return Err(match revert_of(&e) {
+                Some(r) => {
+                    tracing::warn!(market_id = %tally.market_id, reason = %r, "pre-flight simulation reverted");
+                    SubmitError::Reverted {
+                        name: r.name(),
+                        reason: r.to_string(),
+                    }
+                }
+                None => SubmitError::Rpc(e.to_string()),
+            });
+        }
+        let inner = self
+            .provider
+            .estimate_gas(sim)
+            .await
+            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
+        let (estimate, gas_limit) = self.gas(inner);
+        // the forwarder's own estimate can be lower than what the receiver needs (it
+        // swallows an out-of-gas onReport): take the larger
+        let (estimate, gas_limit) = match forwarder_gas {
+            Some(f) if f > estimate => (
+                f,
+                f.saturating_add(f.saturating_mul(self.cfg.gas_margin_percent) / 100),
+            ),
+            _ => (estimate, gas_limit),
+        };
+        Ok(Prepared {
+            from: self.from,
+            to,
+            calldata,
+            gas_estimate: estimate,
+            gas_limit,
+            mode: self.cfg.mode,
+        })
+    }
+
+    /// Report mode: `eth_call` and `eth_estimateGas` of the forwarder's `report(...)` from
+    /// our address, exactly as it will be sent. A revert of the forwarder (config,
+    /// signatures, a transmission already attempted) is decoded by name. Direct mode: `None`.
+    async fn preflight_forwarder(
+        &self,
+        market_id: U256,
+        to: Address,
+        calldata: &Bytes,
+    ) -> Result<Option<u64>, SubmitError> {
+        if self.cfg.mode != SubmitMode::Report {
+            return Ok(None);
+        }
+        let call = TransactionRequest::default()
+            .with_from(self.from)
+            .with_to(to)
+            .with_input(calldata.clone());
+        if let Err(e) = self.provider.call(call.clone()).await {
+            return Err(match revert_of(&e) {
+                Some(r) => {
+                    tracing::warn!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
+                    SubmitError::Reverted {
+                        name: r.name(),
+                        reason: format!("forwarder report(): {r}"),
+                    }
+                }
+                None => SubmitError::Rpc(e.to_string()),
+            });
+        }
+        self.provider
+            .estimate_gas(call)
+            .await
+            .map(Some)
+            .map_err(|e| SubmitError::Rpc(e.to_string()))
+    }
+
+    /// The call that actually executes the resolution: `resolveMarket` from us (direct),
+    /// or the receiver's `onReport` from the forwarder (report).
+    fn execution(&self, tally: &TallyOutcome, calldata: &Bytes) -> TransactionRequest {
+        let (sim_from, sim_to, sim_data) = match self.cfg.mode {
+            SubmitMode::Direct => (self.from, self.cfg.market, calldata.clone()),
+            SubmitMode::Report => {
+                let raw = self.raw_report(tally);
+                let call = IReceiver::onReportCall {
+                    metadata: Bytes::copy_from_slice(&raw[45..109]),
+                    report: Bytes::copy_from_slice(&raw[109..]),
+                };
+                (
+                    self.cfg.forwarder.unwrap_or_default(),
+                    self.cfg.receiver.unwrap_or_default(),
+                    Bytes::from(call.abi_encode()),
+                )
+            }
+        };
+        TransactionRequest::default()
+            .with_from(sim_from)
+            .with_to(sim_to)
+            .with_input(sim_data)
+    }
+
+    /// `(estimate, limit)` from the executing call's gas.
+    fn gas(&self, inner: u64) -> (u64, u64) {
+        // Report mode: the forwarder forwards with a gas check and swallows failures, so the
+        // limit must cover the inner call (63/64 rule) plus the forwarder's own work.
+        let estimate = match self.cfg.mode {
+            SubmitMode::Direct => inner,
+            SubmitMode::Report => inner.saturating_mul(64) / 63 + 150_000,
+        };
+        let gas_limit =
+            estimate.saturating_add(estimate.saturating_mul(self.cfg.gas_margin_percent) / 100);
+        (estimate, gas_limit)
+    }
+
+    /// The address the market checks as `msg.sender` of `resolveMarket`: our `from` in
+    /// direct mode, the receiver in report mode.
+    pub fn resolver(&self) -> Address {
+        match self.cfg.mode {
+            SubmitMode::Direct => self.from,
+            SubmitMode::Report => self.cfg.receiver.unwrap_or_default(),
+        }
+    }
+
+    pub fn mode(&self) -> SubmitMode {
+        self.cfg.mode
+    }
+
+    /// Simulates the exact submission for `tally` (dry-run): `eth_call` and gas estimate
+    /// of the executing call, optionally under a state override. No check is skipped
+    /// and nothing is signed or sent; a revert is decoded into the result, not an error.
+    pub async fn simulate(
+        &self,
+        tally: &TallyOutcome,
+        overrides: Option<StateOverride>,
+    ) -> Simulation {
+        let (to, calldata) = self.calldata(tally);
+        let exec = self.execution(tally, &calldata);
+        let mut sim = Simulation {
+            from: self.from,
+            to,
+            calldata: calldata.clone(),
+            executes_from: exec.from.unwrap_or_default(),
+            executes_to: exec.to.and_then(|k| k.to().copied()).unwrap_or_default(),
+            state_override: overrides.is_some(),
+            success: false,
+            revert: None,
+            rpc_error: None,
+            gas_estimate: None,
+            gas_limit: None,
+        };
+        if self.cfg.mode == SubmitMode::Report {
+            // the forwarder's own checks first: its revert reverts the whole transaction
+            let fwd = TransactionRequest::default()
+                .with_from(self.from)
+                .with_to(to)
+                .with_input(calldata.clone());
+            if let Err(e) = self
+                .provider
+                .call(fwd)
+                .overrides_opt(overrides.clone())
+                .await
+            {
+                match revert_of(&e) {
+                    Some(r) => {
+                        sim.revert = Some(SimulatedRevert {
+                            name: r.name(),
+                            reason: format!("forwarder report(): {r}"),
+                        })
+                    }
+                    None => sim.rpc_error = Some(e.to_string()),
+                }
+                return sim;
+            }
+        }
+        let call = self
+            .provider
+            .call(exec.clone())
+            .overrides_opt(overrides.clone())
+            .await;
+        if let Err(e) = call {
+            match revert_of(&e) {
+                Some(r) => {
+                    sim.revert = Some(SimulatedRevert {
+                        name: r.name(),
+                        reason: r.to_string(),
+                    })
+                }
+                None => sim.rpc_error = Some(e.to_string()),
+            }
+            return sim;
+        }
+        sim.success = true;
+        match self
+            .provider
+            .estimate_gas(exec)
+            .overrides_opt(overrides)
+            .await
+        {
+            Ok(inner) => {
+                let (estimate, limit) = self.gas(inner);
+                sim.gas_estimate = Some(estimate);
+                sim.gas_limit = Some(limit);
+            }
+            Err(e) => sim.rpc_error = Some(format!("eth_estimateGas: {e}")),
+        }
+        sim
+    }
+
+    /// Whether `r` (a receipt of our submission) resolved `market_id`: the transaction
+    /// succeeded, the market emitted `MarketResolved` for it and, in report mode, the
+    /// forwarder's `ReportProcessed.result` is true.
+    pub fn confirm(
+        &self,
+        market_id: U256,
+        r: &TransactionReceipt,
+    ) -> Result<Confirmed, SubmitError> {
+        let tx = r.transaction_hash;
+        if !r.status() {
+            return Err(SubmitError::NotConfirmed {
+                tx,
+                detail: "the transaction reverted".into(),
+            });
+        }
+        if self.cfg.mode == SubmitMode::Report {
+            let processed = r
+                .inner
+                .logs()
+                .iter()
+                .filter(|l| Some(l.address()) == self.cfg.forwarder)
+                .find_map(|l| IKeystoneForwarder::ReportProcessed::decode_log(&l.inner).ok());
+            match processed {
+                Some(p) if p.data.result => {}
+                Some(_) => {
+                    return Err(SubmitError::NotConfirmed {
+                        tx,
+                        detail: "the forwarder reported ReportProcessed.result = false (the receiver's onReport failed)".into(),
+                    });
+                }
+                None => {
+                    return Err(SubmitError::NotConfirmed {
+                        tx,
+                        detail: "no ReportProcessed event from the forwarder".into(),
+                    });
+                }
+            }
+        }
+        let resolved = r
+            .inner
+            .logs()
+            .iter()
+            .filter(|l| l.address() == self.cfg.market)
+            .filter_map(|l| ICREsolverMarket::MarketResolved::decode_log(&l.inner).ok())
+            .find(|e| e.data.marketId == market_id);
+        match resolved {
+            Some(e) => Ok(Confirmed {
+                tx_hash: tx,
+                block_number: r.block_number.unwrap_or_default(),
+                resolution: e.data.resolution,
+                resolver: e.data.resolver,
+                gas_used: r.gas_used,
+            }),
+            None => Err(SubmitError::NotConfirmed {
+                tx,
+                detail: "no MarketResolved event for this market in the receipt".into(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,794 @@
+//! The transaction manager: owns one signing key on one chain, and every transaction
+//! that key signs goes through it. Rounds run concurrently; only nonce reservation,
+//! signing and broadcast are serialized, so the key's transactions are broadcast in
+//! nonce order and no nonce is ever handed to a second payload.
+//!
+//! A nonce is reserved in the store (max of the chain's pending count and the store's
+//! highest + 1) together with its payload; every signed attempt (hash, raw bytes, fees)
+//! is stored before it is broadcast. [`TxManager::drive`] then follows the nonce until
+//! one of our attempts is mined `confirmations` deep on the canonical chain, checking
+//! the receipts of *all* attempts: an attempt that cannot be mined (max fee under the
+//! base fee) or waits too many blocks is replaced at the same nonce with both fees
+//! raised ([`fees`]); a dropped one is re-broadcast; one reorged out is re-broadcast;
+//! a nonce the chain consumed with a transaction that is none of ours ends `Lost`, and
+//! the caller decides what to sign next. Every wait is bounded and ends in a typed
+//! outcome.
+
+pub mod fees;
+
+use alloy::eips::{BlockNumberOrTag, Encodable2718};
+use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::{DynProvider, Provider};
+use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
+use cresolver_metrics::Metrics;
+use cresolver_store::{
+    AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, RoundStore, StoreError, TxPayload,
+};
+use fees::{Bump, BumpReason, FeePolicy, Fees};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Settings of a transaction manager.
+#[derive(Debug, Clone)]
+pub struct TxmConfig {
+    /// Blocks that must be on top of the receipt's block (as the watcher counts them for
+    /// requests: 0 takes the receipt as it is).
+    pub confirmations: u64,
+    pub fees: FeePolicy,
+    /// How often a pending nonce is looked at.
+    pub poll_interval: Duration,
+    /// How long one [`TxManager::drive`] call follows a nonce before it returns
+    /// [`TxError::Stuck`] (the caller retries later; nothing is forgotten).
+    pub wait_bound: Duration,
+}
+
+/// How a nonce ended.
+#[derive(Debug, Clone)]
+pub enum TxOutcome {
+    /// One of our attempts is mined, `confirmations` deep and canonical.
+    Mined {
+        nonce: u64,
+        attempt: AttemptRecord,
+        receipt: Box<TransactionReceipt>,
+    },
+    /// The chain used the nonce for a transaction that is none of our attempts (the key
+    /// signed elsewhere). Nothing of ours can be mined at it any more.
+    Lost { nonce: u64 },
+}
+
+/// What became of a nonce another key reserved (see [`TxManager::check_foreign`]).
+#[derive(Debug, Clone)]
+pub enum Foreign {
+    Mined(Box<TransactionReceipt>),
+    Lost,
+    Pending,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TxError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("RPC error: {0}")]
+    Rpc(String),
+    #[error("cannot sign: {0}")]
+    Sign(String),
+    #[error("nonce {0} of the signing key is not reserved in the store")]
+    UnknownNonce(u64),
+    #[error(
+        "nonce {nonce} not mined {deep} after {secs} s ({attempts} attempt(s), last max fee {max_fee_gwei} gwei{why}); it stays reserved and is followed again"
+    )]
+    Stuck {
+        nonce: u64,
+        secs: u64,
+        attempts: usize,
+        max_fee_gwei: String,
+        deep: String,
+        why: String,
+    },
+}
+
+impl TxError {
+    /// Whether trying again later could help.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, TxError::Rpc(_) | TxError::Stuck { .. })
+    }
+}
+
+/// What a node said to a broadcast.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sent {
+    Accepted,
+    /// Already in its pool (or mined).
+    Known,
+    /// The nonce is already used on chain.
+    NonceTooLow,
+    /// Refused as underpriced (below the base fee, or not enough of a replacement).
+    Underpriced(String),
+    /// The key cannot pay.
+    Funds(String),
+    Failed(String),
+}
+
+fn classify(msg: &str) -> Sent {
+    let m = msg.to_lowercase();
+    if m.contains("already known")
+        || m.contains("known transaction")
+        || m.contains("already imported")
+    {
+        Sent::Known
+    } else if m.contains("nonce too low")
+        || m.contains("nonce is too low")
+        || m.contains("invalid nonce") && m.contains("low")
+    {
+        Sent::NonceTooLow
+    } else if m.contains("underpriced")
+        || m.contains("less than block base fee")
+        || m.contains("fee cap less than")
+        || m.contains("fee too low")
+    {
+        Sent::Underpriced(msg.to_string())
+    } else if m.contains("insufficient funds") {
+        Sent::Funds(msg.to_string())
+    } else {
+        Sent::Failed(msg.to_string())
+    }
+}
+
+/// Test hook: `CRESOLVER_TEST_CRASH_AT=<point>` ends the process at that point without
+/// any cleanup (as `kill -9` would), to test recovery. Points: `answered`, `challenged`,
+/// `evaluated` (the round's progress stored), `reserved` (nonce stored, nothing signed),
+/// `signed` (first attempt stored, not broadcast), `broadcast` (first attempt sent),
+/// `replaced` (a replacement stored, not broadcast).
+pub fn crash_point(point: &str) {
+    let hit = std::env::var("CRESOLVER_TEST_CRASH_AT").is_ok_and(|v| v == point)
+        || (point == "signed" && std::env::var_os("CRESOLVER_TEST_CRASH_AFTER_SIGN").is_some());
+    if hit {
+        tracing::error!(point, "CRESOLVER_TEST_CRASH_AT: exiting");
+        std::process::exit(97);
+    }
+}
+
+fn gwei(wei: u128) -> String {
+    format!("{:.3}", wei as f64 / 1e9)
+}
+
+/// The chain head and the next block's base fee, read together (`eth_feeHistory`).
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    number: u64,
+    next_base_fee: u128,
+    at: Instant,
+}
+
+pub struct TxManager {
+    provider: DynProvider,
+    wallet: EthereumWallet,
+    key: KeyRef,
+    signer_label: String,
+    store: Arc<dyn RoundStore>,
+    cfg: TxmConfig,
+    metrics: Arc<Metrics>,
+    /// Serializes reservation, signing and broadcast of this key.
+    lock: tokio::sync::Mutex<()>,
+    head: tokio::sync::Mutex<Option<Head>>,
+    /// New heads (probe and push): a follow wakes on them instead of its poll tick.
+    heads: Option<tokio::sync::watch::Receiver<u64>>,
+}
+
+impl TxManager {
+    pub fn new(
+        provider: DynProvider,
+        wallet: EthereumWallet,
+        signer: Address,
+        chain_id: u64,
+        store: Arc<dyn RoundStore>,
+        cfg: TxmConfig,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            provider,
+            wallet,
+            key: KeyRef { signer, chain_id },
+            signer_label: signer.to_string(),
+            store,
+            cfg,
+            metrics,
+            lock: tokio::sync::Mutex::new(()),
+            head: tokio::sync::Mutex::new(None),
+            heads: None,
+        }
+    }
+
+    /// Wakes every follow of a nonce on a new head rather than on its poll tick only.
+    pub fn with_heads(mut self, heads: tokio::sync::watch::Receiver<u64>) -> Self {
+        self.heads = Some(heads);
+        self
+    }
+
+    /// A receiver of new heads for one follow (heads before it are seen).
+    fn head_waker(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.heads.clone().map(|mut rx| {
+            rx.borrow_and_update();
+            rx
+        })
+    }
+
+    pub fn key(&self) -> KeyRef {
+        self.key
+    }
+
+    /// The reserved, unfinished nonce of a market's round, if any.
+    pub async fn pending_for(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<NonceRecord>, TxError> {
+        Ok(self
+            .store
+            .pending_nonce_of(self.key, market, market_id)
+            .await?)
+    }
+
+    /// Reserves a nonce for `payload` (moving its round to `submitted`), signs, stores
+    /// and broadcasts the first attempt. Returns the nonce; follow it with [`Self::drive`].
+    /// A broadcast that fails here is retried by `drive`.
+    pub async fn submit(&self, payload: TxPayload) -> Result<u64, TxError> {
+        let _guard = self.lock.lock().await;
+        let pending = self
+            .provider
+            .get_transaction_count(self.key.signer)
+            .pending()
+            .await
+            .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))?;
+        let nonce = self
+            .store
+            .reserve_nonce(self.key, pending, &payload)
+            .await?;
+        tracing::info!(market_id = %payload.market_id, nonce, signer = %self.key.signer, "nonce reserved");
+        crash_point("reserved");
+        self.first_attempt_locked(nonce, &payload).await?;
+        Ok(nonce)
+    }
+
+    /// Signs, stores and broadcasts attempt 0 of a reserved nonce (lock held).
+    async fn first_attempt_locked(&self, nonce: u64, payload: &TxPayload) -> Result<(), TxError> {
+        let head = self.head(true).await?;
+        let estimate = self.estimate().await?;
+        let fees = fees::initial(estimate, head.next_base_fee, &self.cfg.fees).ok_or_else(|| {
+            TxError::Stuck {
+                nonce,
+                secs: 0,
+                attempts: 0,
+                max_fee_gwei: gwei(self.cfg.fees.max_fee_cap),
+                deep: "(not signed)".into(),
+                why: format!(
+                    ": the fee cap is below the next base fee of {} gwei; raise submit.max_fee_per_gas_gwei",
+                    gwei(head.next_base_fee)
+                ),
+            }
+        })?;
+        let attempt = self.sign(nonce, 0, payload, fees).await?;
+        self.store
+            .add_attempt(self.key, payload.market, payload.market_id, &attempt)
+            .await?;
+        crash_point("signed");
+        self.metrics.tx_attempt(&self.signer_label, "first");
+        let sent = self.broadcast(payload, &attempt, head.number).await?;
+        tracing::info!(market_id = %payload.market_id, nonce, tx = %attempt.tx_hash, max_fee_gwei = %gwei(fees.max_fee_per_gas), result = ?sent, "transaction broadcast");
+        crash_point("broadcast");
+        Ok(())
+    }
+
+    async fn sign(
+        &self,
+        nonce: u64,
+        seq: u32,
+        p: &TxPayload,
+        fees: Fees,
+    ) -> Result<AttemptRecord, TxError> {
+        let tx = TransactionRequest::default()
+            .with_from(self.key.signer)
+            .with_to(p.to)
+            .with_input(p.calldata.clone())
+            .with_nonce(nonce)
+            .with_chain_id(self.key.chain_id)
+            .with_gas_limit(p.gas_limit)
+            .with_max_fee_per_gas(fees.max_fee_per_gas)
+            .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
+        let envelope = tx
+            .build(&self.wallet)
+            .await
+            .map_err(|e| TxError::Sign(e.to_string()))?;
+        Ok(AttemptRecord {
+            nonce,
+            seq,
+            tx_hash: *envelope.tx_hash(),
+            raw: envelope.encoded_2718().into(),
+            max_fee_per_gas: fees.max_fee_per_gas,
+            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+            gas_limit: p.gas_limit,
+            sent_block: None,
+            created_at: cresolver_store::now(),
+        })
+    }
+
+    /// Sends an attempt's bytes; a node that accepted it or already has it marks the
+    /// attempt sent at `head`. Only while this node holds the round's lease: a node
+    /// that lost it (paused, partitioned) sends nothing.
+    async fn broadcast(
+        &self,
+        p: &TxPayload,
+        a: &AttemptRecord,
+        head: u64,
+    ) -> Result<Sent, TxError> {
+        if !self.store.fence_ok(p.market, p.market_id).await? {
+            return Err(TxError::Store(StoreError::LeaseLost(p.market, p.market_id)));
+        }
+        let sent = match self.provider.send_raw_transaction(&a.raw).await {
+            Ok(_) => Sent::Accepted,
+            Err(e) => classify(&e.to_string()),
+        };
+        if matches!(sent, Sent::Accepted | Sent::Known)
+            && let Err(e) = self
+                .store
+                .mark_attempt_sent(self.key, a.nonce, a.seq, head)
+                .await
+        {
+            tracing::error!(error = %e, "cannot record the broadcast of an attempt");
+        }
+        match &sent {
+            Sent::Funds(m) => {
+                tracing::error!(signer = %self.key.signer, nonce = a.nonce, error = %m, "the signing key cannot pay for its transaction: fund it")
+            }
+            Sent::Failed(m) => {
+                tracing::warn!(nonce = a.nonce, tx = %a.tx_hash, error = %m, "broadcast failed")
+            }
+            _ => {}
+        }
+        Ok(sent)
+    }
+
+    async fn estimate(&self) -> Result<Fees, TxError> {
+        let e = self
+            .provider
+            .estimate_eip1559_fees()
+            .await
+            .map_err(|e| TxError::Rpc(format!("fee estimate: {e}")))?;
+        Ok(Fees {
+            max_fee_per_gas: e.max_fee_per_gas,
+            max_priority_fee_per_gas: e.max_priority_fee_per_gas,
+        })
+    }
+
+    /// The head and next base fee, shared by every nonce this manager follows (read at
+    /// most every half poll interval unless `fresh`).
+    async fn head(&self, fresh: bool) -> Result<Head, TxError> {
+        let mut cached = self.head.lock().await;
+        let newer = self.heads.as_ref().map_or(0, |rx| *rx.borrow());
+        if let Some(h) = *cached
+            && !fresh
+            && h.at.elapsed() < self.cfg.poll_interval / 2
+            && newer <= h.number
+        {
+            return Ok(h);
+        }
+        let fh = self
+            .provider
+            .get_fee_history(1, BlockNumberOrTag::Latest, &[])
+            .await
+            .map_err(|e| TxError::Rpc(format!("eth_feeHistory: {e}")))?;
+        let h = Head {
+            number: fh.oldest_block,
+            next_base_fee: fh.base_fee_per_gas.last().copied().unwrap_or(0),
+            at: Instant::now(),
+        };
+        *cached = Some(h);
+        Ok(h)
+    }
+
+    async fn receipt(&self, tx: B256) -> Result<Option<TransactionReceipt>, TxError> {
+        self.provider
+            .get_transaction_receipt(tx)
+            .await
+            .map_err(|e| TxError::Rpc(format!("eth_getTransactionReceipt: {e}")))
+    }
+
+    /// The newest receipt among the attempts.
+    async fn mined_attempt(
+        &self,
+        attempts: &[AttemptRecord],
+    ) -> Result<Option<(AttemptRecord, TransactionReceipt)>, TxError> {
+        for a in attempts.iter().rev() {
+            if let Some(r) = self.receipt(a.tx_hash).await? {
+                return Ok(Some((a.clone(), r)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Follows a reserved nonce until one of our attempts is mined deep enough on the
+    /// canonical chain, or the chain used the nonce otherwise; replaces, re-broadcasts
+    /// and re-signs along the way. Returns [`TxError::Stuck`] after `wait_bound`.
+    pub async fn drive(&self, nonce: u64) -> Result<TxOutcome, TxError> {
+        let started = Instant::now();
+        let need = self.cfg.confirmations;
+        // when the chain's count first passed our nonce with none of our attempts found
+        let mut lost_since: Option<Instant> = None;
+        // (attempt, block) where we last saw one of our attempts included
+        let mut included: Option<(B256, u64)> = None;
+        let mut last_head: Option<u64> = None;
+        let mut wake = self.head_waker();
+        let mut last_pool_check = Instant::now();
+        let mut force_bump = false;
+        let mut at_cap_logged = false;
+        loop {
+            let rec = self
+                .store
+                .nonce_record(self.key, nonce)
+                .await?
+                .ok_or(TxError::UnknownNonce(nonce))?;
+            let attempts = self.store.attempts(self.key, nonce).await?;
+            if rec.state == NonceState::Lost {
+                return Ok(TxOutcome::Lost { nonce });
+            }
+            if attempts.is_empty() {
+                // reserved, then the process stopped before signing
+                let _guard = self.lock.lock().await;
+                if self.store.attempts(self.key, nonce).await?.is_empty() {
+                    self.first_attempt_locked(nonce, &rec.payload).await?;
+                }
+                continue;
+            }
+            let head = self.head(false).await?;
+            let new_head = last_head != Some(head.number);
+            last_head = Some(head.number);
+            if new_head || included.is_some() || rec.state == NonceState::Mined {
+                if let Some((a, r)) = self.mined_attempt(&attempts).await? {
+                    let block = r.block_number.unwrap_or(head.number);
+                    if included.map(|(_, b)| b) != Some(block) {
+                        tracing::info!(market_id = %rec.payload.market_id, nonce, tx = %a.tx_hash, block, need, "transaction included; waiting for confirmations");
+                        included = Some((a.tx_hash, block));
+                    }
+                    lost_since = None;
+                    if head.number >= block.saturating_add(need) {
+                        let canonical = self
+                            .provider
+                            .get_block_by_number(block.into())
+                            .await
+                            .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
+                            .map(|b| b.header.hash);
+                        if let Some(block_hash) = canonical
+                            && canonical == r.block_hash
+                        {
+                            self.store
+                                .finish_nonce(
+                                    self.key,
+                                    nonce,
+                                    NonceState::Mined,
+                                    Some(MinedAt {
+                                        tx: a.tx_hash,
+                                        block,
+                                        block_hash,
+                                    }),
+                                    None,
+                                )
+                                .await?;
+                            self.metrics.tx_event(&self.signer_label, "mined");
+                            self.refresh_backlog().await;
+                            return Ok(TxOutcome::Mined {
+                                nonce,
+                                attempt: a,
+                                receipt: Box::new(r),
+                            });
+                        }
+                        // the block changed under us: look again at the next head
+                    }
+                    self.wait(started, nonce, &attempts, &mut wake).await?;
+                    continue;
+                }
+                if let Some((tx, block)) = included.take() {
+                    tracing::warn!(market_id = %rec.payload.market_id, nonce, %tx, block, "reorg: our transaction is no longer on the canonical chain; re-broadcasting it");
+                    self.metrics.tx_event(&self.signer_label, "reorged");
+                    if let Some(a) = attempts.iter().find(|a| a.tx_hash == tx) {
+                        self.metrics.tx_attempt(&self.signer_label, "rebroadcast");
+                        let _ = self.broadcast(&rec.payload, a, head.number).await?;
+                    }
+                }
+                // Not mined: has the chain used the nonce for something else?
+                let mined_count = self
+                    .provider
+                    .get_transaction_count(self.key.signer)
+                    .latest()
+                    .await
+                    .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))?;
+                if mined_count > nonce {
+                    // One of ours may have been mined between the two reads, or its
+                    // receipt may not be indexed yet (a node updates the account's
+                    // count before its receipts, a load balancer mixes backends): look
+                    // the attempts up by hash, and declare the nonce lost only when
+                    // that holds for a grace period.
+                    if self.mined_attempt(&attempts).await?.is_some()
+                        || self.any_attempt_in_a_block(&attempts).await?
+                    {
+                        last_head = None;
+                        self.wait(started, nonce, &attempts, &mut wake).await?;
+                        continue;
+                    }
+                    let since = *lost_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() < self.lost_grace() {
+                        last_head = None;
+                        self.wait(started, nonce, &attempts, &mut wake).await?;
+                        continue;
+                    }
+                    let detail = format!(
+                        "the chain used nonce {nonce} for a transaction that is none of our {} attempt(s)",
+                        attempts.len()
+                    );
+                    tracing::warn!(market_id = %rec.payload.market_id, nonce, "{detail}");
+                    self.store
+                        .finish_nonce(self.key, nonce, NonceState::Lost, None, Some(&detail))
+                        .await?;
+                    self.metrics.tx_event(&self.signer_label, "lost");
+                    self.refresh_backlog().await;
+                    return Ok(TxOutcome::Lost { nonce });
+                }
+                lost_since = None;
+                self.refresh_backlog().await;
+            }
+            let Some(newest) = attempts.last() else {
+                continue;
+            };
+            let current = Fees {
+                max_fee_per_gas: newest.max_fee_per_gas,
+                max_priority_fee_per_gas: newest.max_priority_fee_per_gas,
+            };
+            let Some(sent_block) = newest.sent_block else {
+                // stored, never accepted by a node (a crash, or a refused broadcast)
+                match self.broadcast(&rec.payload, newest, head.number).await? {
+                    Sent::Underpriced(_) => force_bump = true,
+                    Sent::NonceTooLow => last_head = None,
+                    _ => {}
+                }
+                self.wait(started, nonce, &attempts, &mut wake).await?;
+                continue;
+            };
+            let reason = if force_bump {
+                Some(BumpReason::Refused)
+            } else {
+                fees::needs_bump(
+                    current,
+                    head.next_base_fee,
+                    sent_block,
+                    head.number,
+                    &self.cfg.fees,
+                )
+            };
+            if let Some(reason) = reason {
+                force_bump = false;
+                let _guard = self.lock.lock().await;
+                let estimate = self.estimate().await?;
+                match fees::bump(current, estimate, head.next_base_fee, &self.cfg.fees) {
+                    Bump::Replace(f) => {
+                        let a = self.sign(nonce, newest.seq + 1, &rec.payload, f).await?;
+                        self.store
+                            .add_attempt(self.key, rec.payload.market, rec.payload.market_id, &a)
+                            .await?;
+                        crash_point("replaced");
+                        self.metrics.tx_attempt(&self.signer_label, "replacement");
+                        let sent = self.broadcast(&rec.payload, &a, head.number).await?;
+                        tracing::warn!(market_id = %rec.payload.market_id, nonce, ?reason, replaces = %newest.tx_hash, tx = %a.tx_hash,
+                            max_fee_gwei = %gwei(f.max_fee_per_gas), tip_gwei = %gwei(f.max_priority_fee_per_gas),
+                            next_base_fee_gwei = %gwei(head.next_base_fee), result = ?sent, "transaction replaced with higher fees");
+                        if matches!(sent, Sent::Underpriced(_)) {
+                            force_bump = true;
+                        }
+                        last_head = None;
+                        continue;
+                    }
+                    Bump::AtCap => {
+                        if !at_cap_logged {
+                            tracing::error!(market_id = %rec.payload.market_id, nonce, max_fee_gwei = %gwei(current.max_fee_per_gas),
+                                next_base_fee_gwei = %gwei(head.next_base_fee), "cannot replace the transaction: the fee cap (submit.max_fee_per_gas_gwei) is reached");
+                            at_cap_logged = true;
+                        }
+                    }
+                }
+            } else if last_pool_check.elapsed()
+                >= self.cfg.poll_interval.max(Duration::from_secs(1))
+            {
+                last_pool_check = Instant::now();
+                let known = self
+                    .provider
+                    .get_transaction_by_hash(newest.tx_hash)
+                    .await
+                    .map_err(|e| TxError::Rpc(format!("eth_getTransactionByHash: {e}")))?;
+                if known.is_none() {
+                    tracing::warn!(market_id = %rec.payload.market_id, nonce, tx = %newest.tx_hash, "transaction dropped from the pool; re-broadcasting it");
+                    self.metrics.tx_attempt(&self.signer_label, "rebroadcast");
+                    match self.broadcast(&rec.payload, newest, head.number).await? {
+                        Sent::Underpriced(_) => force_bump = true,
+                        Sent::NonceTooLow => last_head = None,
+                        _ => {}
+                    }
+                    continue;
+                }
+            }
+            self.wait(started, nonce, &attempts, &mut wake).await?;
+        }
+    }
+
+    /// Looks at a nonce that *another* key reserved for a round this node now drives (a
+    /// cluster whose nodes hold different keys, after a takeover). This node cannot
+    /// re-sign it, but it re-broadcasts the stored bytes (while it holds the round) and
+    /// follows their receipts: `Mined` once one is `confirmations` deep on the canonical
+    /// chain (the reservation is closed), `Lost` when that key's nonce was used by
+    /// something else, `Pending` otherwise.
+    pub async fn check_foreign(&self, key: KeyRef, rec: &NonceRecord) -> Result<Foreign, TxError> {
+        let attempts = self.store.attempts(key, rec.nonce).await?;
+        let head = self.head(false).await?;
+        if let Some((a, r)) = self.mined_attempt(&attempts).await? {
+            let block = r.block_number.unwrap_or(head.number);
+            if head.number < block.saturating_add(self.cfg.confirmations) {
+                return Ok(Foreign::Pending);
+            }
+            let canonical = self
+                .provider
+                .get_block_by_number(block.into())
+                .await
+                .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
+                .map(|b| b.header.hash);
+            let Some(block_hash) = canonical.filter(|h| Some(*h) == r.block_hash) else {
+                return Ok(Foreign::Pending);
+            };
+            self.store
+                .finish_nonce(
+                    key,
+                    rec.nonce,
+                    NonceState::Mined,
+                    Some(MinedAt {
+                        tx: a.tx_hash,
+                        block,
+                        block_hash,
+                    }),
+                    None,
+                )
+                .await?;
+            return Ok(Foreign::Mined(Box::new(r)));
+        }
+        let mined_count = self
+            .provider
+            .get_transaction_count(key.signer)
+            .latest()
+            .await
+            .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))?;
+        if mined_count > rec.nonce {
+            if self.any_attempt_in_a_block(&attempts).await? {
+                return Ok(Foreign::Pending);
+            }
+            let detail = format!(
+                "the chain used nonce {} of key {} for a transaction that is none of its {} attempt(s)",
+                rec.nonce,
+                key.signer,
+                attempts.len()
+            );
+            self.store
+                .finish_nonce(key, rec.nonce, NonceState::Lost, None, Some(&detail))
+                .await?;
+            return Ok(Foreign::Lost);
+        }
+        if let Some(newest) = attempts.last() {
+            let p = &rec.payload;
+            if !self.store.fence_ok(p.market, p.market_id).await? {
+                return Err(TxError::Store(StoreError::LeaseLost(p.market, p.market_id)));
+            }
+            self.metrics
+                .tx_attempt(&key.signer.to_string(), "rebroadcast");
+            if let Err(e) = self.provider.send_raw_transaction(&newest.raw).await {
+                tracing::debug!(nonce = rec.nonce, signer = %key.signer, error = %e, "re-broadcast of another key's transaction");
+            }
+        }
+        Ok(Foreign::Pending)
+    }
+
+    /// How long "the chain's count passed our nonce and none of our attempts is mined"
+    /// must hold before the nonce is declared lost.
+    fn lost_grace(&self) -> Duration {
+        (self.cfg.poll_interval * 5).max(Duration::from_secs(2))
+    }
+
+    /// Whether a node knows any attempt as included in a block (even without a receipt).
+    async fn any_attempt_in_a_block(&self, attempts: &[AttemptRecord]) -> Result<bool, TxError> {
+        for a in attempts.iter().rev() {
+            let tx = self
+                .provider
+                .get_transaction_by_hash(a.tx_hash)
+                .await
+                .map_err(|e| TxError::Rpc(format!("eth_getTransactionByHash: {e}")))?;
+            if tx.is_some_and(|t| t.block_number.is_some()) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Sleeps one poll interval or until a new head, or fails with [`TxError::Stuck`]
+    /// past the bound.
+    async fn wait(
+        &self,
+        started: Instant,
+        nonce: u64,
+        attempts: &[AttemptRecord],
+        wake: &mut Option<tokio::sync::watch::Receiver<u64>>,
+    ) -> Result<(), TxError> {
+        if started.elapsed() >= self.cfg.wait_bound {
+            let last = attempts.last();
+            return Err(TxError::Stuck {
+                nonce,
+                secs: started.elapsed().as_secs(),
+                attempts: attempts.len(),
+                max_fee_gwei: gwei(last.map_or(0, |a| a.max_fee_per_gas)),
+                deep: format!("with {} block(s) on top", self.cfg.confirmations),
+                why: String::new(),
+            });
+        }
+        let tick = tokio::time::sleep(self.cfg.poll_interval);
+        match wake {
+            Some(rx) => {
+                tokio::select! {
+                    _ = tick => {}
+                    changed = rx.changed() => if changed.is_err() { *wake = None },
+                }
+            }
+            None => tick.await,
+        }
+        Ok(())
+    }
+
+    /// Updates the backlog gauges: age of the oldest pending nonce, and how many nonces
+    /// are reserved beyond the chain's mined count.
+    async fn refresh_backlog(&self) {
+        let Ok(pending) = self.store.pending_nonces(self.key).await else {
+            return;
+        };
+        let oldest = pending
+            .iter()
+            .map(|n| cresolver_store::now().saturating_sub(n.created_at))
+            .max()
+            .unwrap_or(0);
+        let gap = match (pending.last(), pending.first()) {
+            (Some(hi), Some(lo)) => hi.nonce - lo.nonce + 1,
+            _ => 0,
+        };
+        self.metrics.set_tx_backlog(&self.signer_label, oldest, gap);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_errors_are_classified() {
+        assert_eq!(classify("already known"), Sent::Known);
+        assert_eq!(
+            classify(
+                "server returned an error response: error code -32000: nonce too low: next nonce 5, tx nonce 4"
+            ),
+            Sent::NonceTooLow
+        );
+        assert!(matches!(
+            classify("max fee per gas less than block base fee"),
+            Sent::Underpriced(_)
+        ));
+        assert!(matches!(
+            classify("replacement transaction underpriced"),
+            Sent::Underpriced(_)
+        ));
+        assert!(matches!(
+            classify("insufficient funds for gas * price + value"),
+            Sent::Funds(_)
+        ));
+        assert!(matches!(classify("connection refused"), Sent::Failed(_)));
+    }
+}

@@ -1,0 +1,548 @@
+//! The Agora worker protocol (`agora-protocol.md`): signed envelopes exchanged through a
+//! relay with HTTP long polling. A worker is an Agora agent known by its `did:key`; its
+//! endpoint URL is the relay's base URL.
+//!
+//! How a round maps onto Agora:
+//! - **resolve**: this node (an [`AgoraNode`], with its own Ed25519 identity) posts a
+//!   signed REQUEST to the agent (`intent` = [`AgoraSettings::intent_resolve`], `title` =
+//!   the question, `params` = `{market_id, question, deadline?, context?}`, `constraints` =
+//!   `{max_cost_usd, max_latency_ms}`) in a new thread, long-polls the relay for the
+//!   thread, accepts the first OFFER within budget whose `valid_until` has not passed
+//!   (over-budget offers are skipped and noted), and waits for the RESULT. A RESULT with
+//!   status `success` carries the A2A resolve fields in `output`
+//!   (`{determination, confidence, evidence, sources}`), validated like an A2A answer; an
+//!   ERROR message becomes [`WorkerFailure::Rejected`].
+//! - **challenge**: the same negotiation with [`AgoraSettings::intent_challenge`] and
+//!   `params` = `{market_id, question, challenges, peers: [{label, position, confidence,
+//!   evidence}], own: {label, position, confidence}}`; the RESULT `output` is
+//!   `{responses: [string]}`, matched to the challenges by position.
+//! - There is no ratify step and no abstention.
+//!
+//! Every received envelope is verified (signature against the sender's did:key, ±5 min
+//! timestamp, replayed ids, version, sender = the agent, thread, state machine) and
+//! dropped if invalid; see [`negotiate`] for the polling rules and [`replay`] for how a
+//! repeated delivery is told from a replay. The whole negotiation is bounded by the
+//! stage budget; running out of it is a [`WorkerFailure::Timeout`], or a
+//! [`WorkerFailure::Envelope`] naming the rejections if invalid envelopes arrived.
+
+pub mod didkey;
+pub mod envelope;
+pub mod negotiate;
+pub mod relay;
+pub mod replay;
+pub mod thread;
+
+use super::client::StageClient;
+use super::protocol::{
+    ChallengeOutcome, ChallengeRequest, ResolveAnswer, ResolveRequest, WorkerFailure,
+    WorkerProtocol, parse_challenge_responses, validate_resolve_answer,
+};
+use super::registry::AdapterFactory;
+use ed25519_dalek::SigningKey;
+use envelope::{Envelope, SignError};
+use futures::future::BoxFuture;
+use replay::{ReplayCache, ReplayVerdict};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use url::Url;
+
+/// Tunables of the Agora client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgoraSettings {
+    /// `intent` of the resolve REQUEST.
+    pub intent_resolve: String,
+    /// `intent` of the challenge REQUEST.
+    pub intent_challenge: String,
+    /// Budget per request: offers above it are skipped (`constraints.max_cost_usd`).
+    /// The default, 0, accepts free offers only.
+    pub max_cost_usd: f64,
+    /// Long-poll `timeout` (seconds, 1..=60); shortened to fit the stage budget.
+    pub poll_timeout_secs: u64,
+    /// `meta.ttl` of the node's messages (seconds).
+    pub ttl_secs: u64,
+}
+
+impl Default for AgoraSettings {
+    fn default() -> Self {
+        Self {
+            intent_resolve: "market.resolve".into(),
+            intent_challenge: "market.challenge".into(),
+            max_cost_usd: 0.0,
+            poll_timeout_secs: 30,
+            ttl_secs: envelope::DEFAULT_TTL_SECS,
+        }
+    }
+}
+
+impl AgoraSettings {
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, intent) in [
+            ("intent_resolve", &self.intent_resolve),
+            ("intent_challenge", &self.intent_challenge),
+        ] {
+            if intent.trim().is_empty()
+                || intent.len() > 128
+                || intent.chars().any(char::is_control)
+            {
+                return Err(format!(
+                    "agora `{name}` must be 1..=128 printable characters"
+                ));
+            }
+        }
+        if !(self.max_cost_usd.is_finite() && self.max_cost_usd >= 0.0) {
+            return Err(format!(
+                "agora `max_cost_usd` = {} must be a finite amount >= 0",
+                self.max_cost_usd
+            ));
+        }
+        if !(1..=60).contains(&self.poll_timeout_secs) {
+            return Err(format!(
+                "agora `poll_timeout_secs` = {} must be within 1..=60",
+                self.poll_timeout_secs
+            ));
+        }
+        if !(1..=envelope::MAX_TTL_SECS).contains(&self.ttl_secs) {
+            return Err(format!(
+                "agora `ttl_secs` = {} must be within 1..={}",
+                self.ttl_secs,
+                envelope::MAX_TTL_SECS
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Unix time in milliseconds; injectable for tests.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    })
+}
+
+/// This node as an Agora participant: its Ed25519 identity, settings, clock and the
+/// replay cache shared by every Agora worker of the node.
+pub struct AgoraNode {
+    key: SigningKey,
+    did: String,
+    settings: AgoraSettings,
+    replay: Mutex<ReplayCache>,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for AgoraNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgoraNode")
+            .field("did", &self.did)
+            .field("key", &"<redacted>")
+            .field("settings", &self.settings)
+            .field("tracked_ids", &self.tracked_ids())
+            .finish()
+    }
+}
+
+impl AgoraNode {
+    /// A node from a 32-byte Ed25519 secret key (seed).
+    pub fn new(secret: [u8; 32], settings: AgoraSettings) -> Result<Self, String> {
+        settings.validate()?;
+        let key = SigningKey::from_bytes(&secret);
+        let did = didkey::public_key_to_did(&key.verifying_key().to_bytes());
+        Ok(Self {
+            key,
+            did,
+            settings,
+            replay: Mutex::new(ReplayCache::default()),
+            clock: system_clock(),
+        })
+    }
+
+    /// A node with a fresh random identity.
+    pub fn generate(settings: AgoraSettings) -> Result<Self, String> {
+        let key = SigningKey::generate(&mut rand::rngs::OsRng);
+        Self::new(key.to_bytes(), settings)
+    }
+
+    /// A node from a hex secret key (64 hex digits, optional `0x`). The error never
+    /// repeats the input.
+    pub fn from_secret_hex(hex: &str, settings: AgoraSettings) -> Result<Self, String> {
+        let h = hex.trim();
+        let h = h.strip_prefix("0x").unwrap_or(h);
+        let secret: [u8; 32] = alloy_primitives::hex::decode_to_array(h)
+            .map_err(|_| "agora secret key must be 64 hex digits".to_string())?;
+        Self::new(secret, settings)
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Replaces the replay cache bound.
+    pub fn with_replay_capacity(self, capacity: usize) -> Self {
+        Self {
+            replay: Mutex::new(ReplayCache::new(capacity, replay::RETAIN_MS)),
+            ..self
+        }
+    }
+
+    /// This node's `did:key`.
+    pub fn did(&self) -> String {
+        self.did.clone()
+    }
+
+    pub fn settings(&self) -> &AgoraSettings {
+        &self.settings
+    }
+
+    /// The node clock (Unix milliseconds).
+    pub fn now_ms(&self) -> i64 {
+        (self.clock)()
+    }
+
+    /// How many message ids the replay cache holds.
+    pub fn tracked_ids(&self) -> usize {
+        self.replay.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn sign(&self, envelope: &Envelope) -> Result<Value, SignError> {
+        envelope.sign(&self.key)
+    }
+
+    fn remember(&self, id: &str, digest: [u8; 32], now_ms: i64) -> ReplayVerdict {
+        self.replay
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check_and_insert(id, digest, now_ms)
+    }
+}
+
+/// What the agent is asked to do in the resolve stage.
+const RESOLVE_DESCRIPTION: &str = "Resolve this prediction-market question. Reply with a RESULT \
+whose `output` is {\"determination\": true for YES / false for NO, \"confidence\": number in [0, 1], \
+\"evidence\": text, \"sources\": [URL strings]}.";
+
+/// What the agent is asked to do in the challenge stage.
+const CHALLENGE_DESCRIPTION: &str = "Defend your answer to this prediction-market question \
+against the challenges in `params.challenges`, considering the other answers in `params.peers`. \
+Reply with a RESULT whose `output` is {\"responses\": [one string per challenge, in order]}.";
+
+/// One Agora agent as a round worker.
+#[derive(Debug, Clone)]
+pub struct AgoraProtocol {
+    node: Arc<AgoraNode>,
+    agent_did: String,
+}
+
+impl AgoraProtocol {
+    /// A worker for the agent `agent_did` (an Ed25519 `did:key`), spoken to as `node`.
+    pub fn new(node: Arc<AgoraNode>, agent_did: &str) -> Result<Self, String> {
+        didkey::did_to_verifying_key(agent_did)
+            .map_err(|e| format!("agora agent {:?}: {e}", envelope::clip(agent_did, 64)))?;
+        if agent_did == node.did {
+            return Err("agora agent did is this node's own did".into());
+        }
+        Ok(Self {
+            node,
+            agent_did: agent_did.to_string(),
+        })
+    }
+
+    /// A per-worker adapter factory for the node's [`ProtocolSet`]: each Agora worker
+    /// gets an adapter addressing the `did` of its service.
+    ///
+    /// [`ProtocolSet`]: crate::registry::ProtocolSet
+    pub fn factory(node: Arc<AgoraNode>) -> AdapterFactory {
+        Arc::new(move |did: Option<&str>| {
+            let did = did.ok_or_else(|| {
+                "the Agora service has no `did` (the agent's did:key)".to_string()
+            })?;
+            let adapter: Arc<dyn WorkerProtocol> = Arc::new(AgoraProtocol::new(node.clone(), did)?);
+            Ok(adapter)
+        })
+    }
+
+    pub fn agent_did(&self) -> &str {
+        &self.agent_did
+    }
+
+    pub fn node(&self) -> &Arc<AgoraNode> {
+        &self.node
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn negotiate(
+        &self,
+        client: &StageClient,
+        relay: &Url,
+        intent: &str,
+        question: &str,
+        description: &str,
+        params: Value,
+        check: negotiate::OutputCheck,
+    ) -> Result<negotiate::Delivered, WorkerFailure> {
+        negotiate::run(negotiate::Ask {
+            node: &self.node,
+            agent_did: &self.agent_did,
+            client,
+            relay,
+            intent,
+            title: envelope::clip(question, 200),
+            description,
+            params,
+            check,
+        })
+        .await
+    }
+}
+
+/// A schema failure of a RESULT's `output`, named as such.
+fn output_failure(e: WorkerFailure) -> WorkerFailure {
+    match e {
+        WorkerFailure::Schema { detail } => WorkerFailure::Schema {
+            detail: format!("RESULT `output`: {detail}"),
+        },
+        other => other,
+    }
+}
+
+/// Whether a RESULT `output` is a valid resolve answer (checked before the RESULT is
+/// accepted, so that an invalid one is refused with a signed ERROR).
+fn check_resolve_output(output: &Value) -> Result<(), WorkerFailure> {
+    validate_resolve_answer(output)
+        .map(|_| ())
+        .map_err(output_failure)
+}
+
+/// Validates a RESULT `output` as a resolve answer and bounds the composed answer.
+fn to_resolve_answer(delivered: negotiate::Delivered) -> Result<ResolveAnswer, WorkerFailure> {
+    let prefix = output_failure;
+    let answer = validate_resolve_answer(&delivered.output).map_err(prefix)?;
+    // what the first validation cut (sources over the bound) stays recorded
+    let cuts = answer.cuts.clone();
+    let mut sources: Vec<String> = Vec::with_capacity(answer.sources.len());
+    for s in answer.sources {
+        let s = s.trim().to_string();
+        if !s.is_empty() && !sources.contains(&s) {
+            sources.push(s);
+        }
+    }
+    let composed = json!({
+        "determination": answer.determination,
+        "confidence": answer.confidence,
+        "evidence": answer.evidence,
+        "sources": sources,
+    });
+    let mut answer = validate_resolve_answer(&composed).map_err(prefix)?;
+    answer.abstain = false;
+    answer.notes = delivered.notes;
+    answer.cuts = cuts;
+    Ok(answer)
+}
+
+impl WorkerProtocol for AgoraProtocol {
+    fn name(&self) -> &'static str {
+        "agora"
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        client: &'a StageClient,
+        endpoint: &'a Url,
+        request: &'a ResolveRequest,
+    ) -> BoxFuture<'a, Result<ResolveAnswer, WorkerFailure>> {
+        Box::pin(async move {
+            let mut params = json!({
+                "market_id": request.market_id,
+                "question": request.question,
+            });
+            if let Some(deadline) = request.deadline {
+                params["deadline"] = json!(deadline);
+            }
+            if let Some(context) = &request.context {
+                params["context"] = json!(context);
+            }
+            let delivered = self
+                .negotiate(
+                    client,
+                    endpoint,
+                    &self.node.settings.intent_resolve,
+                    &request.question,
+                    RESOLVE_DESCRIPTION,
+                    params,
+                    check_resolve_output,
+                )
+                .await?;
+            to_resolve_answer(delivered)
+        })
+    }
+
+    fn challenge<'a>(
+        &'a self,
+        client: &'a StageClient,
+        endpoint: &'a Url,
+        request: ChallengeRequest<'a>,
+    ) -> BoxFuture<'a, ChallengeOutcome> {
+        let challenges = request.challenges;
+        Box::pin(async move {
+            let peers: Vec<Value> = request
+                .peers
+                .iter()
+                .map(|p| {
+                    json!({
+                        "label": p.label,
+                        "position": p.answer.position(),
+                        "confidence": p.answer.confidence,
+                        "evidence": p.answer.evidence,
+                    })
+                })
+                .collect();
+            let params = json!({
+                "market_id": request.request.market_id,
+                "question": request.request.question,
+                "challenges": challenges,
+                "peers": peers,
+                "own": {
+                    "label": request.label,
+                    "position": request.own.position(),
+                    "confidence": request.own.confidence,
+                },
+            });
+            let delivered = self
+                .negotiate(
+                    client,
+                    endpoint,
+                    &self.node.settings.intent_challenge,
+                    &request.request.question,
+                    CHALLENGE_DESCRIPTION,
+                    params,
+                    // defences are matched by position and kept in part: any output is
+                    // taken and judged by `parse_challenge_responses`
+                    |_| Ok(()),
+                )
+                .await;
+            match delivered {
+                Ok(d) => match serde_json::to_vec(&d.output) {
+                    Ok(body) => parse_challenge_responses(&body, challenges),
+                    Err(e) => ChallengeOutcome {
+                        challenges: challenges.to_vec(),
+                        responses: vec![],
+                        failure: Some(WorkerFailure::InvalidJson {
+                            detail: e.to_string(),
+                        }),
+                    },
+                },
+                Err(failure) => ChallengeOutcome {
+                    challenges: challenges.to_vec(),
+                    responses: vec![],
+                    failure: Some(failure),
+                },
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_the_key() {
+        let secret = [0x42u8; 32];
+        let node = AgoraNode::new(secret, AgoraSettings::default()).unwrap();
+        let dbg = format!("{node:?}");
+        assert!(dbg.contains("<redacted>"));
+        assert!(dbg.contains(&node.did()));
+        let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        assert!(!dbg.contains(&hex));
+        assert!(!dbg.contains("66, 66"));
+        let proto = AgoraProtocol::new(
+            Arc::new(node),
+            "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp",
+        )
+        .unwrap();
+        let dbg = format!("{proto:?}");
+        assert!(dbg.contains("<redacted>") && !dbg.contains(&hex));
+    }
+
+    #[test]
+    fn node_identity_and_settings() {
+        // The W3C did:key vector for the all-zero seed.
+        let node = AgoraNode::from_secret_hex(&"00".repeat(32), AgoraSettings::default()).unwrap();
+        assert_eq!(
+            node.did(),
+            "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp"
+        );
+        let err = AgoraNode::from_secret_hex("zz", AgoraSettings::default()).unwrap_err();
+        assert!(!err.contains("zz"));
+        assert_ne!(
+            AgoraNode::generate(AgoraSettings::default()).unwrap().did(),
+            AgoraNode::generate(AgoraSettings::default()).unwrap().did()
+        );
+        for bad in [
+            AgoraSettings {
+                poll_timeout_secs: 61,
+                ..Default::default()
+            },
+            AgoraSettings {
+                max_cost_usd: f64::NAN,
+                ..Default::default()
+            },
+            AgoraSettings {
+                intent_resolve: " ".into(),
+                ..Default::default()
+            },
+            AgoraSettings {
+                ttl_secs: 0,
+                ..Default::default()
+            },
+        ] {
+            assert!(AgoraNode::new([1; 32], bad).is_err());
+        }
+    }
+
+    #[test]
+    fn agent_did_is_validated() {
+        let node = Arc::new(AgoraNode::new([1; 32], AgoraSettings::default()).unwrap());
+        assert!(AgoraProtocol::new(node.clone(), "did:key:zTjsVPtY").is_err());
+        assert!(AgoraProtocol::new(node.clone(), "https://agent.example").is_err());
+        assert!(AgoraProtocol::new(node.clone(), &node.did()).is_err());
+        let did = "did:key:z6MkjchhfUsD6mmvni8mCdXHw216Xrm9bQe2mBH1P5RDjVJG";
+        let p = AgoraProtocol::new(node.clone(), did).unwrap();
+        assert_eq!(p.name(), "agora");
+        assert_eq!(p.agent_did(), did);
+        let factory = AgoraProtocol::factory(node);
+        assert_eq!(factory(Some(did)).unwrap().name(), "agora");
+        assert!(factory(None).unwrap_err().contains("no `did`"));
+        assert!(factory(Some("did:key:zTjsVPtY")).is_err());
+    }
+
+    #[test]
+    fn resolve_output_is_validated_and_sources_deduped() {
+        let d = negotiate::Delivered {
+            output: json!({"determination": false, "confidence": 0.6, "evidence": "e",
+                "sources": ["https://a", " https://a ", "https://b"]}),
+            notes: vec!["n".into()],
+        };
+        let a = to_resolve_answer(d).unwrap();
+        assert_eq!(a.sources, vec!["https://a", "https://b"]);
+        assert_eq!(a.notes, vec!["n"]);
+        assert!(!a.determination && !a.abstain);
+        let d = negotiate::Delivered {
+            output: json!({"determination": true, "confidence": 1.7, "evidence": "e", "sources": []}),
+            notes: vec![],
+        };
+        let err = to_resolve_answer(d).unwrap_err();
+        assert!(matches!(err, WorkerFailure::Schema { .. }));
+        assert!(
+            err.to_string()
+                .contains("RESULT `output`: `confidence` = 1.7"),
+            "{err}"
+        );
+    }
+}
