@@ -16,6 +16,54 @@ async fn fetch(uri: &str) -> Result<Vec<u8>, DiscardReason> {
 }
 
 #[tokio::test]
+async fn endpoint_validation() {
+    for (url, allow) in [
+        ("ftp://example.com", true),
+        ("file:///etc/passwd", true),
+        ("javascript:alert(1)", true),
+        ("not a url", true),
+        ("https://user:pw@example.com", true),
+        ("http://127.0.0.1:8080", false),
+        ("http://localhost:8080", false),
+        ("http://api.localhost", false),
+        ("http://metadata.google.internal/computeMetadata/v1/", false),
+        ("http://169.254.169.254/latest/meta-data/", false),
+        ("http://[::1]:80", false),
+        ("http://[::ffff:127.0.0.1]/", false),
+        ("http://[fd00::1]/", false),
+        ("http://2130706433/", false), // 127.0.0.1 as a number
+        ("http://0x7f.0.0.1/", false), // and in hex
+        ("http://10.0.0.1/", false),
+        ("https://no-such-host.invalid/", false),
+    ] {
+        assert!(
+            matches!(
+                validate_endpoint(url, allow).await,
+                Err(DiscardReason::RefusedEndpoint { .. })
+            ),
+            "{url} should be refused (allow_private={allow})"
+        );
+    }
+    assert_eq!(
+        validate_endpoint("http://127.0.0.1:8080", true)
+            .await
+            .unwrap()
+            .as_str(),
+        "http://127.0.0.1:8080/"
+    );
+    assert!(
+        validate_endpoint("https://8.8.8.8/agent", false)
+            .await
+            .is_ok()
+    );
+    assert!(
+        validate_endpoint("http://[2606:4700:4700::1111]/", false)
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
 async fn data_uri_base64_and_plain() {
     let doc = r#"{"name":"a","services":[]}"#;
     assert_eq!(
