@@ -3,6 +3,7 @@
 //! deterministic rubric. The LLM one falls back as the workflow says.
 
 pub mod llm;
+pub mod recorded;
 pub mod rubric;
 
 use alloy_primitives::Address;
@@ -89,6 +90,27 @@ pub trait Evaluator: Send + Sync {
     fn name(&self) -> &'static str;
     fn evaluate<'a>(&'a self, input: &'a EvalInput)
     -> BoxFuture<'a, Result<Evaluation, EvalError>>;
+}
+
+/// The workflow's fallback policy, applied when the LLM evaluator could not score (now,
+/// or in the recorded round a replay replays): the rubric, neutral scores, or a failed
+/// round.
+pub fn fall_back(
+    policy: Fallback,
+    input: &EvalInput,
+    reason: String,
+    attempts: Vec<String>,
+) -> Result<Evaluation, EvalError> {
+    match policy {
+        Fallback::Rubric => {
+            let mut ev = rubric::score_all(input);
+            ev.fallback_reason = Some(reason);
+            ev.attempts = attempts;
+            Ok(ev)
+        }
+        Fallback::Neutral => Ok(neutral(input, Some(reason), attempts)),
+        Fallback::Fail => Err(EvalError::Failed(reason)),
+    }
 }
 
 /// Neutral scores for every worker.

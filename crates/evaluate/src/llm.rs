@@ -5,7 +5,7 @@
 //! schema-checked (every worker exactly once, every dimension a number), then scores are
 //! rounded and clamped. Failures are retried; then the fallback policy applies.
 
-use super::{EvalError, EvalInput, Evaluation, Evaluator, Fallback, neutral, rubric};
+use super::{EvalError, EvalInput, Evaluation, Evaluator, Fallback, fall_back};
 use bytes::Bytes;
 use cresolver_core::Dimensions;
 use cresolver_workers::WorkerFailure;
@@ -197,16 +197,7 @@ impl Evaluator for LlmEvaluator {
                 attempts.len(),
                 attempts.last().cloned().unwrap_or_default()
             );
-            match self.cfg.fallback {
-                Fallback::Rubric => {
-                    let mut ev = rubric::score_all(input);
-                    ev.fallback_reason = Some(reason);
-                    ev.attempts = attempts;
-                    Ok(ev)
-                }
-                Fallback::Neutral => Ok(neutral(input, Some(reason), attempts)),
-                Fallback::Fail => Err(EvalError::Failed(reason)),
-            }
+            fall_back(self.cfg.fallback, input, reason, attempts)
         })
     }
 }

@@ -385,19 +385,20 @@ impl Engine {
             Some(_) => responders(&stage),
             None => random_order(responders(&stage)),
         };
-        let (eval_input, slot_of) = evaluation_input(
-            input.market_id,
-            &input.question,
-            input.reference_time,
-            &stage,
-            &challenges,
-            Some(&order),
-        );
+        let slot_of = evaluation_slots(&stage, Some(&order));
         let evaluation = match progress.evaluation.clone() {
             Some(e) => e,
             None => {
-                let mut e = self.evaluator.evaluate(&eval_input).await?;
-                e.order = slot_of.clone();
+                let e = evaluate(
+                    self.evaluator.as_ref(),
+                    input.market_id,
+                    &input.question,
+                    input.reference_time,
+                    &stage,
+                    &challenges,
+                    Some(&order),
+                )
+                .await?;
                 progress.evaluation = Some(e.clone());
                 persist(RoundStage::Evaluated, &progress).await;
                 e
@@ -488,19 +489,7 @@ pub fn evaluation_input(
     challenges: &[Option<ChallengeOutcome>],
     order: Option<&[usize]>,
 ) -> (EvalInput, Vec<usize>) {
-    let valid = responders(stage);
-    let order: Vec<usize> = match order {
-        Some(o)
-            if {
-                let mut sorted = o.to_vec();
-                sorted.sort_unstable();
-                sorted == valid
-            } =>
-        {
-            o.to_vec()
-        }
-        _ => valid,
-    };
+    let order = evaluation_slots(stage, order);
     let mut workers = Vec::with_capacity(order.len());
     for &i in &order {
         let r = &stage.results[i];
@@ -524,6 +513,49 @@ pub fn evaluation_input(
         reference_time,
     };
     (input, order)
+}
+
+/// The slots the evaluator sees, in order: `order` when it is a permutation of the
+/// responders, else the responders in slot order.
+pub fn evaluation_slots(stage: &ResolveStage, order: Option<&[usize]>) -> Vec<usize> {
+    let valid = responders(stage);
+    match order {
+        Some(o)
+            if {
+                let mut sorted = o.to_vec();
+                sorted.sort_unstable();
+                sorted == valid
+            } =>
+        {
+            o.to_vec()
+        }
+        _ => valid,
+    }
+}
+
+/// The evaluation stage: the responders (in `order`, see [`evaluation_input`]) scored by
+/// `evaluator`, the order recorded with the scores. Live rounds run it with the
+/// workflow's evaluator, replays with the rubric or the recorded LLM reply.
+pub async fn evaluate(
+    evaluator: &dyn Evaluator,
+    market_id: u64,
+    question: &str,
+    reference_time: u64,
+    stage: &ResolveStage,
+    challenges: &[Option<ChallengeOutcome>],
+    order: Option<&[usize]>,
+) -> Result<Evaluation, EvalError> {
+    let (input, slot_of) = evaluation_input(
+        market_id,
+        question,
+        reference_time,
+        stage,
+        challenges,
+        order,
+    );
+    let mut e = evaluator.evaluate(&input).await?;
+    e.order = slot_of;
+    Ok(e)
 }
 
 /// What a round decides from its answers and their evaluation.

@@ -225,26 +225,50 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
     // The evaluator's input, built by the engine's own function.
     // the recorded round's order of workers in the prompt (its evaluator labels)
     let recorded_order = t.outcome.as_ref().map(|o| o.evaluation.order.clone());
-    let (input, slot_of) = crate::round::evaluation_input(
+    // The evaluation stage of the engine, with the rubric or the recorded LLM reply as
+    // the evaluator (nothing is asked again).
+    let order = recorded_order.as_deref().filter(|o| !o.is_empty());
+    let evaluator: Box<dyn Evaluator> = match wf.evaluator.kind {
+        EvaluatorKind::Rubric => Box::new(RubricEvaluator),
+        EvaluatorKind::Llm => {
+            let Some(rec) = t.outcome.as_ref().map(|o| &o.evaluation) else {
+                let reason = "the workflow's evaluator is `llm` but the transcript records no evaluation: replay with --live".into();
+                return Replayed::ended(ReplayStatus::Unavailable { reason }, Some(quorum), notes);
+            };
+            let recorded = RecordedLlm {
+                raw_reply: rec.raw_reply.clone(),
+                fallback_reason: rec.fallback_reason.clone(),
+                attempts: rec.attempts.clone(),
+                fallback: wf.evaluator.fallback,
+            };
+            if !recorded.replayable() {
+                let reason = format!(
+                    "the workflow's evaluator is `llm` but the recorded round was scored by `{}` without an LLM reply: replay with --live",
+                    rec.evaluator
+                );
+                return Replayed::ended(ReplayStatus::Unavailable { reason }, Some(quorum), notes);
+            }
+            Box::new(recorded)
+        }
+    };
+    // both evaluators are ready at once (no I/O): the future completes when first polled
+    let evaluated = futures::executor::block_on(crate::round::evaluate(
+        evaluator.as_ref(),
         market_id,
         &t.question,
         t.reference_time,
         stage,
         &challenges,
-        recorded_order.as_deref().filter(|o| !o.is_empty()),
-    );
-    let evaluation = match wf.evaluator.kind {
-        EvaluatorKind::Rubric => rubric::score_all(&input),
-        EvaluatorKind::Llm => match replay_llm(t, wf, &input) {
-            Ok(ev) => ev,
-            Err(ReplayEnd::Failed(reason)) => {
-                return Replayed::ended(ReplayStatus::Failed { reason }, Some(quorum), notes);
-            }
-            Err(ReplayEnd::Unavailable(reason)) => {
-                return Replayed::ended(ReplayStatus::Unavailable { reason }, Some(quorum), notes);
-            }
-        },
+        order,
+    ));
+    let evaluation = match evaluated {
+        Ok(e) => e,
+        Err(e) => {
+            let reason = e.to_string();
+            return Replayed::ended(ReplayStatus::Failed { reason }, Some(quorum), notes);
+        }
     };
+    let slot_of = evaluation.order.clone();
     if let Some(rec) = t.outcome.as_ref().map(|o| &o.evaluation)
         && rec.evaluator != evaluation.evaluator
     {
@@ -282,60 +306,5 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
             report: None,
             notes,
         },
-    }
-}
-
-pub(super) enum ReplayEnd {
-    Failed(String),
-    Unavailable(String),
-}
-
-/// The LLM evaluator, replayed from the recorded reply.
-pub(super) fn replay_llm(
-    t: &Transcript,
-    wf: &Workflow,
-    input: &EvalInput,
-) -> Result<Evaluation, ReplayEnd> {
-    let Some(rec) = t.outcome.as_ref().map(|o| &o.evaluation) else {
-        return Err(ReplayEnd::Unavailable(
-            "the workflow's evaluator is `llm` but the transcript records no evaluation: replay with --live".into(),
-        ));
-    };
-    let fallback = |reason: String| -> Result<Evaluation, ReplayEnd> {
-        match wf.evaluator.fallback {
-            Fallback::Rubric => {
-                let mut ev = rubric::score_all(input);
-                ev.fallback_reason = Some(reason);
-                ev.attempts = rec.attempts.clone();
-                Ok(ev)
-            }
-            Fallback::Neutral => Ok(neutral(input, Some(reason), rec.attempts.clone())),
-            Fallback::Fail => Err(ReplayEnd::Failed(
-                cresolver_evaluate::EvalError::Failed(reason).to_string(),
-            )),
-        }
-    };
-    match (&rec.raw_reply, &rec.fallback_reason) {
-        (Some(raw), _) => match llm::parse_scores(raw, input) {
-            Ok(scores) => Ok(Evaluation {
-                order: Vec::new(),
-                prompt_cuts: Vec::new(),
-                notes: Vec::new(),
-                scores,
-                evaluator: "llm".into(),
-                fallback_reason: None,
-                attempts: rec.attempts.clone(),
-                raw_reply: Some(raw.clone()),
-            }),
-            Err(e) => fallback(format!(
-                "the recorded LLM reply does not fit the replayed input: {e}"
-            )),
-        },
-        // The LLM failed at the time: the workflow's fallback policy decides.
-        (None, Some(reason)) => fallback(reason.clone()),
-        (None, None) => Err(ReplayEnd::Unavailable(format!(
-            "the workflow's evaluator is `llm` but the recorded round was scored by `{}` without an LLM reply: replay with --live",
-            rec.evaluator
-        ))),
     }
 }
