@@ -2,6 +2,7 @@
 //! with what happened on chain.
 
 use super::*;
+use cresolver_pipeline::dispatch::{Concurrency, dispatch};
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("markets").required(true).args(["transcript", "market", "from_block"])))]
@@ -231,69 +232,49 @@ pub async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
                 found
             }
         };
+        // Each requested market is a job for the one dispatcher; the comparison with
+        // the chain is the sink. A few at a time (each reads the chain, --live asks
+        // workers); the table keeps the order of the requests.
         let pb = progress(requests.len() as u64, "replaying markets");
-        for req in requests {
-            let id = req.market_id;
-            let t = source.get(market, id)?;
-            let mismatch = t.as_ref().and_then(|(t, name)| {
-                t.chain_id
-                    .filter(|c| *c != chain_id)
-                    .map(|c| (c, name.clone()))
-            });
-            let m = if let Some((c, name)) = mismatch {
-                let on_chain =
-                    replay::onchain_outcome(&provider, market, id, req.block, opts.max_range)
-                        .await?;
-                MarketReplay::unavailable(
-                    market,
-                    id,
-                    Some(req),
-                    on_chain,
-                    format!(
-                        "transcript {name} was recorded on chain {c}, the RPC is chain {chain_id}"
-                    ),
-                )
-            } else if a.live {
-                let wf = match (&wf_override, &t) {
-                    (Some(w), _) => w.clone(),
-                    (None, Some((t, _))) => t.workflow.clone(),
-                    (None, None) => {
-                        let p = cfg
-                            .node
-                            .workflows
-                            .first()
-                            .context("no workflow configured: pass --workflow FILE")?;
-                        Workflow::load(p)?
-                    }
-                };
-                let tr = t.as_ref().map(|(t, n)| (t, n.clone()));
-                live_replay(&provider, &cfg, wf, market, req, tr, &opts).await?
-            } else if let Some((t, name)) = &t {
-                replay::replay_from_transcript(
-                    Some(&provider),
-                    t,
-                    name.clone(),
-                    wf_override.as_ref(),
-                    &opts,
-                )
-                .await?
-            } else {
-                let on_chain =
-                    replay::onchain_outcome(&provider, market, id, req.block, opts.max_range)
-                        .await?;
-                MarketReplay::unavailable(
-                    market,
-                    id,
-                    Some(req),
-                    on_chain,
-                    format!(
-                        "no transcript for market {id} in {} (export with `cresolver rounds export`, point --transcripts at them, or use --live)",
-                        source.describe()
-                    ),
-                )
-            };
-            markets.push(m);
-            pb.inc(1);
+        let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel(REPLAY_CONCURRENCY);
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let feed = tokio::spawn(async move {
+            for job in requests.into_iter().enumerate() {
+                if jobs_tx.send(job).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let ctx = std::sync::Arc::new(MarketsReplay {
+            provider,
+            cfg,
+            source,
+            wf_override,
+            opts,
+            market,
+            chain_id,
+            live: a.live,
+        });
+        let bar = pb.clone();
+        dispatch(
+            jobs_rx,
+            Concurrency::AtMost(REPLAY_CONCURRENCY),
+            std::future::pending(),
+            move |(i, req): (usize, replay::RequestRef)| {
+                let (ctx, done, bar) = (ctx.clone(), done_tx.clone(), bar.clone());
+                async move {
+                    let r = ctx.replay_one(req).await;
+                    bar.inc(1);
+                    let _ = done.send((i, r));
+                }
+            },
+        )
+        .await;
+        let _ = feed.await;
+        let mut results: Vec<_> = std::iter::from_fn(|| done_rx.try_recv().ok()).collect();
+        results.sort_by_key(|(i, _)| *i);
+        for (_, r) in results {
+            markets.push(r?);
         }
         pb.finish_and_clear();
     }
@@ -308,6 +289,86 @@ pub async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// How many markets a range replay runs at once.
+const REPLAY_CONCURRENCY: usize = 4;
+
+/// What every market of a `--market` / range replay shares.
+struct MarketsReplay {
+    provider: DynProvider,
+    cfg: NodeConfig,
+    source: TranscriptSource,
+    wf_override: Option<Workflow>,
+    opts: ReplayOptions,
+    market: Address,
+    chain_id: u64,
+    live: bool,
+}
+
+impl MarketsReplay {
+    /// One requested market: replayed live, or from its transcript, or marked
+    /// unavailable with the reason; then compared with the chain.
+    async fn replay_one(&self, req: replay::RequestRef) -> anyhow::Result<MarketReplay> {
+        let (provider, market, chain_id, opts) =
+            (&self.provider, self.market, self.chain_id, &self.opts);
+        let id = req.market_id;
+        let t = self.source.get(market, id)?;
+        let mismatch = t.as_ref().and_then(|(t, name)| {
+            t.chain_id
+                .filter(|c| *c != chain_id)
+                .map(|c| (c, name.clone()))
+        });
+        Ok(if let Some((c, name)) = mismatch {
+            let on_chain =
+                replay::onchain_outcome(provider, market, id, req.block, opts.max_range).await?;
+            MarketReplay::unavailable(
+                market,
+                id,
+                Some(req),
+                on_chain,
+                format!("transcript {name} was recorded on chain {c}, the RPC is chain {chain_id}"),
+            )
+        } else if self.live {
+            let wf = match (&self.wf_override, &t) {
+                (Some(w), _) => w.clone(),
+                (None, Some((t, _))) => t.workflow.clone(),
+                (None, None) => {
+                    let p = self
+                        .cfg
+                        .node
+                        .workflows
+                        .first()
+                        .context("no workflow configured: pass --workflow FILE")?;
+                    Workflow::load(p)?
+                }
+            };
+            let tr = t.as_ref().map(|(t, n)| (t, n.clone()));
+            live_replay(provider, &self.cfg, wf, market, req, tr, opts).await?
+        } else if let Some((t, name)) = &t {
+            replay::replay_from_transcript(
+                Some(provider),
+                t,
+                name.clone(),
+                self.wf_override.as_ref(),
+                opts,
+            )
+            .await?
+        } else {
+            let on_chain =
+                replay::onchain_outcome(provider, market, id, req.block, opts.max_range).await?;
+            MarketReplay::unavailable(
+                market,
+                id,
+                Some(req),
+                on_chain,
+                format!(
+                    "no transcript for market {id} in {} (export with `cresolver rounds export`, point --transcripts at them, or use --live)",
+                    self.source.describe()
+                ),
+            )
+        })
+    }
 }
 
 pub async fn live_replay(
