@@ -126,8 +126,6 @@ pub struct Watcher {
     scanner: LogScanner,
 }
 
-pub use crate::scan::is_range_error;
-
 /// What the chain says of a new request for a market whose round is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChainWord {

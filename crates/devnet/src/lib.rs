@@ -1,4 +1,4 @@
-//! Devnet: a local chain for tests and the demo — spawns the pinned anvil, deploys the
+//! cresolver-devnet, the development harness (no production crate depends on it): a local chain for tests and the demo — spawns the pinned anvil, deploys the
 //! contracts of `contracts-abi/`, registers agents in the ERC-8004 identity registry with
 //! `data:` registration files, and drives markets (create, join, request). Everything it
 //! starts stops when the [`Devnet`] is dropped.

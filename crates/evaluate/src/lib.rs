@@ -1,6 +1,7 @@
 //! Evaluate: scores every valid responder on the 8 dimensions. Two evaluators share the
 //! [`Evaluator`] trait: an LLM behind any OpenAI-compatible endpoint, and an offline,
-//! deterministic rubric. The LLM one falls back as the workflow says.
+//! deterministic rubric. The LLM one falls back as the workflow says ([`fall_back`]);
+//! a replay scores with the rubric or the recorded LLM reply ([`recorded`]).
 
 pub mod llm;
 pub mod recorded;

@@ -1,5 +1,7 @@
-//! The node's Prometheus metrics: one registry holding round, worker-call, stage-latency
-//! and chain-progress series, encoded in the text exposition format for `GET /metrics`.
+//! cresolver-metrics: the node's Prometheus metrics — one registry holding round,
+//! worker-call, stage-latency, chain-progress, RPC and transaction series, taking plain
+//! labels (it knows no round or store type), so the chain and the transaction manager
+//! report without knowing the node — encoded in the text exposition format for `GET /metrics`.
 //! Every method takes `&self`, so one [`Metrics`] is shared across tasks in an `Arc`.
 
 use prometheus_client::encoding::EncodeLabelSet;

@@ -1,9 +1,12 @@
-//! The round pipeline: `round` (the engine: collect answers, defences and the evaluation,
-//! then decide — tally and report — as pure functions), `live` (how every path reads the
-//! market at the request block and prepares a round), `transcript` (what a round
-//! recorded, written and read by serde), and the paths that are not the node: `replay`
-//! (recorded or live rounds compared with the chain) and `dryrun` (the submission
-//! simulated).
+//! cresolver-pipeline: the round pipeline, its sources and its sinks. `round` (the
+//! engine: collect answers, defences and the evaluation, then decide — tally and report
+//! — as pure functions), `live` (how every path reads the market at the request block and
+//! prepares a round), `dispatch` (the one dispatcher every source of rounds feeds),
+//! `store_sink` (the round store as the chain watcher's sink), `transcript` (what a round
+//! recorded), `node` (the long-running resolver: its sources, API, status page and
+//! finality watch), and the paths that are not the node: `replay` (recorded or live
+//! rounds compared with the chain) and `dryrun` (the submission simulated). `workflow`
+//! and `config` read the files; `fuzz` runs every parser of untrusted bytes.
 
 pub mod config;
 pub mod dispatch;

@@ -1,4 +1,4 @@
-//! The round store: an embedded SQLite database in the data dir that makes the node
+//! cresolver-store, the round store: an embedded SQLite database in the data dir that makes the node
 //! exactly-once. It remembers every trigger log seen (de-duplicated by tx hash and log
 //! index), one round per market with its state (requested → discovered → answered →
 //! challenged → evaluated → submitted → confirmed, or failed/skipped with a reason), the

@@ -1,4 +1,4 @@
-//! Submission: puts a tally on chain exactly once, either `resolveMarket` with the
+//! cresolver-submit: puts a tally on chain exactly once, either `resolveMarket` with the
 //! node's key (`direct`) or the CRE report through a forwarder to the receiver
 //! (`report`). Before anything is signed: re-read `resolved`, check that no worker's
 //! agent lets the market act as its operator (the registry would refuse the market's

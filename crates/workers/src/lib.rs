@@ -1,6 +1,8 @@
-//! Workers: the protocol a worker speaks (typed, strictly validated messages behind the
-//! [`WorkerProtocol`] trait), the bounded HTTP client that carries it, the challenge
-//! texts, and the concurrent fan-out of a round's two worker stages under a quorum.
+//! cresolver-workers: the protocol a worker speaks (typed, strictly validated messages
+//! behind the [`WorkerProtocol`] trait; A2A and four neighbouring protocols), the bounded
+//! HTTP client that carries it, the network guard and the rule of which addresses are
+//! public (`ipclass`), the challenge texts, and the concurrent fan-out of a round's two
+//! worker stages under a quorum. It knows no chain and no store.
 
 pub mod a2a;
 pub mod agora;

@@ -38,9 +38,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use url::{Host, Url};
 
-/// How long resolving an endpoint's host may take.
-pub use cresolver_workers::netguard::RESOLVE_TIMEOUT;
-
 /// Host names refused without resolving them (unless private endpoints are allowed).
 const REFUSED_HOSTS: &[&str] = &[
     "localhost",

@@ -46,8 +46,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
-/// Version of the transcript JSON stored with each round (schema: [`crate::transcript`]).
-pub use crate::transcript::TRANSCRIPT_VERSION;
+use crate::transcript::TRANSCRIPT_VERSION;
 use crate::transcript::{ConfirmationRecord, RequestRecord, SubmissionRecord, Transcript};
 
 #[derive(Debug, thiserror::Error)]
