@@ -1,6 +1,7 @@
 //! The workspace's layering, kept by a test: every crate depends only on the crates
 //! below it in the pipeline (read from `cargo metadata`), the pure core and the store
-//! keep away from what they must not know, and no source file passes 800 lines.
+//! keep away from what they must not know, no crate's modules import each other in a
+//! cycle, and no source file passes 800 lines.
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -245,5 +246,127 @@ fn every_module_opens_with_its_doc() {
         bare.is_empty(),
         "modules without a module doc (`//! what this module does`):\n{}",
         bare.join("\n")
+    );
+}
+
+/// A module of a crate as the cycle check sees it: its path below `src/` up to two
+/// levels (`node::api`, `watcher`).
+fn unit_of(rel: &Path, dirs: &BTreeSet<String>) -> String {
+    let mut parts: Vec<String> = rel
+        .with_extension("")
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    match parts.as_slice() {
+        [] => String::new(),
+        [a] => a.clone(),
+        [a, b, ..] if dirs.contains(a) => format!("{a}::{b}"),
+        [a, ..] => a.clone(),
+    }
+}
+
+/// The units a file refers to with `crate::a::b` and `super::x` paths.
+fn referenced_units(text: &str, me: &str, dirs: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let code: String = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+            .collect()
+    };
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + "crate::".len()..];
+        let a = ident(rest);
+        if a.is_empty() {
+            continue;
+        }
+        let after = &rest[a.len()..];
+        let b = after.strip_prefix("::").map(ident).unwrap_or_default();
+        out.insert(if dirs.contains(&a) && !b.is_empty() {
+            format!("{a}::{b}")
+        } else {
+            a
+        });
+    }
+    if let Some((parent, _)) = me.split_once("::") {
+        for (i, _) in code.match_indices("super::") {
+            let x = ident(&code[i + "super::".len()..]);
+            if !x.is_empty() && x != "super" {
+                out.insert(format!("{parent}::{x}"));
+            }
+        }
+    }
+    out
+}
+
+fn related(a: &str, b: &str) -> bool {
+    a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
+}
+
+#[test]
+fn no_crate_has_an_import_cycle_between_its_modules() {
+    let mut found = Vec::new();
+    let crates = std::fs::read_dir(root().join("crates")).expect("crates/");
+    for c in crates.flatten() {
+        let src = c.path().join("src");
+        let dirs: BTreeSet<String> = std::fs::read_dir(&src)
+            .expect("src/")
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for f in &files {
+            let rel = f.strip_prefix(&src).expect("under src");
+            let me = unit_of(rel, &dirs);
+            if me.is_empty() {
+                continue;
+            }
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            let refs = referenced_units(&text, &me, &dirs);
+            let e = edges.entry(me.clone()).or_default();
+            e.extend(refs.into_iter().filter(|r| !related(r, &me)));
+        }
+        // a cycle: a unit that reaches itself
+        for start in edges.keys() {
+            let mut seen = BTreeSet::new();
+            let mut stack: Vec<(String, Vec<String>)> = vec![(start.clone(), vec![start.clone()])];
+            while let Some((at, path)) = stack.pop() {
+                for next in edges.get(&at).into_iter().flatten() {
+                    if next == start {
+                        let mut cycle = path.clone();
+                        cycle.push(start.clone());
+                        found.push(format!(
+                            "{}: {}",
+                            c.file_name().to_string_lossy(),
+                            cycle.join(" -> ")
+                        ));
+                    } else if seen.insert(next.clone()) {
+                        let mut p = path.clone();
+                        p.push(next.clone());
+                        stack.push((next.clone(), p));
+                    }
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    assert!(
+        found.is_empty(),
+        "modules that import each other in a cycle (move what both need below both):\n{}",
+        found.join("\n")
     );
 }

@@ -220,20 +220,6 @@ impl ChainHealth {
     }
 }
 
-/// A low-cardinality label for an RPC error.
-pub fn error_kind(e: &str) -> &'static str {
-    let m = e.to_lowercase();
-    if m.contains(crate::deadline::DEADLINE_TEXT.to_lowercase().as_str()) {
-        "timeout"
-    } else if m.contains("connect") || m.contains("refused") || m.contains("reset") {
-        "connect"
-    } else if m.contains("429") || m.contains("rate") {
-        "rate_limited"
-    } else {
-        "other"
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,11 +293,14 @@ mod tests {
 
     #[test]
     fn error_kinds() {
-        assert_eq!(error_kind("RPC request timed out after 10 ms"), "timeout");
         assert_eq!(
-            error_kind("error sending request: Connection refused"),
+            crate::pool::error_kind("RPC request timed out after 10 ms"),
+            "timeout"
+        );
+        assert_eq!(
+            crate::pool::error_kind("error sending request: Connection refused"),
             "connect"
         );
-        assert_eq!(error_kind("HTTP error 429"), "rate_limited");
+        assert_eq!(crate::pool::error_kind("HTTP error 429"), "rate_limited");
     }
 }

@@ -429,7 +429,7 @@ impl RpcPool {
                     s.failed_probes = s.failed_probes.saturating_add(1);
                     s.error = Some(err.0.clone());
                     metrics.rpc_up(&e.name, false);
-                    metrics.rpc_error(&e.name, crate::health::error_kind(&err.0));
+                    metrics.rpc_error(&e.name, error_kind(&err.0));
                     return;
                 }
             }
@@ -471,7 +471,7 @@ impl RpcPool {
 
     fn probe_failed(&self, e: &Endpoint, metrics: &Metrics, error: String) {
         metrics.rpc_up(&e.name, false);
-        metrics.rpc_error(&e.name, crate::health::error_kind(&error));
+        metrics.rpc_error(&e.name, error_kind(&error));
         e.failed(&error);
         let mut s = e.state();
         s.failed_probes = s.failed_probes.saturating_add(1);
@@ -527,7 +527,7 @@ impl RpcPool {
         let e = &self.endpoints[i];
         let why = text(err);
         if let Some(m) = self.metrics.get() {
-            m.rpc_error(&e.name, crate::health::error_kind(&why));
+            m.rpc_error(&e.name, error_kind(&why));
         }
         e.failed(&why);
     }
@@ -641,6 +641,20 @@ impl Service<RequestPacket> for PoolTransport {
         } else {
             Box::pin(pool.read(req))
         }
+    }
+}
+
+/// A low-cardinality label for an RPC error.
+pub fn error_kind(e: &str) -> &'static str {
+    let m = e.to_lowercase();
+    if m.contains(crate::deadline::DEADLINE_TEXT.to_lowercase().as_str()) {
+        "timeout"
+    } else if m.contains("connect") || m.contains("refused") || m.contains("reset") {
+        "connect"
+    } else if m.contains("429") || m.contains("rate") {
+        "rate_limited"
+    } else {
+        "other"
     }
 }
 

@@ -7,6 +7,8 @@ use alloy::primitives::Address;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+/// Blocks the watcher rescans when the block hash at its checkpoint changed.
+pub const REORG_WINDOW: u64 = 64;
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeConfig {
@@ -607,7 +609,7 @@ impl NodeConfig {
             start_block,
             poll_interval: std::time::Duration::from_millis(self.chain.poll_interval_ms),
             max_range: self.chain.max_block_range,
-            reorg_window: crate::node::REORG_WINDOW,
+            reorg_window: REORG_WINDOW,
             max_backoff: self.max_backoff(),
         }
     }

@@ -5,7 +5,8 @@
 //!
 //! Every error is answered as JSON `{"error": "..."}`, unknown routes included.
 
-use alloy::primitives::{Address, U256};
+use super::http::{ApiState, ManualTrigger, error, parse_decimal};
+use alloy::primitives::U256;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -13,14 +14,10 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use cresolver_metrics::Metrics;
-use cresolver_store::{RoundState, RoundStore};
+use cresolver_store::RoundState;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use std::sync::{Arc, RwLock};
-use std::time::Instant;
-use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
 /// Largest accepted request body.
@@ -35,33 +32,6 @@ const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0;
 const TRIGGER_DISABLED: &str =
     "the HTTP trigger is disabled: set api.token_env to the name of an env var holding a token";
 const BAD_MARKET_ID_PATH: &str = "market_id must be a non-negative integer";
-
-/// A request, made over HTTP, to resolve a market of the node's market contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ManualTrigger {
-    pub market_id: U256,
-}
-
-/// What the handlers share.
-#[derive(Clone)]
-pub struct ApiState {
-    pub store: Arc<dyn RoundStore>,
-    pub metrics: Arc<Metrics>,
-    pub trigger: mpsc::Sender<ManualTrigger>,
-    /// Bearer token for `POST /resolve`; `None` disables the endpoint.
-    pub token: Option<secrecy::SecretString>,
-    /// The node's market contract.
-    pub market: Address,
-    pub started: Instant,
-    /// Extra health fields the node keeps current (chain id, last block, …), merged into
-    /// `/health`. Must be a JSON object to be merged; anything else is ignored.
-    pub health: Arc<RwLock<Value>>,
-    /// The chain as the node's head probe sees it (`None`: no chain, e.g. tests of the API alone).
-    pub chain: Option<Arc<cresolver_chain::health::ChainHealth>>,
-    /// Cancelled when the node stops: ends the status page's event streams, so that the
-    /// server's graceful shutdown does not wait for open browser tabs.
-    pub stop: tokio_util::sync::CancellationToken,
-}
 
 /// The API's routes.
 pub fn router(state: ApiState) -> Router {
@@ -89,10 +59,6 @@ pub async fn serve(
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await
-}
-
-pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
 async fn not_found(method: Method, uri: Uri) -> Response {
@@ -333,14 +299,6 @@ fn tokens_equal(given: &str, expected: &str) -> bool {
         .zip(b.iter())
         .fold(0u8, |acc, (x, y)| acc | (x ^ y))
         == 0
-}
-
-/// A decimal `U256`: ASCII digits only (no sign, no `0x`, no spaces).
-pub(crate) fn parse_decimal(s: &str) -> Option<U256> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    U256::from_str_radix(s, 10).ok()
 }
 
 /// `{"market_id": N}` with N a JSON integer ≥ 0 or a decimal string.

@@ -10,6 +10,7 @@
 pub mod api;
 mod drive;
 pub mod finality;
+pub mod http;
 mod run;
 mod setup;
 pub mod status;
@@ -17,7 +18,7 @@ pub use setup::{discovery_config, open_store, protocol_set, submitter_config, tx
 
 use crate::config::{NodeConfig, default_confirmations, is_dev_chain};
 use crate::live::{LiveContext, LiveError, collect_input};
-use crate::node::api::{ApiState, ManualTrigger};
+use crate::node::http::{ApiState, ManualTrigger};
 use crate::round::{Engine, RoundError, RoundProgress, RoundStage};
 use crate::store_sink::StoreSink;
 use crate::workflow::Workflow;
@@ -249,7 +250,7 @@ impl Node {
         }
         let watched = format!("watch:{}:{}", p.market, p.workflow.name);
         let start = match self.store.checkpoint(&watched).await? {
-            Some((n, _)) => n.saturating_sub(REORG_WINDOW).min(head),
+            Some((n, _)) => n.saturating_sub(crate::config::REORG_WINDOW).min(head),
             None if dev => 0,
             None => head,
         };
@@ -540,9 +541,6 @@ fn tx_step(e: TxError) -> Step {
 
 /// The store key of the node's Chorus `orchestrator_id` when none is configured.
 pub const CHORUS_ORCHESTRATOR_KEY: &str = "chorus.orchestrator_id";
-
-/// Blocks the watcher rescans when the block hash at its checkpoint changed.
-pub const REORG_WINDOW: u64 = 64;
 
 /// How many times a round signs again with a fresh nonce when its nonce was used by
 /// another transaction of the key, before it fails.

@@ -9,7 +9,7 @@
 //! HTML or script is shown as text and never runs. The views are pure functions of the
 //! stored round, its transcript and its transactions ([`round_view`]).
 
-use super::api::ApiState;
+use super::http::ApiState;
 use crate::transcript::Transcript;
 use alloy::primitives::U256;
 use axum::Router;
@@ -309,17 +309,17 @@ async fn list(
     q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(PageQuery { cursor })) = q else {
-        return super::api::error(StatusCode::BAD_REQUEST, "cursor must be an integer");
+        return super::http::error(StatusCode::BAD_REQUEST, "cursor must be an integer");
     };
     match page(&s, cursor, &mut ViewCache::new()).await {
         Ok(v) => axum::Json(v).into_response(),
-        Err(e) => super::api::error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => super::http::error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
 async fn one(State(s): State<ApiState>, Path(raw): Path<String>) -> Response {
-    let Some(market_id) = super::api::parse_decimal(&raw) else {
-        return super::api::error(
+    let Some(market_id) = super::http::parse_decimal(&raw) else {
+        return super::http::error(
             StatusCode::BAD_REQUEST,
             "market_id must be a non-negative integer",
         );
@@ -334,11 +334,11 @@ async fn one(State(s): State<ApiState>, Path(raw): Path<String>) -> Response {
     .await;
     match found {
         Ok(Some(v)) => axum::Json(v).into_response(),
-        Ok(None) => super::api::error(
+        Ok(None) => super::http::error(
             StatusCode::NOT_FOUND,
             format!("no round for market {market_id}"),
         ),
-        Err(e) => super::api::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => super::http::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

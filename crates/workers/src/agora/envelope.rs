@@ -372,6 +372,18 @@ pub fn parse_ts(s: &str) -> Option<i64> {
     i64::try_from(t.unix_timestamp_nanos().div_euclid(1_000_000)).ok()
 }
 
+/// `prefix_` + 32 random hex digits.
+pub(crate) fn new_id(prefix: &str) -> String {
+    let bytes: [u8; 16] = rand::random();
+    let mut s = String::with_capacity(prefix.len() + 33);
+    s.push_str(prefix);
+    s.push('_');
+    for b in bytes {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,7 +35,7 @@
 //!   up the round.
 
 use super::AgoraNode;
-use super::envelope::{self, Envelope, MessageType, Rejection, clip, format_ts};
+use super::envelope::{self, Envelope, MessageType, Rejection, clip, format_ts, new_id};
 use super::relay::{parse_poll_reply, post_message};
 use super::replay::{RETAIN_MS, ReplayVerdict};
 use super::thread::ThreadState;
@@ -671,18 +671,6 @@ fn clip_code(s: &str) -> String {
             }
         })
         .collect()
-}
-
-/// `prefix_` + 32 random hex digits.
-pub(crate) fn new_id(prefix: &str) -> String {
-    let bytes: [u8; 16] = rand::random();
-    let mut s = String::with_capacity(prefix.len() + 33);
-    s.push_str(prefix);
-    s.push('_');
-    for b in bytes {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
 }
 
 #[cfg(test)]

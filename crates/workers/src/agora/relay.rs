@@ -5,9 +5,8 @@
 
 use super::AgoraNode;
 use super::envelope::{
-    Envelope, MessageType, Meta, Recipient, Sender, ThreadRef, VERSION, clip, format_ts,
+    Envelope, MessageType, Meta, Recipient, Sender, ThreadRef, VERSION, clip, format_ts, new_id,
 };
-use super::negotiate::new_id;
 use crate::client::{StageClient, join_endpoint};
 use crate::protocol::WorkerFailure;
 use serde_json::Value;
