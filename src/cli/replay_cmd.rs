@@ -238,6 +238,7 @@ pub async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         let pb = progress(requests.len() as u64, "replaying markets");
         let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel(REPLAY_CONCURRENCY);
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let asked = requests.len();
         let feed = tokio::spawn(async move {
             for job in requests.into_iter().enumerate() {
                 if jobs_tx.send(job).await.is_err() {
@@ -273,6 +274,12 @@ pub async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         let _ = feed.await;
         let mut results: Vec<_> = std::iter::from_fn(|| done_rx.try_recv().ok()).collect();
         results.sort_by_key(|(i, _)| *i);
+        // a job that panicked sends nothing: never print a table missing a market
+        anyhow::ensure!(
+            results.len() == asked,
+            "{} of {asked} market replay(s) ended without a result (see the log above)",
+            asked - results.len()
+        );
         for (_, r) in results {
             markets.push(r?);
         }
