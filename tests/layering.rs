@@ -23,6 +23,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["cresolver-core", "cresolver-metrics", "cresolver-workers"],
     ),
     ("cresolver-store", &["cresolver-core"]),
+    ("cresolver-don", &["cresolver-core", "cresolver-metrics"]),
     (
         "cresolver-submit",
         &[
@@ -42,6 +43,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "cresolver-chain",
             "cresolver-store",
             "cresolver-submit",
+            "cresolver-don",
         ],
     ),
     (
@@ -67,6 +69,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "cresolver-submit",
             "cresolver-pipeline",
             "cresolver-devnet",
+            "cresolver-don",
         ],
     ),
 ];
@@ -106,6 +109,11 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
         "cresolver-chain",
         &["rusqlite", "tokio-postgres", "axum"],
         "the chain layer persists nothing and serves nothing",
+    ),
+    (
+        "cresolver-don",
+        &["tokio-postgres"],
+        "a DON member keeps its agreement in its own file; it talks to members, not to the chain",
     ),
 ];
 

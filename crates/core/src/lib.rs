@@ -3,6 +3,7 @@
 //! rules that every stage applies to text a stranger wrote. No I/O lives here: this
 //! crate depends on no provider, runtime, HTTP client or database.
 
+pub mod don;
 pub mod jsmath;
 pub mod quorum;
 pub mod report;

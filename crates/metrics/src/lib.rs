@@ -45,6 +45,12 @@ struct TxLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DonLabels {
+    event: &'static str,
+    detail: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SignerLabels {
     signer: String,
 }
@@ -88,6 +94,7 @@ pub struct Metrics {
     leases_held: U64Gauge,
     lease_events: Family<LeaseLabels, Counter>,
     finality_events: Family<LeaseLabels, Counter>,
+    don_events: Family<DonLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -262,6 +269,21 @@ impl Metrics {
             let _ = finality_events.get_or_create(&LeaseLabels { event });
         }
 
+        let don_events = Family::<DonLabels, Counter>::default();
+        registry.register(
+            "cresolver_don_events",
+            "A DON member's agreement: observation_received (a member's signed observation, detail own/peer), agreement (f+1 signatures on one report), leader_change (an attempt timed out), signature_refused (detail: why this member did not sign a proposal, or dropped a peer's message), transmission (detail: the forwarder's transmission state this member saw or caused)",
+            don_events.clone(),
+        );
+        for (event, detail) in [
+            ("observation_received", "own"),
+            ("observation_received", "peer"),
+            ("agreement", "reached"),
+            ("leader_change", "timeout"),
+        ] {
+            let _ = don_events.get_or_create(&DonLabels { event, detail });
+        }
+
         // Expose the common series from the start, so rates and dashboards see zeros
         // rather than missing data.
         for outcome in ["confirmed", "failed", "skipped"] {
@@ -292,7 +314,15 @@ impl Metrics {
             leases_held,
             lease_events,
             finality_events,
+            don_events,
         }
+    }
+
+    /// Counts a DON event (see `cresolver_don_events`).
+    pub fn don_event(&self, event: &'static str, detail: &'static str) {
+        self.don_events
+            .get_or_create(&DonLabels { event, detail })
+            .inc();
     }
 
     /// Counts a finality event of a confirmed round: `finalized` or `reorged`.

@@ -20,6 +20,10 @@ pub struct NodeConfig {
     pub api: ApiCfg,
     pub protocols: ProtocolsCfg,
     pub store: StoreCfg,
+    /// A resolver DON: this node is one member (see `cresolver_don`). Absent: the node
+    /// decides and submits alone, as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub don: Option<cresolver_don::DonConfig>,
 }
 
 /// Where the node keeps its rounds. Empty `url`: the embedded SQLite file in

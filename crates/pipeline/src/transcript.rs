@@ -45,6 +45,11 @@ pub struct Transcript {
     pub finality: Option<FinalityRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<RoundInfo>,
+    /// A DON member's round: its own observation, every member's (or that it was
+    /// missing), the set the report was built from, the agreed report, its signers and
+    /// the transmitter (see `node::don`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub don: Option<serde_json::Value>,
 }
 
 /// The request that started the round.

@@ -63,6 +63,15 @@ impl SubmitError {
     }
 }
 
+/// A report a DON agreed on: the raw report, the context its members signed with it, and
+/// exactly f+1 signatures (65 bytes `r ‖ s ‖ v`, v = 0 or 1).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct SignedReport {
+    pub raw: Bytes,
+    pub context: Bytes,
+    pub signatures: Vec<Bytes>,
+}
+
 /// A transaction ready to sign.
 #[derive(Debug, Clone, Serialize)]
 pub struct Prepared {
@@ -217,16 +226,75 @@ impl Submitter {
         snapshot: &MarketSnapshot,
         tally: &TallyOutcome,
     ) -> Result<Prepared, SubmitError> {
+        let (to, calldata) = self.calldata(tally);
+        let sim = self.execution(tally, &calldata);
+        self.prepare_call(snapshot, tally.market_id, to, calldata, sim)
+            .await
+    }
+
+    /// Like [`Submitter::prepare`], for a report a DON agreed on and signed (report mode
+    /// only): the forwarder's `report(receiver, raw, context, signatures)` is checked,
+    /// simulated from this node's address and estimated exactly as it will be sent.
+    pub async fn prepare_signed(
+        &self,
+        snapshot: &MarketSnapshot,
+        market_id: U256,
+        signed: &SignedReport,
+    ) -> Result<Prepared, SubmitError> {
+        if self.cfg.mode != SubmitMode::Report {
+            return Err(SubmitError::Config(
+                "a DON's signed report needs [submit] mode = \"report\"".into(),
+            ));
+        }
+        let calldata = self.signed_calldata(signed);
+        let sim = self.execution_of_raw(&signed.raw);
+        self.prepare_call(
+            snapshot,
+            market_id,
+            self.cfg.forwarder.unwrap_or_default(),
+            calldata,
+            sim,
+        )
+        .await
+    }
+
+    /// The forwarder call that transmits a signed report.
+    pub fn signed_calldata(&self, signed: &SignedReport) -> Bytes {
+        let call = IKeystoneForwarder::reportCall {
+            receiver: self.cfg.receiver.unwrap_or_default(),
+            rawReport: signed.raw.clone(),
+            reportContext: signed.context.clone(),
+            signatures: signed.signatures.clone(),
+        };
+        Bytes::from(call.abi_encode())
+    }
+
+    /// The forwarder and the receiver of report mode.
+    pub fn report_route(&self) -> Option<(Address, Address)> {
+        Some((self.cfg.forwarder?, self.cfg.receiver?))
+    }
+
+    /// The report's metadata (workflow id, name, owner, report id).
+    pub fn metadata(&self) -> &ReportMetadata {
+        &self.cfg.metadata
+    }
+
+    async fn prepare_call(
+        &self,
+        snapshot: &MarketSnapshot,
+        market_id: U256,
+        to: Address,
+        calldata: Bytes,
+        sim: TransactionRequest,
+    ) -> Result<Prepared, SubmitError> {
         let market = ICREsolverMarket::new(self.cfg.market, self.provider.clone());
         let m = market
-            .getMarket(tally.market_id)
+            .getMarket(market_id)
             .call()
             .await
             .map_err(|e| SubmitError::Rpc(e.to_string()))?;
         if m.resolved {
-            return Err(SubmitError::AlreadyResolved {
-                market_id: tally.market_id,
-            });
+            return Err(SubmitError::AlreadyResolved { market_id });
         }
         if let Some(w) = snapshot
             .workers
@@ -238,15 +306,11 @@ impl Submitter {
                 agent_id: w.agent_id,
             });
         }
-        let (to, calldata) = self.calldata(tally);
-        let forwarder_gas = self
-            .preflight_forwarder(tally.market_id, to, &calldata)
-            .await?;
-        let sim = self.execution(tally, &calldata);
+        let forwarder_gas = self.preflight_forwarder(market_id, to, &calldata).await?;
         if let Err(e) = self.provider.call(sim.clone()).await {
             return Err(match revert_of(&e) {
                 Some(r) => {
-                    tracing::warn!(market_id = %tally.market_id, reason = %r, "pre-flight simulation reverted");
+                    tracing::warn!(market_id = %market_id, reason = %r, "pre-flight simulation reverted");
                     SubmitError::Reverted {
                         name: r.name(),
                         reason: r.to_string(),
@@ -320,23 +384,25 @@ impl Submitter {
     fn execution(&self, tally: &TallyOutcome, calldata: &Bytes) -> TransactionRequest {
         let (sim_from, sim_to, sim_data) = match self.cfg.mode {
             SubmitMode::Direct => (self.from, self.cfg.market, calldata.clone()),
-            SubmitMode::Report => {
-                let raw = self.raw_report(tally);
-                let call = IReceiver::onReportCall {
-                    metadata: Bytes::copy_from_slice(&raw[45..109]),
-                    report: Bytes::copy_from_slice(&raw[109..]),
-                };
-                (
-                    self.cfg.forwarder.unwrap_or_default(),
-                    self.cfg.receiver.unwrap_or_default(),
-                    Bytes::from(call.abi_encode()),
-                )
-            }
+            SubmitMode::Report => return self.execution_of_raw(&self.raw_report(tally)),
         };
         TransactionRequest::default()
             .with_from(sim_from)
             .with_to(sim_to)
             .with_input(sim_data)
+    }
+
+    /// The receiver's `onReport(raw[45:109], raw[109:])` from the forwarder.
+    fn execution_of_raw(&self, raw: &[u8]) -> TransactionRequest {
+        let (metadata, report) = match cresolver_core::report::split_raw_report(raw) {
+            Ok((m, r)) => (Bytes::copy_from_slice(m), Bytes::copy_from_slice(r)),
+            Err(_) => (Bytes::new(), Bytes::new()),
+        };
+        let call = IReceiver::onReportCall { metadata, report };
+        TransactionRequest::default()
+            .with_from(self.cfg.forwarder.unwrap_or_default())
+            .with_to(self.cfg.receiver.unwrap_or_default())
+            .with_input(Bytes::from(call.abi_encode()))
     }
 
     /// `(estimate, limit)` from the executing call's gas.

@@ -216,6 +216,7 @@ impl Node {
             transactions: None,
             finality: None,
             round: None,
+            don: None,
         };
         let outcome = match result {
             Ok(o) => o,
@@ -235,6 +236,11 @@ impl Node {
         let Some(outcome) = transcript.outcome.as_ref() else {
             return Ok(());
         };
+        if let Some(don) = &self.don {
+            return self
+                .drive_don(don, p, &snapshot, &rec, &input, transcript)
+                .await;
+        }
 
         let prepared = match p.submitter.prepare(&snapshot, &outcome.tally).await {
             Ok(x) => x,

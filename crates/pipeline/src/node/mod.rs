@@ -8,6 +8,7 @@
 //! persisted state first.
 
 pub mod api;
+mod don;
 mod drive;
 pub mod finality;
 pub mod http;
@@ -70,6 +71,8 @@ pub enum NodeError {
     SameMarket(String, String, Address),
     #[error("cannot read market {market_id} on chain to judge the request: {error} (try again)")]
     Judge { market_id: U256, error: String },
+    #[error("[don]: {0}")]
+    Don(String),
     #[error(
         "cannot listen on {addr} for the HTTP API: {error} (is another node running? set api.listen to a free address, or empty to disable)"
     )]
@@ -107,6 +110,9 @@ pub struct Node {
     pub discovery: DiscoveryConfig,
     /// The transaction manager of the node's signing key (`None`: no key, no submission).
     pub txm: Option<Arc<TxManager>>,
+    /// This node's DON membership (`[don]`): rounds are agreed with the other members
+    /// and delivered through the KeystoneForwarder.
+    pub don: Option<Arc<cresolver_don::Don>>,
     http: reqwest::Client,
     rounds: Arc<Semaphore>,
     in_flight: Mutex<HashSet<(Address, U256)>>,
@@ -152,6 +158,7 @@ impl Node {
             cfg.protocols.chorus.orchestrator_id = id;
         }
         let discovery = discovery_config(&cfg)?;
+        let don_signer = signer.clone();
         let default_market = cfg.chain.market_address;
         let from = signer.as_ref().map(|s| s.address()).unwrap_or_default();
         let wallet = signer.map(EthereumWallet::from);
@@ -180,6 +187,13 @@ impl Node {
             });
         }
         let metrics = Arc::new(Metrics::new());
+        let don = don::member(
+            &cfg,
+            don_signer,
+            &pipelines,
+            store.shared(),
+            metrics.clone(),
+        )?;
         let heads = HeadFeed::new();
         let txm = wallet.map(|w| {
             Arc::new(
@@ -225,6 +239,7 @@ impl Node {
             pipelines,
             discovery,
             txm,
+            don,
             http,
             in_flight: Mutex::new(HashSet::new()),
             retries: Mutex::new(HashMap::new()),

@@ -210,6 +210,26 @@ impl Node {
         }
 
         let (api_tx, mut api_rx) = mpsc::channel::<ManualTrigger>(64);
+        if let Some(don) = &self.don {
+            let addr = don.config().listen.clone();
+            let listener =
+                tokio::net::TcpListener::bind(&addr)
+                    .await
+                    .map_err(|e| NodeError::Listen {
+                        addr: addr.clone(),
+                        error: format!("{e} (this is [don].listen, the member endpoint)"),
+                    })?;
+            tracing::info!(%addr, "DON member endpoint listening");
+            let (d, mut rx) = (don.clone(), stop_rx.clone());
+            tasks.spawn(async move {
+                let stop = async move {
+                    let _ = rx.changed().await;
+                };
+                if let Err(e) = cresolver_don::server::serve(listener, d, stop).await {
+                    tracing::error!(error = %e, "the DON member endpoint stopped");
+                }
+            });
+        }
         if !self.cfg.api.listen.trim().is_empty() {
             let addr = self.cfg.api.listen.clone();
             let listener =

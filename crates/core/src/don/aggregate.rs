@@ -1,0 +1,698 @@
+//! The aggregate of a fixed set of observations: what every DON member recomputes from a
+//! proposed set of signed observations before it signs a report.
+//!
+//! The result depends only on the *set*: the observations are sorted by observer before
+//! anything is checked or counted, so any permutation of the same observations yields the
+//! same [`Aggregate`] (or the same [`AggregateError`]). Every rule is integer arithmetic on
+//! observed values, so all members agree bit for bit.
+//!
+//! With `n = 3f + 1` members of which at most `f` lie, the rules are chosen so that the
+//! liars cannot move a result outside what the honest members saw:
+//!
+//! * a set needs `2f + 1` distinct observers, all bound to the round ([`Binding`]) and all
+//!   listing exactly the registered workers, in registration order, with in-range values;
+//! * a worker counts as answered when at least `f + 1` observations hold a valid answer
+//!   from it (so at least one honest member saw that answer);
+//! * its position is the most frequent observed position, [`Position::Abstain`] on a tie;
+//! * its confidence and each of its 3 scores, and the round's timestamp, are per-field
+//!   lower medians (sorted ascending, the element at index `(k - 1) / 2`): when honest
+//!   values outnumber lying ones, the lower median lies within the honest values' range.
+
+use super::{Observation, ObservedAnswer, Position};
+use crate::tally::{Dimensions, Reputation, TallyWorker, Vote};
+use alloy_primitives::{Address, B256, U256};
+use serde::{Deserialize, Serialize};
+
+/// The binding every observation of the set must carry: which DON, which configuration,
+/// which execution and which market it observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub don_id: u32,
+    pub config_version: u32,
+    pub execution_id: B256,
+    pub market: Address,
+    pub market_id: U256,
+}
+
+/// One registered worker, as the set of observations agrees on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AggregatedWorker {
+    pub address: Address,
+    /// The number of observations in the set holding a valid answer from it.
+    pub answered_by: usize,
+    /// `Some` when `answered_by >= f + 1`: the most frequent position (`Abstain` on a
+    /// tie) and the per-field lower medians of the confidence and the 3 scores.
+    pub answer: Option<ObservedAnswer>,
+}
+
+/// The aggregate of a set of observations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Aggregate {
+    /// The lower median of the observers' timestamps.
+    pub timestamp: u32,
+    /// The observers, sorted ascending.
+    pub observers: Vec<Address>,
+    /// Every registered worker, in registration order.
+    pub workers: Vec<AggregatedWorker>,
+}
+
+/// Why a set of observations cannot be aggregated. When a set has several faults, the
+/// one reported is fixed by the set alone: `TooFew` first, then the smallest duplicated
+/// observer, then the first fault of the first faulty observation in observer order
+/// (binding, then worker list, then ranges).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AggregateError {
+    #[error("{have} observations, at least {need} (2f + 1) are needed")]
+    TooFew { have: usize, need: usize },
+    #[error("observer {0} appears more than once in the set")]
+    DuplicateObserver(Address),
+    #[error("the observation of {observer} is bound to another {field}")]
+    Unbound {
+        observer: Address,
+        field: &'static str,
+    },
+    #[error("the observation of {observer} does not list exactly the registered workers, in order")]
+    WorkerList { observer: Address },
+    #[error("the observation of {observer} has a value out of range: {detail}")]
+    Range { observer: Address, detail: String },
+}
+
+/// Aggregates a set of observations of one round.
+///
+/// * `observations`: the set, in any order (the result does not depend on it).
+/// * `binding`: what each observation must be bound to (`don_id`, `config_version`,
+///   `execution_id`, `market`, `market_id`); a mismatch is [`AggregateError::Unbound`].
+/// * `workers`: the registered workers in registration order; each observation must list
+///   exactly these addresses in this order ([`AggregateError::WorkerList`]).
+/// * `f`: the number of faulty members tolerated; the set needs at least `2f + 1`
+///   observations ([`AggregateError::TooFew`]) from distinct observers
+///   ([`AggregateError::DuplicateObserver`]), each passing
+///   [`Observation::check_ranges`] ([`AggregateError::Range`]).
+///
+/// Per worker, an answer needs `f + 1` observations holding one (fewer could all be
+/// liars'); the position is the strict mode of the observed positions, or `Abstain` when
+/// two or more positions tie for the most frequent — the observers then disagree on
+/// which side the worker took, and picking one would favour a side by convention (or let
+/// one lying observer decide); abstaining keeps the worker a scored, rewarded responder
+/// with no vote weight. The confidence and the 3 scores are per-field lower medians over
+/// the observations holding an answer — always an observed integer, and within the
+/// honest range whenever honest answers outnumber lying ones. The timestamp is the lower
+/// median of all the observers' timestamps.
+pub fn aggregate(
+    observations: &[Observation],
+    binding: &Binding,
+    workers: &[Address],
+    f: usize,
+) -> Result<Aggregate, AggregateError> {
+    let need = f.saturating_mul(2).saturating_add(1);
+    if observations.len() < need {
+        return Err(AggregateError::TooFew {
+            have: observations.len(),
+            need,
+        });
+    }
+    let mut sorted: Vec<&Observation> = observations.iter().collect();
+    sorted.sort_by_key(|o| o.observer);
+    if let Some(pair) = sorted.windows(2).find(|p| p[0].observer == p[1].observer) {
+        return Err(AggregateError::DuplicateObserver(pair[0].observer));
+    }
+    for o in &sorted {
+        check_observation(o, binding, workers)?;
+    }
+
+    let mut timestamps: Vec<u32> = sorted.iter().map(|o| o.timestamp).collect();
+    let timestamp = lower_median(&mut timestamps).unwrap_or_default();
+    let quorum = f.saturating_add(1);
+    let workers = workers
+        .iter()
+        .enumerate()
+        .map(|(i, address)| {
+            let answers: Vec<ObservedAnswer> = sorted
+                .iter()
+                .filter_map(|o| o.workers.get(i).and_then(|w| w.answer))
+                .collect();
+            let answer = if answers.len() >= quorum {
+                combine(&answers)
+            } else {
+                None
+            };
+            AggregatedWorker {
+                address: *address,
+                answered_by: answers.len(),
+                answer,
+            }
+        })
+        .collect();
+    Ok(Aggregate {
+        timestamp,
+        observers: sorted.iter().map(|o| o.observer).collect(),
+        workers,
+    })
+}
+
+/// The binding, the worker list and the ranges of one observation.
+fn check_observation(
+    o: &Observation,
+    binding: &Binding,
+    workers: &[Address],
+) -> Result<(), AggregateError> {
+    let mismatch = [
+        ("don_id", o.don_id != binding.don_id),
+        ("config_version", o.config_version != binding.config_version),
+        ("execution_id", o.execution_id != binding.execution_id),
+        ("market", o.market != binding.market),
+        ("market_id", o.market_id != binding.market_id),
+    ]
+    .into_iter()
+    .find(|(_, differs)| *differs);
+    if let Some((field, _)) = mismatch {
+        return Err(AggregateError::Unbound {
+            observer: o.observer,
+            field,
+        });
+    }
+    if o.workers.len() != workers.len()
+        || o.workers.iter().zip(workers).any(|(w, a)| w.address != *a)
+    {
+        return Err(AggregateError::WorkerList {
+            observer: o.observer,
+        });
+    }
+    o.check_ranges().map_err(|detail| AggregateError::Range {
+        observer: o.observer,
+        detail,
+    })
+}
+
+/// The combined answer of a non-empty list of answers: the strict mode of the positions
+/// (`Abstain` on a tie) and the per-field lower medians.
+fn combine(answers: &[ObservedAnswer]) -> Option<ObservedAnswer> {
+    let mut confidences: Vec<u32> = answers.iter().map(|a| a.confidence_ppm).collect();
+    let confidence_ppm = lower_median(&mut confidences)?;
+    let mut scores = [0u8; 3];
+    for (k, score) in scores.iter_mut().enumerate() {
+        let mut values: Vec<u8> = answers.iter().map(|a| a.scores[k]).collect();
+        *score = lower_median(&mut values)?;
+    }
+    Some(ObservedAnswer {
+        position: mode(answers.iter().map(|a| a.position)),
+        confidence_ppm,
+        scores,
+    })
+}
+
+/// The most frequent position; `Abstain` when two or more tie for the most frequent.
+fn mode(positions: impl Iterator<Item = Position>) -> Position {
+    let mut counts = [0usize; 3];
+    for p in positions {
+        counts[position_index(p)] += 1;
+    }
+    let max = counts.iter().copied().max().unwrap_or(0);
+    let mut leaders = [Position::Yes, Position::No, Position::Abstain]
+        .into_iter()
+        .filter(|p| counts[position_index(*p)] == max);
+    match (leaders.next(), leaders.next()) {
+        (Some(p), None) => p,
+        _ => Position::Abstain,
+    }
+}
+
+fn position_index(p: Position) -> usize {
+    match p {
+        Position::Yes => 0,
+        Position::No => 1,
+        Position::Abstain => 2,
+    }
+}
+
+/// The lower median: sorted ascending, the element at index `(k - 1) / 2` (`None` when
+/// empty).
+fn lower_median<T: Ord + Copy>(values: &mut [T]) -> Option<T> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable();
+    values.get((values.len() - 1) / 2).copied()
+}
+
+impl Aggregate {
+    /// The tally's input, one [`TallyWorker`] per registered worker in order.
+    ///
+    /// An answered worker's 8 dimensions are built from its 3 aggregated scores so that
+    /// [`Dimensions::reduce`] gives them back exactly: `res` → resolutionQuality,
+    /// reasoningClarity, evidenceStrength; `src` → sourceQuality, timeliness; `depth` →
+    /// analysisDepth, biasAwareness, collaboration (each group's weighted mean of equal
+    /// integers is that integer, exactly, in f64). Its vote: `Yes` → determination true,
+    /// `No` → false, `Abstain` → `abstain: true` (determination false); confidence =
+    /// `ppm / 1e6`. An unanswered worker has no vote and default dimensions.
+    /// `reputations` is in worker order; a missing one is the default (no history).
+    pub fn tally_workers(&self, reputations: &[Reputation]) -> Vec<TallyWorker> {
+        self.workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let reputation = reputations.get(i).copied().unwrap_or_default();
+                let (vote, scores) = match &w.answer {
+                    Some(a) => {
+                        let [res, src, depth] = a.scores.map(f64::from);
+                        let scores = Dimensions {
+                            resolution_quality: res,
+                            reasoning_clarity: res,
+                            evidence_strength: res,
+                            source_quality: src,
+                            timeliness: src,
+                            analysis_depth: depth,
+                            bias_awareness: depth,
+                            collaboration: depth,
+                        };
+                        let vote = Vote {
+                            determination: a.position == Position::Yes,
+                            confidence: f64::from(a.confidence_ppm) / 1e6,
+                            abstain: a.position == Position::Abstain,
+                        };
+                        (Some(vote), scores)
+                    }
+                    None => (None, Dimensions::default()),
+                };
+                TallyWorker {
+                    address: w.address,
+                    vote,
+                    scores,
+                    reputation,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::don::WorkerObservation;
+    use crate::tally::{OnchainScores, TieRule, tally};
+    use proptest::prelude::*;
+
+    fn binding() -> Binding {
+        Binding {
+            don_id: 7,
+            config_version: 3,
+            execution_id: B256::repeat_byte(0xee),
+            market: Address::repeat_byte(0xaa),
+            market_id: U256::from(42u64),
+        }
+    }
+
+    fn worker_addrs(n: usize) -> Vec<Address> {
+        (0..n)
+            .map(|i| Address::repeat_byte(0xb0 + i as u8))
+            .collect()
+    }
+
+    fn member(i: usize) -> Address {
+        Address::with_last_byte(1 + i as u8)
+    }
+
+    fn ans(position: Position, confidence_ppm: u32, scores: [u8; 3]) -> Option<ObservedAnswer> {
+        Some(ObservedAnswer {
+            position,
+            confidence_ppm,
+            scores,
+        })
+    }
+
+    fn obs(i: usize, timestamp: u32, answers: &[Option<ObservedAnswer>]) -> Observation {
+        let b = binding();
+        Observation {
+            don_id: b.don_id,
+            config_version: b.config_version,
+            execution_id: b.execution_id,
+            market: b.market,
+            market_id: b.market_id,
+            observer: member(i),
+            timestamp,
+            workers: worker_addrs(answers.len())
+                .into_iter()
+                .zip(answers)
+                .map(|(address, answer)| WorkerObservation {
+                    address,
+                    answer: *answer,
+                    failure: answer.is_none().then(|| "timeout".to_string()),
+                })
+                .collect(),
+        }
+    }
+
+    fn run(set: &[Observation], f: usize) -> Result<Aggregate, AggregateError> {
+        let n = set.first().map_or(0, |o| o.workers.len());
+        aggregate(set, &binding(), &worker_addrs(n), f)
+    }
+
+    #[test]
+    fn medians_mode_and_quorum() {
+        use Position::*;
+        let set = [
+            obs(0, 100, &[ans(Yes, 900_000, [80, 70, 60]), None]),
+            obs(1, 300, &[ans(Yes, 500_000, [10, 90, 61]), None]),
+            obs(
+                2,
+                200,
+                &[ans(No, 700_000, [50, 20, 62]), ans(No, 1, [1, 1, 1])],
+            ),
+            obs(3, 400, &[ans(Yes, 600_000, [40, 30, 63]), None]),
+        ];
+        let a = run(&set, 1).unwrap();
+        assert_eq!(a.timestamp, 200);
+        assert_eq!(a.observers, (0..4).map(member).collect::<Vec<_>>());
+        assert_eq!(a.workers[0].answered_by, 4);
+        // lower medians: sorted confidences 500k,600k,700k,900k → index 1
+        assert_eq!(a.workers[0].answer, ans(Yes, 600_000, [40, 30, 61]));
+        // one answer < f + 1 = 2: not answered
+        assert_eq!(a.workers[1].answered_by, 1);
+        assert_eq!(a.workers[1].answer, None);
+    }
+
+    #[test]
+    fn a_tie_abstains() {
+        use Position::*;
+        let set = [
+            obs(0, 1, &[ans(Yes, 1, [1, 1, 1]), ans(Yes, 1, [1, 1, 1])]),
+            obs(1, 1, &[ans(No, 1, [1, 1, 1]), ans(Abstain, 1, [1, 1, 1])]),
+            obs(2, 1, &[None, ans(No, 1, [1, 1, 1])]),
+        ];
+        let a = run(&set, 1).unwrap();
+        assert_eq!(a.workers[0].answer.unwrap().position, Abstain);
+        assert_eq!(a.workers[1].answer.unwrap().position, Abstain);
+        assert_eq!(mode([Yes, Yes, No].into_iter()), Yes);
+        assert_eq!(mode([Abstain, Abstain, No].into_iter()), Abstain);
+        assert_eq!(mode([No, Yes, No, Abstain].into_iter()), No);
+    }
+
+    #[test]
+    fn too_few() {
+        let set = [obs(0, 1, &[None]), obs(1, 1, &[None])];
+        assert_eq!(
+            run(&set, 1),
+            Err(AggregateError::TooFew { have: 2, need: 3 })
+        );
+        assert_eq!(
+            run(&set, usize::MAX),
+            Err(AggregateError::TooFew {
+                have: 2,
+                need: usize::MAX
+            })
+        );
+        assert!(run(&set[..1], 0).is_ok());
+    }
+
+    #[test]
+    fn duplicate_observer() {
+        let mut set = vec![obs(0, 1, &[None]), obs(1, 1, &[None]), obs(2, 1, &[None])];
+        set[2].observer = member(1);
+        set[2].timestamp = 9;
+        assert_eq!(
+            run(&set, 1),
+            Err(AggregateError::DuplicateObserver(member(1)))
+        );
+        set.reverse();
+        assert_eq!(
+            run(&set, 1),
+            Err(AggregateError::DuplicateObserver(member(1)))
+        );
+    }
+
+    #[test]
+    fn unbound() {
+        type Edit = fn(&mut Observation);
+        let edits: [(&str, Edit); 5] = [
+            ("don_id", |o| o.don_id += 1),
+            ("config_version", |o| o.config_version += 1),
+            ("execution_id", |o| o.execution_id = B256::ZERO),
+            ("market", |o| o.market = Address::ZERO),
+            ("market_id", |o| o.market_id = U256::from(43u64)),
+        ];
+        for (field, edit) in edits {
+            let mut set = vec![obs(0, 1, &[None]), obs(1, 1, &[None]), obs(2, 1, &[None])];
+            edit(&mut set[1]);
+            assert_eq!(
+                run(&set, 1),
+                Err(AggregateError::Unbound {
+                    observer: member(1),
+                    field
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn worker_list() {
+        let base = vec![
+            obs(0, 1, &[None, None]),
+            obs(1, 1, &[None, None]),
+            obs(2, 1, &[None, None]),
+        ];
+        let edits: [fn(&mut Observation); 4] = [
+            |o| o.workers.reverse(),
+            |o| {
+                o.workers.pop();
+            },
+            |o| o.workers.push(o.workers[0].clone()),
+            |o| o.workers[1].address = Address::ZERO,
+        ];
+        for edit in edits {
+            let mut set = base.clone();
+            edit(&mut set[2]);
+            let want = Err(AggregateError::WorkerList {
+                observer: member(2),
+            });
+            assert_eq!(run(&set, 1), want);
+        }
+        // an observation listing no worker when one is registered
+        assert_eq!(
+            aggregate(&base, &binding(), &worker_addrs(3), 1),
+            Err(AggregateError::WorkerList {
+                observer: member(0)
+            })
+        );
+    }
+
+    #[test]
+    fn range() {
+        let mut set = vec![obs(0, 1, &[None]), obs(1, 1, &[None]), obs(2, 1, &[None])];
+        set[0].workers[0].answer = ans(Position::Yes, 1_000_001, [0, 0, 0]);
+        set[0].workers[0].failure = None;
+        assert!(matches!(
+            run(&set, 1),
+            Err(AggregateError::Range { observer, .. }) if observer == member(0)
+        ));
+    }
+
+    #[test]
+    fn tally_workers_reduce_back_exactly() {
+        for res in 0..=100u8 {
+            for src in 0..=100u8 {
+                let a = Aggregate {
+                    timestamp: 0,
+                    observers: vec![],
+                    workers: (0..=100u8)
+                        .map(|depth| AggregatedWorker {
+                            address: Address::with_last_byte(depth),
+                            answered_by: 1,
+                            answer: ans(Position::Yes, 0, [res, src, depth]),
+                        })
+                        .collect(),
+                };
+                for (t, w) in a.tally_workers(&[]).iter().zip(&a.workers) {
+                    let s = w.answer.unwrap().scores;
+                    assert_eq!(
+                        t.scores.reduce(),
+                        OnchainScores {
+                            res_quality: s[0],
+                            src_quality: s[1],
+                            analysis_depth: s[2]
+                        }
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tally_workers_votes_and_reputations() {
+        let rep = Reputation {
+            res_quality: 80.0,
+            src_quality: 70.0,
+            analysis_depth: 60.0,
+            count: 3,
+        };
+        let w = |i: u8, answer| AggregatedWorker {
+            address: Address::with_last_byte(i),
+            answered_by: 2,
+            answer,
+        };
+        let a = Aggregate {
+            timestamp: 5,
+            observers: vec![member(0)],
+            workers: vec![
+                w(1, ans(Position::Yes, 250_000, [90, 80, 70])),
+                w(2, ans(Position::No, 1_000_000, [10, 20, 30])),
+                w(3, ans(Position::Abstain, 0, [50, 50, 50])),
+                w(4, None),
+            ],
+        };
+        let t = a.tally_workers(&[rep, rep]);
+        assert_eq!(t.len(), 4);
+        let votes: Vec<_> = t.iter().map(|t| t.vote).collect();
+        let v = |determination, confidence, abstain| {
+            Some(Vote {
+                determination,
+                confidence,
+                abstain,
+            })
+        };
+        assert_eq!(
+            votes,
+            vec![
+                v(true, 0.25, false),
+                v(false, 1.0, false),
+                v(false, 0.0, true),
+                None
+            ]
+        );
+        assert_eq!(t[1].reputation, rep);
+        assert_eq!(t[2].reputation, Reputation::default());
+        assert_eq!(t[3].scores, Dimensions::default());
+        assert_eq!(t[0].address, Address::with_last_byte(1));
+        // the tally accepts it
+        let out = tally(U256::from(1u64), &t, TieRule::Yes).unwrap();
+        assert!(out.resolution);
+        assert!(!out.workers[3].responded);
+    }
+
+    fn position() -> impl Strategy<Value = Position> {
+        prop_oneof![
+            Just(Position::Yes),
+            Just(Position::No),
+            Just(Position::Abstain)
+        ]
+    }
+
+    fn answer() -> impl Strategy<Value = Option<ObservedAnswer>> {
+        prop_oneof![
+            1 => Just(None),
+            3 => (position(), 0u32..=1_000_000, prop::array::uniform3(0u8..=100))
+                .prop_map(|(position, confidence_ppm, scores)| Some(ObservedAnswer {
+                    position,
+                    confidence_ppm,
+                    scores,
+                })),
+        ]
+    }
+
+    /// A set of `m` observations (2f+1 ≤ m ≤ 3f+1) of which `liar[i]` marks the (at most
+    /// f) lying ones.
+    #[derive(Debug, Clone)]
+    struct Scenario {
+        f: usize,
+        set: Vec<Observation>,
+        liar: Vec<bool>,
+    }
+
+    fn scenario() -> impl Strategy<Value = Scenario> {
+        (1usize..=3, 1usize..=4)
+            .prop_flat_map(|(f, nw)| ((2 * f + 1)..=(3 * f + 1), 0..=f, Just((f, nw))))
+            .prop_flat_map(|(m, liars, (f, nw))| {
+                (
+                    Just(f),
+                    prop::collection::vec((any::<u32>(), prop::collection::vec(answer(), nw)), m),
+                    // per worker, maybe make every honest observation answer with one position
+                    prop::collection::vec(prop::option::of((position(), any::<bool>())), nw),
+                    Just((0..m).map(|i| i < liars).collect::<Vec<_>>()).prop_shuffle(),
+                )
+            })
+            .prop_map(|(f, rows, agree, liar)| {
+                let set = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (ts, answers))| {
+                        let mut answers = answers.clone();
+                        if !liar[i] {
+                            for (a, agree) in answers.iter_mut().zip(&agree) {
+                                match (a.as_mut(), agree) {
+                                    (Some(a), Some((p, _))) => a.position = *p,
+                                    (None, Some((p, true))) => {
+                                        *a = ans(*p, 123, [1, 2, 3]);
+                                    }
+                                    _ => {}
+                                }
+                            }
+                        }
+                        obs(i, *ts, &answers)
+                    })
+                    .collect();
+                Scenario { f, set, liar }
+            })
+    }
+
+    fn range_of(values: impl Iterator<Item = u32>) -> Option<(u32, u32)> {
+        values.fold(None, |r, v| match r {
+            None => Some((v, v)),
+            Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn order_independent(
+            (s, shuffled) in scenario()
+                .prop_flat_map(|s| { let set = s.set.clone(); (Just(s), Just(set).prop_shuffle()) })
+        ) {
+            prop_assert_eq!(run(&s.set, s.f), run(&shuffled, s.f));
+        }
+
+        #[test]
+        fn liars_stay_within_honest_bounds(s in scenario()) {
+            let a = run(&s.set, s.f).unwrap();
+            let honest = || s.set.iter().zip(&s.liar).filter(|(_, l)| !**l).map(|(o, _)| o);
+            let lying = || s.set.iter().zip(&s.liar).filter(|(_, l)| **l).map(|(o, _)| o);
+            // (d) the timestamp
+            let (lo, hi) = range_of(honest().map(|o| o.timestamp)).unwrap();
+            prop_assert!(lo <= a.timestamp && a.timestamp <= hi);
+            for (j, w) in a.workers.iter().enumerate() {
+                let h: Vec<ObservedAnswer> =
+                    honest().filter_map(|o| o.workers[j].answer).collect();
+                let l = lying().filter(|o| o.workers[j].answer.is_some()).count();
+                prop_assert_eq!(w.answered_by, h.len() + l);
+                // (c) no honest answer: not answered
+                if h.is_empty() {
+                    prop_assert_eq!(w.answer, None);
+                    continue;
+                }
+                if h.len() <= l {
+                    continue;
+                }
+                // (b) honest answers agree and outnumber the lying ones
+                let p = h[0].position;
+                if h.iter().all(|x| x.position == p) {
+                    if h.len() == honest().count() {
+                        prop_assert!(w.answer.is_some());
+                    }
+                    if let Some(x) = w.answer {
+                        prop_assert_eq!(x.position, p);
+                    }
+                }
+                // (a) every field within the honest range
+                if let Some(x) = w.answer {
+                    let (lo, hi) = range_of(h.iter().map(|a| a.confidence_ppm)).unwrap();
+                    prop_assert!(lo <= x.confidence_ppm && x.confidence_ppm <= hi);
+                    for k in 0..3 {
+                        let (lo, hi) = range_of(h.iter().map(|a| u32::from(a.scores[k]))).unwrap();
+                        let v = u32::from(x.scores[k]);
+                        prop_assert!(lo <= v && v <= hi, "score {} = {} not in [{}, {}]", k, v, lo, hi);
+                    }
+                }
+            }
+        }
+    }
+}

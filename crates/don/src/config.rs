@@ -1,0 +1,230 @@
+//! The `[don]` section: this DON's id and config version (as set on the forwarder), its
+//! fault tolerance f, this member's listen address, every member's signer address and
+//! endpoint, and the agreement's timers; with the checks start-up makes.
+
+use alloy::primitives::Address;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use url::Url;
+
+/// One member of the DON: the address its key signs with, and where it listens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberConfig {
+    pub address: Address,
+    pub url: Url,
+}
+
+/// The `[don]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DonConfig {
+    pub don_id: u32,
+    pub config_version: u32,
+    /// Faulty members tolerated; reports carry exactly f+1 signatures.
+    pub f: u8,
+    /// This member's endpoint for the other members (`host:port`).
+    pub listen: String,
+    /// Every member, this one included, in the same order on every member.
+    pub members: Vec<MemberConfig>,
+    /// How long an attempt's leader has to reach an agreement before the next member
+    /// leads (milliseconds).
+    #[serde(default = "default_attempt_timeout_ms")]
+    pub attempt_timeout_ms: u64,
+    /// How long the leader waits for more observations once it holds 2f+1 (ms).
+    #[serde(default = "default_observation_grace_ms")]
+    pub observation_grace_ms: u64,
+    /// A member that is not the transmitter waits its rank times this before it
+    /// transmits an agreed report the chain has not seen (ms).
+    #[serde(default = "default_transmit_delay_ms")]
+    pub transmit_delay_ms: u64,
+    /// Attempts (leaders) tried before the round is retried later.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+}
+
+fn default_attempt_timeout_ms() -> u64 {
+    4_000
+}
+fn default_observation_grace_ms() -> u64 {
+    300
+}
+fn default_transmit_delay_ms() -> u64 {
+    4_000
+}
+fn default_max_attempts() -> u32 {
+    12
+}
+
+/// The most signers the KeystoneForwarder accepts.
+pub const MAX_MEMBERS: usize = 31;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DonConfigError {
+    #[error(
+        "[don] f = 0: the KeystoneForwarder needs f >= 1 (set f, and the forwarder's config, to at least 1)"
+    )]
+    ZeroF,
+    #[error(
+        "[don] has {n} members for f = {f}: a DON needs at least 3f+1 = {need} (add members or lower f, here and in the forwarder's setConfig)"
+    )]
+    TooFew { n: usize, f: u8, need: usize },
+    #[error("[don] has {n} members: the KeystoneForwarder accepts at most {MAX_MEMBERS} signers")]
+    TooMany { n: usize },
+    #[error("[don] lists member {0} twice: every member appears once, with its own key")]
+    Duplicate(Address),
+    #[error("[don] lists the zero address as a member")]
+    ZeroAddress,
+    #[error("[don] lists the endpoint {0} for two members: each member listens on its own")]
+    DuplicateUrl(String),
+    #[error(
+        "this node's signer {0} is not one of [don].members: use the member's own key ([signer]) or add its address to members on every node (and to the forwarder's config)"
+    )]
+    NotAMember(Address),
+    #[error("[don].listen {0:?} is not host:port")]
+    Listen(String),
+    #[error("[don] member url {0} is not http(s)")]
+    Scheme(String),
+    #[error("[don].{0} must be above 0")]
+    Timer(&'static str),
+}
+
+impl DonConfig {
+    /// The start-up checks: 3f+1 ≤ n ≤ 31, no member twice, `me` a member.
+    pub fn validate(&self, me: Address) -> Result<(), DonConfigError> {
+        if self.f == 0 {
+            return Err(DonConfigError::ZeroF);
+        }
+        let n = self.members.len();
+        let need = 3 * usize::from(self.f) + 1;
+        if n < need {
+            return Err(DonConfigError::TooFew { n, f: self.f, need });
+        }
+        if n > MAX_MEMBERS {
+            return Err(DonConfigError::TooMany { n });
+        }
+        let (mut seen, mut urls) = (HashSet::new(), HashSet::new());
+        for m in &self.members {
+            if m.address == Address::ZERO {
+                return Err(DonConfigError::ZeroAddress);
+            }
+            if !seen.insert(m.address) {
+                return Err(DonConfigError::Duplicate(m.address));
+            }
+            if !matches!(m.url.scheme(), "http" | "https") {
+                return Err(DonConfigError::Scheme(m.url.to_string()));
+            }
+            if !urls.insert(m.url.as_str().trim_end_matches('/').to_string()) {
+                return Err(DonConfigError::DuplicateUrl(m.url.to_string()));
+            }
+        }
+        if !seen.contains(&me) {
+            return Err(DonConfigError::NotAMember(me));
+        }
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(DonConfigError::Listen(self.listen.clone()));
+        }
+        for (name, v) in [
+            ("attempt_timeout_ms", self.attempt_timeout_ms),
+            ("transmit_delay_ms", self.transmit_delay_ms),
+            ("max_attempts", u64::from(self.max_attempts)),
+        ] {
+            if v == 0 {
+                return Err(DonConfigError::Timer(name));
+            }
+        }
+        Ok(())
+    }
+
+    /// The members' addresses, in configuration order.
+    pub fn addresses(&self) -> Vec<Address> {
+        self.members.iter().map(|m| m.address).collect()
+    }
+
+    /// The member that leads `attempt` of an execution: the rotation starts at a member
+    /// fixed by the execution id, so leadership spreads over rounds.
+    pub fn leader(&self, execution_id: &alloy::primitives::B256, attempt: u32) -> Address {
+        leader_of(&self.addresses(), execution_id, attempt)
+    }
+}
+
+/// The leader of `attempt`: `members[(first 8 bytes of the execution id + attempt) mod n]`.
+pub fn leader_of(
+    members: &[Address],
+    execution_id: &alloy::primitives::B256,
+    attempt: u32,
+) -> Address {
+    if members.is_empty() {
+        return Address::ZERO;
+    }
+    let mut start = [0u8; 8];
+    start.copy_from_slice(&execution_id[..8]);
+    let i = (u64::from_be_bytes(start) % members.len() as u64 + u64::from(attempt))
+        % members.len() as u64;
+    members[i as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(n: usize, f: u8) -> DonConfig {
+        DonConfig {
+            don_id: 1,
+            config_version: 1,
+            f,
+            listen: "127.0.0.1:9500".into(),
+            members: (1..=n)
+                .map(|i| MemberConfig {
+                    address: Address::repeat_byte(i as u8),
+                    url: format!("http://127.0.0.1:{}", 9500 + i).parse().unwrap(),
+                })
+                .collect(),
+            attempt_timeout_ms: 1,
+            observation_grace_ms: 1,
+            transmit_delay_ms: 1,
+            max_attempts: 1,
+        }
+    }
+
+    #[test]
+    fn start_up_refuses_what_the_forwarder_would() {
+        let me = Address::repeat_byte(1);
+        assert_eq!(cfg(4, 1).validate(me), Ok(()));
+        assert_eq!(
+            cfg(3, 1).validate(me),
+            Err(DonConfigError::TooFew {
+                n: 3,
+                f: 1,
+                need: 4
+            })
+        );
+        assert_eq!(cfg(4, 0).validate(me), Err(DonConfigError::ZeroF));
+        assert_eq!(
+            cfg(32, 1).validate(me),
+            Err(DonConfigError::TooMany { n: 32 })
+        );
+        assert_eq!(
+            cfg(4, 1).validate(Address::repeat_byte(9)),
+            Err(DonConfigError::NotAMember(Address::repeat_byte(9)))
+        );
+        let mut dup = cfg(4, 1);
+        dup.members[3].address = dup.members[0].address;
+        assert_eq!(dup.validate(me), Err(DonConfigError::Duplicate(me)));
+        let mut url = cfg(4, 1);
+        url.members[3].url = url.members[0].url.clone();
+        assert!(matches!(
+            url.validate(me),
+            Err(DonConfigError::DuplicateUrl(_))
+        ));
+    }
+
+    #[test]
+    fn leadership_rotates_over_every_member() {
+        let c = cfg(7, 2);
+        let exec = alloy::primitives::B256::repeat_byte(0xab);
+        let leaders: HashSet<Address> = (0..7).map(|a| c.leader(&exec, a)).collect();
+        assert_eq!(leaders.len(), 7);
+        assert_eq!(c.leader(&exec, 0), c.leader(&exec, 7));
+    }
+}

@@ -1,0 +1,641 @@
+//! The agreement of one DON member. For each execution (one request of one market) the
+//! member signs and persists its own observation, sends it to every member, and then
+//! runs attempts: the attempt's leader (a rotation fixed by the execution id) waits for
+//! 2f+1 observations (and a short grace for more), fixes the set and proposes it with
+//! the report it builds; every member recomputes the report from the set with the pure
+//! aggregate and its own tally, refuses a proposal whose bytes differ, and otherwise
+//! signs the forwarder digest — after persisting that report as the only one it will
+//! ever sign for the execution. A signature goes to every member with its set; f+1
+//! signatures over one report are an agreement. An attempt that does not agree in time
+//! passes the lead to the next member, who re-proposes the report most members already
+//! signed, if any. Messages arrive through [`Don::receive`] (the server).
+
+use crate::config::{DonConfig, leader_of};
+use crate::persist::{Lock, Persist, PersistError};
+use crate::wire::{self, Body, Envelope, SignedObservation, WireError};
+use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::signers::local::PrivateKeySigner;
+use cresolver_core::don::aggregate::Binding;
+use cresolver_core::don::{Aggregate, Observation, aggregate, forwarder_digest, report_context};
+use cresolver_metrics::Metrics;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Executions a member keeps messages for at once (the least recently touched are
+/// dropped beyond it: a peer cannot grow a member's memory without bound).
+const MAX_BOOKS: usize = 4_096;
+/// How long a message to another member may take.
+const SEND_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Builds the raw report of an aggregate (tally, report body, forwarder header), or says
+/// why the aggregate makes no report.
+pub type BuildReport = Arc<dyn Fn(&Aggregate) -> Result<Bytes, String> + Send + Sync>;
+
+/// One execution this member observed and wants agreed.
+#[derive(Clone)]
+pub struct Job {
+    pub execution_id: B256,
+    pub market: Address,
+    pub market_id: U256,
+    /// This member's observation (used when none is stored for the execution yet).
+    pub observation: Observation,
+    /// The market's registered workers, in registration order.
+    pub workers: Vec<Address>,
+    pub build: BuildReport,
+}
+
+/// An agreed report: what the forwarder needs, and what the operator sees.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Agreed {
+    pub execution_id: B256,
+    pub report: Bytes,
+    pub context: Bytes,
+    pub digest: B256,
+    /// Exactly f+1, sorted by address; `signatures[i]` is `signers[i]`'s.
+    pub signers: Vec<Address>,
+    pub signatures: Vec<Bytes>,
+    /// The observations the report was built from (their observers, sorted).
+    pub observations: Vec<SignedObservation>,
+    /// The attempt whose leader fixed the set, and that leader.
+    pub attempt: u32,
+    pub leader: Address,
+    /// This member rebuilt the same bytes from the set itself.
+    pub recomputed: bool,
+}
+
+impl Agreed {
+    pub fn observers(&self) -> Vec<Address> {
+        self.observations
+            .iter()
+            .map(|o| o.observation.observer)
+            .collect()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgreeError {
+    #[error(
+        "no agreement after {attempts} attempts (leaders): fewer than 2f+1 members observed the round, or fewer than f+1 signed one report; the round is retried"
+    )]
+    Stalled { attempts: u32 },
+    #[error(transparent)]
+    Persist(#[from] PersistError),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+}
+
+/// A report some members signed, with their signatures.
+#[derive(Debug, Clone, Default)]
+struct Signed {
+    report: Bytes,
+    observations: Vec<SignedObservation>,
+    attempt: u32,
+    sigs: BTreeMap<Address, Bytes>,
+}
+
+/// What a member holds of one execution.
+#[derive(Debug, Default)]
+struct Book {
+    observations: BTreeMap<Address, SignedObservation>,
+    /// attempt → (the set, the report the leader built)
+    proposals: BTreeMap<u32, (Vec<SignedObservation>, Bytes)>,
+    signed: BTreeMap<B256, Signed>,
+    /// Each signer's one report.
+    signer_digest: HashMap<Address, B256>,
+}
+
+struct Slot {
+    book: Mutex<Book>,
+    tick: watch::Sender<u64>,
+    touched: Mutex<Instant>,
+}
+
+impl Slot {
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A DON member.
+pub struct Don {
+    cfg: DonConfig,
+    members: Vec<Address>,
+    signer: PrivateKeySigner,
+    context: Bytes,
+    http: reqwest::Client,
+    persist: Persist,
+    metrics: Arc<Metrics>,
+    books: Mutex<HashMap<B256, Arc<Slot>>>,
+}
+
+impl Don {
+    /// `cfg` must have passed [`DonConfig::validate`] for `signer`'s address.
+    pub fn new(
+        cfg: DonConfig,
+        signer: PrivateKeySigner,
+        persist: Persist,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, crate::DonConfigError> {
+        cfg.validate(signer.address())?;
+        let members = cfg.addresses();
+        let context = Bytes::copy_from_slice(&report_context(
+            cfg.don_id,
+            cfg.config_version,
+            cfg.f,
+            &members,
+        ));
+        let http = reqwest::Client::builder()
+            .timeout(SEND_TIMEOUT)
+            .connect_timeout(SEND_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .tcp_nodelay(true)
+            .build()
+            .unwrap_or_default();
+        Ok(Self {
+            cfg,
+            members,
+            signer,
+            context,
+            http,
+            persist,
+            metrics,
+            books: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn config(&self) -> &DonConfig {
+        &self.cfg
+    }
+    pub fn address(&self) -> Address {
+        self.signer.address()
+    }
+    pub fn members(&self) -> &[Address] {
+        &self.members
+    }
+    /// The `reportContext` every member signs with.
+    pub fn report_context(&self) -> &Bytes {
+        &self.context
+    }
+    fn f(&self) -> usize {
+        usize::from(self.cfg.f)
+    }
+
+    /// The agreement stored for an execution, if this member saw one.
+    pub fn agreed(&self, exec: &B256) -> Result<Option<Agreed>, PersistError> {
+        self.persist.agreed(exec)
+    }
+
+    /// This member's own observation of an execution, as stored.
+    pub fn own_observation(&self, exec: &B256) -> Result<Option<SignedObservation>, PersistError> {
+        self.persist.own_observation(exec)
+    }
+
+    /// This member's place in the transmission order of `agreed`: 0 for the leader that
+    /// fixed the set, then the following leaders of the rotation.
+    pub fn transmit_rank(&self, agreed: &Agreed) -> u32 {
+        let me = self.address();
+        (0..self.members.len() as u32)
+            .find(|k| {
+                leader_of(
+                    &self.members,
+                    &agreed.execution_id,
+                    agreed.attempt.saturating_add(*k),
+                ) == me
+            })
+            .unwrap_or(0)
+    }
+
+    fn slot(&self, exec: B256) -> Arc<Slot> {
+        let mut books = self.books.lock().unwrap_or_else(|p| p.into_inner());
+        if !books.contains_key(&exec) && books.len() >= MAX_BOOKS {
+            let oldest = books
+                .iter()
+                .min_by_key(|(_, s)| *s.touched.lock().unwrap_or_else(|p| p.into_inner()))
+                .map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                books.remove(&k);
+            }
+        }
+        let slot = books
+            .entry(exec)
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    book: Mutex::new(Book::default()),
+                    tick: watch::channel(0).0,
+                    touched: Mutex::new(Instant::now()),
+                })
+            })
+            .clone();
+        *slot.touched.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        slot
+    }
+
+    /// Takes in a message [`wire::open`] accepted. A proposal from a member that does not
+    /// lead its attempt, a report signature that does not recover to its sender, or a
+    /// second, different report or proposal from the same member is dropped (and counted).
+    pub fn receive(&self, env: Envelope) -> Result<(), &'static str> {
+        let slot = self.slot(env.execution_id);
+        let (exec, sender, kind) = (env.execution_id, env.sender, env.kind());
+        let refused = {
+            let mut b = slot.book();
+            match env.body {
+                Body::Observation { observation } => {
+                    if b.observations.contains_key(&env.sender) {
+                        None
+                    } else {
+                        b.observations.insert(env.sender, observation);
+                        self.metrics.don_event("observation_received", "peer");
+                        None
+                    }
+                }
+                Body::Proposal {
+                    observations,
+                    report,
+                } => {
+                    if leader_of(&self.members, &env.execution_id, env.attempt) != env.sender {
+                        Some("not_the_leader")
+                    } else {
+                        match b.proposals.get(&env.attempt) {
+                            Some((set, r)) if *set != observations || *r != report => {
+                                Some("equivocating_leader")
+                            }
+                            Some(_) => None,
+                            None => {
+                                for o in &observations {
+                                    b.observations
+                                        .entry(o.observation.observer)
+                                        .or_insert_with(|| o.clone());
+                                }
+                                b.proposals.insert(env.attempt, (observations, report));
+                                None
+                            }
+                        }
+                    }
+                }
+                Body::Signature {
+                    report,
+                    signature,
+                    observations,
+                } => {
+                    let digest = forwarder_digest(&report, &self.context);
+                    match wire::recover(&digest, &signature) {
+                        Ok(a) if a == env.sender => match b.signer_digest.get(&env.sender) {
+                            Some(d) if *d != digest => Some("equivocating_member"),
+                            _ => {
+                                b.signer_digest.insert(env.sender, digest);
+                                let s = b.signed.entry(digest).or_default();
+                                if s.observations.is_empty() {
+                                    s.report = report;
+                                    s.observations = observations;
+                                    s.attempt = env.attempt;
+                                }
+                                s.sigs.insert(env.sender, signature);
+                                None
+                            }
+                        },
+                        _ => Some("bad_report_signature"),
+                    }
+                }
+            }
+        };
+        if let Some(why) = refused {
+            self.metrics.don_event("signature_refused", why);
+            tracing::warn!(execution_id = %exec, %sender, kind, reason = why, "a member's DON message dropped");
+            return Err(why);
+        }
+        slot.tick.send_modify(|t| *t += 1);
+        Ok(())
+    }
+
+    fn envelope(&self, job: &Job, attempt: u32, body: Body) -> Envelope {
+        Envelope {
+            don_id: self.cfg.don_id,
+            config_version: self.cfg.config_version,
+            execution_id: job.execution_id,
+            market: job.market,
+            market_id: job.market_id,
+            attempt,
+            sender: self.address(),
+            body,
+        }
+    }
+
+    /// Sends a message to every other member, without waiting (a member that is down
+    /// misses it; observations and signatures are sent again at every new attempt).
+    fn broadcast(&self, env: Envelope) {
+        let (body, sig) = match wire::seal(&env, &self.signer) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot sign a DON message");
+                return;
+            }
+        };
+        let body = bytes::Bytes::from(body);
+        let me = self.address();
+        for m in self.cfg.members.iter().filter(|m| m.address != me) {
+            let url = match m.url.join(wire::PATH) {
+                Ok(u) => u,
+                Err(_) => continue,
+            };
+            let (http, body, sig, to, kind) = (
+                self.http.clone(),
+                body.clone(),
+                sig.clone(),
+                m.address,
+                env.kind(),
+            );
+            tokio::spawn(async move {
+                let sent = http
+                    .post(url)
+                    .header(wire::SIGNATURE_HEADER, sig)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                match sent {
+                    Ok(r) if r.status().is_success() => {}
+                    Ok(r) => {
+                        tracing::debug!(member = %to, kind, status = %r.status(), "a member refused a DON message")
+                    }
+                    Err(e) => {
+                        tracing::debug!(member = %to, kind, error = %e, "a DON message did not reach a member")
+                    }
+                }
+            });
+        }
+    }
+
+    fn binding(&self, job: &Job) -> Binding {
+        Binding {
+            don_id: self.cfg.don_id,
+            config_version: self.cfg.config_version,
+            execution_id: job.execution_id,
+            market: job.market,
+            market_id: job.market_id,
+        }
+    }
+
+    /// The report a set makes, as this member computes it.
+    fn build(&self, job: &Job, set: &[SignedObservation]) -> Result<Bytes, String> {
+        let obs: Vec<Observation> = set.iter().map(|o| o.observation.clone()).collect();
+        let agg = aggregate(&obs, &self.binding(job), &job.workers, self.f())
+            .map_err(|e| e.to_string())?;
+        (job.build)(&agg)
+    }
+
+    /// The set a leader proposes: the report most members already signed (its set), if
+    /// this member builds the same bytes from it; else every observation it holds.
+    fn choose(&self, job: &Job, slot: &Slot) -> Vec<SignedObservation> {
+        let (signed, own): (Vec<Signed>, Vec<SignedObservation>) = {
+            let b = slot.book();
+            let mut s: Vec<Signed> = b.signed.values().cloned().collect();
+            s.sort_by(|x, y| y.sigs.len().cmp(&x.sigs.len()));
+            (s, b.observations.values().cloned().collect())
+        };
+        for s in signed {
+            if self.build(job, &s.observations).as_ref() == Ok(&s.report) {
+                return s.observations;
+            }
+        }
+        let binding = self.binding(job);
+        own.into_iter()
+            .filter(|o| {
+                let x = &o.observation;
+                x.execution_id == binding.execution_id
+                    && x.market == binding.market
+                    && x.market_id == binding.market_id
+            })
+            .collect()
+    }
+
+    /// A proposal of `attempt`: recompute, compare, lock, sign, send.
+    fn consider(
+        &self,
+        job: &Job,
+        slot: &Slot,
+        attempt: u32,
+        set: Vec<SignedObservation>,
+        proposed: &Bytes,
+    ) -> Result<(), AgreeError> {
+        let exec = job.execution_id;
+        let raw = match self.build(job, &set) {
+            Ok(r) => r,
+            Err(e) => {
+                self.metrics.don_event("signature_refused", "bad_set");
+                tracing::warn!(execution_id = %exec, attempt, error = %e, "not signing the leader's proposal: its set makes no report");
+                return Ok(());
+            }
+        };
+        if raw != *proposed {
+            self.metrics
+                .don_event("signature_refused", "report_mismatch");
+            tracing::warn!(execution_id = %exec, attempt, "not signing the leader's proposal: its report differs from the one this member builds from the same set");
+            return Ok(());
+        }
+        let digest = forwarder_digest(&raw, &self.context);
+        let signature = wire::sign_digest(&self.signer, &digest)?;
+        let lock = Lock {
+            digest,
+            report: raw,
+            signature,
+            observations: set,
+            attempt,
+        };
+        // persisted before the signature leaves; never replaced
+        let stored = self.persist.lock_once(&exec, &lock)?;
+        if stored.digest != digest {
+            self.metrics
+                .don_event("signature_refused", "signed_another");
+            tracing::info!(execution_id = %exec, attempt, signed = %stored.digest, proposed = %digest, "not signing: this member already signed a different report for this execution");
+        }
+        self.publish_lock(job, slot, &stored, attempt);
+        Ok(())
+    }
+
+    fn publish_lock(&self, job: &Job, slot: &Slot, lock: &Lock, attempt: u32) {
+        {
+            let mut b = slot.book();
+            b.signer_digest.insert(self.address(), lock.digest);
+            let s = b.signed.entry(lock.digest).or_default();
+            if s.observations.is_empty() {
+                s.report = lock.report.clone();
+                s.observations = lock.observations.clone();
+                s.attempt = lock.attempt;
+            }
+            s.sigs.insert(self.address(), lock.signature.clone());
+        }
+        self.broadcast(self.envelope(
+            job,
+            attempt,
+            Body::Signature {
+                report: lock.report.clone(),
+                signature: lock.signature.clone(),
+                observations: lock.observations.clone(),
+            },
+        ));
+    }
+
+    /// f+1 signatures over one report, this member's own report first.
+    fn agreement(&self, job: &Job, slot: &Slot, lock: Option<B256>) -> Option<Agreed> {
+        let need = self.f() + 1;
+        let candidate = {
+            let b = slot.book();
+            let mut ready: Vec<(&B256, &Signed)> = b
+                .signed
+                .iter()
+                .filter(|(_, s)| s.sigs.len() >= need)
+                .collect();
+            ready.sort_by_key(|(d, _)| Some(**d) != lock);
+            ready.first().map(|(d, s)| (**d, (*s).clone()))
+        }?;
+        let (digest, s) = candidate;
+        let (signers, signatures): (Vec<Address>, Vec<Bytes>) =
+            s.sigs.into_iter().take(need).unzip();
+        let recomputed = self.build(job, &s.observations).as_ref() == Ok(&s.report);
+        let mut observations = s.observations;
+        observations.sort_by_key(|o| o.observation.observer);
+        Some(Agreed {
+            execution_id: job.execution_id,
+            report: s.report,
+            context: self.context.clone(),
+            digest,
+            signers,
+            signatures,
+            observations,
+            attempt: s.attempt,
+            leader: leader_of(&self.members, &job.execution_id, s.attempt),
+            recomputed,
+        })
+    }
+
+    /// Runs the agreement of `job` to f+1 signatures on one report. Resumes what a
+    /// previous run persisted (the observation, the signed report, the attempt).
+    pub async fn agree(&self, job: Job) -> Result<Agreed, AgreeError> {
+        let exec = job.execution_id;
+        if let Some(a) = self.persist.agreed(&exec)? {
+            return Ok(a);
+        }
+        let slot = self.slot(exec);
+        let mut tick = slot.tick.subscribe();
+        let own = match self.persist.own_observation(&exec)? {
+            Some(o) => o,
+            None => {
+                let signed = wire::sign_observation(job.observation.clone(), &self.signer)?;
+                self.persist.save_own_observation(&exec, &signed)?
+            }
+        };
+        self.metrics.don_event("observation_received", "own");
+        slot.book().observations.insert(self.address(), own.clone());
+        let mut attempt = self.persist.attempt(&exec)?;
+        let first = attempt;
+        let announce = |attempt: u32| {
+            self.broadcast(self.envelope(
+                &job,
+                attempt,
+                Body::Observation {
+                    observation: own.clone(),
+                },
+            ));
+            if let Ok(Some(lock)) = self.persist.lock(&exec) {
+                self.publish_lock(&job, &slot, &lock, attempt);
+            }
+        };
+        announce(attempt);
+        let timeout = Duration::from_millis(self.cfg.attempt_timeout_ms);
+        let grace = Duration::from_millis(self.cfg.observation_grace_ms);
+        let need = 2 * self.f() + 1;
+        let mut started = Instant::now();
+        let mut quorum_since: Option<Instant> = None;
+        let mut proposed: HashSet<u32> = HashSet::new();
+        let mut handled: HashSet<u32> = HashSet::new();
+        loop {
+            let lock = self.persist.lock(&exec)?.map(|l| l.digest);
+            if let Some(a) = self.agreement(&job, &slot, lock) {
+                let a = self.persist.save_agreed(&exec, &a)?;
+                self.metrics.don_event("agreement", "reached");
+                tracing::info!(execution_id = %exec, attempt = a.attempt, leader = %a.leader, signers = ?a.signers, "DON agreement");
+                return Ok(a);
+            }
+            let me = self.address();
+            let leading = leader_of(&self.members, &exec, attempt) == me;
+            if leading && !proposed.contains(&attempt) {
+                let held = slot.book().observations.len();
+                if held >= need {
+                    let since = *quorum_since.get_or_insert_with(Instant::now);
+                    if held >= self.members.len() || since.elapsed() >= grace {
+                        let set = self.choose(&job, &slot);
+                        match self.build(&job, &set) {
+                            Ok(report) => {
+                                tracing::info!(execution_id = %exec, attempt, observations = set.len(), "proposing the set as leader");
+                                slot.book()
+                                    .proposals
+                                    .insert(attempt, (set.clone(), report.clone()));
+                                self.broadcast(self.envelope(
+                                    &job,
+                                    attempt,
+                                    Body::Proposal {
+                                        observations: set,
+                                        report,
+                                    },
+                                ));
+                            }
+                            Err(e) => {
+                                tracing::warn!(execution_id = %exec, attempt, error = %e, "as leader: the observations held make no report")
+                            }
+                        }
+                        proposed.insert(attempt);
+                    }
+                }
+            }
+            let pending = {
+                let b = slot.book();
+                b.proposals
+                    .range(attempt..)
+                    .filter(|(a, _)| !handled.contains(*a))
+                    .last()
+                    .map(|(a, p)| (*a, p.clone()))
+            };
+            if let Some((at, (set, report))) = pending {
+                handled.insert(at);
+                if at > attempt {
+                    attempt = at;
+                    self.persist.set_attempt(&exec, attempt)?;
+                    started = Instant::now();
+                    quorum_since = None;
+                }
+                self.consider(&job, &slot, at, set, &report)?;
+                continue;
+            }
+            let deadline = started + timeout;
+            if Instant::now() >= deadline {
+                attempt = attempt.saturating_add(1);
+                if attempt.saturating_sub(first) >= self.cfg.max_attempts {
+                    return Err(AgreeError::Stalled {
+                        attempts: self.cfg.max_attempts,
+                    });
+                }
+                self.persist.set_attempt(&exec, attempt)?;
+                self.metrics.don_event("leader_change", "timeout");
+                tracing::info!(execution_id = %exec, attempt, leader = %leader_of(&self.members, &exec, attempt), "no agreement in time: the next member leads");
+                started = Instant::now();
+                quorum_since = None;
+                announce(attempt);
+                continue;
+            }
+            let mut wake = deadline;
+            if leading
+                && !proposed.contains(&attempt)
+                && let Some(since) = quorum_since
+            {
+                wake = wake.min(since + grace);
+            }
+            tokio::select! {
+                _ = tick.changed() => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+    }
+}

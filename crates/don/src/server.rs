@@ -1,0 +1,134 @@
+//! The member endpoint: `POST /don/v1/message` on `[don].listen`. A body over the
+//! bound is refused before it is read whole, a source address over its rate gets 429
+//! before any signature is checked, a message that does not open (not signed by the
+//! member it names, another DON, a forged observation) gets 403 and changes nothing,
+//! and a member over its own rate gets 429.
+
+use crate::member::Don;
+use crate::wire::{self, MAX_MESSAGE_BYTES, PATH, SIGNATURE_HEADER};
+use alloy::primitives::Address;
+use axum::Router;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Messages a source address may send per second (burst: twice that).
+const PER_SOURCE_PER_SEC: f64 = 200.0;
+/// Messages one member may send per second (burst: twice that).
+const PER_MEMBER_PER_SEC: f64 = 100.0;
+/// How long reading one message may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Token buckets by key, with a bounded number of keys.
+struct Buckets<K> {
+    rate: f64,
+    map: Mutex<HashMap<K, (f64, Instant)>>,
+}
+
+impl<K: Hash + Eq + Clone> Buckets<K> {
+    fn new(rate: f64) -> Self {
+        Self {
+            rate,
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn allow(&self, key: &K) -> bool {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() > 10_000 {
+            map.clear();
+        }
+        let now = Instant::now();
+        let burst = self.rate * 2.0;
+        let (tokens, last) = map.entry(key.clone()).or_insert((burst, now));
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.rate).min(burst);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+struct ServerState {
+    don: Arc<Don>,
+    sources: Buckets<IpAddr>,
+    senders: Buckets<Address>,
+}
+
+/// The member API's router.
+pub fn router(don: Arc<Don>) -> Router {
+    let state = Arc::new(ServerState {
+        don,
+        sources: Buckets::new(PER_SOURCE_PER_SEC),
+        senders: Buckets::new(PER_MEMBER_PER_SEC),
+    });
+    Router::new()
+        .route(PATH, post(message))
+        .layer(DefaultBodyLimit::max(MAX_MESSAGE_BYTES))
+        .with_state(state)
+}
+
+/// Serves the member API on `listener` until `shutdown`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    don: Arc<Don>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        router(don).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}
+
+async fn message(
+    State(s): State<Arc<ServerState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+) -> (StatusCode, &'static str) {
+    if !s.sources.allow(&peer.ip()) {
+        return (StatusCode::TOO_MANY_REQUESTS, "rate limited");
+    }
+    let body = match tokio::time::timeout(
+        READ_TIMEOUT,
+        axum::body::to_bytes(request.into_body(), MAX_MESSAGE_BYTES),
+    )
+    .await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return (StatusCode::PAYLOAD_TOO_LARGE, "message too large"),
+        Err(_) => return (StatusCode::REQUEST_TIMEOUT, "message not read in time"),
+    };
+    let sig = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
+    let don = &s.don;
+    let env = match wire::open(
+        &body,
+        sig,
+        don.members(),
+        don.config().don_id,
+        don.config().config_version,
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "DON message refused");
+            return (StatusCode::FORBIDDEN, "refused");
+        }
+    };
+    if !s.senders.allow(&env.sender) {
+        return (StatusCode::TOO_MANY_REQUESTS, "rate limited");
+    }
+    match don.receive(env) {
+        Ok(()) => (StatusCode::OK, "ok"),
+        Err(why) => (StatusCode::CONFLICT, why),
+    }
+}

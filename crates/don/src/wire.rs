@@ -1,0 +1,385 @@
+//! The messages between members. Each is a JSON [`Envelope`] bound to (don id, config
+//! version, execution, market, attempt), signed by its sender over
+//! `keccak256(MESSAGE_DOMAIN ‖ body bytes)` in the [`SIGNATURE_HEADER`], and opened only
+//! when the signature recovers to the member the envelope names. Observations and report
+//! signatures carry signatures of their own (over their canonical digests), so that a
+//! leader can forward them and every member can check them.
+
+use alloy::primitives::{Address, B256, Bytes, Signature, U256, keccak256};
+use alloy::signers::SignerSync;
+use alloy::signers::local::PrivateKeySigner;
+use cresolver_core::don::Observation;
+use serde::{Deserialize, Serialize};
+
+/// Domain tag of a message signature.
+pub const MESSAGE_DOMAIN: &[u8] = b"cresolver-don-message-v1";
+/// The header holding the sender's signature of the body (`0x` + 65 bytes hex).
+pub const SIGNATURE_HEADER: &str = "x-cresolver-don-signature";
+/// The largest message a member accepts.
+pub const MAX_MESSAGE_BYTES: usize = 2 * 1024 * 1024;
+/// The most observations one message may carry (the most members a DON may have).
+pub const MAX_SET: usize = crate::config::MAX_MEMBERS;
+/// The most workers one observation may list.
+pub const MAX_WORKERS: usize = 256;
+/// The endpoint path of the member API.
+pub const PATH: &str = "/don/v1/message";
+
+/// An observation with its observer's signature over [`Observation::digest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedObservation {
+    pub observation: Observation,
+    pub signature: Bytes,
+}
+
+/// What a message says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Body {
+    /// The sender's own signed observation.
+    Observation { observation: SignedObservation },
+    /// The attempt's leader fixes this set of observations, and the report it builds
+    /// from them (every member rebuilds it and compares).
+    Proposal {
+        observations: Vec<SignedObservation>,
+        report: Bytes,
+    },
+    /// The sender signed this raw report (the forwarder digest with the DON's report
+    /// context), built from this set.
+    Signature {
+        report: Bytes,
+        signature: Bytes,
+        observations: Vec<SignedObservation>,
+    },
+}
+
+/// A message between members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    pub don_id: u32,
+    pub config_version: u32,
+    pub execution_id: B256,
+    pub market: Address,
+    pub market_id: U256,
+    pub attempt: u32,
+    pub sender: Address,
+    pub body: Body,
+}
+
+impl Envelope {
+    pub fn kind(&self) -> &'static str {
+        match self.body {
+            Body::Observation { .. } => "observation",
+            Body::Proposal { .. } => "proposal",
+            Body::Signature { .. } => "signature",
+        }
+    }
+}
+
+/// Why a message or a signature was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("message over {MAX_MESSAGE_BYTES} bytes")]
+    TooLarge,
+    #[error("no {SIGNATURE_HEADER} header, or not 0x + 65 bytes hex")]
+    NoSignature,
+    #[error("a signature is not 65 bytes r ‖ s ‖ v")]
+    BadSignature,
+    #[error("the signature does not recover to a member")]
+    NotAMember,
+    #[error("signed by {signer}, but the message names {named}")]
+    WrongSender { signer: Address, named: Address },
+    #[error("the message is not JSON of a DON message: {0}")]
+    Json(String),
+    #[error(
+        "bound to don {don_id} version {config_version}, this DON is {ours_id} version {ours_version}"
+    )]
+    OtherDon {
+        don_id: u32,
+        config_version: u32,
+        ours_id: u32,
+        ours_version: u32,
+    },
+    #[error("observation of {observer} does not match its message: {field} differs")]
+    Unbound {
+        observer: Address,
+        field: &'static str,
+    },
+    #[error("observation of {observer}: {detail}")]
+    Invalid { observer: Address, detail: String },
+    #[error("too many observations or workers in one message")]
+    TooMany,
+    #[error("could not sign: {0}")]
+    Sign(String),
+}
+
+/// Signs `digest` as the forwarder and every member check it: 65 bytes `r ‖ s ‖ v`
+/// with v = 0 or 1 (the forwarder adds 27 itself), no EIP-191 prefix.
+pub fn sign_digest(signer: &PrivateKeySigner, digest: &B256) -> Result<Bytes, WireError> {
+    let sig = signer
+        .sign_hash_sync(digest)
+        .map_err(|e| WireError::Sign(e.to_string()))?;
+    let mut out = Vec::with_capacity(65);
+    out.extend_from_slice(&sig.r().to_be_bytes::<32>());
+    out.extend_from_slice(&sig.s().to_be_bytes::<32>());
+    out.push(u8::from(sig.v()));
+    Ok(Bytes::from(out))
+}
+
+/// The address that signed `digest`, from a 65-byte `r ‖ s ‖ v` (v 0/1 or 27/28).
+pub fn recover(digest: &B256, signature: &[u8]) -> Result<Address, WireError> {
+    if signature.len() != 65 {
+        return Err(WireError::BadSignature);
+    }
+    let sig = Signature::from_raw(signature).map_err(|_| WireError::BadSignature)?;
+    // one signature, one form: a high-s twin of a valid signature is refused
+    if sig.normalize_s().is_some() {
+        return Err(WireError::BadSignature);
+    }
+    sig.recover_address_from_prehash(digest)
+        .map_err(|_| WireError::BadSignature)
+}
+
+/// The digest a message body is signed over.
+pub fn message_digest(body: &[u8]) -> B256 {
+    let mut buf = MESSAGE_DOMAIN.to_vec();
+    buf.extend_from_slice(body);
+    keccak256(buf)
+}
+
+/// Serializes and signs an envelope: `(body bytes, signature header value)`.
+pub fn seal(env: &Envelope, signer: &PrivateKeySigner) -> Result<(Vec<u8>, String), WireError> {
+    let body = serde_json::to_vec(env).map_err(|e| WireError::Json(e.to_string()))?;
+    let sig = sign_digest(signer, &message_digest(&body))?;
+    Ok((body, alloy::primitives::hex::encode_prefixed(sig)))
+}
+
+/// Checks a received message: its size, its signature (a member, the one it names), its
+/// DON, and each observation it carries (its own signature, its binding to the message,
+/// its ranges). Returns the envelope; nothing is changed by a refused message.
+pub fn open(
+    body: &[u8],
+    signature_header: Option<&str>,
+    members: &[Address],
+    don_id: u32,
+    config_version: u32,
+) -> Result<Envelope, WireError> {
+    if body.len() > MAX_MESSAGE_BYTES {
+        return Err(WireError::TooLarge);
+    }
+    let sig = signature_header
+        .and_then(|h| alloy::primitives::hex::decode(h.trim()).ok())
+        .ok_or(WireError::NoSignature)?;
+    let signer = recover(&message_digest(body), &sig)?;
+    if !members.contains(&signer) {
+        return Err(WireError::NotAMember);
+    }
+    let env: Envelope = serde_json::from_slice(body).map_err(|e| WireError::Json(e.to_string()))?;
+    if env.sender != signer {
+        return Err(WireError::WrongSender {
+            signer,
+            named: env.sender,
+        });
+    }
+    if env.don_id != don_id || env.config_version != config_version {
+        return Err(WireError::OtherDon {
+            don_id: env.don_id,
+            config_version: env.config_version,
+            ours_id: don_id,
+            ours_version: config_version,
+        });
+    }
+    let set: &[SignedObservation] = match &env.body {
+        Body::Observation { observation } => {
+            if observation.observation.observer != env.sender {
+                return Err(WireError::Unbound {
+                    observer: observation.observation.observer,
+                    field: "observer",
+                });
+            }
+            std::slice::from_ref(observation)
+        }
+        Body::Proposal { observations, .. } => observations,
+        Body::Signature {
+            observations,
+            signature,
+            ..
+        } => {
+            if signature.len() != 65 {
+                return Err(WireError::BadSignature);
+            }
+            observations
+        }
+    };
+    if set.len() > MAX_SET {
+        return Err(WireError::TooMany);
+    }
+    for o in set {
+        check_observation(o, &env, members)?;
+    }
+    Ok(env)
+}
+
+/// One carried observation: bound to the message, from a member, validly signed, in range.
+pub fn check_observation(
+    o: &SignedObservation,
+    env: &Envelope,
+    members: &[Address],
+) -> Result<(), WireError> {
+    let obs = &o.observation;
+    let observer = obs.observer;
+    let unbound = |field| WireError::Unbound { observer, field };
+    if obs.don_id != env.don_id || obs.config_version != env.config_version {
+        return Err(unbound("don"));
+    }
+    if obs.execution_id != env.execution_id {
+        return Err(unbound("execution_id"));
+    }
+    if obs.market != env.market || obs.market_id != env.market_id {
+        return Err(unbound("market"));
+    }
+    if obs.workers.len() > MAX_WORKERS {
+        return Err(WireError::TooMany);
+    }
+    if !members.contains(&observer) {
+        return Err(WireError::NotAMember);
+    }
+    if recover(&obs.digest(), &o.signature)? != observer {
+        return Err(WireError::Invalid {
+            observer,
+            detail: "its signature is not the observer's".into(),
+        });
+    }
+    obs.check_ranges()
+        .map_err(|detail| WireError::Invalid { observer, detail })
+}
+
+/// Signs one's own observation.
+pub fn sign_observation(
+    obs: Observation,
+    signer: &PrivateKeySigner,
+) -> Result<SignedObservation, WireError> {
+    let signature = sign_digest(signer, &obs.digest())?;
+    Ok(SignedObservation {
+        observation: obs,
+        signature,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cresolver_core::don::{ObservedAnswer, Position, WorkerObservation};
+
+    fn obs(observer: Address) -> Observation {
+        Observation {
+            don_id: 1,
+            config_version: 1,
+            execution_id: B256::repeat_byte(7),
+            market: Address::repeat_byte(9),
+            market_id: U256::from(3),
+            observer,
+            timestamp: 1_700_000_000,
+            workers: vec![WorkerObservation {
+                address: Address::repeat_byte(0x11),
+                answer: Some(ObservedAnswer {
+                    position: Position::Yes,
+                    confidence_ppm: 900_000,
+                    scores: [80, 70, 60],
+                }),
+                failure: None,
+            }],
+        }
+    }
+
+    fn env(sender: Address, body: Body) -> Envelope {
+        Envelope {
+            don_id: 1,
+            config_version: 1,
+            execution_id: B256::repeat_byte(7),
+            market: Address::repeat_byte(9),
+            market_id: U256::from(3),
+            attempt: 0,
+            sender,
+            body,
+        }
+    }
+
+    #[test]
+    fn signatures_use_v_0_or_1_and_recover() {
+        let k = PrivateKeySigner::random();
+        let d = B256::repeat_byte(1);
+        let s = sign_digest(&k, &d).unwrap();
+        assert_eq!(s.len(), 65);
+        assert!(s[64] <= 1);
+        assert_eq!(recover(&d, &s).unwrap(), k.address());
+        assert!(recover(&d, &s[..64]).is_err());
+    }
+
+    #[test]
+    fn a_message_opens_only_for_its_member_and_its_don() {
+        let (a, b, outsider) = (
+            PrivateKeySigner::random(),
+            PrivateKeySigner::random(),
+            PrivateKeySigner::random(),
+        );
+        let members = [a.address(), b.address()];
+        let o = sign_observation(obs(a.address()), &a).unwrap();
+        let m = env(
+            a.address(),
+            Body::Observation {
+                observation: o.clone(),
+            },
+        );
+        let (body, sig) = seal(&m, &a).unwrap();
+        assert_eq!(open(&body, Some(&sig), &members, 1, 1).unwrap(), m);
+        // another DON, or another version
+        assert!(matches!(
+            open(&body, Some(&sig), &members, 2, 1),
+            Err(WireError::OtherDon { .. })
+        ));
+        // a stranger's signature
+        let (_, stranger) = seal(&m, &outsider).unwrap();
+        assert_eq!(
+            open(&body, Some(&stranger), &members, 1, 1),
+            Err(WireError::NotAMember)
+        );
+        // b signs a's message: it names a
+        let (_, by_b) = seal(&m, &b).unwrap();
+        assert!(matches!(
+            open(&body, Some(&by_b), &members, 1, 1),
+            Err(WireError::WrongSender { .. })
+        ));
+        assert_eq!(
+            open(&body, None, &members, 1, 1),
+            Err(WireError::NoSignature)
+        );
+        // a's observation replayed into another execution
+        let mut other = m.clone();
+        other.execution_id = B256::repeat_byte(8);
+        let (body2, sig2) = seal(&other, &a).unwrap();
+        assert!(matches!(
+            open(&body2, Some(&sig2), &members, 1, 1),
+            Err(WireError::Unbound {
+                field: "execution_id",
+                ..
+            })
+        ));
+        // b forwards an observation it forged in a's name
+        let mut forged = o;
+        forged.observation.workers[0].answer = None;
+        let p = env(
+            b.address(),
+            Body::Proposal {
+                observations: vec![forged],
+                report: Bytes::new(),
+            },
+        );
+        let (body3, sig3) = seal(&p, &b).unwrap();
+        assert!(matches!(
+            open(&body3, Some(&sig3), &members, 1, 1),
+            Err(WireError::Invalid { .. })
+        ));
+    }
+}

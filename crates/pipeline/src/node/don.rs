@@ -1,0 +1,438 @@
+//! A node that is a DON member (`[don]`): after its own round (discovery, workers,
+//! challenges, evaluation, as any node) it turns the outcome into its signed observation,
+//! agrees on one report with the other members (`cresolver_don`), records the agreement
+//! in the transcript, and delivers it through the KeystoneForwarder: the attempt's leader
+//! at once, every other member after its rank's delay if the forwarder's transmission
+//! state still says nobody succeeded. The forwarder's state is the truth: SUCCEEDED ends
+//! the round, INVALID_RECEIVER fails it with the reason, FAILED (the receiver reverted)
+//! is re-simulated and retried only when the receiver's error can change.
+
+use super::*;
+use crate::round::RoundInput;
+use alloy::primitives::{Bytes, FixedBytes};
+use cresolver_chain::bindings::IKeystoneForwarder;
+use cresolver_chain::reader::MarketSnapshot;
+use cresolver_core::don::{
+    Aggregate, Observation, ObservedAnswer, Position, WorkerObservation, execution_id,
+};
+use cresolver_core::report::{ExecutionHeader, build_raw_report};
+use cresolver_don::{Agreed, Don, Job};
+use cresolver_store::RoundRecord;
+use cresolver_submit::{SignedReport, SubmitMode};
+
+/// The forwarder's transmission states (`IRouter.TransmissionState`).
+const NOT_ATTEMPTED: u8 = 0;
+const SUCCEEDED: u8 = 1;
+const INVALID_RECEIVER: u8 = 2;
+const FAILED: u8 = 3;
+
+/// Receiver or market errors that another transmission may get past (an authorization
+/// the operator can still grant); any other error of the receiver ends the round.
+const RETRYABLE_RECEIVER_ERRORS: &[&str] =
+    &["NotAuthorized", "Unauthorized", "UnauthorizedResolver"];
+
+/// The DON member of a node config, checked: a key that is a member, report mode
+/// everywhere, and the embedded store.
+pub(super) fn member(
+    cfg: &NodeConfig,
+    signer: Option<PrivateKeySigner>,
+    pipelines: &[Pipeline],
+    shared_store: bool,
+    metrics: Arc<Metrics>,
+) -> Result<Option<Arc<Don>>, NodeError> {
+    let Some(dc) = &cfg.don else {
+        return Ok(None);
+    };
+    let signer = signer.ok_or_else(|| {
+        NodeError::Don(
+            "a DON member signs with its own key: set [signer] (the env var, a key file or a keystore)"
+                .into(),
+        )
+    })?;
+    dc.validate(signer.address())
+        .map_err(|e| NodeError::Don(e.to_string()))?;
+    if shared_store {
+        return Err(NodeError::Don(
+            "a DON member keeps its own state: leave store.url empty (the embedded SQLite file); a PostgreSQL cluster cannot be one member".into(),
+        ));
+    }
+    for p in pipelines {
+        if p.submitter.mode() != SubmitMode::Report {
+            return Err(NodeError::Don(format!(
+                "workflow {:?} submits directly: a DON delivers through the KeystoneForwarder; set [submit] mode = \"report\" in the workflow and submit.forwarder / submit.receiver in the node config",
+                p.workflow.name
+            )));
+        }
+    }
+    std::fs::create_dir_all(&cfg.node.data_dir).map_err(|e| {
+        NodeError::Don(format!(
+            "cannot create {}: {e}",
+            cfg.node.data_dir.display()
+        ))
+    })?;
+    let path = cfg.node.data_dir.join("don.sqlite");
+    let persist = cresolver_don::persist::Persist::open(&path)
+        .map_err(|e| NodeError::Don(format!("{}: {e}", path.display())))?;
+    let don = Don::new(dc.clone(), signer, persist, metrics)
+        .map_err(|e| NodeError::Don(e.to_string()))?;
+    tracing::info!(member = %don.address(), members = dc.members.len(), f = dc.f, don_id = dc.don_id, config_version = dc.config_version, "this node is a DON member");
+    Ok(Some(Arc::new(don)))
+}
+
+/// This member's observation of a round from its outcome: every registered worker in
+/// registration order, its answer reduced to position, confidence and the three scores.
+fn observe(
+    outcome: &crate::round::RoundOutcome,
+    binding: (u32, u32, B256, Address, U256),
+    observer: Address,
+) -> Observation {
+    let (don_id, config_version, execution_id, market, market_id) = binding;
+    let workers = outcome
+        .tally
+        .workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let result = outcome.resolve.results.get(i);
+            let answer = w.responded.then(|| ObservedAnswer {
+                position: match w.determination {
+                    Some(true) => Position::Yes,
+                    Some(false) => Position::No,
+                    None => Position::Abstain,
+                },
+                confidence_ppm: result
+                    .and_then(|r| r.answer())
+                    .map(|a| (a.confidence.clamp(0.0, 1.0) * 1e6).round() as u32)
+                    .unwrap_or(0),
+                scores: [
+                    w.scores.res_quality,
+                    w.scores.src_quality,
+                    w.scores.analysis_depth,
+                ],
+            });
+            let failure = if w.responded {
+                None
+            } else {
+                Some(
+                    result
+                        .and_then(|r| r.outcome.as_ref().err())
+                        .map(|f| f.kind())
+                        .unwrap_or("no_answer")
+                        .chars()
+                        .filter(|c| c.is_ascii_graphic())
+                        .take(32)
+                        .collect(),
+                )
+            };
+            WorkerObservation {
+                address: w.address,
+                answer,
+                failure,
+            }
+        })
+        .collect();
+    Observation {
+        don_id,
+        config_version,
+        execution_id,
+        market,
+        market_id,
+        observer,
+        timestamp: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs().min(u64::from(u32::MAX)) as u32)
+            .unwrap_or(0),
+        workers,
+    }
+}
+
+/// The transcript's view of an agreement: every member's observation (or missing), the
+/// set, the report, its signers.
+fn don_record(don: &Don, own: &Observation, agreed: &Agreed) -> serde_json::Value {
+    let members: Vec<serde_json::Value> = don
+        .members()
+        .iter()
+        .map(|m| {
+            let obs = agreed
+                .observations
+                .iter()
+                .find(|o| o.observation.observer == *m);
+            json!({
+                "member": m,
+                "in_set": obs.is_some(),
+                "observation": obs.map(|o| &o.observation),
+            })
+        })
+        .collect();
+    json!({
+        "execution_id": agreed.execution_id,
+        "member": don.address(),
+        "own_observation": own,
+        "members": members,
+        "set": agreed.observers(),
+        "attempt": agreed.attempt,
+        "leader": agreed.leader,
+        "report": agreed.report,
+        "report_context": agreed.context,
+        "digest": agreed.digest,
+        "signers": agreed.signers,
+        "recomputed": agreed.recomputed,
+    })
+}
+
+impl Node {
+    /// The DON half of a round, after this member's own outcome is stored.
+    pub(super) async fn drive_don(
+        &self,
+        don: &Arc<Don>,
+        p: &Pipeline,
+        snapshot: &MarketSnapshot,
+        rec: &RoundRecord,
+        input: &RoundInput,
+        mut transcript: Transcript,
+    ) -> Result<(), Step> {
+        let (market, market_id) = (p.market, rec.market_id);
+        let Some(request_tx) = rec.request_tx else {
+            return self
+                .fail(
+                    market,
+                    market_id,
+                    "a DON agrees on on-chain requests only: this round has no ResolutionRequested log (POST /resolve is not agreed by a DON); request the resolution on the market",
+                )
+                .await;
+        };
+        let Some(outcome) = transcript.outcome.as_ref() else {
+            return Ok(());
+        };
+        let dc = don.config().clone();
+        let exec = execution_id(self.chain_id, market, market_id, request_tx);
+        let own = observe(
+            outcome,
+            (dc.don_id, dc.config_version, exec, market, market_id),
+            don.address(),
+        );
+        let (reputations, tie, quorum) = (
+            input.reputations.clone(),
+            p.workflow.tally.tie,
+            p.workflow.quorum.rule,
+        );
+        let metadata = p.submitter.metadata().clone();
+        let build = move |agg: &Aggregate| -> Result<Bytes, String> {
+            let n = agg.workers.len();
+            let answered = agg.workers.iter().filter(|w| w.answer.is_some()).count();
+            if !quorum.is_met(answered, n) {
+                return Err(format!(
+                    "the DON's aggregate has {answered} answered worker(s) of {n}: quorum {quorum} is not met"
+                ));
+            }
+            let t = cresolver_core::tally(market_id, &agg.tally_workers(&reputations), tie)
+                .map_err(|e| e.to_string())?;
+            let header = ExecutionHeader {
+                version: 1,
+                workflow_execution_id: exec,
+                timestamp: agg.timestamp,
+                don_id: dc.don_id,
+                don_config_version: dc.config_version,
+            };
+            Ok(build_raw_report(&header, &metadata, &t.report()))
+        };
+        let job = Job {
+            execution_id: exec,
+            market,
+            market_id,
+            observation: own,
+            workers: snapshot.workers.iter().map(|w| w.address).collect(),
+            build: Arc::new(build),
+        };
+        let started = Instant::now();
+        let agreed = match don.agree(job).await {
+            Ok(a) => a,
+            Err(e) => return Err(Step::Transient(e.to_string())),
+        };
+        self.metrics
+            .observe_stage("don_agreement", started.elapsed().as_secs_f64());
+        let own = don
+            .own_observation(&exec)
+            .ok()
+            .flatten()
+            .map(|o| o.observation);
+        if let Some(own) = &own {
+            transcript.don = Some(don_record(don, own, &agreed));
+        }
+        self.save_transcript(market, market_id, &transcript).await?;
+        self.transmit(don, p, snapshot, market_id, &agreed, transcript)
+            .await
+    }
+
+    /// Delivers an agreed report unless the forwarder says someone did.
+    async fn transmit(
+        &self,
+        don: &Arc<Don>,
+        p: &Pipeline,
+        snapshot: &MarketSnapshot,
+        market_id: U256,
+        agreed: &Agreed,
+        mut transcript: Transcript,
+    ) -> Result<(), Step> {
+        let market = p.market;
+        let Some((forwarder, receiver)) = p.submitter.report_route() else {
+            return self
+                .fail(
+                    market,
+                    market_id,
+                    "report mode without submit.forwarder / submit.receiver",
+                )
+                .await;
+        };
+        let report_id = FixedBytes::<2>(p.submitter.metadata().report_id.0);
+        let fwd = IKeystoneForwarder::new(forwarder, self.provider.clone());
+        let rank = don.transmit_rank(agreed);
+        let wait = Duration::from_millis(don.config().transmit_delay_ms).saturating_mul(rank);
+        let turn = Instant::now() + wait;
+        if rank > 0 {
+            tracing::info!(market_id = %market_id, rank, wait_ms = wait.as_millis() as u64, "agreed: another member transmits first; this one transmits only if the forwarder has not seen the report by then");
+        }
+        loop {
+            let info = fwd
+                .getTransmissionInfo(receiver, agreed.execution_id, report_id)
+                .call()
+                .await
+                .map_err(|e| Step::Transient(format!("forwarder getTransmissionInfo: {e}")))?;
+            match info.state {
+                SUCCEEDED => {
+                    self.metrics.don_event("transmission", "succeeded");
+                    tracing::info!(market_id = %market_id, transmitter = %info.transmitter, "the forwarder delivered the DON's report");
+                    if let Some(d) = transcript.don.as_mut() {
+                        d["transmitter"] = json!(info.transmitter);
+                    }
+                    self.save_transcript(market, market_id, &transcript).await?;
+                    self.record_confirmation(
+                        market,
+                        market_id,
+                        ConfirmationRecord {
+                            status: "confirmed".into(),
+                            tx_hash: None,
+                            block_number: None,
+                            resolution: None,
+                            resolver: Some(receiver),
+                            gas_used: None,
+                            detail: Some(format!(
+                                "delivered through the forwarder by member {}",
+                                info.transmitter
+                            )),
+                        },
+                    )
+                    .await?;
+                    self.store
+                        .set_state(market, market_id, RoundState::Confirmed, None)
+                        .await?;
+                    return Ok(());
+                }
+                INVALID_RECEIVER => {
+                    self.metrics.don_event("transmission", "invalid_receiver");
+                    return self
+                        .fail(
+                            market,
+                            market_id,
+                            &format!("the forwarder marked receiver {receiver} INVALID_RECEIVER (it does not declare IReceiver through ERC-165); no transmission can succeed: deploy a receiver that does and set submit.receiver"),
+                        )
+                        .await;
+                }
+                NOT_ATTEMPTED | FAILED => {}
+                other => {
+                    return Err(Step::Transient(format!(
+                        "the forwarder reports transmission state {other}, unknown to this node"
+                    )));
+                }
+            }
+            if Instant::now() < turn {
+                tokio::time::sleep(Duration::from_millis(250).min(turn - Instant::now())).await;
+                continue;
+            }
+            let signed = SignedReport {
+                raw: agreed.report.clone(),
+                context: agreed.context.clone(),
+                signatures: agreed.signatures.clone(),
+            };
+            let prepared = match p
+                .submitter
+                .prepare_signed(snapshot, market_id, &signed)
+                .await
+            {
+                Ok(x) => x,
+                Err(SubmitError::AlreadyResolved { .. }) => {
+                    // the report may have landed between the two reads: read the state again
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    if self.resolved_on_chain(market, market_id).await?
+                        && fwd
+                            .getTransmissionInfo(receiver, agreed.execution_id, report_id)
+                            .call()
+                            .await
+                            .map(|i| i.state != SUCCEEDED)
+                            .unwrap_or(false)
+                    {
+                        self.store
+                            .set_state(
+                                market,
+                                market_id,
+                                RoundState::Skipped,
+                                Some("the market was resolved on chain by another report or resolver"),
+                            )
+                            .await?;
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Err(SubmitError::Reverted { name, .. }) if name == "AlreadyAttempted" => {
+                    continue;
+                }
+                Err(SubmitError::Reverted { name, reason })
+                    if info.state == FAILED
+                        && RETRYABLE_RECEIVER_ERRORS.contains(&name.as_str()) =>
+                {
+                    self.metrics.don_event("transmission", "failed");
+                    return Err(Step::Transient(format!(
+                        "the receiver refused the report ({reason}); retried while that can change"
+                    )));
+                }
+                Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+                Err(e) => {
+                    self.metrics.don_event("transmission", "refused");
+                    return self.fail(market, market_id, &e.to_string()).await;
+                }
+            };
+            if let Some(d) = transcript.don.as_mut() {
+                d["transmitter"] = json!(don.address());
+            }
+            transcript.submission = Some(SubmissionRecord {
+                to: prepared.to,
+                calldata: prepared.calldata.clone(),
+                gas_limit: prepared.gas_limit,
+                from: prepared.from,
+                mode: prepared.mode,
+            });
+            self.save_transcript(market, market_id, &transcript).await?;
+            let Some(txm) = &self.txm else {
+                return Err(Step::Transient("no transaction manager".into()));
+            };
+            tracing::info!(market_id = %market_id, rank, "transmitting the DON's report");
+            self.metrics.don_event("transmission", "sent");
+            let nonce = match txm
+                .submit(TxPayload {
+                    market,
+                    market_id,
+                    to: prepared.to,
+                    calldata: prepared.calldata.clone(),
+                    gas_limit: prepared.gas_limit,
+                })
+                .await
+            {
+                Ok(n) => n,
+                Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+                Err(TxError::Store(e)) => return Err(Step::from(e)),
+                Err(e) => return self.fail(market, market_id, &e.to_string()).await,
+            };
+            return self.follow(p, market_id, nonce).await;
+        }
+    }
+}
