@@ -2,6 +2,13 @@
 // Compiles contracts-abi/src with the pinned solc-js (contracts-abi/node_modules/solc) and writes
 //   contracts-abi/artifacts/<Name>.json   {contractName, abi, bytecode, deployedBytecode, compiler}
 //   contracts-abi/<IName>.json            {abi}   (read by the Rust `sol!` bindings)
+// and, from Chainlink's UNMODIFIED source (not in contracts-abi/src), the production forwarder
+//   contracts-abi/artifacts/KeystoneForwarder.json
+// from @chainlink/contracts 1.5.0's src/v0.8/keystone/KeystoneForwarder.sol, which
+// scripts/install-tools.sh puts in contracts-abi/node_modules/@chainlink/contracts (npm pack,
+// integrity pinned, no dependencies). It imports OpenZeppelin 4.8.3 and 5.0.2 under Chainlink's
+// own import paths (`@openzeppelin/contracts@4.8.3/…`), remapped to the npm aliases
+// @openzeppelin/contracts-4.8.3 and -5.0.2 pinned in contracts-abi/package.json.
 //
 //   node scripts/compile-contracts.mjs           regenerate the committed files
 //   node scripts/compile-contracts.mjs --check   compile in memory; exit 1 if any committed file is stale
@@ -23,6 +30,15 @@ const SRC_DIR = path.join(ABI_DIR, "src");
 const ARTIFACT_DIR = path.join(ABI_DIR, "artifacts");
 const REGENERATE = "run: node scripts/compile-contracts.mjs";
 
+const CHAINLINK_VERSION = "1.5.0";
+const CHAINLINK_DIR = path.join(ABI_DIR, "node_modules", "@chainlink", "contracts");
+// Contracts compiled from third-party source as published, keyed by contract name: their source
+// unit names stay under node_modules/ so their relative imports resolve through findImports.
+const EXTERNAL_UNITS = {
+  KeystoneForwarder: "node_modules/@chainlink/contracts/src/v0.8/keystone/KeystoneForwarder.sol",
+};
+const INSTALL_CHAINLINK = `run: scripts/install-tools.sh (it fetches @chainlink/contracts ${CHAINLINK_VERSION} without its dependencies)`;
+
 const EVM_VERSION = "cancun";
 const OPTIMIZER_RUNS = 200;
 
@@ -34,6 +50,7 @@ const IMPLEMENTATIONS = [
   "TestForwarder",
   "StrictForwarder",
   "Multicall3",
+  "KeystoneForwarder",
 ];
 const INTERFACES = [
   "ICREsolverMarket",
@@ -51,6 +68,8 @@ const PAIRS = [
   ["IKeystoneForwarder", "TestForwarder", true],
   ["IMulticall3", "Multicall3", true],
   ["IReceiver", "CREReceiver", false],
+  // the production forwarder has the surface our interface declares (it has more: config, router)
+  ["IKeystoneForwarder", "KeystoneForwarder", false],
 ];
 
 function fail(message) {
@@ -64,6 +83,22 @@ function loadSolc() {
     return require("solc");
   } catch {
     fail("solc is not installed in contracts-abi/node_modules: run scripts/install-tools.sh (or npm ci --prefix contracts-abi)");
+  }
+}
+
+// Fails unless @chainlink/contracts is installed at the pinned version.
+function checkChainlink() {
+  let version;
+  try {
+    version = JSON.parse(fs.readFileSync(path.join(CHAINLINK_DIR, "package.json"), "utf8")).version;
+  } catch {
+    fail(`@chainlink/contracts is not installed in contracts-abi/node_modules (the source of KeystoneForwarder): ${INSTALL_CHAINLINK}`);
+  }
+  if (version !== CHAINLINK_VERSION) {
+    fail(`contracts-abi/node_modules/@chainlink/contracts is ${version}, want ${CHAINLINK_VERSION}: remove it and ${INSTALL_CHAINLINK}`);
+  }
+  for (const unit of Object.values(EXTERNAL_UNITS)) {
+    if (!fs.existsSync(path.join(ABI_DIR, unit))) fail(`contracts-abi/${unit} is missing: ${INSTALL_CHAINLINK}`);
   }
 }
 
@@ -96,11 +131,19 @@ function compile(solc) {
   for (const file of listSources(SRC_DIR).sort()) {
     sources[sourceUnitName(file)] = { content: fs.readFileSync(file, "utf8") };
   }
+  for (const unit of Object.values(EXTERNAL_UNITS)) {
+    sources[unit] = { content: fs.readFileSync(path.join(ABI_DIR, unit), "utf8") };
+  }
   const input = {
     language: "Solidity",
     sources,
     settings: {
-      remappings: ["@openzeppelin/=node_modules/@openzeppelin/"],
+      remappings: [
+        "@openzeppelin/=node_modules/@openzeppelin/",
+        // Chainlink's versioned import paths (its remappings.txt), to the pinned npm aliases
+        "@openzeppelin/contracts@4.8.3/=node_modules/@openzeppelin/contracts-4.8.3/",
+        "@openzeppelin/contracts@5.0.2/=node_modules/@openzeppelin/contracts-5.0.2/",
+      ],
       optimizer: { enabled: true, runs: OPTIMIZER_RUNS },
       evmVersion: EVM_VERSION,
       metadata: { bytecodeHash: "none" },
@@ -121,6 +164,12 @@ function compile(solc) {
 }
 
 function contractOutput(output, name) {
+  const external = EXTERNAL_UNITS[name];
+  if (external) {
+    const contract = output.contracts?.[external]?.[name];
+    if (!contract) fail(`no compiler output for ${name} (expected contract ${name} in ${external})`);
+    return contract;
+  }
   const unit = output.contracts?.[`src/${name}.sol`] ?? output.contracts?.[`src/interfaces/${name}.sol`];
   const contract = unit?.[name];
   if (!contract) fail(`no compiler output for ${name} (expected contract ${name} in src/${name}.sol or src/interfaces/${name}.sol)`);
@@ -215,6 +264,7 @@ function main() {
   const check = args.includes("--check");
 
   const solc = loadSolc();
+  checkChainlink();
   const output = compile(solc);
 
   const drift = PAIRS.flatMap(([iface, impl, complete]) => checkPair(output, iface, impl, complete));

@@ -8,6 +8,10 @@
 #   (default) what the test suite needs besides, the test command's scope:
 #     - solc-js + OpenZeppelin contracts for scripts/compile-contracts.mjs, into
 #       contracts-abi/node_modules (pinned by contracts-abi/package.json + package-lock.json)
+#     - Chainlink's @chainlink/contracts 1.5.0 (the production KeystoneForwarder's source), into
+#       contracts-abi/node_modules/@chainlink/contracts, WITHOUT its dependencies (one of them is a
+#       GitHub URL npm cannot install from a registry): `npm pack`, sha512 checked against the
+#       integrity pinned below, extracted. After the npm step, which would otherwise remove it.
 #     - Debian's postgresql, chromium and prometheus (promtool) packages, via apt-get, when
 #       missing (as root, or with sudo); tests/common/pg.rs starts throwaway servers from
 #       PostgreSQL's binaries (PG_BIN overrides their dir)
@@ -28,6 +32,11 @@ TOOLS_DIR="$ROOT/.tools"
 ANVIL_DIR="$TOOLS_DIR/node_modules/$ANVIL_PKG"
 ANVIL_BIN="$ANVIL_DIR/bin/anvil"
 CONTRACTS_DIR="$ROOT/contracts-abi"
+CHAINLINK_PKG="@chainlink/contracts"
+CHAINLINK_VERSION="1.5.0"
+# `npm view @chainlink/contracts@1.5.0 dist.integrity`
+CHAINLINK_INTEGRITY="sha512-1fGJwjvivqAxvVOTqZUEXGR54CATtg0vjcXgSIk4Cfoad2nUhSG/qaWHXjLg1CkNTeOoteoxGQcpP/HiA5HsUA=="
+CHAINLINK_DIR="$CONTRACTS_DIR/node_modules/$CHAINLINK_PKG"
 
 die() { echo "install-tools: $*" >&2; exit 1; }
 log() { echo "install-tools: $*" >&2; }
@@ -77,7 +86,9 @@ contracts_deps_ok() {
     const path = require("path");
     const dir = process.argv[1];
     const want = require(path.join(dir, "package.json")).dependencies;
-    for (const [name, version] of Object.entries(want)) {
+    for (const [name, spec] of Object.entries(want)) {
+      // "npm:<package>@<version>" installs <package> under the alias <name>
+      const version = spec.startsWith("npm:") ? spec.slice(spec.lastIndexOf("@") + 1) : spec;
       let have;
       try { have = require(path.join(dir, "node_modules", name, "package.json")).version; } catch { process.exit(1); }
       if (have !== version) process.exit(1);
@@ -93,6 +104,42 @@ else
   npm install --prefix "$CONTRACTS_DIR" --no-audit --no-fund >&2 || die "npm install --prefix contracts-abi failed"
 fi
 contracts_deps_ok || die "contracts-abi dependencies do not match contracts-abi/package.json after install"
+
+# ── @chainlink/contracts (KeystoneForwarder's source), without its dependencies ──
+# `npm install` cannot install it here: one of its dependencies is a GitHub URL. Only its
+# Solidity sources are needed (the forwarder imports OpenZeppelin 4.8.3, and its IReceiver 5.0.2,
+# pinned above as the aliases @openzeppelin/contracts-4.8.3 and -5.0.2, as Chainlink's own
+# package.json does), so the registry tarball is fetched with `npm pack`, checked
+# against the pinned integrity and extracted. This runs after `npm ci`, which would remove it.
+CHAINLINK_FORWARDER_SOL="$CHAINLINK_DIR/src/v0.8/keystone/KeystoneForwarder.sol"
+if [ "$(pkg_version "$CHAINLINK_DIR")" = "$CHAINLINK_VERSION" ] && [ -f "$CHAINLINK_FORWARDER_SOL" ]; then
+  log "$CHAINLINK_PKG $CHAINLINK_VERSION already installed"
+else
+  command -v tar >/dev/null 2>&1 || die "tar not found: needed to extract $CHAINLINK_PKG@$CHAINLINK_VERSION"
+  log "fetching $CHAINLINK_PKG@$CHAINLINK_VERSION with npm pack (sources only, no dependencies; about 1 MB)"
+  CHAINLINK_TMP="$(mktemp -d)" || die "mktemp -d failed"
+  trap 'rm -rf "$CHAINLINK_TMP"' EXIT
+  (cd "$CHAINLINK_TMP" && npm pack --loglevel=warn "$CHAINLINK_PKG@$CHAINLINK_VERSION" >/dev/null) \
+    || die "npm pack $CHAINLINK_PKG@$CHAINLINK_VERSION failed (is the npm registry reachable?)"
+  CHAINLINK_TGZ="$CHAINLINK_TMP/chainlink-contracts-$CHAINLINK_VERSION.tgz"
+  [ -f "$CHAINLINK_TGZ" ] || die "npm pack $CHAINLINK_PKG@$CHAINLINK_VERSION produced no $(basename "$CHAINLINK_TGZ")"
+  CHAINLINK_HAVE="$(node -e '
+    const data = require("fs").readFileSync(process.argv[1]);
+    process.stdout.write("sha512-" + require("crypto").createHash("sha512").update(data).digest("base64"));
+  ' "$CHAINLINK_TGZ")" || die "could not hash $CHAINLINK_TGZ"
+  [ "$CHAINLINK_HAVE" = "$CHAINLINK_INTEGRITY" ] \
+    || die "$CHAINLINK_PKG@$CHAINLINK_VERSION tarball integrity mismatch: got $CHAINLINK_HAVE, pinned $CHAINLINK_INTEGRITY (refusing to use it)"
+  tar -xzf "$CHAINLINK_TGZ" -C "$CHAINLINK_TMP" || die "extracting $(basename "$CHAINLINK_TGZ") failed"
+  [ "$(pkg_version "$CHAINLINK_TMP/package")" = "$CHAINLINK_VERSION" ] \
+    || die "the $CHAINLINK_PKG tarball does not hold version $CHAINLINK_VERSION"
+  rm -rf "$CHAINLINK_DIR"
+  mkdir -p "$(dirname "$CHAINLINK_DIR")" || die "cannot create $(dirname "$CHAINLINK_DIR")"
+  mv "$CHAINLINK_TMP/package" "$CHAINLINK_DIR" || die "cannot move the extracted package to $CHAINLINK_DIR"
+  rm -rf "$CHAINLINK_TMP"
+  trap - EXIT
+  [ -f "$CHAINLINK_FORWARDER_SOL" ] || die "KeystoneForwarder.sol missing after installing $CHAINLINK_PKG@$CHAINLINK_VERSION: $CHAINLINK_FORWARDER_SOL"
+  log "installed $CHAINLINK_PKG@$CHAINLINK_VERSION (integrity checked) into contracts-abi/node_modules"
+fi
 
 # ── Debian packages the tests use ────────────────────────────────────────
 # PostgreSQL (the cluster tests initdb and start their own servers, so the cluster the package

@@ -89,4 +89,14 @@ pub mod artifacts {
         Multicall3,
         "../../contracts-abi/artifacts/Multicall3.json"
     );
+    // Chainlink's production KeystoneForwarder 1.0.0, compiled from the unmodified source of
+    // @chainlink/contracts 1.5.0 (`src/v0.8/keystone/KeystoneForwarder.sol`): `setConfig`,
+    // `clearConfig`, the signature-checked `report`, the transmission look-ups,
+    // `typeAndVersion`, `ReportProcessed` and every custom error it reverts with.
+    sol!(
+        #[sol(rpc)]
+        #[derive(Debug, PartialEq, Eq)]
+        KeystoneForwarder,
+        "../../contracts-abi/artifacts/KeystoneForwarder.json"
+    );
 }

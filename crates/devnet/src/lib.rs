@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod demo;
+pub mod keystone;
 
 use alloy::network::EthereumWallet;
 use alloy::node_bindings::{Anvil, AnvilInstance};

@@ -14,6 +14,7 @@
 //! - [`member`]: the agreement itself.
 //! - [`server`]: the HTTP endpoint the other members send to.
 
+pub mod agreed;
 pub mod config;
 pub mod member;
 pub mod persist;

@@ -10,6 +10,7 @@
 //! passes the lead to the next member, who re-proposes the report most members already
 //! signed, if any. Messages arrive through [`Don::receive`] (the server).
 
+pub use crate::agreed::Agreed;
 use crate::config::{DonConfig, leader_of};
 use crate::persist::{Lock, Persist, PersistError};
 use crate::wire::{self, Body, Envelope, SignedObservation, WireError};
@@ -18,7 +19,6 @@ use alloy::signers::local::PrivateKeySigner;
 use cresolver_core::don::aggregate::Binding;
 use cresolver_core::don::{Aggregate, Observation, aggregate, forwarder_digest, report_context};
 use cresolver_metrics::Metrics;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,6 +29,25 @@ use tokio::sync::watch;
 const MAX_BOOKS: usize = 4_096;
 /// How long a message to another member may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Test hook, as the transaction manager's: `CRESOLVER_TEST_CRASH_AT=<point>` ends the
+/// process at that point (exit 97, no cleanup). Points: `don_observed` (own observation
+/// stored, not sent), `don_signed` (a report signed, stored and sent), `don_proposed`
+/// (300 ms after this member sent its proposal as leader: mid-agreement).
+fn crash_point(point: &str, delay: Option<Duration>) {
+    if std::env::var("CRESOLVER_TEST_CRASH_AT").is_ok_and(|v| v == point) {
+        tracing::error!(point, "CRESOLVER_TEST_CRASH_AT: exiting");
+        match delay {
+            None => std::process::exit(97),
+            Some(d) => {
+                tokio::spawn(async move {
+                    tokio::time::sleep(d).await;
+                    std::process::exit(97);
+                });
+            }
+        }
+    }
+}
 
 /// Builds the raw report of an aggregate (tally, report body, forwarder header), or says
 /// why the aggregate makes no report.
@@ -45,34 +64,6 @@ pub struct Job {
     /// The market's registered workers, in registration order.
     pub workers: Vec<Address>,
     pub build: BuildReport,
-}
-
-/// An agreed report: what the forwarder needs, and what the operator sees.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Agreed {
-    pub execution_id: B256,
-    pub report: Bytes,
-    pub context: Bytes,
-    pub digest: B256,
-    /// Exactly f+1, sorted by address; `signatures[i]` is `signers[i]`'s.
-    pub signers: Vec<Address>,
-    pub signatures: Vec<Bytes>,
-    /// The observations the report was built from (their observers, sorted).
-    pub observations: Vec<SignedObservation>,
-    /// The attempt whose leader fixed the set, and that leader.
-    pub attempt: u32,
-    pub leader: Address,
-    /// This member rebuilt the same bytes from the set itself.
-    pub recomputed: bool,
-}
-
-impl Agreed {
-    pub fn observers(&self) -> Vec<Address> {
-        self.observations
-            .iter()
-            .map(|o| o.observation.observer)
-            .collect()
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +84,18 @@ struct Signed {
     report: Bytes,
     observations: Vec<SignedObservation>,
     attempt: u32,
+    /// The other sets later signers sent with the same report (one per signer): a lying
+    /// signer's set, when it arrives first, must not hide the set the report is built from.
+    others: Vec<(u32, Vec<SignedObservation>)>,
     sigs: BTreeMap<Address, Bytes>,
+}
+
+impl Signed {
+    /// Every set sent with this report (with its attempt), the first first.
+    fn sets(&self) -> impl Iterator<Item = (u32, &Vec<SignedObservation>)> {
+        std::iter::once((self.attempt, &self.observations))
+            .chain(self.others.iter().map(|(a, set)| (*a, set)))
+    }
 }
 
 /// What a member holds of one execution.
@@ -188,6 +190,18 @@ impl Don {
         self.persist.agreed(exec)
     }
 
+    /// Every valid signature this member holds over the report `digest` of `exec`, by
+    /// signer address (more than f+1 when more members signed): a transmitter whose
+    /// chosen signer the forwarder does not know picks others.
+    pub fn signatures(&self, exec: &B256, digest: &B256) -> Vec<(Address, Bytes)> {
+        let slot = self.slot(*exec);
+        let b = slot.book();
+        b.signed
+            .get(digest)
+            .map(|s| s.sigs.iter().map(|(a, sig)| (*a, sig.clone())).collect())
+            .unwrap_or_default()
+    }
+
     /// This member's own observation of an execution, as stored.
     pub fn own_observation(&self, exec: &B256) -> Result<Option<SignedObservation>, PersistError> {
         self.persist.own_observation(exec)
@@ -243,13 +257,13 @@ impl Don {
             let mut b = slot.book();
             match env.body {
                 Body::Observation { observation } => {
-                    if b.observations.contains_key(&env.sender) {
-                        None
-                    } else {
-                        b.observations.insert(env.sender, observation);
+                    if let std::collections::btree_map::Entry::Vacant(e) =
+                        b.observations.entry(env.sender)
+                    {
+                        e.insert(observation);
                         self.metrics.don_event("observation_received", "peer");
-                        None
                     }
+                    None
                 }
                 Body::Proposal {
                     observations,
@@ -291,6 +305,10 @@ impl Don {
                                     s.report = report;
                                     s.observations = observations;
                                     s.attempt = env.attempt;
+                                } else if !s.sigs.contains_key(&env.sender)
+                                    && s.sets().all(|(_, set)| *set != observations)
+                                {
+                                    s.others.push((env.attempt, observations));
                                 }
                                 s.sigs.insert(env.sender, signature);
                                 None
@@ -392,12 +410,15 @@ impl Don {
         let (signed, own): (Vec<Signed>, Vec<SignedObservation>) = {
             let b = slot.book();
             let mut s: Vec<Signed> = b.signed.values().cloned().collect();
-            s.sort_by(|x, y| y.sigs.len().cmp(&x.sigs.len()));
+            s.sort_by_key(|x| std::cmp::Reverse(x.sigs.len()));
             (s, b.observations.values().cloned().collect())
         };
         for s in signed {
-            if self.build(job, &s.observations).as_ref() == Ok(&s.report) {
-                return s.observations;
+            if let Some((_, set)) = s
+                .sets()
+                .find(|(_, set)| self.build(job, set).as_ref() == Ok(&s.report))
+            {
+                return set.clone();
             }
         }
         let binding = self.binding(job);
@@ -452,6 +473,9 @@ impl Don {
             tracing::info!(execution_id = %exec, attempt, signed = %stored.digest, proposed = %digest, "not signing: this member already signed a different report for this execution");
         }
         self.publish_lock(job, slot, &stored, attempt);
+        if stored.digest == digest {
+            crash_point("don_signed", Some(Duration::from_millis(300)));
+        }
         Ok(())
     }
 
@@ -460,7 +484,12 @@ impl Don {
             let mut b = slot.book();
             b.signer_digest.insert(self.address(), lock.digest);
             let s = b.signed.entry(lock.digest).or_default();
-            if s.observations.is_empty() {
+            // this member's own set (it rebuilt the report from it) comes first
+            if s.observations != lock.observations {
+                if !s.observations.is_empty() {
+                    let first = (s.attempt, std::mem::take(&mut s.observations));
+                    s.others.push(first);
+                }
                 s.report = lock.report.clone();
                 s.observations = lock.observations.clone();
                 s.attempt = lock.attempt;
@@ -492,10 +521,19 @@ impl Don {
             ready.first().map(|(d, s)| (**d, (*s).clone()))
         }?;
         let (digest, s) = candidate;
-        let (signers, signatures): (Vec<Address>, Vec<Bytes>) =
-            s.sigs.into_iter().take(need).unzip();
-        let recomputed = self.build(job, &s.observations).as_ref() == Ok(&s.report);
-        let mut observations = s.observations;
+        let (signers, signatures): (Vec<Address>, Vec<Bytes>) = s
+            .sigs
+            .iter()
+            .take(need)
+            .map(|(a, g)| (*a, g.clone()))
+            .unzip();
+        // the first set this member rebuilds the report from (a signer may send a wrong one)
+        let rebuilt = s
+            .sets()
+            .find(|(_, set)| self.build(job, set).as_ref() == Ok(&s.report))
+            .map(|(attempt, set)| (attempt, set.clone()));
+        let recomputed = rebuilt.is_some();
+        let (attempt, mut observations) = rebuilt.unwrap_or((s.attempt, s.observations));
         observations.sort_by_key(|o| o.observation.observer);
         Some(Agreed {
             execution_id: job.execution_id,
@@ -505,8 +543,8 @@ impl Don {
             signers,
             signatures,
             observations,
-            attempt: s.attempt,
-            leader: leader_of(&self.members, &job.execution_id, s.attempt),
+            attempt,
+            leader: leader_of(&self.members, &job.execution_id, attempt),
             recomputed,
         })
     }
@@ -524,7 +562,9 @@ impl Don {
             Some(o) => o,
             None => {
                 let signed = wire::sign_observation(job.observation.clone(), &self.signer)?;
-                self.persist.save_own_observation(&exec, &signed)?
+                let stored = self.persist.save_own_observation(&exec, &signed)?;
+                crash_point("don_observed", None);
+                stored
             }
         };
         self.metrics.don_event("observation_received", "own");
@@ -581,6 +621,7 @@ impl Don {
                                         report,
                                     },
                                 ));
+                                crash_point("don_proposed", Some(Duration::from_millis(300)));
                             }
                             Err(e) => {
                                 tracing::warn!(execution_id = %exec, attempt, error = %e, "as leader: the observations held make no report")

@@ -4,7 +4,7 @@
 //! never replaced: a restarted member cannot sign a second, different report), the attempt
 //! it reached, and the agreement it saw.
 
-use crate::member::Agreed;
+use crate::agreed::Agreed;
 use crate::wire::SignedObservation;
 use alloy::primitives::{B256, Bytes};
 use rusqlite::{Connection, OptionalExtension, params};

@@ -180,6 +180,12 @@ fn don_record(don: &Don, own: &Observation, agreed: &Agreed) -> serde_json::Valu
     })
 }
 
+/// The first `0x` + 40 hex address in a decoded revert (`InvalidSigner(0x…)`).
+fn first_address(text: &str) -> Option<Address> {
+    text.match_indices("0x")
+        .find_map(|(i, _)| text.get(i..i + 42).and_then(|s| s.parse().ok()))
+}
+
 impl Node {
     /// The DON half of a round, after this member's own outcome is stored.
     pub(super) async fn drive_don(
@@ -289,6 +295,8 @@ impl Node {
         let rank = don.transmit_rank(agreed);
         let wait = Duration::from_millis(don.config().transmit_delay_ms).saturating_mul(rank);
         let turn = Instant::now() + wait;
+        let mut refused: std::collections::HashSet<Address> = Default::default();
+        let mut waits = 0u32;
         if rank > 0 {
             tracing::info!(market_id = %market_id, rank, wait_ms = wait.as_millis() as u64, "agreed: another member transmits first; this one transmits only if the forwarder has not seen the report by then");
         }
@@ -349,10 +357,41 @@ impl Node {
                 tokio::time::sleep(Duration::from_millis(250).min(turn - Instant::now())).await;
                 continue;
             }
+            // f+1 signatures, leaving out signers the forwarder refused (a member whose
+            // key is not in the forwarder's config): more than f+1 members may have signed
+            // the agreed f+1 first, then any other signature held
+            let mut pool: Vec<(Address, Bytes)> = agreed
+                .signers
+                .iter()
+                .copied()
+                .zip(agreed.signatures.iter().cloned())
+                .collect();
+            for (a, sig) in don.signatures(&agreed.execution_id, &agreed.digest) {
+                if !pool.iter().any(|(b, _)| *b == a) {
+                    pool.push((a, sig));
+                }
+            }
+            let need = usize::from(don.config().f) + 1;
+            let chosen: Vec<Bytes> = pool
+                .into_iter()
+                .filter(|(a, _)| !refused.contains(a))
+                .take(need)
+                .map(|(_, s)| s)
+                .collect();
+            if chosen.len() < need {
+                waits += 1;
+                if waits > 40 {
+                    return Err(Step::Transient(format!(
+                        "the forwarder refused signer(s) {refused:?} and this member holds fewer than f+1 = {need} other signatures on the agreed report"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
             let signed = SignedReport {
                 raw: agreed.report.clone(),
                 context: agreed.context.clone(),
-                signatures: agreed.signatures.clone(),
+                signatures: chosen,
             };
             let prepared = match p
                 .submitter
@@ -385,6 +424,26 @@ impl Node {
                 }
                 Err(SubmitError::Reverted { name, .. }) if name == "AlreadyAttempted" => {
                     continue;
+                }
+                Err(SubmitError::Reverted { name, reason }) if name == "InvalidSigner" => {
+                    match first_address(&reason) {
+                        Some(a) if !refused.contains(&a) => {
+                            self.metrics
+                                .don_event("signature_refused", "forwarder_unknown_signer");
+                            tracing::warn!(market_id = %market_id, signer = %a, "the forwarder does not know this member's key: transmitting with other members' signatures (fix the forwarder's config or [don].members)");
+                            refused.insert(a);
+                            continue;
+                        }
+                        _ => {
+                            return self
+                                .fail(
+                                    market,
+                                    market_id,
+                                    &format!("the forwarder refused a signature: {reason}"),
+                                )
+                                .await;
+                        }
+                    }
                 }
                 Err(SubmitError::Reverted { name, reason })
                     if info.state == FAILED

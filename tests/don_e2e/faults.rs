@@ -1,0 +1,354 @@
+//! The DON under faults: members down before the round, the leader killed while the
+//! members agree, a member restarted mid-round, a member the forwarder does not know, a
+//! lying member, and a 7-member DON with two down. Each must resolve the market exactly
+//! once with the honest aggregate, within the bound it states.
+
+use super::*;
+use cresolver_core::don::{Observation, ObservedAnswer, Position, WorkerObservation, execution_id};
+use cresolver_don::wire::{self, Body, Envelope};
+
+/// How long a DON may take with faults: two attempts (2 s each), the transmission
+/// delays of two ranks (2 s each), the rounds themselves and process start-up.
+const FAULT_BOUND: Duration = Duration::from_secs(45);
+
+async fn request(dn: &Dn) -> B256 {
+    let r = dn.s.dev.request_resolution(dn.s.market_id).await.unwrap();
+    let chain = dn.s.dev.provider.get_chain_id().await.unwrap();
+    execution_id(
+        chain,
+        dn.s.dev.contracts.market,
+        dn.s.market_id,
+        r.transaction_hash,
+    )
+}
+
+#[tokio::test]
+async fn one_member_down_before_the_round() {
+    let (s, _) = counted_market().await;
+    let mut dn = Dn::new(s, 4, 1, None).await;
+    for i in 0..3 {
+        dn.spawn(i, None);
+    }
+    request(&dn).await;
+    let took = dn.wait_resolved(FAULT_BOUND).await;
+    eprintln!("one member down: resolved in {took:?}");
+    dn.assert_resolved_once(&[0, 1, 2]).await;
+}
+
+#[tokio::test]
+async fn the_leader_killed_mid_agreement() {
+    let (s, _) = counted_market().await;
+    let mut dn = Dn::new(s, 4, 1, None).await;
+    // the request first: its execution id names the first leader, who is started with
+    // a crash 300 ms after it sends its proposal
+    let exec = request(&dn).await;
+    let leader = dn.cfg.leader(&exec, 0);
+    let li = dn
+        .cfg
+        .addresses()
+        .iter()
+        .position(|a| *a == leader)
+        .unwrap();
+    for i in 0..4 {
+        dn.spawn(i, (i == li).then_some("don_proposed"));
+    }
+    let took = dn.wait_resolved(FAULT_BOUND).await;
+    eprintln!("leader killed mid-agreement: resolved in {took:?}");
+    let status = dn.procs[li].as_mut().unwrap().wait().await.unwrap();
+    assert_eq!(
+        status.code(),
+        Some(97),
+        "the leader died at its crash point"
+    );
+    let others: Vec<usize> = (0..4).filter(|i| *i != li).collect();
+    dn.assert_resolved_once(&others).await;
+}
+
+#[tokio::test]
+async fn seven_members_with_two_down() {
+    let (s, _) = counted_market().await;
+    let mut dn = Dn::new(s, 7, 2, None).await;
+    for i in 0..5 {
+        dn.spawn(i, None);
+    }
+    request(&dn).await;
+    let took = dn.wait_resolved(FAULT_BOUND).await;
+    eprintln!("7 members, f = 2, two down: resolved in {took:?}");
+    let call = dn.assert_resolved_once(&[0, 1, 2, 3, 4]).await;
+    assert_eq!(call.signatures.len(), 3);
+}
+
+#[tokio::test]
+async fn a_member_restarted_mid_round_signs_one_report_and_asks_no_worker_twice() {
+    let (s, workers) = counted_market().await;
+    let mut dn = Dn::new(s, 4, 1, None).await;
+    let exec = request(&dn).await;
+    // a member that is not the first leader dies 300 ms after it signed
+    let ri = (0..4)
+        .find(|i| dn.cfg.addresses()[*i] != dn.cfg.leader(&exec, 0))
+        .unwrap();
+    for i in 0..4 {
+        dn.spawn(i, (i == ri).then_some("don_signed"));
+    }
+    let status = dn.procs[ri].as_mut().unwrap().wait().await.unwrap();
+    assert_eq!(status.code(), Some(97), "{}", dn.log(ri));
+    dn.spawn(ri, None);
+    dn.wait_resolved(FAULT_BOUND).await;
+    let call = dn.assert_resolved_once(&[]).await;
+    let v = dn.wait_member_final(ri, Duration::from_secs(60)).await;
+    assert!(
+        ["confirmed", "skipped"].contains(&v["state"].as_str().unwrap()),
+        "{v}"
+    );
+    // its one signed report is the delivered one, stored once
+    let db = rusqlite::Connection::open(dn.dirs[ri].join("data").join("don.sqlite")).unwrap();
+    let locks: Vec<String> = db
+        .prepare("SELECT body FROM don_locks")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(locks.len(), 1);
+    let lock: Value = serde_json::from_str(&locks[0]).unwrap();
+    let digest = forwarder_digest(&call.rawReport, &call.reportContext);
+    assert_eq!(lock["digest"], serde_json::json!(digest));
+    // no worker asked twice by the restarted member: one call per member in all
+    for w in &workers {
+        assert_eq!(w.resolves.load(Ordering::SeqCst), 4);
+    }
+}
+
+#[tokio::test]
+async fn a_member_the_forwarder_does_not_know_is_left_out_of_the_signatures() {
+    let (s, _) = counted_market().await;
+    let outsider = s.dev.accounts[18];
+    let members: Vec<Address> = s.dev.signers[FIRST_MEMBER_ACCOUNT..FIRST_MEMBER_ACCOUNT + 4]
+        .iter()
+        .map(|k| k.address())
+        .collect();
+    // the forwarder knows an outsider instead of the first leader, which signs first
+    // and transmits first: its own signature is among the f+1 it agreed with
+    let receipt = s.dev.request_resolution(s.market_id).await.unwrap();
+    let chain = s.dev.provider.get_chain_id().await.unwrap();
+    let exec = execution_id(
+        chain,
+        s.dev.contracts.market,
+        s.market_id,
+        receipt.transaction_hash,
+    );
+    let unknown = cresolver_don::config::leader_of(&members, &exec, 0);
+    let fwd_signers: Vec<Address> = members
+        .iter()
+        .map(|m| if *m == unknown { outsider } else { *m })
+        .collect();
+    let mut dn = Dn::new(s, 4, 1, Some(fwd_signers)).await;
+    dn.spawn_all();
+    dn.wait_resolved(FAULT_BOUND).await;
+    let call = dn.delivered().await.remove(0);
+    let digest = forwarder_digest(&call.rawReport, &call.reportContext);
+    for sig in &call.signatures {
+        let who = wire::recover(&digest, sig).unwrap();
+        assert_ne!(who, unknown, "the unknown key's signature is not sent");
+    }
+    assert_eq!(resolved_events(&dn.s).await.len(), 1);
+    // the transmitter met the forwarder's refusal and said so
+    let li = members.iter().position(|m| *m == unknown).unwrap();
+    assert!(
+        dn.log(li)
+            .contains("the forwarder does not know this member's key"),
+        "the leader met the forwarder's refusal of its own key and transmitted without it"
+    );
+}
+
+/// A liar's observation: every worker NO, confidence 0, every score 0 or 100.
+fn lie(dn: &Dn, exec: B256, liar: Address, score: u8) -> Observation {
+    Observation {
+        don_id: 1,
+        config_version: 1,
+        execution_id: exec,
+        market: dn.s.dev.contracts.market,
+        market_id: dn.s.market_id,
+        observer: liar,
+        timestamp: 1,
+        workers: dn
+            .s
+            .workers
+            .iter()
+            .map(|w| WorkerObservation {
+                address: *w,
+                answer: Some(ObservedAnswer {
+                    position: Position::No,
+                    confidence_ppm: 0,
+                    scores: [score; 3],
+                }),
+                failure: None,
+            })
+            .collect(),
+    }
+}
+
+async fn post(dn: &Dn, to: usize, env: &Envelope, key: &PrivateKeySigner) -> u16 {
+    let (body, sig) = wire::seal(env, key).unwrap();
+    let url = dn.cfg.members[to].url.join(wire::PATH).unwrap();
+    reqwest::Client::new()
+        .post(url)
+        .header(wire::SIGNATURE_HEADER, sig)
+        .body(body)
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_lying_member_forges_nothing_onto_the_chain() {
+    let (s, _) = counted_market().await;
+    let mut dn = Dn::new(s, 4, 1, None).await;
+    let exec = request(&dn).await;
+    // member 3 is the liar, driven by this test; members 0..2 are honest processes
+    let liar = dn.keys[3].clone();
+    for i in 0..3 {
+        dn.spawn(i, None);
+    }
+    let env = |attempt: u32, body: Body| Envelope {
+        don_id: 1,
+        config_version: 1,
+        execution_id: exec,
+        market: dn.s.dev.contracts.market,
+        market_id: dn.s.market_id,
+        attempt,
+        sender: liar.address(),
+        body,
+    };
+    // wait for the honest members' endpoints
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (0..3).any(|i| {
+        std::net::TcpStream::connect(format!(
+            "127.0.0.1:{}",
+            dn.cfg.members[i].url.port().unwrap()
+        ))
+        .is_err()
+    }) {
+        assert!(Instant::now() < deadline, "members did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let own = wire::sign_observation(lie(&dn, exec, liar.address(), 0), &liar).unwrap();
+    // an observation forged in member 0's name (signed by the liar)
+    let mut forged_obs = lie(&dn, exec, dn.keys[0].address(), 100);
+    forged_obs.timestamp = 2;
+    let forged = cresolver_don::wire::SignedObservation {
+        signature: wire::sign_digest(&liar, &forged_obs.digest()).unwrap(),
+        observation: forged_obs,
+    };
+    // a report nobody honest built, signed by the liar
+    let fake_report = cresolver_core::report::build_raw_report(
+        &cresolver_core::report::ExecutionHeader {
+            version: 1,
+            workflow_execution_id: exec,
+            timestamp: 1,
+            don_id: 1,
+            don_config_version: 1,
+        },
+        &cresolver_core::report::ReportMetadata::new(B256::ZERO, "x", Address::ZERO, [0, 1]),
+        &cresolver_core::encode_report(
+            dn.s.market_id,
+            &dn.s.workers,
+            &[U256::from(1); 3],
+            &[100; 9],
+            false,
+        ),
+    );
+    let fake_sig = wire::sign_digest(
+        &liar,
+        &forwarder_digest(
+            &fake_report,
+            &cresolver_core::don::report_context(1, 1, 1, &dn.cfg.addresses()),
+        ),
+    )
+    .unwrap();
+    for to in 0..3 {
+        assert_eq!(
+            post(
+                &dn,
+                to,
+                &env(
+                    0,
+                    Body::Observation {
+                        observation: own.clone()
+                    }
+                ),
+                &liar
+            )
+            .await,
+            200
+        );
+        assert_eq!(
+            post(
+                &dn,
+                to,
+                &env(
+                    0,
+                    Body::Proposal {
+                        observations: vec![forged.clone()],
+                        report: Bytes::new()
+                    }
+                ),
+                &liar
+            )
+            .await,
+            403,
+            "a forged observation opens nowhere"
+        );
+        let sig_msg = env(
+            0,
+            Body::Signature {
+                report: fake_report.clone(),
+                signature: fake_sig.clone(),
+                observations: vec![own.clone()],
+            },
+        );
+        assert_eq!(post(&dn, to, &sig_msg, &liar).await, 200);
+        // a stranger's message changes nothing
+        assert_eq!(
+            post(
+                &dn,
+                to,
+                &env(
+                    0,
+                    Body::Observation {
+                        observation: own.clone()
+                    }
+                ),
+                &dn.s.dev.signers[19]
+            )
+            .await,
+            403
+        );
+    }
+    dn.wait_resolved(FAULT_BOUND).await;
+    let call = dn.assert_resolved_once(&[0, 1, 2]).await;
+    assert_ne!(call.rawReport, fake_report);
+    // the aggregate holds the honest values: member 0's own view of every worker
+    let v = dn.round(0).await.unwrap();
+    let own0 = &v["outcome"]["don"]["own_observation"]["workers"];
+    let (_, body) = cresolver_core::report::split_raw_report(&call.rawReport).unwrap();
+    let r = cresolver_core::decode_report(body).unwrap();
+    for (k, w) in own0.as_array().unwrap().iter().enumerate() {
+        let scores: Vec<u8> = serde_json::from_value(w["answer"]["scores"].clone()).unwrap();
+        assert_eq!(
+            &r.dim_scores[3 * k..3 * k + 3],
+            scores.as_slice(),
+            "worker {k}"
+        );
+    }
+    assert!(
+        r.resolution,
+        "the honest majority (two YES workers) decides"
+    );
+    let set: Vec<Address> = serde_json::from_value(v["outcome"]["don"]["set"].clone()).unwrap();
+    assert!(
+        set.contains(&liar.address()),
+        "the liar's observation was in the set the report was built from: {set:?}"
+    );
+}
