@@ -412,6 +412,21 @@ async fn four_members_resolve_once_through_the_production_forwarder() {
     assert_eq!(don["members"].as_array().unwrap().len(), 4);
     assert_eq!(don["signers"].as_array().unwrap().len(), 2);
     assert!(don["own_observation"]["workers"].as_array().unwrap().len() == 3);
+    // the status page's view of the round: the set, the leader, the signers, the transmitter
+    let sv: Value = reqwest::get(format!(
+        "http://127.0.0.1:{}/status/rounds/{}",
+        dn.api[0], dn.s.market_id
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let d = &sv["don"];
+    assert_eq!(d["members"], 4, "{sv}");
+    assert_eq!(d["signers"].as_array().unwrap().len(), 2);
+    assert!(d["transmitter"].is_string(), "{sv}");
+    assert!(d["set"].as_array().unwrap().len() >= 3);
     // metrics of the agreement
     let m = reqwest::get(format!("http://127.0.0.1:{}/metrics", dn.api[0]))
         .await

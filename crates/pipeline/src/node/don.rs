@@ -446,8 +446,7 @@ impl Node {
                     }
                 }
                 Err(SubmitError::Reverted { name, reason })
-                    if info.state == FAILED
-                        && RETRYABLE_RECEIVER_ERRORS.contains(&name.as_str()) =>
+                    if RETRYABLE_RECEIVER_ERRORS.contains(&name.as_str()) =>
                 {
                     self.metrics.don_event("transmission", "failed");
                     return Err(Step::Transient(format!(

@@ -192,6 +192,7 @@ pub fn round_view(
         "confirmation": transcript.as_ref().and_then(|t| t.confirmation.as_ref()).map(|c| json!({
             "status": c.status, "tx_hash": c.tx_hash, "block_number": c.block_number,
         })),
+        "don": transcript.as_ref().and_then(|t| t.don.as_ref()).map(don_view),
         "finality": transcript.as_ref().and_then(|t| t.finality.as_ref()).map(|f| json!({
             "status": f.status, "finalized_block": f.finalized_block, "source": f.source,
             "reorgs": f.reorgs.len(),
@@ -202,6 +203,26 @@ pub fn round_view(
         v["transcript"] = r.outcome.clone().unwrap_or(Value::Null);
     }
     v
+}
+
+/// A DON round at a glance: which members' observations made the set (and which were
+/// missing), the leader and attempt that fixed it, the signers and the transmitter.
+fn don_view(d: &Value) -> Value {
+    let members = d["members"].as_array().cloned().unwrap_or_default();
+    let missing: Vec<Value> = members
+        .iter()
+        .filter(|m| m["in_set"] != Value::Bool(true))
+        .map(|m| m["member"].clone())
+        .collect();
+    json!({
+        "members": members.len(),
+        "set": d["set"],
+        "missing": missing,
+        "leader": d["leader"],
+        "attempt": d["attempt"],
+        "signers": d["signers"],
+        "transmitter": d["transmitter"],
+    })
 }
 
 /// What the market was resolved to by this round and the vote weight behind it

@@ -50,6 +50,15 @@ function txSummary(r) {
   if (r.confirmation) {
     box.appendChild(el("div", r.confirmation.status + (r.confirmation.block_number ? " in block " + r.confirmation.block_number : "")));
   }
+  if (r.don) {
+    const d = r.don;
+    const set = d.set || [];
+    box.appendChild(el("div", "DON: report built from " + set.length + " of " + d.members + " members' observations" +
+      ((d.missing || []).length ? " (missing: " + d.missing.map(shortHex).join(", ") + ")" : "") +
+      ", leader " + shortHex(d.leader) + " (attempt " + d.attempt + ")"));
+    box.appendChild(el("div", "signed by " + (d.signers || []).map(shortHex).join(", ") +
+      (d.transmitter ? "; transmitted by " + shortHex(d.transmitter) : "")));
+  }
   if (r.finality) {
     const f = r.finality;
     let text = f.status === "final" ? "final (finalized block " + f.finalized_block + ", by " + f.source + ")" : "reorged: re-sent";

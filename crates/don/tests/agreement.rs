@@ -1,0 +1,794 @@
+//! The DON agreement end to end, with real HTTP between members on 127.0.0.1 (no mocks):
+//! every member has its own key, its own `Don`, its own member API server and its own
+//! persistence, and runs `Don::agree` for the same execution with its own observation.
+//!
+//! Every agreement is checked the way the forwarder and an operator would: exactly f+1
+//! distinct member signers, each signature recovering to its signer over the forwarder
+//! digest with the DON's report context, a set of at least 2f+1 observations each signed
+//! by its observer, a report that is the set's aggregate rebuilt here, and the same bytes
+//! on every member that agreed. Cases: all up, a member down, a silent leader, 7 members
+//! with two down, a lying member, a restart from the persisted state, and the member
+//! API's bounds.
+
+use alloy::primitives::{Address, B256, Bytes, U256, keccak256};
+use alloy::signers::local::PrivateKeySigner;
+use cresolver_core::don::{
+    Aggregate, Binding, Observation, ObservedAnswer, Position, WorkerObservation, aggregate,
+    execution_id, forwarder_digest, report_context,
+};
+use cresolver_core::report::{ExecutionHeader, ReportMetadata, build_raw_report};
+use cresolver_don::member::BuildReport;
+use cresolver_don::persist::{Lock, Persist};
+use cresolver_don::server::serve;
+use cresolver_don::wire::{self, Body, Envelope, SignedObservation};
+use cresolver_don::{Agreed, Don, DonConfig, Job, MemberConfig};
+use cresolver_metrics::Metrics;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const DON_ID: u32 = 7;
+const VERSION: u32 = 2;
+/// The fixed part of a raw report before its body (header 45 + metadata 64).
+const HEADER_LEN: usize = 109;
+/// How long a whole agreement may take here (a generous bound, not a timing assertion).
+const AGREE_WITHIN: Duration = Duration::from_secs(30);
+
+/// A running member API: its shutdown trigger and its task.
+type Server = (oneshot::Sender<()>, JoinHandle<std::io::Result<()>>);
+
+/// A DON under test: its members' keys, listeners and servers, and one execution.
+struct Net {
+    f: u8,
+    keys: Vec<PrivateKeySigner>,
+    members: Vec<MemberConfig>,
+    listeners: Vec<Option<TcpListener>>,
+    servers: Vec<Option<Server>>,
+    exec: B256,
+    market: Address,
+    market_id: U256,
+    workers: Vec<Address>,
+}
+
+impl Net {
+    async fn new(n: usize, f: u8) -> Self {
+        let keys: Vec<PrivateKeySigner> = (0..n).map(|_| PrivateKeySigner::random()).collect();
+        let (mut members, mut listeners) = (Vec::new(), Vec::new());
+        for k in &keys {
+            let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let port = l.local_addr().expect("local addr").port();
+            members.push(MemberConfig {
+                address: k.address(),
+                url: format!("http://127.0.0.1:{port}").parse().expect("url"),
+            });
+            listeners.push(Some(l));
+        }
+        let market = Address::repeat_byte(0xaa);
+        let market_id = U256::from(42u64);
+        // a fresh execution per test (the request tx hash is derived from a random key)
+        let request_tx = keccak256(keys[0].address());
+        Self {
+            f,
+            keys,
+            members,
+            listeners,
+            servers: (0..n).map(|_| None).collect(),
+            exec: execution_id(31_337, market, market_id, request_tx),
+            market,
+            market_id,
+            workers: (0..3).map(|i| Address::repeat_byte(0xb0 + i)).collect(),
+        }
+    }
+
+    fn addr(&self, i: usize) -> Address {
+        self.keys[i].address()
+    }
+
+    fn addresses(&self) -> Vec<Address> {
+        self.members.iter().map(|m| m.address).collect()
+    }
+
+    fn url(&self, i: usize) -> String {
+        format!(
+            "{}{}",
+            self.members[i].url,
+            wire::PATH.trim_start_matches('/')
+        )
+    }
+
+    fn cfg(&self, i: usize) -> DonConfig {
+        DonConfig {
+            don_id: DON_ID,
+            config_version: VERSION,
+            f: self.f,
+            listen: format!("127.0.0.1:{}", self.members[i].url.port().expect("port")),
+            members: self.members.clone(),
+            attempt_timeout_ms: 800,
+            observation_grace_ms: 300,
+            transmit_delay_ms: 1_000,
+            max_attempts: 10,
+        }
+    }
+
+    fn leader(&self, attempt: u32) -> usize {
+        let leader = self.cfg(0).leader(&self.exec, attempt);
+        self.addresses()
+            .iter()
+            .position(|m| *m == leader)
+            .expect("a member")
+    }
+
+    fn don(&self, i: usize, persist: Persist) -> Arc<Don> {
+        let metrics = Arc::new(Metrics::new());
+        Arc::new(
+            Don::new(self.cfg(i), self.keys[i].clone(), persist, metrics).expect("valid config"),
+        )
+    }
+
+    /// Builds member `i` and serves its member API on its listener.
+    fn start(&mut self, i: usize, persist: Persist) -> Arc<Don> {
+        let don = self.don(i, persist);
+        let listener = self.listeners[i]
+            .take()
+            .expect("each member is started once");
+        let (tx, rx) = oneshot::channel();
+        let server = tokio::spawn(serve(listener, don.clone(), async move {
+            let _ = rx.await;
+        }));
+        self.servers[i] = Some((tx, server));
+        don
+    }
+
+    /// Stops member `i`'s server (graceful shutdown) and waits for it.
+    async fn stop(&mut self, i: usize) {
+        let (tx, server) = self.servers[i].take().expect("a running server");
+        let _ = tx.send(());
+        let done = tokio::time::timeout(AGREE_WITHIN, server).await;
+        done.expect("the server stops")
+            .expect("joins")
+            .expect("served");
+    }
+
+    fn binding(&self) -> Binding {
+        Binding {
+            don_id: DON_ID,
+            config_version: VERSION,
+            execution_id: self.exec,
+            market: self.market,
+            market_id: self.market_id,
+        }
+    }
+
+    /// Member `i`'s honest observation (`shift` moves its scores): worker 0 answers Yes,
+    /// worker 1 No, worker 2 answers member 0 only (below the f+1 quorum).
+    fn observation(&self, i: usize, shift: u8) -> Observation {
+        let k = i as u8;
+        let answer = |position, confidence_ppm, scores| {
+            Some(ObservedAnswer {
+                position,
+                confidence_ppm,
+                scores,
+            })
+        };
+        let worker = |w: usize, answer: Option<ObservedAnswer>| WorkerObservation {
+            address: self.workers[w],
+            failure: answer.is_none().then(|| "timeout".to_string()),
+            answer,
+        };
+        Observation {
+            don_id: DON_ID,
+            config_version: VERSION,
+            execution_id: self.exec,
+            market: self.market,
+            market_id: self.market_id,
+            observer: self.addr(i),
+            timestamp: 1_700_000_000 + 7 * i as u32,
+            workers: vec![
+                worker(
+                    0,
+                    answer(
+                        Position::Yes,
+                        700_000 + 10_000 * i as u32,
+                        [60 + k + shift, 70 + k, 50 + k],
+                    ),
+                ),
+                worker(
+                    1,
+                    answer(
+                        Position::No,
+                        600_000 + 5_000 * i as u32,
+                        [40 + k, 45, 30 + shift],
+                    ),
+                ),
+                worker(
+                    2,
+                    (i == 0).then_some(ObservedAnswer {
+                        position: Position::Yes,
+                        confidence_ppm: 1,
+                        scores: [1, 1, 1],
+                    }),
+                ),
+            ],
+        }
+    }
+
+    /// The report every member builds: a forwarder header with the aggregate's
+    /// timestamp, and the aggregate itself (JSON) as the body.
+    fn build(&self) -> BuildReport {
+        let exec = self.exec;
+        Arc::new(move |agg: &Aggregate| {
+            let header = ExecutionHeader {
+                version: 1,
+                workflow_execution_id: exec,
+                timestamp: agg.timestamp,
+                don_id: DON_ID,
+                don_config_version: VERSION,
+            };
+            let meta = ReportMetadata::new(
+                B256::repeat_byte(1),
+                "cresolver",
+                Address::repeat_byte(2),
+                [0, 1],
+            );
+            let body = serde_json::to_vec(agg).map_err(|e| e.to_string())?;
+            Ok(build_raw_report(&header, &meta, &body))
+        })
+    }
+
+    fn job(&self, observation: Observation) -> Job {
+        Job {
+            execution_id: self.exec,
+            market: self.market,
+            market_id: self.market_id,
+            observation,
+            workers: self.workers.clone(),
+            build: self.build(),
+        }
+    }
+
+    fn envelope(&self, sender: Address, body: Body) -> Envelope {
+        Envelope {
+            don_id: DON_ID,
+            config_version: VERSION,
+            execution_id: self.exec,
+            market: self.market,
+            market_id: self.market_id,
+            attempt: 0,
+            sender,
+            body,
+        }
+    }
+
+    /// Checks one agreement as the forwarder and an operator would; returns the set's
+    /// aggregate (decoded from the report body).
+    fn check(&self, a: &Agreed) -> Aggregate {
+        let (f, members) = (usize::from(self.f), self.addresses());
+        assert_eq!(a.execution_id, self.exec);
+        assert_eq!(a.signers.len(), f + 1, "exactly f+1 signers");
+        assert_eq!(a.signatures.len(), f + 1);
+        assert!(
+            a.signers.windows(2).all(|w| w[0] < w[1]),
+            "sorted, distinct signers"
+        );
+        let context = report_context(DON_ID, VERSION, self.f, &members);
+        assert_eq!(a.context.as_ref(), &context[..]);
+        let digest = forwarder_digest(&a.report, &a.context);
+        assert_eq!(a.digest, digest);
+        for (signer, sig) in a.signers.iter().zip(&a.signatures) {
+            assert!(members.contains(signer), "signer {signer} is a member");
+            assert_eq!(wire::recover(&digest, sig).expect("recovers"), *signer);
+        }
+        assert!(a.recomputed, "an honest member rebuilds the report itself");
+        assert_eq!(a.leader, self.cfg(0).leader(&self.exec, a.attempt));
+        assert!(
+            a.observations.len() > 2 * f,
+            "a set of at least 2f+1 observations"
+        );
+        for o in &a.observations {
+            let observer = o.observation.observer;
+            assert!(members.contains(&observer));
+            assert_eq!(
+                wire::recover(&o.observation.digest(), &o.signature).expect("recovers"),
+                observer
+            );
+        }
+        let set: Vec<Observation> = a
+            .observations
+            .iter()
+            .map(|o| o.observation.clone())
+            .collect();
+        let agg = aggregate(&set, &self.binding(), &self.workers, f).expect("the set aggregates");
+        assert_eq!(
+            a.report,
+            (self.build())(&agg).expect("builds"),
+            "the report is the set's"
+        );
+        assert_eq!(decode(&a.report), agg);
+        agg
+    }
+
+    /// Checks every agreement, that they agree on one report, and that each honest
+    /// observation in the set is the one its member made; returns the aggregate.
+    fn check_all(&self, agreed: &[Agreed], honest: &[(usize, Observation)]) -> Aggregate {
+        let agg = self.check(&agreed[0]);
+        for a in agreed {
+            self.check(a);
+            assert_eq!(a.report, agreed[0].report, "one report on every member");
+            assert_eq!(a.digest, agreed[0].digest);
+        }
+        for o in &agreed[0].observations {
+            if let Some((_, mine)) = honest
+                .iter()
+                .find(|(i, _)| self.addr(*i) == o.observation.observer)
+            {
+                assert_eq!(&o.observation, mine, "an honest member's own observation");
+            }
+        }
+        agg
+    }
+}
+
+fn decode(report: &[u8]) -> Aggregate {
+    serde_json::from_slice(&report[HEADER_LEN..]).expect("the body is the aggregate")
+}
+
+/// Runs `agree` on every (member, job) concurrently; each must agree within the bound.
+async fn agree_all(runs: Vec<(Arc<Don>, Job)>) -> Vec<Agreed> {
+    let handles: Vec<_> = runs
+        .into_iter()
+        .map(|(don, job)| {
+            tokio::spawn(async move { tokio::time::timeout(AGREE_WITHIN, don.agree(job)).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for h in handles {
+        let agreed = h
+            .await
+            .expect("joins")
+            .expect("agrees in time")
+            .expect("agrees");
+        out.push(agreed);
+    }
+    out
+}
+
+/// A message a member or an outsider sends, signed by `.1`, and the status it must get.
+type Lie = (Envelope, PrivateKeySigner, u16);
+
+/// Starts members `up` (in memory), posts every lie to each of them, then runs their
+/// agreement with honest observations.
+async fn agree_after(
+    net: &mut Net,
+    up: &[usize],
+    lies: &[Lie],
+) -> (Vec<Agreed>, Vec<(usize, Observation)>) {
+    let honest: Vec<(usize, Observation)> =
+        up.iter().map(|i| (*i, net.observation(*i, 0))).collect();
+    let dons: Vec<Arc<Don>> = up
+        .iter()
+        .map(|i| net.start(*i, Persist::in_memory().expect("db")))
+        .collect();
+    for to in up {
+        for (k, (env, key, status)) in lies.iter().enumerate() {
+            assert_eq!(
+                send(net, *to, env, key).await,
+                *status,
+                "message {k} to member {to}"
+            );
+        }
+    }
+    let runs = dons
+        .into_iter()
+        .zip(&honest)
+        .map(|(d, (_, o))| (d, net.job(o.clone())))
+        .collect();
+    (agree_all(runs).await, honest)
+}
+
+/// A liar: a member that does not lead attempt 0 and never runs `agree`, its observation
+/// of extreme values (validly signed by itself), and the honest members.
+fn liar(net: &mut Net) -> (usize, PrivateKeySigner, SignedObservation, Vec<usize>) {
+    let liar = (0..4).find(|i| *i != net.leader(0)).expect("a non-leader");
+    net.listeners[liar] = None;
+    let mut extreme = net.observation(liar, 0);
+    extreme.timestamp = u32::MAX;
+    for (w, position) in extreme
+        .workers
+        .iter_mut()
+        .zip([Position::No, Position::Yes, Position::No])
+    {
+        w.failure = None;
+        w.answer = Some(ObservedAnswer {
+            position,
+            confidence_ppm: 1_000_000,
+            scores: [100, 0, 100],
+        });
+    }
+    let key = net.keys[liar].clone();
+    let signed = wire::sign_observation(extreme, &key).expect("signs");
+    (liar, key, signed, (0..4).filter(|i| *i != liar).collect())
+}
+
+async fn post(url: &str, body: Vec<u8>, sig: Option<&str>) -> u16 {
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(sig) = sig {
+        req = req.header(wire::SIGNATURE_HEADER, sig);
+    }
+    req.send()
+        .await
+        .expect("the member answers")
+        .status()
+        .as_u16()
+}
+
+/// Seals `env` with `key` and posts it to member `to`.
+async fn send(net: &Net, to: usize, env: &Envelope, key: &PrivateKeySigner) -> u16 {
+    let (body, sig) = wire::seal(env, key).expect("seals");
+    post(&net.url(to), body, Some(&sig)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_members_all_up_agree_on_one_report() {
+    let mut net = Net::new(4, 1).await;
+    let (agreed, honest) = agree_after(&mut net, &[0, 1, 2, 3], &[]).await;
+    assert_eq!(agreed.len(), 4);
+    let agg = net.check_all(&agreed, &honest);
+    // worker 2 was answered by one member only (< f+1): not answered
+    assert_eq!(agg.workers[2].answer, None);
+    assert_eq!(
+        agg.workers[0].answer.expect("answered").position,
+        Position::Yes
+    );
+    assert_eq!(
+        agg.workers[1].answer.expect("answered").position,
+        Position::No
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_down_the_other_three_agree() {
+    let mut net = Net::new(4, 1).await;
+    // the member down does not lead attempt 0 (a silent leader is the next case)
+    let down = (0..4).find(|i| *i != net.leader(0)).expect("a non-leader");
+    net.listeners[down] = None;
+    let up: Vec<usize> = (0..4).filter(|i| *i != down).collect();
+    let (agreed, honest) = agree_after(&mut net, &up, &[]).await;
+    net.check_all(&agreed, &honest);
+    let gone = net.addr(down);
+    for a in &agreed {
+        assert!(!a.signers.contains(&gone) && !a.observers().contains(&gone));
+        assert_eq!(a.observations.len(), 3, "the three members up observed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_leader_is_replaced() {
+    let mut net = Net::new(4, 1).await;
+    let silent = net.leader(0);
+    // its server is up (it receives everything) but it never runs `agree`
+    let _silent = net.start(silent, Persist::in_memory().expect("db"));
+    let up: Vec<usize> = (0..4).filter(|i| *i != silent).collect();
+    let (agreed, honest) = agree_after(&mut net, &up, &[]).await;
+    net.check_all(&agreed, &honest);
+    for a in &agreed {
+        assert!(
+            a.attempt >= 1,
+            "agreed in attempt {} (the leader of 0 is silent)",
+            a.attempt
+        );
+        assert_ne!(a.leader, net.addr(silent));
+        assert!(!a.signers.contains(&net.addr(silent)));
+        assert!(!a.observers().contains(&net.addr(silent)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seven_members_two_down_the_other_five_agree() {
+    let mut net = Net::new(7, 2).await;
+    // the two members down are the leaders of attempts 0 and 1
+    let down = [net.leader(0), net.leader(1)];
+    assert_ne!(down[0], down[1]);
+    for d in down {
+        net.listeners[d] = None;
+    }
+    let up: Vec<usize> = (0..7).filter(|i| !down.contains(i)).collect();
+    let (agreed, honest) = agree_after(&mut net, &up, &[]).await;
+    assert_eq!(agreed.len(), 5);
+    net.check_all(&agreed, &honest);
+    for a in &agreed {
+        assert!(a.attempt >= 2, "agreed in attempt {}", a.attempt);
+        assert_eq!(
+            a.observations.len(),
+            5,
+            "2f+1 = 5: every member up observed"
+        );
+        for d in down {
+            assert!(!a.signers.contains(&net.addr(d)));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lying_member_cannot_move_or_forge_the_report() {
+    let mut net = Net::new(4, 1).await;
+    let (liar, key, extreme, up) = liar(&mut net);
+    let (at_liar, victim) = (net.addr(liar), up[0]);
+    // (a) its own observation with extreme values: it opens
+    let lie = net.envelope(
+        at_liar,
+        Body::Observation {
+            observation: extreme,
+        },
+    );
+    // (b) an observation forged in the victim's name: named as the victim's message, as
+    // the liar's, or carried in a proposal, it does not open
+    let mut forged = net.observation(victim, 0);
+    forged.workers[0].answer = None;
+    forged.workers[0].failure = Some("timeout".into());
+    let forged = wire::sign_observation(forged, &key).expect("signs");
+    let obs = |sender| {
+        net.envelope(
+            sender,
+            Body::Observation {
+                observation: forged.clone(),
+            },
+        )
+    };
+    let carried = Body::Proposal {
+        observations: vec![forged.clone()],
+        report: Bytes::from_static(b"x"),
+    };
+    // (c) a valid signature over a report of its own making: it opens, and stays alone
+    let bogus = Bytes::from_static(b"a report no honest member builds");
+    let bogus_digest = forwarder_digest(
+        &bogus,
+        &report_context(DON_ID, VERSION, 1, &net.addresses()),
+    );
+    let bogus_msg = Body::Signature {
+        report: bogus.clone(),
+        signature: wire::sign_digest(&key, &bogus_digest).expect("signs"),
+        observations: vec![],
+    };
+    // and a key that is not a member
+    let outsider = PrivateKeySigner::random();
+    let mut stranger = net.observation(liar, 0);
+    stranger.observer = outsider.address();
+    let stranger = wire::sign_observation(stranger, &outsider).expect("signs");
+    let stranger = net.envelope(
+        outsider.address(),
+        Body::Observation {
+            observation: stranger,
+        },
+    );
+    let lies: Vec<Lie> = vec![
+        (lie, key.clone(), 200),
+        (obs(net.addr(victim)), key.clone(), 403),
+        (obs(at_liar), key.clone(), 403),
+        (net.envelope(at_liar, carried), key.clone(), 403),
+        (net.envelope(at_liar, bogus_msg), key.clone(), 200),
+        (stranger, outsider, 403),
+    ];
+    let (agreed, honest) = agree_after(&mut net, &up, &lies).await;
+    // (b): every honest observer's observation in the set is its own (check_all)
+    let agg = net.check_all(&agreed, &honest);
+    // (a): the lie was in the set, and moved nothing outside what the honest members saw
+    assert!(
+        agreed[0].observers().contains(&at_liar),
+        "the lie was in the set"
+    );
+    let stamps: Vec<u32> = honest.iter().map(|(_, o)| o.timestamp).collect();
+    assert!(
+        (*stamps.iter().min().unwrap()..=*stamps.iter().max().unwrap()).contains(&agg.timestamp)
+    );
+    for w in 0..2 {
+        let seen: Vec<ObservedAnswer> = honest
+            .iter()
+            .map(|(_, o)| o.workers[w].answer.unwrap())
+            .collect();
+        let got = agg.workers[w].answer.expect("answered");
+        assert_eq!(got.position, seen[0].position, "the honest position holds");
+        let confs = seen.iter().map(|a| a.confidence_ppm);
+        assert!(
+            (confs.clone().min().unwrap()..=confs.max().unwrap()).contains(&got.confidence_ppm)
+        );
+        for k in 0..3 {
+            let s = seen.iter().map(|a| a.scores[k]);
+            let range = s.clone().min().unwrap()..=s.max().unwrap();
+            assert!(
+                range.contains(&got.scores[k]),
+                "worker {w} score {k} = {} not in {range:?}",
+                got.scores[k]
+            );
+        }
+    }
+    // (c): the liar's report never reached f+1 signatures, and the liar signed nothing agreed
+    for a in &agreed {
+        assert_ne!((&a.report, a.digest), (&bogus, bogus_digest));
+        assert!(!a.signers.contains(&at_liar));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_liars_set_does_not_hide_the_set_the_report_is_built_from() {
+    let mut net = Net::new(4, 1).await;
+    let (liar, key, extreme, up) = liar(&mut net);
+    let at_liar = net.addr(liar);
+    // the report the leader proposes once it holds all four observations
+    let mut all: Vec<Observation> = up.iter().map(|i| net.observation(*i, 0)).collect();
+    all.push(extreme.observation.clone());
+    let agg = aggregate(&all, &net.binding(), &net.workers, 1).expect("aggregates");
+    let predicted = (net.build())(&agg).expect("builds");
+    let context = report_context(DON_ID, VERSION, 1, &net.addresses());
+    let signature =
+        |r: &Bytes| wire::sign_digest(&key, &forwarder_digest(r, &context)).expect("signs");
+    // the liar signs that report first, but sends it with a set that does not make it
+    let sig = |report: Bytes| Body::Signature {
+        signature: signature(&report),
+        report,
+        observations: vec![extreme.clone()],
+    };
+    let lies: Vec<Lie> = vec![
+        (
+            net.envelope(
+                at_liar,
+                Body::Observation {
+                    observation: extreme.clone(),
+                },
+            ),
+            key.clone(),
+            200,
+        ),
+        (
+            net.envelope(at_liar, sig(predicted.clone())),
+            key.clone(),
+            200,
+        ),
+        // a second, different report from the same member is refused
+        (
+            net.envelope(at_liar, sig(Bytes::from_static(b"other"))),
+            key.clone(),
+            409,
+        ),
+    ];
+    let (agreed, honest) = agree_after(&mut net, &up, &lies).await;
+    // recomputed, with the set the report is built from (check_all), not the liar's
+    net.check_all(&agreed, &honest);
+    for a in &agreed {
+        assert_eq!(
+            a.report, predicted,
+            "the leader proposed the set of all four"
+        );
+        assert_eq!(a.observations.len(), 4);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_member_keeps_its_observation_and_its_agreement() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("don.sqlite");
+    let mut net = Net::new(4, 1).await;
+    // the member that restarts leads attempt 0, so it surely signs the report itself
+    let me = net.leader(0);
+    let first = net.observation(me, 0);
+    let mut dons = Vec::new();
+    for i in 0..4 {
+        let persist = if i == me {
+            Persist::open(&path).expect("file db")
+        } else {
+            Persist::in_memory().expect("db")
+        };
+        dons.push(net.start(i, persist));
+    }
+    let jobs: Vec<Job> = (0..4).map(|i| net.job(net.observation(i, 0))).collect();
+    let agreed = agree_all(dons.iter().cloned().zip(jobs).collect()).await;
+    let honest: Vec<(usize, Observation)> = (0..4).map(|i| (i, net.observation(i, 0))).collect();
+    net.check_all(&agreed, &honest);
+    let before = agreed[me].clone();
+
+    // the member stops; a new one starts on the same file, with another observation
+    net.stop(me).await;
+    drop(dons);
+    let restarted = net.don(me, Persist::open(&path).expect("reopens"));
+    let second = net.observation(me, 20);
+    assert_ne!(second, first);
+    let again = tokio::time::timeout(AGREE_WITHIN, restarted.agree(net.job(second.clone())))
+        .await
+        .expect("in time")
+        .expect("agrees");
+    assert_eq!(again, before, "the stored agreement");
+    assert_eq!(restarted.agreed(&net.exec).unwrap(), Some(before.clone()));
+
+    let store = Persist::open(&path).expect("opens alongside");
+    let own = store.own_observation(&net.exec).unwrap().expect("stored");
+    assert_eq!(own.observation, first, "the first one, never replaced");
+    assert_eq!(
+        wire::recover(&own.observation.digest(), &own.signature).unwrap(),
+        net.addr(me)
+    );
+    let kept = store.save_own_observation(
+        &net.exec,
+        &wire::sign_observation(second, &net.keys[me]).unwrap(),
+    );
+    assert_eq!(kept.expect("saves once").observation, first);
+    // the lock it signed is the agreed report, and a second lock is refused
+    let lock = store.lock(&net.exec).expect("reads").expect("it signed");
+    assert_eq!((lock.digest, &lock.report), (before.digest, &before.report));
+    let other_report = Bytes::from_static(b"another report");
+    let other_digest = forwarder_digest(&other_report, &before.context);
+    let other = Lock {
+        digest: other_digest,
+        signature: wire::sign_digest(&net.keys[me], &other_digest).unwrap(),
+        report: other_report,
+        observations: vec![],
+        attempt: lock.attempt + 1,
+    };
+    let stays = store.lock_once(&net.exec, &other).expect("reads");
+    assert_eq!(stays, lock, "the first lock stays");
+    assert_eq!(store.lock(&net.exec).expect("reads"), Some(lock.clone()));
+    // on a fresh execution the first lock wins, and then stays
+    let fresh = B256::repeat_byte(0x5e);
+    assert_eq!(store.lock_once(&fresh, &other).expect("locks"), other);
+    assert_eq!(store.lock_once(&fresh, &lock).expect("reads"), other);
+    // the attempt only moves forward
+    store.set_attempt(&fresh, 3).unwrap();
+    store.set_attempt(&fresh, 1).unwrap();
+    assert_eq!(store.attempt(&fresh).unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_member_api_refuses_what_it_must() {
+    let mut net = Net::new(4, 1).await;
+    let _don = net.start(0, Persist::in_memory().expect("db"));
+    let url = net.url(0);
+    let sender = &net.keys[1];
+    let obs = |net: &Net| wire::sign_observation(net.observation(1, 0), sender).expect("signs");
+    let ok = net.envelope(
+        net.addr(1),
+        Body::Observation {
+            observation: obs(&net),
+        },
+    );
+    let (body, sig) = wire::seal(&ok, sender).expect("seals");
+
+    // too large: refused before anything else
+    let big = vec![b' '; wire::MAX_MESSAGE_BYTES + 1];
+    assert_eq!(post(&url, big, Some(&sig)).await, 413);
+    // no signature header, or one that is not a signature
+    assert_eq!(post(&url, body.clone(), None).await, 403);
+    assert_eq!(post(&url, body.clone(), Some("0xzz")).await, 403);
+    // another member's signature of the message
+    let (_, by_2) = wire::seal(&ok, &net.keys[2]).expect("seals");
+    assert_eq!(post(&url, body.clone(), Some(&by_2)).await, 403);
+    // another DON, and another config version, signed by a member
+    let mut other_don = ok.clone();
+    other_don.don_id = DON_ID + 1;
+    assert_eq!(send(&net, 0, &other_don, sender).await, 403);
+    let mut other_version = ok.clone();
+    other_version.config_version = VERSION + 1;
+    assert_eq!(send(&net, 0, &other_version, sender).await, 403);
+    // not JSON of a message, signed by a member
+    let junk = b"{\"not\":\"a message\"}".to_vec();
+    let junk_sig = alloy::primitives::hex::encode_prefixed(
+        wire::sign_digest(sender, &wire::message_digest(&junk)).unwrap(),
+    );
+    assert_eq!(post(&url, junk, Some(&junk_sig)).await, 403);
+    // the message itself opens
+    assert_eq!(post(&url, body, Some(&sig)).await, 200);
+    // a proposal from a member that does not lead its attempt is refused after opening
+    let not_leader = (0..4)
+        .find(|i| *i != net.leader(0) && *i != 0)
+        .expect("a non-leader");
+    let proposal = net.envelope(
+        net.addr(not_leader),
+        Body::Proposal {
+            observations: vec![obs(&net)],
+            report: Bytes::from_static(b"r"),
+        },
+    );
+    assert_eq!(send(&net, 0, &proposal, &net.keys[not_leader]).await, 409);
+}
