@@ -132,13 +132,19 @@ impl Observation {
                     return Err(format!("worker {}: a score above 100", w.address));
                 }
                 if w.failure.is_some() {
-                    return Err(format!("worker {}: both an answer and a failure", w.address));
+                    return Err(format!(
+                        "worker {}: both an answer and a failure",
+                        w.address
+                    ));
                 }
             }
             if let Some(f) = &w.failure
                 && (f.len() > 32 || !f.bytes().all(|b| b.is_ascii_graphic()))
             {
-                return Err(format!("worker {}: failure kind is not a short ASCII word", w.address));
+                return Err(format!(
+                    "worker {}: failure kind is not a short ASCII word",
+                    w.address
+                ));
             }
         }
         Ok(())
