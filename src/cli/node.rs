@@ -86,9 +86,36 @@ pub async fn config_check(config: &ConfigArgs) -> anyhow::Result<ExitCode> {
             .context("marketCount() on the market address")?;
         println!("market {m}: {count} markets");
     }
-    match cfg.signer() {
+    let signer = cfg.signer();
+    match &signer {
         Ok(s) => println!("signer: {}", s.address()),
         Err(e) => println!("signer: none ({e})"),
+    }
+    if let Some(don) = &cfg.don {
+        let me = signer
+            .as_ref()
+            .map(|s| s.address())
+            .map_err(|e| anyhow::anyhow!("[don]: a member needs its own key: {e}"))?;
+        don.validate(me)?;
+        for w in &cfg.node.workflows {
+            let wf = cresolver_pipeline::workflow::Workflow::load(w)?;
+            anyhow::ensure!(
+                wf.submits_reports(),
+                "[don]: workflow {} submits directly; a DON delivers through the KeystoneForwarder: set [submit] mode = \"report\"",
+                w.display()
+            );
+        }
+        anyhow::ensure!(
+            cfg.submit.forwarder.is_some() && cfg.submit.receiver.is_some(),
+            "[don]: set submit.forwarder (the KeystoneForwarder) and submit.receiver"
+        );
+        println!(
+            "don {} version {}: member {me} of {} (f = {})",
+            don.don_id,
+            don.config_version,
+            don.members.len(),
+            don.f
+        );
     }
     println!("config ok");
     Ok(ExitCode::SUCCESS)

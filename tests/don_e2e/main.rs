@@ -477,3 +477,19 @@ async fn a_worker_that_answers_members_differently_is_counted_by_the_majority() 
     assert_eq!(saw_yes, 1, "exactly one member was told YES by worker 3");
     assert_eq!(w3.resolves.load(Ordering::SeqCst), 4);
 }
+
+#[test]
+fn the_example_member_config_is_a_valid_member() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/don-member.toml");
+    let cfg =
+        cresolver_pipeline::config::NodeConfig::load(Some(&path), &Default::default()).unwrap();
+    let don = cfg.don.expect("[don] in the example");
+    assert_eq!(don.members.len(), 4);
+    don.validate(don.members[0].address).unwrap();
+    // a key that is not listed is refused with what to do
+    let err = don
+        .validate(Address::repeat_byte(9))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not one of [don].members"), "{err}");
+}

@@ -224,6 +224,12 @@ pub enum WorkflowError {
 }
 
 impl Workflow {
+    /// Whether the workflow delivers a report through a forwarder (`[submit] mode =
+    /// "report"`), as a DON member's must.
+    pub fn submits_reports(&self) -> bool {
+        self.submit.mode == SubmitMode::Report
+    }
+
     /// Reads and validates a workflow file.
     pub fn load(path: &Path) -> Result<Self, WorkflowError> {
         let text = std::fs::read_to_string(path).map_err(|source| WorkflowError::Read {
