@@ -54,7 +54,10 @@ async fn the_leader_killed_mid_agreement() {
     }
     let took = dn.wait_resolved(FAULT_BOUND).await;
     eprintln!("leader killed mid-agreement: resolved in {took:?}");
-    let status = dn.procs[li].as_mut().unwrap().wait().await.unwrap();
+    let status = tokio::time::timeout(FAULT_BOUND, dn.procs[li].as_mut().unwrap().wait())
+        .await
+        .expect("the leader reached its crash point")
+        .unwrap();
     assert_eq!(
         status.code(),
         Some(97),
@@ -83,14 +86,18 @@ async fn a_member_restarted_mid_round_signs_one_report_and_asks_no_worker_twice(
     let (s, workers) = counted_market().await;
     let mut dn = Dn::new(s, 4, 1, None).await;
     let exec = request(&dn).await;
-    // a member that is not the first leader dies 300 ms after it signed
+    // the first leader (it always signs: it locks its own proposal before sending it)
+    // dies 300 ms after it signed
     let ri = (0..4)
-        .find(|i| dn.cfg.addresses()[*i] != dn.cfg.leader(&exec, 0))
+        .find(|i| dn.cfg.addresses()[*i] == dn.cfg.leader(&exec, 0))
         .unwrap();
     for i in 0..4 {
         dn.spawn(i, (i == ri).then_some("don_signed"));
     }
-    let status = dn.procs[ri].as_mut().unwrap().wait().await.unwrap();
+    let status = tokio::time::timeout(FAULT_BOUND, dn.procs[ri].as_mut().unwrap().wait())
+        .await
+        .expect("the member reached its crash point")
+        .unwrap();
     assert_eq!(status.code(), Some(97), "{}", dn.log(ri));
     dn.spawn(ri, None);
     dn.wait_resolved(FAULT_BOUND).await;
@@ -309,22 +316,18 @@ async fn a_lying_member_forges_nothing_onto_the_chain() {
             },
         );
         assert_eq!(post(&dn, to, &sig_msg, &liar).await, 200);
-        // a stranger's message changes nothing
-        assert_eq!(
-            post(
-                &dn,
-                to,
-                &env(
-                    0,
-                    Body::Observation {
-                        observation: own.clone()
-                    }
-                ),
-                &dn.s.dev.signers[19]
-            )
-            .await,
-            403
+        // a stranger's message (naming itself, signed by itself) changes nothing
+        let stranger = &dn.s.dev.signers[19];
+        let mut from_stranger = env(
+            0,
+            Body::Observation {
+                observation: own.clone(),
+            },
         );
+        from_stranger.sender = stranger.address();
+        assert_eq!(post(&dn, to, &from_stranger, stranger).await, 403);
+        // a replay of the liar's own message is answered and changes nothing
+        assert_eq!(post(&dn, to, &sig_msg, &liar).await, 200);
     }
     dn.wait_resolved(FAULT_BOUND).await;
     let call = dn.assert_resolved_once(&[0, 1, 2]).await;
@@ -351,4 +354,52 @@ async fn a_lying_member_forges_nothing_onto_the_chain() {
         set.contains(&liar.address()),
         "the liar's observation was in the set the report was built from: {set:?}"
     );
+}
+
+#[tokio::test]
+async fn an_observation_of_other_workers_is_left_out_not_a_stall() {
+    // member 3 (driven by this test) sends a validly signed observation whose worker list
+    // is not the market's: a set holding it makes no report, so it must stay out of sets
+    let (s, _) = counted_market().await;
+    let mut dn = Dn::new(s, 4, 1, None).await;
+    let exec = request(&dn).await;
+    let liar = dn.keys[3].clone();
+    for i in 0..3 {
+        dn.spawn(i, None);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (0..3).any(|i| {
+        std::net::TcpStream::connect(format!(
+            "127.0.0.1:{}",
+            dn.cfg.members[i].url.port().unwrap()
+        ))
+        .is_err()
+    }) {
+        assert!(Instant::now() < deadline, "members did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut odd = lie(&dn, exec, liar.address(), 50);
+    odd.workers.reverse();
+    let own = wire::sign_observation(odd, &liar).unwrap();
+    for to in 0..3 {
+        let env = Envelope {
+            don_id: 1,
+            config_version: 1,
+            execution_id: exec,
+            market: dn.s.dev.contracts.market,
+            market_id: dn.s.market_id,
+            attempt: 0,
+            sender: liar.address(),
+            body: Body::Observation {
+                observation: own.clone(),
+            },
+        };
+        assert_eq!(post(&dn, to, &env, &liar).await, 200);
+    }
+    let took = dn.wait_resolved(FAULT_BOUND).await;
+    eprintln!("an unusable observation: resolved in {took:?}");
+    dn.assert_resolved_once(&[0, 1, 2]).await;
+    let v = dn.round(0).await.unwrap();
+    let set: Vec<Address> = serde_json::from_value(v["outcome"]["don"]["set"].clone()).unwrap();
+    assert!(!set.contains(&liar.address()), "{set:?}");
 }

@@ -35,7 +35,9 @@ pub struct DonConfig {
     #[serde(default = "default_observation_grace_ms")]
     pub observation_grace_ms: u64,
     /// A member that is not the transmitter waits its rank times this before it
-    /// transmits an agreed report the chain has not seen (ms).
+    /// transmits an agreed report the chain has not seen (ms). Set it above the time your
+    /// chain takes to include a transaction, or members pay for transmissions that revert
+    /// with `AlreadyAttempted`.
     #[serde(default = "default_transmit_delay_ms")]
     pub transmit_delay_ms: u64,
     /// Attempts (leaders) tried before the round is retried later.
@@ -50,7 +52,7 @@ fn default_observation_grace_ms() -> u64 {
     300
 }
 fn default_transmit_delay_ms() -> u64 {
-    4_000
+    30_000
 }
 fn default_max_attempts() -> u32 {
     12
@@ -85,8 +87,8 @@ pub enum DonConfigError {
     Listen(String),
     #[error("[don] member url {0} is not http(s)")]
     Scheme(String),
-    #[error("[don].{0} must be above 0")]
-    Timer(&'static str),
+    #[error("[don].{0} must be above 0 and at most {1}")]
+    Timer(&'static str, u64),
 }
 
 impl DonConfig {
@@ -124,13 +126,18 @@ impl DonConfig {
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(DonConfigError::Listen(self.listen.clone()));
         }
-        for (name, v) in [
-            ("attempt_timeout_ms", self.attempt_timeout_ms),
-            ("transmit_delay_ms", self.transmit_delay_ms),
-            ("max_attempts", u64::from(self.max_attempts)),
+        for (name, v, max) in [
+            ("attempt_timeout_ms", self.attempt_timeout_ms, 3_600_000),
+            (
+                "observation_grace_ms",
+                self.observation_grace_ms.max(1),
+                3_600_000,
+            ),
+            ("transmit_delay_ms", self.transmit_delay_ms, 3_600_000),
+            ("max_attempts", u64::from(self.max_attempts), 1_000),
         ] {
-            if v == 0 {
-                return Err(DonConfigError::Timer(name));
+            if v == 0 || v > max {
+                return Err(DonConfigError::Timer(name, max));
             }
         }
         Ok(())

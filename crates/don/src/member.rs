@@ -210,23 +210,22 @@ impl Don {
     /// This member's place in the transmission order of `agreed`: 0 for the leader that
     /// fixed the set, then the following leaders of the rotation.
     pub fn transmit_rank(&self, agreed: &Agreed) -> u32 {
-        let me = self.address();
-        (0..self.members.len() as u32)
-            .find(|k| {
-                leader_of(
-                    &self.members,
-                    &agreed.execution_id,
-                    agreed.attempt.saturating_add(*k),
-                ) == me
-            })
-            .unwrap_or(0)
+        let n = self.members.len();
+        let me = self.members.iter().position(|m| *m == self.address());
+        let leader = self.members.iter().position(|m| *m == agreed.leader);
+        match (me, leader) {
+            (Some(me), Some(leader)) => ((me + n - leader) % n) as u32,
+            _ => 0,
+        }
     }
 
     fn slot(&self, exec: B256) -> Arc<Slot> {
         let mut books = self.books.lock().unwrap_or_else(|p| p.into_inner());
         if !books.contains_key(&exec) && books.len() >= MAX_BOOKS {
+            // a slot an agreement holds (its `Arc` is shared) is never evicted
             let oldest = books
                 .iter()
+                .filter(|(_, s)| Arc::strong_count(s) == 1)
                 .min_by_key(|(_, s)| *s.touched.lock().unwrap_or_else(|p| p.into_inner()))
                 .map(|(k, _)| *k);
             if let Some(k) = oldest {
@@ -283,6 +282,10 @@ impl Don {
                                         .entry(o.observation.observer)
                                         .or_insert_with(|| o.clone());
                                 }
+                                // a bounded number of attempts is kept: the oldest go
+                                while b.proposals.len() >= 2 * self.members.len() {
+                                    b.proposals.pop_first();
+                                }
                                 b.proposals.insert(env.attempt, (observations, report));
                                 None
                             }
@@ -310,7 +313,7 @@ impl Don {
                                 {
                                     s.others.push((env.attempt, observations));
                                 }
-                                s.sigs.insert(env.sender, signature);
+                                s.sigs.entry(env.sender).or_insert(signature);
                                 None
                             }
                         },
@@ -421,15 +424,18 @@ impl Don {
                 return set.clone();
             }
         }
-        let binding = self.binding(job);
-        own.into_iter()
-            .filter(|o| {
-                let x = &o.observation;
-                x.execution_id == binding.execution_id
-                    && x.market == binding.market
-                    && x.market_id == binding.market_id
-            })
-            .collect()
+        own.into_iter().filter(|o| self.usable(job, o)).collect()
+    }
+
+    /// Whether an observation can be part of this job's set: bound to it, listing its
+    /// workers in order, in range (one that is not would make every set fail).
+    fn usable(&self, job: &Job, o: &SignedObservation) -> bool {
+        cresolver_core::don::aggregate::check_observation(
+            &o.observation,
+            &self.binding(job),
+            &job.workers,
+        )
+        .is_ok()
     }
 
     /// A proposal of `attempt`: recompute, compare, lock, sign, send.
@@ -496,9 +502,10 @@ impl Don {
             }
             s.sigs.insert(self.address(), lock.signature.clone());
         }
+        let _ = attempt;
         self.broadcast(self.envelope(
             job,
-            attempt,
+            lock.attempt,
             Body::Signature {
                 report: lock.report.clone(),
                 signature: lock.signature.clone(),
@@ -570,7 +577,8 @@ impl Don {
         self.metrics.don_event("observation_received", "own");
         slot.book().observations.insert(self.address(), own.clone());
         let mut attempt = self.persist.attempt(&exec)?;
-        let first = attempt;
+        // attempts this call waited out (a jump to a later leader's proposal is not one)
+        let mut tried = 0u32;
         let announce = |attempt: u32| {
             self.broadcast(self.envelope(
                 &job,
@@ -602,7 +610,13 @@ impl Don {
             let me = self.address();
             let leading = leader_of(&self.members, &exec, attempt) == me;
             if leading && !proposed.contains(&attempt) {
-                let held = slot.book().observations.len();
+                let held = {
+                    let b = slot.book();
+                    b.observations
+                        .values()
+                        .filter(|o| self.usable(&job, o))
+                        .count()
+                };
                 if held >= need {
                     let since = *quorum_since.get_or_insert_with(Instant::now);
                     if held >= self.members.len() || since.elapsed() >= grace {
@@ -613,6 +627,11 @@ impl Don {
                                 slot.book()
                                     .proposals
                                     .insert(attempt, (set.clone(), report.clone()));
+                                // the leader locks (persists and signs) its own proposal
+                                // before anyone sees it: restarted, it cannot propose
+                                // and sign another for this execution
+                                handled.insert(attempt);
+                                self.consider(&job, &slot, attempt, set.clone(), &report)?;
                                 self.broadcast(self.envelope(
                                     &job,
                                     attempt,
@@ -633,8 +652,11 @@ impl Don {
             }
             let pending = {
                 let b = slot.book();
+                // a proposal far ahead of this member's attempt is not followed (a
+                // member cannot drag the others to an attempt of its choosing)
+                let ahead = attempt.saturating_add(self.members.len() as u32);
                 b.proposals
-                    .range(attempt..)
+                    .range(attempt..=ahead)
                     .filter(|(a, _)| !handled.contains(*a))
                     .last()
                     .map(|(a, p)| (*a, p.clone()))
@@ -653,7 +675,8 @@ impl Don {
             let deadline = started + timeout;
             if Instant::now() >= deadline {
                 attempt = attempt.saturating_add(1);
-                if attempt.saturating_sub(first) >= self.cfg.max_attempts {
+                tried += 1;
+                if tried >= self.cfg.max_attempts {
                     return Err(AgreeError::Stalled {
                         attempts: self.cfg.max_attempts,
                     });

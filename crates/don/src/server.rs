@@ -2,16 +2,17 @@
 //! bound is refused before it is read whole, a source address over its rate gets 429
 //! before any signature is checked, a message that does not open (not signed by the
 //! member it names, another DON, a forged observation) gets 403 and changes nothing,
-//! and a member over its own rate gets 429.
+//! a member over its own rate gets 429, and a message already taken in (a replay) is
+//! answered at once without any check or charge. At most 64 messages are read at once.
 
 use crate::member::Don;
 use crate::wire::{self, MAX_MESSAGE_BYTES, PATH, SIGNATURE_HEADER};
-use alloy::primitives::Address;
+use alloy::primitives::{Address, B256};
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,8 @@ use std::time::{Duration, Instant};
 const PER_SOURCE_PER_SEC: f64 = 200.0;
 /// Messages one member may send per second (burst: twice that).
 const PER_MEMBER_PER_SEC: f64 = 100.0;
+/// Messages read at once (others wait for a slot): bounds the memory of slow senders.
+const MAX_CONCURRENT: usize = 64;
 /// How long reading one message may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -40,10 +43,11 @@ impl<K: Hash + Eq + Clone> Buckets<K> {
 
     fn allow(&self, key: &K) -> bool {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() > 10_000 {
-            map.clear();
-        }
         let now = Instant::now();
+        if map.len() > 10_000 {
+            // forget the keys idle long enough to have a full bucket again
+            map.retain(|_, (_, last)| now.duration_since(*last) < Duration::from_secs(10));
+        }
         let burst = self.rate * 2.0;
         let (tokens, last) = map.entry(key.clone()).or_insert((burst, now));
         *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.rate).min(burst);
@@ -57,10 +61,38 @@ impl<K: Hash + Eq + Clone> Buckets<K> {
     }
 }
 
+/// Digests of messages already taken in: a replayed message is answered at once, checks
+/// no signature and is charged to no bucket (a member cannot drain another member's
+/// rate by replaying its messages).
+struct Seen {
+    set: HashSet<B256>,
+    order: VecDeque<B256>,
+}
+
+impl Seen {
+    const CAP: usize = 16_384;
+
+    fn contains(&self, d: &B256) -> bool {
+        self.set.contains(d)
+    }
+
+    fn insert(&mut self, d: B256) {
+        if self.set.insert(d) {
+            self.order.push_back(d);
+            if self.order.len() > Self::CAP
+                && let Some(old) = self.order.pop_front()
+            {
+                self.set.remove(&old);
+            }
+        }
+    }
+}
+
 struct ServerState {
     don: Arc<Don>,
     sources: Buckets<IpAddr>,
     senders: Buckets<Address>,
+    seen: Mutex<Seen>,
 }
 
 /// The member API's router.
@@ -69,10 +101,17 @@ pub fn router(don: Arc<Don>) -> Router {
         don,
         sources: Buckets::new(PER_SOURCE_PER_SEC),
         senders: Buckets::new(PER_MEMBER_PER_SEC),
+        seen: Mutex::new(Seen {
+            set: HashSet::new(),
+            order: VecDeque::new(),
+        }),
     });
     Router::new()
         .route(PATH, post(message))
         .layer(DefaultBodyLimit::max(MAX_MESSAGE_BYTES))
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+            MAX_CONCURRENT,
+        ))
         .with_state(state)
 }
 
@@ -109,6 +148,14 @@ async fn message(
         Ok(Err(_)) => return (StatusCode::PAYLOAD_TOO_LARGE, "message too large"),
         Err(_) => return (StatusCode::REQUEST_TIMEOUT, "message not read in time"),
     };
+    let digest = alloy::primitives::keccak256(&body);
+    if s.seen
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&digest)
+    {
+        return (StatusCode::OK, "duplicate");
+    }
     let sig = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
     let don = &s.don;
     let env = match wire::open(
@@ -127,7 +174,12 @@ async fn message(
     if !s.senders.allow(&env.sender) {
         return (StatusCode::TOO_MANY_REQUESTS, "rate limited");
     }
-    match don.receive(env) {
+    let taken = don.receive(env);
+    s.seen
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(digest);
+    match taken {
         Ok(()) => (StatusCode::OK, "ok"),
         Err(why) => (StatusCode::CONFLICT, why),
     }

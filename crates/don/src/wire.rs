@@ -21,6 +21,9 @@ pub const MAX_MESSAGE_BYTES: usize = 2 * 1024 * 1024;
 pub const MAX_SET: usize = crate::config::MAX_MEMBERS;
 /// The most workers one observation may list.
 pub const MAX_WORKERS: usize = 256;
+/// The largest raw report a message may carry (a 109-byte header and the report body
+/// of at most [`MAX_WORKERS`] workers need about 42 KiB).
+pub const MAX_REPORT_BYTES: usize = 64 * 1024;
 /// The endpoint path of the member API.
 pub const PATH: &str = "/don/v1/message";
 
@@ -80,11 +83,13 @@ impl Envelope {
 /// Why a message or a signature was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
-    #[error("message over {MAX_MESSAGE_BYTES} bytes")]
+    #[error("message over {MAX_MESSAGE_BYTES} bytes, or a report over {MAX_REPORT_BYTES}")]
     TooLarge,
     #[error("no {SIGNATURE_HEADER} header, or not 0x + 65 bytes hex")]
     NoSignature,
-    #[error("a signature is not 65 bytes r ‖ s ‖ v")]
+    #[error(
+        "a signature is not 65 bytes r ‖ s ‖ v (v = 0 or 1 for a report signature), or has a high s"
+    )]
     BadSignature,
     #[error("the signature does not recover to a member")]
     NotAMember,
@@ -200,14 +205,26 @@ pub fn open(
             }
             std::slice::from_ref(observation)
         }
-        Body::Proposal { observations, .. } => observations,
+        Body::Proposal {
+            observations,
+            report,
+        } => {
+            if report.len() > MAX_REPORT_BYTES {
+                return Err(WireError::TooLarge);
+            }
+            observations
+        }
         Body::Signature {
             observations,
             signature,
-            ..
+            report,
         } => {
-            if signature.len() != 65 {
+            // exactly what the forwarder takes: 65 bytes, v = 0 or 1 (it adds 27)
+            if signature.len() != 65 || signature[64] > 1 {
                 return Err(WireError::BadSignature);
+            }
+            if report.len() > MAX_REPORT_BYTES {
+                return Err(WireError::TooLarge);
             }
             observations
         }
@@ -366,6 +383,22 @@ mod tests {
                 ..
             })
         ));
+        // a report signature with v = 27 (the forwarder adds 27 itself: it would fail there)
+        let mut high_v = sign_digest(&a, &B256::repeat_byte(3)).unwrap().to_vec();
+        high_v[64] += 27;
+        let s27 = env(
+            a.address(),
+            Body::Signature {
+                report: Bytes::from_static(b"r"),
+                signature: Bytes::from(high_v),
+                observations: vec![],
+            },
+        );
+        let (body4, sig4) = seal(&s27, &a).unwrap();
+        assert_eq!(
+            open(&body4, Some(&sig4), &members, 1, 1),
+            Err(WireError::BadSignature)
+        );
         // b forwards an observation it forged in a's name
         let mut forged = o;
         forged.observation.workers[0].answer = None;

@@ -150,8 +150,9 @@ pub fn aggregate(
     })
 }
 
-/// The binding, the worker list and the ranges of one observation.
-fn check_observation(
+/// The binding, the worker list and the ranges of one observation (what makes it usable
+/// in a set).
+pub fn check_observation(
     o: &Observation,
     binding: &Binding,
     workers: &[Address],

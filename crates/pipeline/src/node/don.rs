@@ -300,7 +300,15 @@ impl Node {
         if rank > 0 {
             tracing::info!(market_id = %market_id, rank, wait_ms = wait.as_millis() as u64, "agreed: another member transmits first; this one transmits only if the forwarder has not seen the report by then");
         }
+        let mut rounds = 0u32;
         loop {
+            rounds += 1;
+            if rounds > 2_000 {
+                return Err(Step::Transient(
+                    "the agreed report is neither delivered nor transmittable yet: retried later"
+                        .into(),
+                ));
+            }
             let info = fwd
                 .getTransmissionInfo(receiver, agreed.execution_id, report_id)
                 .call()
@@ -401,7 +409,7 @@ impl Node {
                 Ok(x) => x,
                 Err(SubmitError::AlreadyResolved { .. }) => {
                     // the report may have landed between the two reads: read the state again
-                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                     if self.resolved_on_chain(market, market_id).await?
                         && fwd
                             .getTransmissionInfo(receiver, agreed.execution_id, report_id)
@@ -423,6 +431,8 @@ impl Node {
                     continue;
                 }
                 Err(SubmitError::Reverted { name, .. }) if name == "AlreadyAttempted" => {
+                    // another member's transmission landed (the state read above may lag)
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                     continue;
                 }
                 Err(SubmitError::Reverted { name, reason }) if name == "InvalidSigner" => {
@@ -435,13 +445,9 @@ impl Node {
                             continue;
                         }
                         _ => {
-                            return self
-                                .fail(
-                                    market,
-                                    market_id,
-                                    &format!("the forwarder refused a signature: {reason}"),
-                                )
-                                .await;
+                            return Err(Step::Transient(format!(
+                                "the forwarder refused a signature of the agreed report: {reason}"
+                            )));
                         }
                     }
                 }
