@@ -302,11 +302,22 @@ struct ProxyState {
     main: String,
     other: String,
     odd: Option<usize>,
+    /// Resolve calls after this many get HTTP 500.
+    fail_after: Option<usize>,
     resolves: Arc<AtomicUsize>,
     http: reqwest::Client,
 }
 
 pub async fn counting_worker(main: String, other: Option<(String, usize)>) -> CountingWorker {
+    counting_worker_with(main, other, None).await
+}
+
+/// [`counting_worker`] whose resolve calls after the first `fail_after` get HTTP 500.
+pub async fn counting_worker_with(
+    main: String,
+    other: Option<(String, usize)>,
+    fail_after: Option<usize>,
+) -> CountingWorker {
     let resolves = Arc::new(AtomicUsize::new(0));
     let (other_url, odd) = match other {
         Some((u, k)) => (u, Some(k)),
@@ -316,6 +327,7 @@ pub async fn counting_worker(main: String, other: Option<(String, usize)>) -> Co
         main,
         other: other_url,
         odd,
+        fail_after,
         resolves: resolves.clone(),
         http: reqwest::Client::new(),
     });
@@ -345,6 +357,9 @@ async fn forward(
         let k = s.resolves.fetch_add(1, Ordering::SeqCst) + 1;
         if s.odd == Some(k) {
             base = &s.other;
+        }
+        if s.fail_after.is_some_and(|n| k > n) {
+            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "down").into_response();
         }
     }
     let r = s
@@ -492,4 +507,45 @@ fn the_example_member_config_is_a_valid_member() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("not one of [don].members"), "{err}");
+}
+
+#[tokio::test]
+async fn members_whose_own_round_missed_quorum_still_observe() {
+    // workers 2 and 3 answer only the first two members that ask: the other two members
+    // miss their own quorum (1 of 3) but still observe, so 4 observations make the set and
+    // the aggregate (worker 1 by 4, workers 2 and 3 by 2 = f+1) meets the quorum
+    let yes = agent(behaviour(DeterminationMode::Yes, 0.8)).await;
+    let w1 = counting_worker(yes.clone(), None).await;
+    let w2 = counting_worker_with(yes.clone(), None, Some(2)).await;
+    let w3 = counting_worker_with(yes.clone(), None, Some(2)).await;
+    let s = market_with_workers(
+        [&w1, &w2, &w3]
+            .iter()
+            .map(|w| AgentUri::Endpoint(w.url.clone()))
+            .collect(),
+    )
+    .await;
+    let mut dn = Dn::new(s, 4, 1, None).await;
+    dn.spawn_all();
+    dn.s.dev.request_resolution(dn.s.market_id).await.unwrap();
+    dn.wait_resolved(Duration::from_secs(60)).await;
+    let call = dn.assert_resolved_once(&[0, 1, 2, 3]).await;
+    let (_, body) = cresolver_core::report::split_raw_report(&call.rawReport).unwrap();
+    let r = cresolver_core::decode_report(body).unwrap();
+    assert!(
+        r.weights.iter().all(|w| !w.is_zero()),
+        "all three workers counted: {r:?}"
+    );
+    let mut missed = 0;
+    for i in 0..4 {
+        let v = dn.round(i).await.unwrap();
+        let own = &v["outcome"]["don"]["own_observation"]["workers"][0];
+        if own["failure"] == "local_quorum_not_met" {
+            missed += 1;
+        }
+    }
+    assert_eq!(
+        missed, 2,
+        "two members missed their own quorum and observed anyway"
+    );
 }

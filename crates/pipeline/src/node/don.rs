@@ -138,12 +138,52 @@ fn observe(
         market,
         market_id,
         observer,
-        timestamp: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs().min(u64::from(u32::MAX)) as u32)
-            .unwrap_or(0),
+        timestamp: unix_now(),
         workers,
     }
+}
+
+/// The observation of a member whose own round missed its quorum: no answer counts
+/// (it was not evaluated), each worker with its failure, or `local_quorum_not_met` for
+/// those that did answer this member.
+fn observe_failed(
+    stage: &cresolver_workers::fanout::ResolveStage,
+    binding: (u32, u32, B256, Address, U256),
+    observer: Address,
+) -> Observation {
+    let (don_id, config_version, execution_id, market, market_id) = binding;
+    let workers = stage
+        .results
+        .iter()
+        .map(|r| WorkerObservation {
+            address: r.address,
+            answer: None,
+            failure: Some(
+                match &r.outcome {
+                    Ok(_) => "local_quorum_not_met",
+                    Err(f) => f.kind(),
+                }
+                .into(),
+            ),
+        })
+        .collect();
+    Observation {
+        don_id,
+        config_version,
+        execution_id,
+        market,
+        market_id,
+        observer,
+        timestamp: unix_now(),
+        workers,
+    }
+}
+
+fn unix_now() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs().min(u64::from(u32::MAX)) as u32)
+        .unwrap_or(0)
 }
 
 /// The transcript's view of an agreement: every member's observation (or missing), the
@@ -207,16 +247,14 @@ impl Node {
                 )
                 .await;
         };
-        let Some(outcome) = transcript.outcome.as_ref() else {
-            return Ok(());
-        };
         let dc = don.config().clone();
         let exec = execution_id(self.chain_id, market, market_id, request_tx);
-        let own = observe(
-            outcome,
-            (dc.don_id, dc.config_version, exec, market, market_id),
-            don.address(),
-        );
+        let binding = (dc.don_id, dc.config_version, exec, market, market_id);
+        let own = match (&transcript.outcome, &transcript.resolve) {
+            (Some(outcome), _) => observe(outcome, binding, don.address()),
+            (None, Some(stage)) => observe_failed(stage, binding, don.address()),
+            (None, None) => return Ok(()),
+        };
         let (reputations, tie, quorum) = (
             input.reputations.clone(),
             p.workflow.tally.tie,

@@ -225,6 +225,13 @@ impl Node {
                     transcript.resolve = Some((**stage).clone());
                 }
                 self.save_transcript(market, market_id, &transcript).await?;
+                // a DON member whose own round missed its quorum still observes (the
+                // failures it saw): the quorum is the aggregate's to decide
+                if let (Some(don), RoundError::QuorumNotMet(_)) = (&self.don, &e) {
+                    return self
+                        .drive_don(don, p, &snapshot, &rec, &input, transcript)
+                        .await;
+                }
                 return self.fail(market, market_id, &e.to_string()).await;
             }
         };
