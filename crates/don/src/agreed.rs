@@ -12,7 +12,8 @@ pub struct Agreed {
     pub report: Bytes,
     pub context: Bytes,
     pub digest: B256,
-    /// Exactly f+1, sorted by address; `signatures[i]` is `signers[i]`'s.
+    /// Exactly f+1: this member's own first when it signed, then by address;
+    /// `signatures[i]` is `signers[i]`'s.
     pub signers: Vec<Address>,
     pub signatures: Vec<Bytes>,
     /// The observations the report was built from (their observers, sorted).

@@ -528,9 +528,13 @@ impl Don {
             ready.first().map(|(d, s)| (**d, (*s).clone()))
         }?;
         let (digest, s) = candidate;
+        // this member's own signature first (it knows what it checked), then by address
+        let me = self.address();
         let (signers, signatures): (Vec<Address>, Vec<Bytes>) = s
             .sigs
-            .iter()
+            .get_key_value(&me)
+            .into_iter()
+            .chain(s.sigs.iter().filter(|(a, _)| **a != me))
             .take(need)
             .map(|(a, g)| (*a, g.clone()))
             .unzip();
