@@ -570,5 +570,58 @@ evaluator) except `resolve.concurrency` in scenario 3.\n",
         },
         mib(rss_peak)
     );
+    let current = [
+        ("per_round_us", us(overhead_med)),
+        ("rubric_us", us(median(&mut rubric))),
+        ("fanout_us", us(median(&mut fanout))),
+        ("concurrent_1000_ms", ms(many_wall)),
+    ];
+    s.push_str(&against_baseline(&current));
     s
+}
+
+/// Compares this run with `benches/round-baseline.json` (figures of this machine that a
+/// change must not worsen) and says loudly what is more than 20 % slower; writes this
+/// run's figures to `target/bench-round-current.json` (copy it over the baseline to
+/// accept a new level).
+fn against_baseline(current: &[(&str, f64)]) -> String {
+    let dir = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").to_string());
+    let now: serde_json::Map<String, serde_json::Value> = current
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::json!((v * 10.0).round() / 10.0)))
+        .collect();
+    let _ = std::fs::write(
+        std::path::Path::new(&dir).join("bench-round-current.json"),
+        serde_json::to_string_pretty(&now).unwrap_or_default(),
+    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/round-baseline.json");
+    let Some(base) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+    else {
+        return "\nNo baseline (benches/round-baseline.json): nothing compared.\n".into();
+    };
+    let mut out =
+        String::from("\n| against the baseline | baseline | now | change |\n|---|---|---|---|\n");
+    let mut worse = vec![];
+    for (k, v) in current {
+        let Some(b) = base[*k].as_f64() else { continue };
+        let change = (v - b) / b * 100.0;
+        let _ = writeln!(out, "| {k} | {b:.1} | {v:.1} | {change:+.0} % |");
+        if change > 20.0 {
+            worse.push(format!("{k}: {b:.1} -> {v:.1} ({change:+.0} %)"));
+        }
+    }
+    if !worse.is_empty() {
+        let loud = format!(
+            "\n**REGRESSION: more than 20 % slower than benches/round-baseline.json: {}**\n",
+            worse.join("; ")
+        );
+        eprintln!("{}", "!".repeat(78));
+        eprintln!("{loud}");
+        eprintln!("{}", "!".repeat(78));
+        out.push_str(&loud);
+    }
+    out
 }

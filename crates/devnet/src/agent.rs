@@ -118,6 +118,11 @@ pub async fn serve(
     behaviour: AgentBehaviour,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // small answers go out at once (no Nagle wait for the peer's delayed ACK)
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router(behaviour))
         .with_graceful_shutdown(shutdown)
         .await
@@ -131,6 +136,10 @@ pub async fn spawn(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let url = format!("http://{}", listener.local_addr()?);
     let handle = tokio::spawn(async move {
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let _ = axum::serve(listener, router(behaviour)).await;
     });
     Ok((url, handle))
@@ -175,7 +184,10 @@ struct ResolveBody {
 async fn resolve(State(s): State<Arc<AgentState>>, body: Option<Json<ResolveBody>>) -> Response {
     s.resolve_calls.fetch_add(1, Ordering::Relaxed);
     let b = &s.behaviour;
-    tokio::time::sleep(b.latency).await;
+    // latency 0 answers at once (a zero sleep still waits for the timer's next tick)
+    if !b.latency.is_zero() {
+        tokio::time::sleep(b.latency).await;
+    }
     if let Some(r) = misbehave(b).await {
         return r;
     }
@@ -228,7 +240,10 @@ async fn challenge(
 ) -> Response {
     s.challenge_calls.fetch_add(1, Ordering::Relaxed);
     let b = &s.behaviour;
-    tokio::time::sleep(b.latency).await;
+    // latency 0 answers at once (a zero sleep still waits for the timer's next tick)
+    if !b.latency.is_zero() {
+        tokio::time::sleep(b.latency).await;
+    }
     if let Some(r) = misbehave(b).await {
         return r;
     }

@@ -121,6 +121,10 @@ pub async fn serve(
     don: Arc<Don>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(
         listener,
         router(don).into_make_service_with_connect_info::<SocketAddr>(),

@@ -31,6 +31,7 @@ use std::time::Duration;
 use tokio_postgres::{NoTls, Row, Transaction};
 
 mod done;
+mod fence;
 mod lease;
 mod rounds;
 mod schema;
@@ -265,50 +266,6 @@ impl PgStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&(market, market_id));
-    }
-
-    /// Locks the round's row and checks this node still holds it at its term: the fence
-    /// of every write for a round.
-    async fn fence(
-        &self,
-        tx: &Transaction<'_>,
-        market: Address,
-        market_id: U256,
-    ) -> Result<(), StoreError> {
-        let lost = StoreError::LeaseLost(market, market_id);
-        let Some(term) = self.term_of(market, market_id) else {
-            return Err(lost);
-        };
-        let row = tx
-            .query_opt(
-                "SELECT holder, term FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
-                &[&market.to_string(), &market_id.to_string()],
-            )
-            .await
-            .map_err(pg_err)?
-            .ok_or(StoreError::NoRound(market, market_id))?;
-        let holder: Option<String> = col(&row, 0)?;
-        let t: i64 = col(&row, 1)?;
-        if holder.as_deref() != Some(self.node.as_str()) || t != term {
-            self.forget(market, market_id);
-            return Err(lost);
-        }
-        Ok(())
-    }
-
-    /// One statement for a round, in a transaction fenced by this node's lease.
-    async fn fenced_execute(
-        &self,
-        market: Address,
-        market_id: U256,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        self.fence(&tx, market, market_id).await?;
-        tx.execute(sql, params).await.map_err(pg_err)?;
-        tx.commit().await.map_err(pg_err)
     }
 
     /// The round a reserved nonce belongs to.

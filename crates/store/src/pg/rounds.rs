@@ -93,24 +93,34 @@ impl PgStore {
         state: RoundState,
         progress: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        self.fence(&tx, market, market_id).await?;
+        let Some(term) = self.term_of(market, market_id) else {
+            return Err(StoreError::LeaseLost(market, market_id));
+        };
         let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
-        tx.execute(
-            "UPDATE rounds SET state = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
-            &[&m, &id, &state.as_str(), &t],
+        // the state and the progress in one fenced statement (one round trip): the
+        // progress is written only if the fenced update of the round touched it
+        self.fenced_statement(
+            market,
+            market_id,
+            "WITH r AS (UPDATE rounds SET state = $3::text, updated_at = $4::bigint
+                        WHERE market = $1::text AND market_id = $2::text
+                          AND holder = $7::text AND term = $8::bigint
+                        RETURNING market)
+             INSERT INTO round_progress (market, market_id, attempt, progress, updated_at)
+             SELECT $1::text, $2::text, $5::integer, $6::text, $4::bigint FROM r
+             ON CONFLICT (market, market_id) DO UPDATE
+               SET attempt = EXCLUDED.attempt, progress = EXCLUDED.progress, updated_at = EXCLUDED.updated_at",
+            &[
+                &m,
+                &id,
+                &state.as_str(),
+                &t,
+                &(attempt as i32),
+                &progress.to_string(),
+            ],
+            term,
         )
         .await
-        .map_err(pg_err)?;
-        tx.execute(
-            "INSERT INTO round_progress (market, market_id, attempt, progress, updated_at) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (market, market_id) DO UPDATE SET attempt = $3, progress = $4, updated_at = $5",
-            &[&m, &id, &(attempt as i32), &progress.to_string(), &t],
-        )
-        .await
-        .map_err(pg_err)?;
-        tx.commit().await.map_err(pg_err)
     }
 
     pub(super) async fn rounds_progress(

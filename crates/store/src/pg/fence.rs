@@ -1,0 +1,92 @@
+//! The fence of every write for a round: this node must hold the round's lease at its
+//! term. A single-statement write carries the fence in its own `WHERE` (one round trip,
+//! prepared once per connection); a multi-statement transaction locks the row first.
+
+use super::*;
+
+impl PgStore {
+    /// Locks the round's row and checks this node still holds it at its term: the fence
+    /// of every write for a round.
+    pub(super) async fn fence(
+        &self,
+        tx: &Transaction<'_>,
+        market: Address,
+        market_id: U256,
+    ) -> Result<(), StoreError> {
+        let lost = StoreError::LeaseLost(market, market_id);
+        let Some(term) = self.term_of(market, market_id) else {
+            return Err(lost);
+        };
+        let row = tx
+            .query_opt(
+                "SELECT holder, term FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+                &[&market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?
+            .ok_or(StoreError::NoRound(market, market_id))?;
+        let holder: Option<String> = col(&row, 0)?;
+        let t: i64 = col(&row, 1)?;
+        if holder.as_deref() != Some(self.node.as_str()) || t != term {
+            self.forget(market, market_id);
+            return Err(lost);
+        }
+        Ok(())
+    }
+
+    /// One fenced write for a round in one round trip: `sql` is an `UPDATE rounds …
+    /// WHERE market = $1 AND market_id = $2` (or a statement built on one) to which the
+    /// fence `AND holder = $n AND term = $n+1` is appended, so the row lock, the lease
+    /// check and the write are one conditional statement; prepared once per connection.
+    /// No row touched: the round is gone, or this node lost its lease (told apart by a
+    /// second read, on that path only).
+    pub(super) async fn fenced_execute(
+        &self,
+        market: Address,
+        market_id: U256,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<(), StoreError> {
+        let Some(term) = self.term_of(market, market_id) else {
+            return Err(StoreError::LeaseLost(market, market_id));
+        };
+        let n = params.len();
+        let fenced = format!("{sql} AND holder = ${} AND term = ${}", n + 1, n + 2);
+        self.fenced_statement(market, market_id, &fenced, params, term)
+            .await
+    }
+
+    /// Runs a statement whose last two parameters are this node's id and its term of the
+    /// round (the fence is in the statement); 0 rows → `NoRound` or `LeaseLost`.
+    pub(super) async fn fenced_statement(
+        &self,
+        market: Address,
+        market_id: U256,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        term: i64,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(sql).await.map_err(pg_err)?;
+        let mut all: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params.to_vec();
+        all.push(&self.node);
+        all.push(&term);
+        let touched = client.execute(&stmt, &all).await.map_err(pg_err)?;
+        if touched > 0 {
+            return Ok(());
+        }
+        let exists = client
+            .query_opt(
+                "SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2",
+                &[&market.to_string(), &market_id.to_string()],
+            )
+            .await
+            .map_err(pg_err)?
+            .is_some();
+        if !exists {
+            return Err(StoreError::NoRound(market, market_id));
+        }
+        self.forget(market, market_id);
+        Err(StoreError::LeaseLost(market, market_id))
+    }
+}
