@@ -29,7 +29,7 @@ async fn burst(dev: &Devnet, nodes: &[common::Running], ids: &[U256]) -> anyhow:
         for id in ids {
             let r = watcher.report(dev.contracts.market, *id).await?;
             if r.state.is_final() && r.reason.as_deref() != Some("no such round") {
-                anyhow::ensure!(r.state == RoundState::Confirmed, "{id}: {r:?}");
+                anyhow::ensure!(r.state.is_confirmed(), "{id}: {:?} {:?}", r.state, r.reason);
                 done += 1;
             }
         }

@@ -172,8 +172,28 @@ fn confusable(c: char) -> Option<char> {
 /// The folded form of `s` that the patterns match against.
 pub fn fold(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
+    fold_into(s, &mut out);
+    out
+}
+
+/// [`fold`] into `out` (cleared first), so that a caller folding many segments reuses one
+/// buffer. ASCII, the common case, takes a fast path with the same result.
+fn fold_into(s: &str, out: &mut String) {
+    out.clear();
     let mut space = false;
     for c in s.chars() {
+        if c.is_ascii() {
+            if c.is_ascii_whitespace() || c == '\u{0B}' {
+                if !space {
+                    out.push(' ');
+                }
+                space = true;
+            } else {
+                space = false;
+                out.push(c.to_ascii_lowercase());
+            }
+            continue;
+        }
         if invisible(c) {
             continue;
         }
@@ -196,7 +216,6 @@ pub fn fold(s: &str) -> String {
         space = false;
         out.extend(c.to_lowercase());
     }
-    out
 }
 
 /// Every pattern of the lists above (and the markup and JSON fragments) in one
@@ -299,11 +318,17 @@ impl Found {
 
 /// Whether `segment` is flagged, and why.
 pub fn flag(segment: &str) -> Option<Flag> {
+    flag_with(segment, &mut String::new())
+}
+
+/// [`flag`], folding into `buf`.
+fn flag_with(segment: &str, buf: &mut String) -> Option<Flag> {
     if segment.chars().any(invisible) {
         return Some(Flag::Invisible);
     }
-    let f = fold(segment);
-    let found = scan(&f);
+    fold_into(segment, buf);
+    let f: &str = buf;
+    let found = scan(f);
     if let Some(p) = found.instruction() {
         return Some(p);
     }
@@ -332,17 +357,18 @@ pub fn instruction_like(text: &str) -> Option<Flag> {
 /// The first flagged segment of `text` (segments end at `.`, `!`, `?` or a line
 /// break), if any.
 pub fn flagged(text: &str) -> Option<Flag> {
+    let mut buf = String::with_capacity(text.len().min(4096));
     let mut start = 0;
     for (i, c) in text.char_indices() {
         if matches!(c, '.' | '!' | '?' | '\n') {
             let end = i + c.len_utf8();
-            if let Some(f) = flag(&text[start..end]) {
+            if let Some(f) = flag_with(&text[start..end], &mut buf) {
                 return Some(f);
             }
             start = end;
         }
     }
-    flag(&text[start..])
+    flag_with(&text[start..], &mut buf)
 }
 
 #[cfg(test)]
@@ -369,6 +395,46 @@ mod tests {
             "The final tally was 3-1 after extra time.",
         ] {
             assert_eq!(flag(s), None, "{s}");
+        }
+    }
+
+    /// The fold as it was, char by char through the Unicode tables (the fast path for
+    /// ASCII must give the same).
+    fn fold_slow(s: &str) -> String {
+        let mut out = String::new();
+        let mut space = false;
+        for c in s.chars() {
+            if invisible(c) {
+                continue;
+            }
+            let c = match c as u32 {
+                0xFF01..=0xFF5E => char::from_u32(c as u32 - 0xFF01 + 0x21).unwrap_or(c),
+                0x3000 => ' ',
+                _ => c,
+            };
+            let c = confusable(c)
+                .or_else(|| c.to_lowercase().next().and_then(confusable))
+                .unwrap_or(c);
+            if c.is_whitespace() {
+                if !space {
+                    out.push(' ');
+                }
+                space = true;
+                continue;
+            }
+            space = false;
+            out.extend(c.to_lowercase());
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_ascii_fast_path_folds_as_before(s in "\\PC{0,40}", t in "[ -~\t\n\r\x0b\x0c]{0,40}") {
+            proptest::prop_assert_eq!(fold(&s), fold_slow(&s));
+            proptest::prop_assert_eq!(fold(&t), fold_slow(&t));
+            let mixed = format!("{t}{s}{t}");
+            proptest::prop_assert_eq!(fold(&mixed), fold_slow(&mixed));
         }
     }
 
