@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v cargo >/dev/null 2>&1 || { echo "test: cargo not found: install Rust (rustup) first" >&2; exit 1; }
+# A fresh clone (no target/debug yet, as in CI) builds everything once: incremental
+# compilation only costs there. A developer's warm tree keeps it.
+[ -d target/debug ] || export CARGO_INCREMENTAL=0
 
 echo "== tools (anvil and solc-js from npm; Debian's postgresql, chromium and prometheus via apt-get when missing: root or sudo)"
 scripts/install-tools.sh >/dev/null
