@@ -228,18 +228,7 @@ async fn a_lying_member_forges_nothing_onto_the_chain() {
         sender: liar.address(),
         body,
     };
-    // wait for the honest members' endpoints
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while (0..3).any(|i| {
-        std::net::TcpStream::connect(format!(
-            "127.0.0.1:{}",
-            dn.cfg.members[i].url.port().unwrap()
-        ))
-        .is_err()
-    }) {
-        assert!(Instant::now() < deadline, "members did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    dn.wait_endpoints(0..3).await;
     let own = wire::sign_observation(lie(&dn, exec, liar.address(), 0), &liar).unwrap();
     // an observation forged in member 0's name (signed by the liar)
     let mut forged_obs = lie(&dn, exec, dn.keys[0].address(), 100);
@@ -367,17 +356,7 @@ async fn an_observation_of_other_workers_is_left_out_not_a_stall() {
     for i in 0..3 {
         dn.spawn(i, None);
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while (0..3).any(|i| {
-        std::net::TcpStream::connect(format!(
-            "127.0.0.1:{}",
-            dn.cfg.members[i].url.port().unwrap()
-        ))
-        .is_err()
-    }) {
-        assert!(Instant::now() < deadline, "members did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    dn.wait_endpoints(0..3).await;
     let mut odd = lie(&dn, exec, liar.address(), 50);
     odd.workers.reverse();
     let own = wire::sign_observation(odd, &liar).unwrap();

@@ -151,6 +151,18 @@ impl Dn {
         }
     }
 
+    /// Waits until the member endpoints of `members` accept connections.
+    pub async fn wait_endpoints(&self, members: std::ops::Range<usize>) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while members.clone().any(|i| {
+            let port = self.cfg.members[i].url.port().unwrap_or_default();
+            std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err()
+        }) {
+            assert!(Instant::now() < deadline, "members did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Member `i`'s log so far.
     pub fn log(&self, i: usize) -> String {
         std::fs::read_to_string(self.dirs[i].join("node.log")).unwrap_or_default()

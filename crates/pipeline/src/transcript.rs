@@ -78,6 +78,18 @@ pub struct SubmissionRecord {
     pub mode: SubmitMode,
 }
 
+impl From<&cresolver_submit::Prepared> for SubmissionRecord {
+    fn from(p: &cresolver_submit::Prepared) -> Self {
+        Self {
+            to: p.to,
+            calldata: p.calldata.clone(),
+            gas_limit: p.gas_limit,
+            from: p.from,
+            mode: p.mode,
+        }
+    }
+}
+
 /// The receipt outcome of the submission.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfirmationRecord {

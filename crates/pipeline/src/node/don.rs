@@ -86,7 +86,6 @@ fn observe(
     binding: (u32, u32, B256, Address, U256),
     observer: Address,
 ) -> Observation {
-    let (don_id, config_version, execution_id, market, market_id) = binding;
     let workers = outcome
         .tally
         .workers
@@ -131,16 +130,7 @@ fn observe(
             }
         })
         .collect();
-    Observation {
-        don_id,
-        config_version,
-        execution_id,
-        market,
-        market_id,
-        observer,
-        timestamp: unix_now(),
-        workers,
-    }
+    observation(binding, observer, workers)
 }
 
 /// The observation of a member whose own round missed its quorum: no answer counts
@@ -151,7 +141,6 @@ fn observe_failed(
     binding: (u32, u32, B256, Address, U256),
     observer: Address,
 ) -> Observation {
-    let (don_id, config_version, execution_id, market, market_id) = binding;
     let workers = stage
         .results
         .iter()
@@ -167,6 +156,16 @@ fn observe_failed(
             ),
         })
         .collect();
+    observation(binding, observer, workers)
+}
+
+/// An observation of `workers` by `observer`, bound to the round, stamped now.
+fn observation(
+    binding: (u32, u32, B256, Address, U256),
+    observer: Address,
+    workers: Vec<WorkerObservation>,
+) -> Observation {
+    let (don_id, config_version, execution_id, market, market_id) = binding;
     Observation {
         don_id,
         config_version,
@@ -506,35 +505,14 @@ impl Node {
             if let Some(d) = transcript.don.as_mut() {
                 d["transmitter"] = json!(don.address());
             }
-            transcript.submission = Some(SubmissionRecord {
-                to: prepared.to,
-                calldata: prepared.calldata.clone(),
-                gas_limit: prepared.gas_limit,
-                from: prepared.from,
-                mode: prepared.mode,
-            });
+            transcript.submission = Some(SubmissionRecord::from(&prepared));
             self.save_transcript(market, market_id, &transcript).await?;
             let Some(txm) = &self.txm else {
                 return Err(Step::Transient("no transaction manager".into()));
             };
             tracing::info!(market_id = %market_id, rank, "transmitting the DON's report");
             self.metrics.don_event("transmission", "sent");
-            let nonce = match txm
-                .submit(TxPayload {
-                    market,
-                    market_id,
-                    to: prepared.to,
-                    calldata: prepared.calldata.clone(),
-                    gas_limit: prepared.gas_limit,
-                })
-                .await
-            {
-                Ok(n) => n,
-                Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
-                Err(TxError::Store(e)) => return Err(Step::from(e)),
-                Err(e) => return self.fail(market, market_id, &e.to_string()).await,
-            };
-            return self.follow(p, market_id, nonce).await;
+            return self.send_and_follow(txm, p, market_id, &prepared).await;
         }
     }
 }

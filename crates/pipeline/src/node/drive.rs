@@ -265,13 +265,7 @@ impl Node {
             Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
             Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         };
-        transcript.submission = Some(SubmissionRecord {
-            to: prepared.to,
-            calldata: prepared.calldata.clone(),
-            gas_limit: prepared.gas_limit,
-            from: prepared.from,
-            mode: prepared.mode,
-        });
+        transcript.submission = Some(SubmissionRecord::from(&prepared));
         self.save_transcript(market, market_id, &transcript).await?;
         let Some(txm) = &self.txm else {
             return self
@@ -282,6 +276,19 @@ impl Node {
                 )
                 .await;
         };
+        self.send_and_follow(txm, p, market_id, &prepared).await
+    }
+
+    /// Hands a prepared transaction of the round to the transaction manager (which
+    /// persists its nonce before signing) and follows it to its end.
+    pub(super) async fn send_and_follow(
+        &self,
+        txm: &TxManager,
+        p: &Pipeline,
+        market_id: U256,
+        prepared: &cresolver_submit::Prepared,
+    ) -> Result<(), Step> {
+        let market = p.market;
         let nonce = match txm
             .submit(TxPayload {
                 market,
