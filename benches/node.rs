@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-const MARKETS: usize = 15;
+const MARKETS: usize = 30;
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

@@ -120,12 +120,10 @@ async fn subscribe_once(
     feed: &HeadFeed,
     stop: &mut watch::Receiver<bool>,
 ) -> Ended {
-    let connect = alloy::providers::WsConnect::new(url)
-        .with_max_retries(cfg.pool.ws_retries)
-        .with_retry_interval(cfg.pool.ws_retry_interval);
+    let connect = crate::ws::NoDelayWs::new(url, cfg.pool.ws_retries, cfg.pool.ws_retry_interval);
     let provider = match tokio::time::timeout(
         cfg.pool.timeout,
-        ProviderBuilder::new().connect_ws(connect),
+        ProviderBuilder::new().connect_pubsub_with(connect),
     )
     .await
     {

@@ -16,6 +16,7 @@ pub mod reader;
 pub mod revert;
 pub mod scan;
 pub mod watcher;
+pub mod ws;
 
 pub use revert::{RevertReason, decode_revert, revert_data};
 

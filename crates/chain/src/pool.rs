@@ -238,9 +238,7 @@ async fn build_transport(
         }
         "ws" | "wss" => {
             use alloy::pubsub::PubSubConnect;
-            let connect = alloy::providers::WsConnect::new(url)
-                .with_max_retries(cfg.ws_retries)
-                .with_retry_interval(cfg.ws_retry_interval);
+            let connect = crate::ws::NoDelayWs::new(url, cfg.ws_retries, cfg.ws_retry_interval);
             let local = connect.is_local();
             let frontend = tokio::time::timeout(cfg.timeout, connect.into_service())
                 .await
