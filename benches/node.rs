@@ -131,8 +131,11 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let mut table = String::from("| measurement | value |\n|---|---|\n");
+        common::steps::install();
         for ws in [false, true] {
+            let _ = common::steps::take();
             let v = latency(ws).await?;
+            let steps = common::steps::take();
             let label = if ws { "ws subscription" } else { "http polling every 50 ms" };
             let mut c: Vec<f64> = v.iter().map(|s| s.confirmed).collect();
             let mut seen: Vec<f64> = v.iter().map(|s| s.seen).collect();
@@ -145,6 +148,12 @@ fn main() -> anyhow::Result<()> {
                 pct(&mut seen, 0.5),
                 pct(&mut sub, 0.5),
             ));
+            for (step, n, p50, p90, sum) in steps {
+                table.push_str(&format!(
+                    "| … step `{step}` ({label}, {n} spans) | median {p50:.2} ms, p90 {p90:.2} ms, {:.2} ms per market |\n",
+                    sum / MARKETS as f64
+                ));
+            }
         }
         let rss = idle_rss().await?;
         table.push_str(&format!("| idle `cresolver node` RSS (after 5 s, release build) | {:.1} MiB |\n", rss as f64 / 1024.0));

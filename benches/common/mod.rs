@@ -150,3 +150,92 @@ pub async fn request_in_one_block(
     dev.provider.anvil_set_auto_mine(true).await?;
     Ok(t0)
 }
+
+/// Each round step's wall times (the node's `cresolver::step` spans), by step name.
+pub mod steps {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::time::Instant;
+    use tracing::span::{Attributes, Id};
+    use tracing::{Subscriber, field::Field};
+    use tracing_subscriber::layer::{Context, Layer};
+    use tracing_subscriber::registry::LookupSpan;
+
+    static TIMES: Mutex<BTreeMap<&'static str, Vec<f64>>> = Mutex::new(BTreeMap::new());
+
+    struct Started(&'static str, Instant);
+
+    /// Records every closed `cresolver::step` span's wall time under its `step` field.
+    pub struct StepTimes;
+
+    impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for StepTimes {
+        fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+            if attrs.metadata().target() != "cresolver::step" {
+                return;
+            }
+            let label = step_label(attrs);
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().insert(Started(label, Instant::now()));
+            }
+        }
+
+        fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+            let Some(span) = ctx.span(&id) else { return };
+            if let Some(Started(label, t)) = span.extensions_mut().remove::<Started>() {
+                let ms = t.elapsed().as_secs_f64() * 1000.0;
+                let mut m = TIMES.lock().unwrap_or_else(|p| p.into_inner());
+                m.entry(label).or_default().push(ms);
+            }
+        }
+    }
+
+    /// The `step` field's value, interned (the node's steps are a handful of names).
+    fn step_label(attrs: &Attributes<'_>) -> &'static str {
+        struct V(String);
+        impl tracing::field::Visit for V {
+            fn record_str(&mut self, f: &Field, v: &str) {
+                if f.name() == "step" {
+                    self.0 = v.to_string();
+                }
+            }
+            fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "step" {
+                    self.0 = format!("{v:?}");
+                }
+            }
+        }
+        let mut v = V(String::new());
+        attrs.record(&mut v);
+        static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+        let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = names.iter().find(|n| **n == v.0) {
+            return n;
+        }
+        let leaked: &'static str = Box::leak(v.0.into_boxed_str());
+        names.push(leaked);
+        leaked
+    }
+
+    /// Installs the recorder as the global subscriber (only `cresolver::step` spans).
+    pub fn install() {
+        use tracing_subscriber::prelude::*;
+        let only_steps = tracing_subscriber::filter::Targets::new()
+            .with_target("cresolver::step", tracing::Level::DEBUG);
+        let _ = tracing_subscriber::registry()
+            .with(StepTimes.with_filter(only_steps))
+            .try_init();
+    }
+
+    /// Takes what was recorded so far: per step, (count, median, p90, sum) in ms.
+    pub fn take() -> Vec<(&'static str, usize, f64, f64, f64)> {
+        let mut m = TIMES.lock().unwrap_or_else(|p| p.into_inner());
+        let all = std::mem::take(&mut *m);
+        all.into_iter()
+            .map(|(k, mut v)| {
+                v.sort_by(|a, b| a.total_cmp(b));
+                let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+                (k, v.len(), at(0.5), at(0.9), v.iter().sum())
+            })
+            .collect()
+    }
+}

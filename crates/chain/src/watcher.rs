@@ -28,6 +28,7 @@ use cresolver_core::LogRef;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
 
 /// A recorded trigger that starts (or restarts) a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,11 +233,18 @@ impl Watcher {
             let (to, logs) = self
                 .scanner
                 .next_chunk(&self.provider, &self.filter(), from, safe)
+                .instrument(tracing::debug_span!(target: "cresolver::step", "step", step = "logs"))
                 .await
                 .map_err(WatchError::Rpc)?;
             report.logs += logs.len();
             for log in &logs {
-                if let Some(t) = self.record(log).await? {
+                if let Some(t) = self
+                    .record(log)
+                    .instrument(
+                        tracing::debug_span!(target: "cresolver::step", "step", step = "record"),
+                    )
+                    .await?
+                {
                     report.triggers += 1;
                     // The request is durable; a closed channel only means shutdown.
                     let _ = out.send(t).await;

@@ -287,13 +287,25 @@ impl Submitter {
         calldata: Bytes,
         sim: TransactionRequest,
     ) -> Result<Prepared, SubmitError> {
+        // The reads are independent: they go out together (one round trip, not up to
+        // five), and their verdicts are taken in the order a sequential pre-flight would:
+        // resolved, an operator worker, the forwarder, the simulation, then its gas.
         let market = ICREsolverMarket::new(self.cfg.market, self.provider.clone());
-        let m = market
-            .getMarket(market_id)
-            .call()
-            .await
-            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
-        if m.resolved {
+        let resolved = async {
+            market
+                .getMarket(market_id)
+                .call()
+                .await
+                .map(|m| m.resolved)
+                .map_err(|e| SubmitError::Rpc(e.to_string()))
+        };
+        let (resolved, forwarder_gas, simulated, inner) = tokio::join!(
+            resolved,
+            self.preflight_forwarder(market_id, to, &calldata),
+            self.provider.call(sim.clone()),
+            self.provider.estimate_gas(sim),
+        );
+        if resolved? {
             return Err(SubmitError::AlreadyResolved { market_id });
         }
         if let Some(w) = snapshot
@@ -306,8 +318,8 @@ impl Submitter {
                 agent_id: w.agent_id,
             });
         }
-        let forwarder_gas = self.preflight_forwarder(market_id, to, &calldata).await?;
-        if let Err(e) = self.provider.call(sim.clone()).await {
+        let forwarder_gas = forwarder_gas?;
+        if let Err(e) = simulated {
             return Err(match revert_of(&e) {
                 Some(r) => {
                     tracing::warn!(market_id = %market_id, reason = %r, "pre-flight simulation reverted");
@@ -319,11 +331,7 @@ impl Submitter {
                 None => SubmitError::Rpc(e.to_string()),
             });
         }
-        let inner = self
-            .provider
-            .estimate_gas(sim)
-            .await
-            .map_err(|e| SubmitError::Rpc(e.to_string()))?;
+        let inner = inner.map_err(|e| SubmitError::Rpc(e.to_string()))?;
         let (estimate, gas_limit) = self.gas(inner);
         // the forwarder's own estimate can be lower than what the receiver needs (it
         // swallows an out-of-gas onReport): take the larger
@@ -360,7 +368,11 @@ impl Submitter {
             .with_from(self.from)
             .with_to(to)
             .with_input(calldata.clone());
-        if let Err(e) = self.provider.call(call.clone()).await {
+        let (called, gas) = tokio::join!(
+            self.provider.call(call.clone()),
+            self.provider.estimate_gas(call)
+        );
+        if let Err(e) = called {
             return Err(match revert_of(&e) {
                 Some(r) => {
                     tracing::warn!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
@@ -372,11 +384,7 @@ impl Submitter {
                 None => SubmitError::Rpc(e.to_string()),
             });
         }
-        self.provider
-            .estimate_gas(call)
-            .await
-            .map(Some)
-            .map_err(|e| SubmitError::Rpc(e.to_string()))
+        gas.map(Some).map_err(|e| SubmitError::Rpc(e.to_string()))
     }
 
     /// The call that actually executes the resolution: `resolveMarket` from us (direct),

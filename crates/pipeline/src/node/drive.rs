@@ -3,6 +3,13 @@
 //! persisting each step before its side effect.
 
 use super::*;
+use tracing::Instrument;
+
+/// A span around one step of a round (target `cresolver::step`, field `step`): a debug
+/// log shows it, and `cargo bench --bench node` sums each step's time from it.
+pub(crate) fn step(name: &'static str) -> tracing::Span {
+    tracing::debug_span!(target: "cresolver::step", "step", step = name)
+}
 
 impl Node {
     pub(super) async fn drive(
@@ -79,7 +86,10 @@ impl Node {
             }
         };
         // nobody is asked about a market that is already resolved
-        match resolved_at_head(&self.provider, market, market_id).await {
+        match resolved_at_head(&self.provider, market, market_id)
+            .instrument(step("read"))
+            .await
+        {
             Ok(false) => {}
             Ok(true) => {
                 self.store
@@ -99,6 +109,7 @@ impl Node {
         }
         let multicall = self.cfg.chain.multicall_address;
         let read = match read_market(&self.provider, market, market_id, Some(block), multicall)
+            .instrument(step("read"))
             .await
         {
             // A full (non-archive) endpoint has pruned the state of an old block: the
@@ -125,7 +136,10 @@ impl Node {
             discovery: &self.discovery,
             http: &self.http,
         };
-        let (found, mut input) = match collect_input(&ctx, &snapshot).await {
+        let (found, mut input) = match collect_input(&ctx, &snapshot)
+            .instrument(step("discover"))
+            .await
+        {
             Ok(x) => x,
             Err(LiveError::Rpc(e)) => return Err(Step::Transient(e)),
             Err(e) => return self.fail(market, market_id, &e.to_string()).await,
@@ -194,7 +208,11 @@ impl Node {
             fut
         };
         let round_started = Instant::now();
-        let result = p.engine.run_resumable(&input, progress, &persist).await;
+        let result = p
+            .engine
+            .run_resumable(&input, progress, &persist)
+            .instrument(step("engine"))
+            .await;
         self.metrics
             .observe_stage("resolve+evaluate", round_started.elapsed().as_secs_f64());
         let mut transcript = Transcript {
@@ -249,7 +267,12 @@ impl Node {
                 .await;
         }
 
-        let prepared = match p.submitter.prepare(&snapshot, &outcome.tally).await {
+        let prepared = match p
+            .submitter
+            .prepare(&snapshot, &outcome.tally)
+            .instrument(step("prepare"))
+            .await
+        {
             Ok(x) => x,
             Err(SubmitError::AlreadyResolved { .. }) => {
                 self.store
@@ -297,6 +320,7 @@ impl Node {
                 calldata: prepared.calldata.clone(),
                 gas_limit: prepared.gas_limit,
             })
+            .instrument(step("send"))
             .await
         {
             Ok(n) => n,
@@ -323,12 +347,15 @@ impl Node {
         let mut fresh = 0;
         loop {
             let started = Instant::now();
-            let outcome = txm.drive(nonce).await;
+            let outcome = txm.drive(nonce).instrument(step("mine")).await;
             self.metrics
                 .observe_stage("submit", started.elapsed().as_secs_f64());
             match outcome {
                 Ok(TxOutcome::Mined { receipt, .. }) => {
-                    return self.conclude(p, market_id, &receipt).await;
+                    return self
+                        .conclude(p, market_id, &receipt)
+                        .instrument(step("conclude"))
+                        .await;
                 }
                 Ok(TxOutcome::Lost { nonce: lost }) => {
                     if self.resolved_on_chain(market, market_id).await? {
@@ -498,7 +525,10 @@ impl Node {
     ) -> Result<(), Step> {
         let v = serde_json::to_value(t)
             .map_err(|e| Step::Transient(format!("cannot encode the transcript: {e}")))?;
-        self.store.set_outcome(market, market_id, &v).await?;
+        self.store
+            .set_outcome(market, market_id, &v)
+            .instrument(step("save_transcript"))
+            .await?;
         Ok(())
     }
 

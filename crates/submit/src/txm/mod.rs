@@ -235,26 +235,39 @@ impl TxManager {
     /// A broadcast that fails here is retried by `drive`.
     pub async fn submit(&self, payload: TxPayload) -> Result<u64, TxError> {
         let _guard = self.lock.lock().await;
-        let pending = self
-            .provider
-            .get_transaction_count(self.key.signer)
-            .pending()
-            .await
-            .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))?;
+        // the chain's count, the head and the fee estimate in one round trip
+        let count = async {
+            self.provider
+                .get_transaction_count(self.key.signer)
+                .pending()
+                .await
+                .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))
+        };
+        let (pending, head, estimate) = tokio::join!(count, self.head(true), self.estimate());
+        let (pending, chain) = (pending?, (head?, estimate?));
         let nonce = self
             .store
             .reserve_nonce(self.key, pending, &payload)
             .await?;
         tracing::info!(market_id = %payload.market_id, nonce, signer = %self.key.signer, "nonce reserved");
         crash_point("reserved");
-        self.first_attempt_locked(nonce, &payload).await?;
+        self.first_attempt_locked(nonce, &payload, Some(chain))
+            .await?;
         Ok(nonce)
     }
 
-    /// Signs, stores and broadcasts attempt 0 of a reserved nonce (lock held).
-    async fn first_attempt_locked(&self, nonce: u64, payload: &TxPayload) -> Result<(), TxError> {
-        let head = self.head(true).await?;
-        let estimate = self.estimate().await?;
+    /// Signs, stores and broadcasts attempt 0 of a reserved nonce (lock held), at the
+    /// head and fee estimate given, or read now.
+    async fn first_attempt_locked(
+        &self,
+        nonce: u64,
+        payload: &TxPayload,
+        chain: Option<(Head, Fees)>,
+    ) -> Result<(), TxError> {
+        let (head, estimate) = match chain {
+            Some(c) => c,
+            None => (self.head(true).await?, self.estimate().await?),
+        };
         let fees = fees::initial(estimate, head.next_base_fee, &self.cfg.fees).ok_or_else(|| {
             TxError::Stuck {
                 nonce,
@@ -436,7 +449,7 @@ impl TxManager {
                 // reserved, then the process stopped before signing
                 let _guard = self.lock.lock().await;
                 if self.store.attempts(self.key, nonce).await?.is_empty() {
-                    self.first_attempt_locked(nonce, &rec.payload).await?;
+                    self.first_attempt_locked(nonce, &rec.payload, None).await?;
                 }
                 continue;
             }
