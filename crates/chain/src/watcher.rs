@@ -201,19 +201,29 @@ impl Watcher {
         out: &mpsc::Sender<Trigger>,
     ) -> Result<ScanReport, WatchError> {
         let key = self.checkpoint_key();
-        let head = self
-            .provider
-            .get_block_number()
-            .await
-            .map_err(|e| WatchError::Rpc(e.to_string()))?;
+        // the head and the checkpoint's block hash in one round trip
+        let head = async {
+            self.provider
+                .get_block_number()
+                .await
+                .map_err(|e| WatchError::Rpc(e.to_string()))
+        };
+        let checkpoint = async {
+            match self.sink.checkpoint(&key).await? {
+                Some((n, hash)) => Ok::<_, WatchError>(Some((n, hash, self.block_hash(n).await?))),
+                None => Ok(None),
+            }
+        };
+        let (head, checkpoint) = tokio::join!(head, checkpoint);
+        let (head, checkpoint) = (head?, checkpoint?);
         let safe = head.saturating_sub(self.cfg.confirmations);
         let mut report = ScanReport {
             head,
             range: self.scanner.range(),
             ..Default::default()
         };
-        let from = match self.sink.checkpoint(&key).await? {
-            Some((n, hash)) => match self.block_hash(n).await? {
+        let from = match checkpoint {
+            Some((n, hash, now)) => match now {
                 Some(h) if h == hash => n + 1,
                 other => {
                     let back = n

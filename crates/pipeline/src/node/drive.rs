@@ -85,11 +85,18 @@ impl Node {
                 head
             }
         };
-        // nobody is asked about a market that is already resolved
-        match resolved_at_head(&self.provider, market, market_id)
-            .instrument(step("read"))
-            .await
-        {
+        // The market at the request block is read together with its state at the head
+        // (one round trip); nobody is asked about a market that is already resolved.
+        let multicall = self.cfg.chain.multicall_address;
+        let (at_head, read) = async {
+            tokio::join!(
+                resolved_at_head(&self.provider, market, market_id),
+                read_market(&self.provider, market, market_id, Some(block), multicall),
+            )
+        }
+        .instrument(step("read"))
+        .await;
+        match at_head {
             Ok(false) => {}
             Ok(true) => {
                 self.store
@@ -107,11 +114,7 @@ impl Node {
             }
             Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         }
-        let multicall = self.cfg.chain.multicall_address;
-        let read = match read_market(&self.provider, market, market_id, Some(block), multicall)
-            .instrument(step("read"))
-            .await
-        {
+        let read = match read {
             // A full (non-archive) endpoint has pruned the state of an old block: the
             // market's terms and workers are read at the head instead (they do not change
             // after the request); the round is still judged at the request block's time.
