@@ -3,6 +3,10 @@
 //! time from the request block to the 100th confirmation and checks every market was
 //! resolved exactly once with contiguous nonces. Run: `cargo bench --bench burst`.
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use alloy::providers::Provider;
 use std::time::Duration;
 

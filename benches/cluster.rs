@@ -4,6 +4,10 @@
 //! of 10). Every configuration checks that each market was resolved exactly once.
 //! Run: `cargo bench --bench cluster` (needs Debian's postgresql package).
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use alloy::primitives::U256;
 use alloy::providers::Provider;
 use cresolver_devnet::Devnet;

@@ -4,6 +4,10 @@
 //! devnet's unsigned forwarder), over the same instant reference workers, websocket
 //! heads. Markets are requested one after another. Run: `cargo bench --bench don`.
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use cresolver_devnet::Devnet;
 use cresolver_don::{DonConfig, MemberConfig};
 use cresolver_pipeline::config::NodeConfig;

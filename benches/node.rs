@@ -2,6 +2,10 @@
 //! rubric evaluator, http polling at 50 ms vs. a ws subscription), and the idle RSS of a
 //! `cresolver node` process. Run: `cargo bench --bench node`.
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use cresolver_devnet::Devnet;
 use cresolver_store::RoundState;
 use std::time::{Duration, Instant};

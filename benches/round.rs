@@ -4,6 +4,10 @@
 //! reached over HTTP through the same tower stack the node uses. Prints a Markdown table
 //! and writes it to `target/bench-round.md`.
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use alloy::primitives::{Address, U256};
 use cresolver_core::tally::Vote;
 use cresolver_core::{Reputation, TallyWorker};

@@ -13,6 +13,11 @@ use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc: per-thread heaps without glibc malloc's arena locks, which a profile of
+/// 1,000 concurrent rounds showed contended (futex waits) and at ~20 % of the CPU.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// cresolver — resolution orchestrator for AI-resolved prediction markets.
 ///
 /// Watches a market contract for ResolutionRequested, asks the market's registered
