@@ -10,7 +10,7 @@ use crate::{
     Watched, WatchedRow, now,
 };
 use alloy_primitives::{Address, B256, U256};
-use tokio_postgres::Transaction;
+use deadpool_postgres::Transaction;
 
 /// [`crate::RoundStore::renew_round`] inside a transaction.
 pub(super) async fn renew_in(
@@ -24,7 +24,11 @@ pub(super) async fn renew_in(
     let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
     let state: Option<String> = tx
         .query_opt(
-            "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+            &tx.prepare_cached(
+                "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+            )
+            .await
+            .map_err(pg_err)?,
             &[&m, &id],
         )
         .await
@@ -34,11 +38,18 @@ pub(super) async fn renew_in(
     if state.as_deref() != Some(from.as_str()) {
         return Ok(false);
     }
-    tx.execute(&pg_sql(ARCHIVE_SQL), &[&m, &id, &t])
-        .await
-        .map_err(pg_err)?;
     tx.execute(
-        &pg_sql(sql::RENEW),
+        &tx.prepare_cached(&pg_sql(ARCHIVE_SQL))
+            .await
+            .map_err(pg_err)?,
+        &[&m, &id, &t],
+    )
+    .await
+    .map_err(pg_err)?;
+    tx.execute(
+        &tx.prepare_cached(&pg_sql(sql::RENEW))
+            .await
+            .map_err(pg_err)?,
         &[
             &m,
             &id,
@@ -64,7 +75,9 @@ pub(super) async fn reopen_submission_in(
     let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
     let n = tx
         .execute(
-            &pg_sql(sql::REOPEN_ROUND),
+            &tx.prepare_cached(&pg_sql(sql::REOPEN_ROUND))
+                .await
+                .map_err(pg_err)?,
             &[&m, &id, &reason, &outcome.map(|o| o.to_string()), &t],
         )
         .await
@@ -73,21 +86,33 @@ pub(super) async fn reopen_submission_in(
         return Ok(false);
     }
     let mined = tx
-        .query_opt(&pg_sql(sql::MINED_NONCE), &[&m, &id])
+        .query_opt(
+            &tx.prepare_cached(&pg_sql(sql::MINED_NONCE))
+                .await
+                .map_err(pg_err)?,
+            &[&m, &id],
+        )
         .await
         .map_err(pg_err)?;
     if let Some(row) = mined {
         let (signer, chain, nonce): (String, i64, i64) =
             (col(&row, 0)?, col(&row, 1)?, col(&row, 2)?);
         tx.execute(
-            &pg_sql(sql::REOPEN_NONCE),
+            &tx.prepare_cached(&pg_sql(sql::REOPEN_NONCE))
+                .await
+                .map_err(pg_err)?,
             &[&signer, &chain, &nonce, &reason, &t],
         )
         .await
         .map_err(pg_err)?;
-        tx.execute(&pg_sql(sql::UNSEND_ATTEMPTS), &[&signer, &chain, &nonce])
-            .await
-            .map_err(pg_err)?;
+        tx.execute(
+            &tx.prepare_cached(&pg_sql(sql::UNSEND_ATTEMPTS))
+                .await
+                .map_err(pg_err)?,
+            &[&signer, &chain, &nonce],
+        )
+        .await
+        .map_err(pg_err)?;
     }
     Ok(true)
 }
@@ -98,7 +123,10 @@ impl PgStore {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                &pg_sql(sql::LOG_SEEN),
+                &client
+                    .prepare_cached(&pg_sql(sql::LOG_SEEN))
+                    .await
+                    .map_err(pg_err)?,
                 &[&log.tx_hash.to_string(), &(log.log_index as i64)],
             )
             .await
@@ -144,7 +172,10 @@ impl PgStore {
         let client = self.client().await?;
         let n = client
             .execute(
-                &pg_sql(sql::FINALIZE),
+                &client
+                    .prepare_cached(&pg_sql(sql::FINALIZE))
+                    .await
+                    .map_err(pg_err)?,
                 &[
                     &market.to_string(),
                     &market_id.to_string(),
@@ -160,7 +191,13 @@ impl PgStore {
     pub(super) async fn done_watched(&self, limit: usize) -> Result<Vec<Watched>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(&pg_sql(WATCHED_SQL), &[&(limit as i64)])
+            .query(
+                &client
+                    .prepare_cached(&pg_sql(WATCHED_SQL))
+                    .await
+                    .map_err(pg_err)?,
+                &[&(limit as i64)],
+            )
             .await
             .map_err(pg_err)?;
         rows.iter()
@@ -189,7 +226,10 @@ impl PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                &pg_sql(PAST_SQL),
+                &client
+                    .prepare_cached(&pg_sql(PAST_SQL))
+                    .await
+                    .map_err(pg_err)?,
                 &[&market.to_string(), &market_id.to_string()],
             )
             .await
@@ -218,11 +258,23 @@ impl PgStore {
     ) -> Result<String, StoreError> {
         let client = self.client().await?;
         client
-            .execute(&pg_sql(sql::SETTING_INIT), &[&key, &candidate])
+            .execute(
+                &client
+                    .prepare_cached(&pg_sql(sql::SETTING_INIT))
+                    .await
+                    .map_err(pg_err)?,
+                &[&key, &candidate],
+            )
             .await
             .map_err(pg_err)?;
         let row = client
-            .query_one(&pg_sql(sql::SETTING), &[&key])
+            .query_one(
+                &client
+                    .prepare_cached(&pg_sql(sql::SETTING))
+                    .await
+                    .map_err(pg_err)?,
+                &[&key],
+            )
             .await
             .map_err(pg_err)?;
         col(&row, 0)

@@ -19,7 +19,7 @@ impl PgStore {
         };
         let row = tx
             .query_opt(
-                "SELECT holder, term FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+                &tx.prepare_cached("SELECT holder, term FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE").await.map_err(pg_err)?,
                 &[&market.to_string(), &market_id.to_string()],
             )
             .await
@@ -77,7 +77,10 @@ impl PgStore {
         }
         let exists = client
             .query_opt(
-                "SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2",
+                &client
+                    .prepare_cached("SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2")
+                    .await
+                    .map_err(pg_err)?,
                 &[&market.to_string(), &market_id.to_string()],
             )
             .await

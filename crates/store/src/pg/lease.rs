@@ -16,10 +16,12 @@ impl PgStore {
         let (m, id) = (market.to_string(), market_id.to_string());
         let Some(row) = tx
             .query_opt(
-                &format!(
+                &tx.prepare_cached(&format!(
                     "SELECT holder, state, lease_until IS NULL OR lease_until < {NOW_MS}
                      FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE"
-                ),
+                ))
+                .await
+                .map_err(pg_err)?,
                 &[&m, &id],
             )
             .await
@@ -37,10 +39,10 @@ impl PgStore {
         }
         let term: i64 = tx
             .query_one(
-                &format!(
+                &tx.prepare_cached(&format!(
                     "UPDATE rounds SET holder = $3, last_holder = $3, term = term + 1, lease_until = {NOW_MS} + $4
                      WHERE market = $1 AND market_id = $2 RETURNING term"
-                ),
+                )).await.map_err(pg_err)?,
                 &[&m, &id, &self.node, &(self.lease.as_millis() as i64)],
             )
             .await
@@ -69,10 +71,13 @@ impl PgStore {
         let client = self.client().await?;
         let n = client
             .execute(
-                &format!(
-                    "UPDATE rounds SET lease_until = {NOW_MS} + $4
+                &client
+                    .prepare_cached(&format!(
+                        "UPDATE rounds SET lease_until = {NOW_MS} + $4
                      WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $5"
-                ),
+                    ))
+                    .await
+                    .map_err(pg_err)?,
                 &[
                     &market.to_string(),
                     &market_id.to_string(),
@@ -103,11 +108,11 @@ impl PgStore {
         let after = retry_after.map(|d| d.as_millis() as i64);
         client
             .execute(
-                &format!(
+                &client.prepare_cached(&format!(
                     "UPDATE rounds SET holder = NULL,
                        lease_until = CASE WHEN $5::BIGINT IS NULL THEN NULL ELSE {NOW_MS} + $5::BIGINT END
                      WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4"
-                ),
+                )).await.map_err(pg_err)?,
                 &[
                     &market.to_string(),
                     &market_id.to_string(),
@@ -130,12 +135,15 @@ impl PgStore {
         let markets: Vec<String> = markets.iter().map(|m| m.to_string()).collect();
         let rows = client
             .query(
-                &format!(
-                    "SELECT market, market_id FROM rounds
+                &client
+                    .prepare_cached(&format!(
+                        "SELECT market, market_id FROM rounds
                      WHERE state NOT IN {FINAL} AND market = ANY($3)
                        AND (lease_until IS NULL OR lease_until < {NOW_MS} OR holder = $2)
                      ORDER BY id LIMIT $1"
-                ),
+                    ))
+                    .await
+                    .map_err(pg_err)?,
                 &[&(limit as i64), &self.node, &markets],
             )
             .await
@@ -156,7 +164,7 @@ impl PgStore {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4",
+                &client.prepare_cached("SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4").await.map_err(pg_err)?,
                 &[&market.to_string(), &market_id.to_string(), &self.node, &term],
             )
             .await

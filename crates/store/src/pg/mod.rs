@@ -23,12 +23,13 @@ use super::{
     SELECT, StoreError, SummaryRow, TxPayload, Watched, corrupt, now, parse_market,
 };
 use alloy_primitives::{Address, B256, U256};
+use deadpool_postgres::Transaction;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
-use tokio_postgres::{NoTls, Row, Transaction};
+use tokio_postgres::{NoTls, Row};
 
 mod done;
 mod fence;
@@ -175,7 +176,13 @@ impl PgStore {
             .map_err(pool_err)
             .map_err(connect_err)?;
         let version: String = client
-            .query_one("SHOW server_version_num", &[])
+            .query_one(
+                &client
+                    .prepare_cached("SHOW server_version_num")
+                    .await
+                    .map_err(pg_err)?,
+                &[],
+            )
             .await
             .map_err(pg_err)
             .map_err(connect_err)?
@@ -205,11 +212,21 @@ impl PgStore {
     async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.pool.get().await.map_err(pool_err)?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        tx.execute("SELECT pg_advisory_xact_lock(7370657263)", &[])
-            .await
-            .map_err(pg_err)?;
+        tx.execute(
+            &tx.prepare_cached("SELECT pg_advisory_xact_lock(7370657263)")
+                .await
+                .map_err(pg_err)?,
+            &[],
+        )
+        .await
+        .map_err(pg_err)?;
         let exists: bool = tx
-            .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+            .query_one(
+                &tx.prepare_cached("SELECT to_regclass('schema_migrations') IS NOT NULL")
+                    .await
+                    .map_err(pg_err)?,
+                &[],
+            )
             .await
             .map_err(pg_err)?
             .try_get(0)
@@ -223,7 +240,12 @@ impl PgStore {
             .map_err(pg_err)?;
         }
         let have: Option<i32> = tx
-            .query_one("SELECT MAX(version) FROM schema_migrations", &[])
+            .query_one(
+                &tx.prepare_cached("SELECT MAX(version) FROM schema_migrations")
+                    .await
+                    .map_err(pg_err)?,
+                &[],
+            )
             .await
             .map_err(pg_err)?
             .try_get(0)
@@ -238,7 +260,11 @@ impl PgStore {
         for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > have) {
             tx.batch_execute(sql).await.map_err(pg_err)?;
             tx.execute(
-                "INSERT INTO schema_migrations (version, description) VALUES ($1, $2)",
+                &tx.prepare_cached(
+                    "INSERT INTO schema_migrations (version, description) VALUES ($1, $2)",
+                )
+                .await
+                .map_err(pg_err)?,
                 &[version, description],
             )
             .await
@@ -277,7 +303,7 @@ impl PgStore {
     ) -> Result<(Address, U256), StoreError> {
         let row = tx
             .query_opt(
-                "SELECT market, market_id FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
+                &tx.prepare_cached("SELECT market, market_id FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3").await.map_err(pg_err)?,
                 &[&key.signer.to_string(), &(key.chain_id as i64), &(nonce as i64)],
             )
             .await
@@ -297,8 +323,8 @@ impl PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = $1 AND market_id = $2
-                 AND (NOT $3 OR state = 'pending') ORDER BY created_at, nonce",
+                &client.prepare_cached("SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = $1 AND market_id = $2
+                 AND (NOT $3 OR state = 'pending') ORDER BY created_at, nonce").await.map_err(pg_err)?,
                 &[&market.to_string(), &market_id.to_string(), &pending],
             )
             .await
@@ -331,7 +357,11 @@ impl PgStore {
         let (m, id) = (market.to_string(), market_id.to_string());
         let existing = tx
             .query_opt(
-                "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+                &tx.prepare_cached(
+                    "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+                )
+                .await
+                .map_err(pg_err)?,
                 &[&m, &id],
             )
             .await
@@ -344,8 +374,8 @@ impl PgStore {
                 // two nodes may insert the same market at once: the loser sees it handled
                 let n = tx
                     .execute(
-                        "INSERT INTO rounds (market, market_id, state, attempt, workflow, request_tx, request_block, created_at, updated_at)
-                         VALUES ($1, $2, 'requested', 1, $3, $4, $5, $6, $6) ON CONFLICT DO NOTHING",
+                        &tx.prepare_cached("INSERT INTO rounds (market, market_id, state, attempt, workflow, request_tx, request_block, created_at, updated_at)
+                         VALUES ($1, $2, 'requested', 1, $3, $4, $5, $6, $6) ON CONFLICT DO NOTHING").await.map_err(pg_err)?,
                         &[&m, &id, &workflow, &req_tx, &req_block, &t],
                     )
                     .await
@@ -359,14 +389,19 @@ impl PgStore {
             Some(row) => {
                 let state: String = col(&row, 0)?;
                 if state == "failed" {
-                    tx.execute(&pg_sql(ARCHIVE_SQL), &[&m, &id, &t])
-                        .await
-                        .map_err(pg_err)?;
                     tx.execute(
-                        "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
+                        &tx.prepare_cached(&pg_sql(ARCHIVE_SQL))
+                            .await
+                            .map_err(pg_err)?,
+                        &[&m, &id, &t],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                    tx.execute(
+                        &tx.prepare_cached("UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
                          request_tx = COALESCE($4, request_tx), request_block = COALESCE($5, request_block),
                          reason = NULL, updated_at = $6, holder = NULL, lease_until = NULL
-                         WHERE market = $1 AND market_id = $2",
+                         WHERE market = $1 AND market_id = $2").await.map_err(pg_err)?,
                         &[&m, &id, &workflow, &req_tx, &req_block, &t],
                     )
                     .await

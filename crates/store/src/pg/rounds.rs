@@ -17,8 +17,8 @@ impl PgStore {
         let tx = client.transaction().await.map_err(pg_err)?;
         let inserted = tx
             .execute(
-                "INSERT INTO seen_logs (tx_hash, log_index, market, market_id, block_number, block_hash)
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                &tx.prepare_cached("INSERT INTO seen_logs (tx_hash, log_index, market, market_id, block_number, block_hash)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING").await.map_err(pg_err)?,
                 &[
                     &log.tx_hash.to_string(),
                     &(log.log_index as i64),
@@ -132,7 +132,7 @@ impl PgStore {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT progress FROM round_progress WHERE market = $1 AND market_id = $2 AND attempt = $3",
+                &client.prepare_cached("SELECT progress FROM round_progress WHERE market = $1 AND market_id = $2 AND attempt = $3").await.map_err(pg_err)?,
                 &[&market.to_string(), &market_id.to_string(), &(attempt as i32)],
             )
             .await
@@ -191,7 +191,10 @@ impl PgStore {
         let client = self.client().await?;
         client
             .query_opt(
-                &format!("{SELECT} WHERE market = $1 AND market_id = $2"),
+                &client
+                    .prepare_cached(&format!("{SELECT} WHERE market = $1 AND market_id = $2"))
+                    .await
+                    .map_err(pg_err)?,
                 &[&market.to_string(), &market_id.to_string()],
             )
             .await
@@ -208,12 +211,12 @@ impl PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                &format!(
+                &client.prepare_cached(&format!(
                     "SELECT id, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx,
                         created_at, updated_at, holder, last_holder,
                         CASE WHEN lease_until > {NOW_MS} THEN lease_until - {NOW_MS} END
                      FROM rounds WHERE id < $1 ORDER BY id DESC LIMIT $2"
-                ),
+                )).await.map_err(pg_err)?,
                 &[&before.unwrap_or(i64::MAX), &(limit as i64)],
             )
             .await
@@ -249,7 +252,12 @@ impl PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                &format!("{SELECT} WHERE state NOT IN {FINAL} ORDER BY created_at, id"),
+                &client
+                    .prepare_cached(&format!(
+                        "{SELECT} WHERE state NOT IN {FINAL} ORDER BY created_at, id"
+                    ))
+                    .await
+                    .map_err(pg_err)?,
                 &[],
             )
             .await
@@ -260,7 +268,13 @@ impl PgStore {
     pub(super) async fn rounds_count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query("SELECT state, COUNT(*) FROM rounds GROUP BY state", &[])
+            .query(
+                &client
+                    .prepare_cached("SELECT state, COUNT(*) FROM rounds GROUP BY state")
+                    .await
+                    .map_err(pg_err)?,
+                &[],
+            )
             .await
             .map_err(pg_err)?;
         rows.iter()
@@ -278,7 +292,12 @@ impl PgStore {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT block_number, block_hash FROM checkpoints WHERE key = $1",
+                &client
+                    .prepare_cached(
+                        "SELECT block_number, block_hash FROM checkpoints WHERE key = $1",
+                    )
+                    .await
+                    .map_err(pg_err)?,
                 &[&key],
             )
             .await
@@ -302,8 +321,8 @@ impl PgStore {
         let client = self.client().await?;
         client
             .execute(
-                "INSERT INTO checkpoints (key, block_number, block_hash) VALUES ($1, $2, $3)
-                 ON CONFLICT (key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash",
+                &client.prepare_cached("INSERT INTO checkpoints (key, block_number, block_hash) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash").await.map_err(pg_err)?,
                 &[&key, &(block as i64), &hash.to_string()],
             )
             .await

@@ -17,20 +17,32 @@ impl PgStore {
         self.fence(&tx, payload.market, payload.market_id).await?;
         // the key's row lock: nodes sharing the key reserve one at a time
         tx.execute(
-            "INSERT INTO tx_keys (signer, chain_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &tx.prepare_cached(
+                "INSERT INTO tx_keys (signer, chain_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            )
+            .await
+            .map_err(pg_err)?,
             &[&signer, &chain],
         )
         .await
         .map_err(pg_err)?;
         tx.execute(
-            "SELECT 1 FROM tx_keys WHERE signer = $1 AND chain_id = $2 FOR UPDATE",
+            &tx.prepare_cached(
+                "SELECT 1 FROM tx_keys WHERE signer = $1 AND chain_id = $2 FOR UPDATE",
+            )
+            .await
+            .map_err(pg_err)?,
             &[&signer, &chain],
         )
         .await
         .map_err(pg_err)?;
         let highest: Option<i64> = tx
             .query_one(
-                "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
+                &tx.prepare_cached(
+                    "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
+                )
+                .await
+                .map_err(pg_err)?,
                 &[&signer, &chain],
             )
             .await
@@ -40,8 +52,8 @@ impl PgStore {
         let nonce = highest.map_or(chain_pending, |h| chain_pending.max(h as u64 + 1));
         let t = now() as i64;
         tx.execute(
-            "INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9)",
+            &tx.prepare_cached("INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9)").await.map_err(pg_err)?,
             &[
                 &signer,
                 &chain,
@@ -57,7 +69,7 @@ impl PgStore {
         .await
         .map_err(pg_err)?;
         tx.execute(
-            "UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = $3 WHERE market = $1 AND market_id = $2",
+            &tx.prepare_cached("UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = $3 WHERE market = $1 AND market_id = $2").await.map_err(pg_err)?,
             &[&payload.market.to_string(), &payload.market_id.to_string(), &t],
         )
         .await
@@ -78,8 +90,8 @@ impl PgStore {
         let tx = client.transaction().await.map_err(pg_err)?;
         self.fence(&tx, market, market_id).await?;
         tx.execute(
-            "INSERT INTO tx_attempts (signer, chain_id, nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            &tx.prepare_cached("INSERT INTO tx_attempts (signer, chain_id, nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)").await.map_err(pg_err)?,
             &[
                 &signer,
                 &chain,
@@ -97,7 +109,7 @@ impl PgStore {
         .await
         .map_err(pg_err)?;
         tx.execute(
-            "UPDATE rounds SET submit_tx = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
+            &tx.prepare_cached("UPDATE rounds SET submit_tx = $3, updated_at = $4 WHERE market = $1 AND market_id = $2").await.map_err(pg_err)?,
             &[
                 &market.to_string(),
                 &market_id.to_string(),
@@ -123,8 +135,12 @@ impl PgStore {
         let (market, market_id) = self.nonce_round(&tx, key, nonce).await?;
         self.fence(&tx, market, market_id).await?;
         tx.execute(
-            "UPDATE tx_attempts SET sent_block = COALESCE(sent_block, $5)
+            &tx.prepare_cached(
+                "UPDATE tx_attempts SET sent_block = COALESCE(sent_block, $5)
              WHERE signer = $1 AND chain_id = $2 AND nonce = $3 AND seq = $4",
+            )
+            .await
+            .map_err(pg_err)?,
             &[
                 &signer,
                 &chain,
@@ -152,8 +168,8 @@ impl PgStore {
         let (market, market_id) = self.nonce_round(&tx, key, nonce).await?;
         self.fence(&tx, market, market_id).await?;
         tx.execute(
-            "UPDATE tx_nonces SET state = $4, mined_tx = $5, mined_block = $6, detail = $7, updated_at = $8, mined_hash = $9
-             WHERE signer = $1 AND chain_id = $2 AND nonce = $3",
+            &tx.prepare_cached("UPDATE tx_nonces SET state = $4, mined_tx = $5, mined_block = $6, detail = $7, updated_at = $8, mined_hash = $9
+             WHERE signer = $1 AND chain_id = $2 AND nonce = $3").await.map_err(pg_err)?,
             &[
                 &signer,
                 &chain,
@@ -170,7 +186,11 @@ impl PgStore {
         .map_err(pg_err)?;
         if let Some(MinedAt { tx: h, .. }) = mined {
             tx.execute(
-                "UPDATE rounds SET submit_tx = $3 WHERE market = $1 AND market_id = $2",
+                &tx.prepare_cached(
+                    "UPDATE rounds SET submit_tx = $3 WHERE market = $1 AND market_id = $2",
+                )
+                .await
+                .map_err(pg_err)?,
                 &[&market.to_string(), &market_id.to_string(), &h.to_string()],
             )
             .await
@@ -189,10 +209,10 @@ impl PgStore {
         let client = self.client().await?;
         client
             .query_opt(
-                &format!(
+                &client.prepare_cached(&format!(
                     "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND market = $3 AND market_id = $4 AND state = 'pending'
                      ORDER BY nonce LIMIT 1"
-                ),
+                )).await.map_err(pg_err)?,
                 &[&signer, &chain, &market.to_string(), &market_id.to_string()],
             )
             .await
@@ -210,7 +230,12 @@ impl PgStore {
         let client = self.client().await?;
         client
             .query_opt(
-                &format!("{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3"),
+                &client
+                    .prepare_cached(&format!(
+                        "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3"
+                    ))
+                    .await
+                    .map_err(pg_err)?,
                 &[&signer, &chain, &(nonce as i64)],
             )
             .await
@@ -227,9 +252,9 @@ impl PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                &format!(
+                &client.prepare_cached(&format!(
                     "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND state = 'pending' ORDER BY nonce"
-                ),
+                )).await.map_err(pg_err)?,
                 &[&signer, &chain],
             )
             .await
@@ -246,9 +271,9 @@ impl PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                &format!(
+                &client.prepare_cached(&format!(
                     "{ATTEMPT_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3 ORDER BY seq"
-                ),
+                )).await.map_err(pg_err)?,
                 &[&signer, &chain, &(nonce as i64)],
             )
             .await
@@ -274,7 +299,12 @@ impl PgStore {
         let client = self.client().await?;
         let h: Option<i64> = client
             .query_one(
-                "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
+                &client
+                    .prepare_cached(
+                        "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
+                    )
+                    .await
+                    .map_err(pg_err)?,
                 &[&signer, &chain],
             )
             .await
