@@ -7,8 +7,13 @@ use super::protocol::{
     WorkerProtocol, parse_challenge_responses, parse_resolve_answer,
 };
 use futures::future::BoxFuture;
-use serde_json::json;
 use url::Url;
+
+/// `{"challenges": [...]}`, serialized without an intermediate JSON value.
+#[derive(serde::Serialize)]
+struct ChallengeBody<'a> {
+    challenges: &'a [String],
+}
 
 /// The CRE agent protocol (the default for every worker).
 #[derive(Debug, Clone, Copy, Default)]
@@ -27,10 +32,7 @@ impl WorkerProtocol for A2aProtocol {
     ) -> BoxFuture<'a, Result<ResolveAnswer, WorkerFailure>> {
         Box::pin(async move {
             let url = join_endpoint(endpoint, "a2a/resolve")?;
-            let body = serde_json::to_value(request).map_err(|e| WorkerFailure::Request {
-                detail: e.to_string(),
-            })?;
-            let reply = client.post_json(url, &body).await?;
+            let reply = client.post_json(url, request).await?;
             parse_resolve_answer(&reply.body)
         })
     }
@@ -52,10 +54,7 @@ impl WorkerProtocol for A2aProtocol {
                 Ok(u) => u,
                 Err(e) => return fail(e),
             };
-            match client
-                .post_json(url, &json!({ "challenges": challenges }))
-                .await
-            {
+            match client.post_json(url, &ChallengeBody { challenges }).await {
                 Ok(reply) => parse_challenge_responses(&reply.body, challenges),
                 Err(e) => fail(e),
             }

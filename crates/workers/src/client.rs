@@ -106,25 +106,40 @@ async fn read_bounded(
     mut resp: reqwest::Response,
     max: usize,
 ) -> Result<Bytes, (Bytes, WorkerFailure)> {
-    let mut buf = BytesMut::new();
     if let Some(len) = resp.content_length()
         && len > max as u64
         && max > 512
     {
-        return Err((buf.freeze(), WorkerFailure::Oversize { limit: max }));
+        return Err((Bytes::new(), WorkerFailure::Oversize { limit: max }));
     }
+    // A body in one chunk (most answers) is kept as it came, without a copy.
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
     loop {
+        let held = first.as_ref().map_or(buf.len(), Bytes::len);
         match resp.chunk().await {
             Ok(Some(chunk)) => {
-                let room = max - buf.len();
+                let room = max - held;
+                if let Some(f) = first.take() {
+                    buf.extend_from_slice(&f);
+                }
                 if chunk.len() > room {
                     buf.extend_from_slice(&chunk[..room]);
                     return Err((buf.freeze(), WorkerFailure::Oversize { limit: max }));
                 }
-                buf.extend_from_slice(&chunk);
+                if held == 0 && buf.is_empty() {
+                    first = Some(chunk);
+                } else {
+                    buf.extend_from_slice(&chunk);
+                }
             }
-            Ok(None) => return Ok(buf.freeze()),
-            Err(e) => return Err((buf.freeze(), classify(e))),
+            Ok(None) => return Ok(first.unwrap_or_else(|| buf.freeze())),
+            Err(e) => {
+                if let Some(f) = first.take() {
+                    buf.extend_from_slice(&f);
+                }
+                return Err((buf.freeze(), classify(e)));
+            }
         }
     }
 }
@@ -247,20 +262,20 @@ impl StageClient {
         self.svc.clone().oneshot(call).await
     }
 
-    /// POSTs a JSON value to `url`.
-    pub async fn post_json(
+    /// POSTs `body` as JSON to `url` (serialized straight from its type).
+    pub async fn post_json<T: serde::Serialize + ?Sized>(
         &self,
         url: Url,
-        body: &serde_json::Value,
+        body: &T,
     ) -> Result<HttpReply, WorkerFailure> {
         self.post_json_with(url, body, vec![]).await
     }
 
     /// POSTs a JSON value to `url` with extra headers (see [`bearer_header`]).
-    pub async fn post_json_with(
+    pub async fn post_json_with<T: serde::Serialize + ?Sized>(
         &self,
         url: Url,
-        body: &serde_json::Value,
+        body: &T,
         headers: Vec<(String, String)>,
     ) -> Result<HttpReply, WorkerFailure> {
         let bytes = serde_json::to_vec(body).map_err(|e| WorkerFailure::Request {
