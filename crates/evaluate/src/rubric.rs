@@ -290,8 +290,21 @@ fn numbered(t: &str) -> bool {
     digits > 0 && matches!(t[digits..].chars().next(), Some('.') | Some(')'))
 }
 
+/// `s.split_whitespace().count()`, with a byte loop for ASCII text (the usual case).
 fn word_count(s: &str) -> usize {
-    s.split_whitespace().count()
+    if !s.is_ascii() {
+        return s.split_whitespace().count();
+    }
+    // the ASCII characters `char::is_whitespace` accepts (vertical tab included)
+    let ws = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
+    let mut words = 0;
+    let mut in_word = false;
+    for &b in s.as_bytes() {
+        let w = !ws(b);
+        words += usize::from(w && !in_word);
+        in_word = w;
+    }
+    words
 }
 
 fn sentences(s: &str) -> impl Iterator<Item = &str> {
@@ -300,6 +313,8 @@ fn sentences(s: &str) -> impl Iterator<Item = &str> {
 }
 
 fn count_terms(haystack: &str, terms: &[&str]) -> usize {
+    // `str::contains` per term measured faster here than one Aho-Corasick pass (the
+    // texts are short and the lists small)
     terms.iter().filter(|t| haystack.contains(*t)).count()
 }
 
@@ -468,5 +483,17 @@ Therefore the balance of evidence favours YES, although uncertainty is high.";
         assert_eq!(d.scores, score_all(&input(vec![empty])).scores);
         assert_eq!(d.notes.len(), 3, "{:?}", d.notes);
         assert!(d.notes[0].starts_with("W1: its evidence holds instruction-like text"));
+    }
+
+    proptest::proptest! {
+        /// The ASCII byte loop counts words as `split_whitespace` does.
+        #[test]
+        fn word_count_equals_split_whitespace(
+            ascii in "[ a-z\\t\\n\\r\u{0B}\u{0C}.\u{1F}]{0,60}",
+            mixed in "[ a-z\\t\\n\\r\u{0B}\u{0C}.é\u{3000}\u{85}]{0,60}",
+        ) {
+            proptest::prop_assert_eq!(word_count(&ascii), ascii.split_whitespace().count());
+            proptest::prop_assert_eq!(word_count(&mixed), mixed.split_whitespace().count());
+        }
     }
 }
