@@ -453,11 +453,22 @@ impl TxManager {
                 }
                 continue;
             }
-            let head = self.head(false).await?;
+            // The first look reads the head and the receipts together (one round trip):
+            // a first look always looks for a receipt.
+            let (head, prefetched) = if last_head.is_none() {
+                let (h, m) = tokio::join!(self.head(false), self.mined_attempt(&attempts));
+                (h?, Some(m?))
+            } else {
+                (self.head(false).await?, None)
+            };
             let new_head = last_head != Some(head.number);
             last_head = Some(head.number);
             if new_head || included.is_some() || rec.state == NonceState::Mined {
-                if let Some((a, r)) = self.mined_attempt(&attempts).await? {
+                let mined = match prefetched {
+                    Some(m) => m,
+                    None => self.mined_attempt(&attempts).await?,
+                };
+                if let Some((a, r)) = mined {
                     let block = r.block_number.unwrap_or(head.number);
                     if included.map(|(_, b)| b) != Some(block) {
                         tracing::info!(market_id = %rec.payload.market_id, nonce, tx = %a.tx_hash, block, need, "transaction included; waiting for confirmations");
