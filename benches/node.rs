@@ -6,6 +6,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use alloy::providers::Provider;
 use cresolver_devnet::Devnet;
 use cresolver_store::RoundState;
 use std::time::{Duration, Instant};
@@ -38,15 +39,24 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
     .await?;
     let node = r.node.clone();
     let mut out = vec![];
+    // The requester's nonce, gas and fees are set before the clock starts, so that
+    // sending is one `eth_sendRawTransaction` (in which anvil mines the request): the
+    // clock measures the node from the event, not the client's own reads.
+    let mut nonce = dev.provider.get_transaction_count(dev.requester()).await?;
+    let max_fee = dev.provider.get_gas_price().await?.saturating_mul(4);
+    let market = dev.market();
     for id in ids {
-        let t0 = Instant::now();
-        // Send without waiting for the receipt: the clock measures the node, not the client.
-        let _pending = dev
-            .market()
+        let call = market
             .requestResolution(id)
             .from(dev.requester())
-            .send()
-            .await?;
+            .nonce(nonce)
+            .gas(300_000)
+            .max_fee_per_gas(max_fee)
+            .max_priority_fee_per_gas(1);
+        nonce += 1;
+        let t0 = Instant::now();
+        // Send without waiting for the receipt.
+        let _pending = call.send().await?;
         let (mut seen, mut submitted) = (None, None);
         let mut states: Vec<(&'static str, f64)> = vec![];
         let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;

@@ -287,9 +287,35 @@ impl Submitter {
         calldata: Bytes,
         sim: TransactionRequest,
     ) -> Result<Prepared, SubmitError> {
-        // The reads are independent: they go out together (one round trip, not up to
-        // five), and their verdicts are taken in the order a sequential pre-flight would:
-        // resolved, an operator worker, the forwarder, the simulation, then its gas.
+        // The usual case first: the executing call's gas (and, in report mode, the
+        // forwarder's) estimates without a revert. An estimate succeeds only when the call
+        // succeeds, and the call reverts on a resolved market (`AlreadyResolved`), so
+        // that is the whole pre-flight: two executions instead of five reads.
+        let operator = snapshot
+            .workers
+            .iter()
+            .any(|w| w.market_is_operator && w.agent_id != U256::ZERO);
+        if !operator {
+            let forwarder = async {
+                if self.cfg.mode != SubmitMode::Report {
+                    return Ok(None);
+                }
+                let call = TransactionRequest::default()
+                    .with_from(self.from)
+                    .with_to(to)
+                    .with_input(calldata.clone());
+                self.provider.estimate_gas(call).await.map(Some)
+            };
+            let (forwarder_gas, inner) =
+                tokio::join!(forwarder, self.provider.estimate_gas(sim.clone()));
+            if let (Ok(forwarder_gas), Ok(inner)) = (forwarder_gas, inner) {
+                return Ok(self.prepared(to, calldata, inner, forwarder_gas));
+            }
+        }
+        // Something failed: the full pre-flight says what, its reads together (one round
+        // trip, not up to five), their verdicts taken in the order a sequential
+        // pre-flight would: resolved, an operator worker, the forwarder, the
+        // simulation, then its gas.
         let market = ICREsolverMarket::new(self.cfg.market, self.provider.clone());
         let resolved = async {
             market
@@ -332,6 +358,18 @@ impl Submitter {
             });
         }
         let inner = inner.map_err(|e| SubmitError::Rpc(e.to_string()))?;
+        Ok(self.prepared(to, calldata, inner, forwarder_gas))
+    }
+
+    /// The transaction to send, with its gas from the executing call's estimate `inner`
+    /// and, in report mode, the forwarder's.
+    fn prepared(
+        &self,
+        to: Address,
+        calldata: Bytes,
+        inner: u64,
+        forwarder_gas: Option<u64>,
+    ) -> Prepared {
         let (estimate, gas_limit) = self.gas(inner);
         // the forwarder's own estimate can be lower than what the receiver needs (it
         // swallows an out-of-gas onReport): take the larger
@@ -342,14 +380,14 @@ impl Submitter {
             ),
             _ => (estimate, gas_limit),
         };
-        Ok(Prepared {
+        Prepared {
             from: self.from,
             to,
             calldata,
             gas_estimate: estimate,
             gas_limit,
             mode: self.cfg.mode,
-        })
+        }
     }
 
     /// Report mode: `eth_call` and `eth_estimateGas` of the forwarder's `report(...)` from
