@@ -297,14 +297,10 @@ impl Submitter {
             .any(|w| w.market_is_operator && w.agent_id != U256::ZERO);
         if !operator {
             let forwarder = async {
-                if self.cfg.mode != SubmitMode::Report {
-                    return Ok(None);
+                match self.forwarder_call(to, &calldata) {
+                    Some(call) => self.provider.estimate_gas(call).await.map(Some),
+                    None => Ok(None),
                 }
-                let call = TransactionRequest::default()
-                    .with_from(self.from)
-                    .with_to(to)
-                    .with_input(calldata.clone());
-                self.provider.estimate_gas(call).await.map(Some)
             };
             let (forwarder_gas, inner) =
                 tokio::join!(forwarder, self.provider.estimate_gas(sim.clone()));
@@ -390,6 +386,17 @@ impl Submitter {
         }
     }
 
+    /// Report mode: the forwarder's `report(...)` from our address, exactly as it will be
+    /// sent. Direct mode: `None`.
+    fn forwarder_call(&self, to: Address, calldata: &Bytes) -> Option<TransactionRequest> {
+        (self.cfg.mode == SubmitMode::Report).then(|| {
+            TransactionRequest::default()
+                .with_from(self.from)
+                .with_to(to)
+                .with_input(calldata.clone())
+        })
+    }
+
     /// Report mode: `eth_call` and `eth_estimateGas` of the forwarder's `report(...)` from
     /// our address, exactly as it will be sent. A revert of the forwarder (config,
     /// signatures, a transmission already attempted) is decoded by name. Direct mode: `None`.
@@ -399,13 +406,9 @@ impl Submitter {
         to: Address,
         calldata: &Bytes,
     ) -> Result<Option<u64>, SubmitError> {
-        if self.cfg.mode != SubmitMode::Report {
+        let Some(call) = self.forwarder_call(to, calldata) else {
             return Ok(None);
-        }
-        let call = TransactionRequest::default()
-            .with_from(self.from)
-            .with_to(to)
-            .with_input(calldata.clone());
+        };
         let (called, gas) = tokio::join!(
             self.provider.call(call.clone()),
             self.provider.estimate_gas(call)

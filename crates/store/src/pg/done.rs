@@ -12,6 +12,23 @@ use crate::{
 use alloy_primitives::{Address, B256, U256};
 use deadpool_postgres::Transaction;
 
+/// Keeps the round's current attempt in its history (`ARCHIVE_SQL`) before it is renewed.
+pub(super) async fn archive_in(
+    tx: &Transaction<'_>,
+    market: &str,
+    market_id: &str,
+    at: i64,
+) -> Result<(), StoreError> {
+    let stmt = tx
+        .prepare_cached(&pg_sql(ARCHIVE_SQL))
+        .await
+        .map_err(pg_err)?;
+    tx.execute(&stmt, &[&market, &market_id, &at])
+        .await
+        .map_err(pg_err)?;
+    Ok(())
+}
+
 /// [`crate::RoundStore::renew_round`] inside a transaction.
 pub(super) async fn renew_in(
     tx: &Transaction<'_>,
@@ -38,14 +55,7 @@ pub(super) async fn renew_in(
     if state.as_deref() != Some(from.as_str()) {
         return Ok(false);
     }
-    tx.execute(
-        &tx.prepare_cached(&pg_sql(ARCHIVE_SQL))
-            .await
-            .map_err(pg_err)?,
-        &[&m, &id, &t],
-    )
-    .await
-    .map_err(pg_err)?;
+    archive_in(tx, &m, &id, t).await?;
     tx.execute(
         &tx.prepare_cached(&pg_sql(sql::RENEW))
             .await

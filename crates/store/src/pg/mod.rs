@@ -18,9 +18,9 @@
 
 use super::txs::{ATTEMPT_SELECT, AttemptRow, NONCE_SELECT, NonceRow};
 use super::{
-    ARCHIVE_SQL, AttemptRecord, DONE_SQL, KeyRef, Lease, LogRef, MinedAt, NonceRecord, NonceState,
-    PastAttempt, RequestDecision, RoundRecord, RoundRow, RoundState, RoundStore, RoundSummary,
-    SELECT, StoreError, SummaryRow, TxPayload, Watched, corrupt, now, parse_market,
+    AttemptRecord, DONE_SQL, KeyRef, Lease, LogRef, MinedAt, NonceRecord, NonceState, PastAttempt,
+    RequestDecision, RoundRecord, RoundRow, RoundState, RoundStore, RoundSummary, SELECT,
+    StoreError, SummaryRow, TxPayload, Watched, corrupt, now, parse_market,
 };
 use alloy_primitives::{Address, B256, U256};
 use deadpool_postgres::Transaction;
@@ -38,7 +38,7 @@ mod rounds;
 mod schema;
 mod tls;
 mod txs;
-use done::{renew_in, reopen_submission_in};
+use done::{archive_in, renew_in, reopen_submission_in};
 pub use schema::MIGRATIONS;
 use tls::{Tls, split_sslmode, tls_connector};
 
@@ -389,14 +389,7 @@ impl PgStore {
             Some(row) => {
                 let state: String = col(&row, 0)?;
                 if state == "failed" {
-                    tx.execute(
-                        &tx.prepare_cached(&pg_sql(ARCHIVE_SQL))
-                            .await
-                            .map_err(pg_err)?,
-                        &[&m, &id, &t],
-                    )
-                    .await
-                    .map_err(pg_err)?;
+                    archive_in(tx, &m, &id, t).await?;
                     tx.execute(
                         &tx.prepare_cached("UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
                          request_tx = COALESCE($4, request_tx), request_block = COALESCE($5, request_block),
