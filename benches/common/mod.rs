@@ -151,9 +151,10 @@ pub async fn request_in_one_block(
     Ok(t0)
 }
 
-/// Each round step's wall times (the node's `cresolver::step` spans), by step name.
+/// Each round step's wall times (the node's `cresolver::step` spans), by step name, and
+/// when each market's round concluded.
 pub mod steps {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashMap};
     use std::sync::Mutex;
     use std::time::Instant;
     use tracing::span::{Attributes, Id};
@@ -162,10 +163,16 @@ pub mod steps {
     use tracing_subscriber::registry::LookupSpan;
 
     static TIMES: Mutex<BTreeMap<&'static str, Vec<f64>>> = Mutex::new(BTreeMap::new());
+    static CONCLUDED: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
 
-    struct Started(&'static str, Instant);
+    struct Started {
+        step: &'static str,
+        market_id: String,
+        at: Instant,
+    }
 
-    /// Records every closed `cresolver::step` span's wall time under its `step` field.
+    /// Records every closed `cresolver::step` span's wall time under its `step` field,
+    /// and the instant a `conclude` span closed under its `market_id`.
     pub struct StepTimes;
 
     impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for StepTimes {
@@ -173,47 +180,70 @@ pub mod steps {
             if attrs.metadata().target() != "cresolver::step" {
                 return;
             }
-            let label = step_label(attrs);
+            let (step, market_id) = fields(attrs);
             if let Some(span) = ctx.span(id) {
-                span.extensions_mut().insert(Started(label, Instant::now()));
+                span.extensions_mut().insert(Started {
+                    step,
+                    market_id,
+                    at: Instant::now(),
+                });
             }
         }
 
         fn on_close(&self, id: Id, ctx: Context<'_, S>) {
             let Some(span) = ctx.span(&id) else { return };
-            if let Some(Started(label, t)) = span.extensions_mut().remove::<Started>() {
-                let ms = t.elapsed().as_secs_f64() * 1000.0;
-                let mut m = TIMES.lock().unwrap_or_else(|p| p.into_inner());
-                m.entry(label).or_default().push(ms);
+            let Some(started) = span.extensions_mut().remove::<Started>() else {
+                return;
+            };
+            let now = Instant::now();
+            let ms = (now - started.at).as_secs_f64() * 1000.0;
+            TIMES
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(started.step)
+                .or_default()
+                .push(ms);
+            if started.step == "conclude" {
+                CONCLUDED
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert_with(HashMap::new)
+                    .insert(started.market_id, now);
             }
         }
     }
 
-    /// The `step` field's value, interned (the node's steps are a handful of names).
-    fn step_label(attrs: &Attributes<'_>) -> &'static str {
-        struct V(String);
+    /// The `step` field's value, interned (the node's steps are a handful of names), and
+    /// the `market_id` field's.
+    fn fields(attrs: &Attributes<'_>) -> (&'static str, String) {
+        #[derive(Default)]
+        struct V(String, String);
         impl tracing::field::Visit for V {
             fn record_str(&mut self, f: &Field, v: &str) {
-                if f.name() == "step" {
-                    self.0 = v.to_string();
-                }
+                self.record_debug(f, &v);
             }
             fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
-                if f.name() == "step" {
-                    self.0 = format!("{v:?}");
+                let text = format!("{v:?}").trim_matches('"').to_string();
+                match f.name() {
+                    "step" => self.0 = text,
+                    "market_id" => self.1 = text,
+                    _ => {}
                 }
             }
         }
-        let mut v = V(String::new());
+        let mut v = V::default();
         attrs.record(&mut v);
         static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
         let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = names.iter().find(|n| **n == v.0) {
-            return n;
-        }
-        let leaked: &'static str = Box::leak(v.0.into_boxed_str());
-        names.push(leaked);
-        leaked
+        let name = match names.iter().find(|n| **n == v.0) {
+            Some(n) => *n,
+            None => {
+                let leaked: &'static str = Box::leak(v.0.into_boxed_str());
+                names.push(leaked);
+                leaked
+            }
+        };
+        (name, v.1)
     }
 
     /// Installs the recorder as the global subscriber (only `cresolver::step` spans).
@@ -224,6 +254,15 @@ pub mod steps {
         let _ = tracing_subscriber::registry()
             .with(StepTimes.with_filter(only_steps))
             .try_init();
+    }
+
+    /// When the round of `market_id` concluded (its `conclude` step ended), if it did.
+    pub fn concluded(market_id: &str) -> Option<Instant> {
+        CONCLUDED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(|m| m.get(market_id).copied())
     }
 
     /// Takes what was recorded so far: per step, (count, median, p90, sum) in ms.

@@ -5,10 +5,11 @@
 use super::*;
 use tracing::Instrument;
 
-/// A span around one step of a round (target `cresolver::step`, field `step`): a debug
-/// log shows it, and `cargo bench --bench node` sums each step's time from it.
-pub(crate) fn step(name: &'static str) -> tracing::Span {
-    tracing::debug_span!(target: "cresolver::step", "step", step = name)
+/// A span around one step of a round (target `cresolver::step`, fields `step` and
+/// `market_id`): a debug log shows it, and `cargo bench --bench node` takes each step's
+/// time, and when a round concluded, from it.
+pub(crate) fn step(name: &'static str, market_id: U256) -> tracing::Span {
+    tracing::debug_span!(target: "cresolver::step", "step", step = name, market_id = %market_id)
 }
 
 impl Node {
@@ -94,7 +95,7 @@ impl Node {
                 read_market(&self.provider, market, market_id, Some(block), multicall),
             )
         }
-        .instrument(step("read"))
+        .instrument(step("read", market_id))
         .await;
         match at_head {
             Ok(false) => {}
@@ -140,7 +141,7 @@ impl Node {
             http: &self.http,
         };
         let (found, mut input) = match collect_input(&ctx, &snapshot)
-            .instrument(step("discover"))
+            .instrument(step("discover", market_id))
             .await
         {
             Ok(x) => x,
@@ -214,7 +215,7 @@ impl Node {
         let result = p
             .engine
             .run_resumable(&input, progress, &persist)
-            .instrument(step("engine"))
+            .instrument(step("engine", market_id))
             .await;
         self.metrics
             .observe_stage("resolve+evaluate", round_started.elapsed().as_secs_f64());
@@ -273,7 +274,7 @@ impl Node {
         let prepared = match p
             .submitter
             .prepare(&snapshot, &outcome.tally)
-            .instrument(step("prepare"))
+            .instrument(step("prepare", market_id))
             .await
         {
             Ok(x) => x,
@@ -323,7 +324,7 @@ impl Node {
                 calldata: prepared.calldata.clone(),
                 gas_limit: prepared.gas_limit,
             })
-            .instrument(step("send"))
+            .instrument(step("send", market_id))
             .await
         {
             Ok(n) => n,
@@ -350,14 +351,14 @@ impl Node {
         let mut fresh = 0;
         loop {
             let started = Instant::now();
-            let outcome = txm.drive(nonce).instrument(step("mine")).await;
+            let outcome = txm.drive(nonce).instrument(step("mine", market_id)).await;
             self.metrics
                 .observe_stage("submit", started.elapsed().as_secs_f64());
             match outcome {
                 Ok(TxOutcome::Mined { receipt, .. }) => {
                     return self
                         .conclude(p, market_id, &receipt)
-                        .instrument(step("conclude"))
+                        .instrument(step("conclude", market_id))
                         .await;
                 }
                 Ok(TxOutcome::Lost { nonce: lost }) => {
@@ -530,7 +531,7 @@ impl Node {
             .map_err(|e| Step::Transient(format!("cannot encode the transcript: {e}")))?;
         self.store
             .set_outcome(market, market_id, &v)
-            .instrument(step("save_transcript"))
+            .instrument(step("save_transcript", market_id))
             .await?;
         Ok(())
     }
