@@ -260,25 +260,35 @@ impl Node {
         for (stage, label) in outcome.worker_calls() {
             self.metrics.worker_call(stage, label);
         }
-        transcript.outcome = Some(outcome);
-        self.save_transcript(market, market_id, &transcript).await?;
-        let Some(outcome) = transcript.outcome.as_ref() else {
-            return Ok(());
+        let prepared = if self.don.is_none() {
+            Some(
+                p.submitter
+                    .prepare(&snapshot, &outcome.tally)
+                    .instrument(step("prepare", market_id))
+                    .await,
+            )
+        } else {
+            None
         };
-        if let Some(don) = &self.don {
-            return self
-                .drive_don(don, p, &snapshot, &rec, &input, transcript)
-                .await;
+        transcript.outcome = Some(outcome);
+        // The transcript is stored once for the outcome and the pre-flight's result (the
+        // pre-flight only reads; the progress stored at `evaluated` already keeps the
+        // workers' answers should the node stop here).
+        if let Some(Ok(prepared)) = &prepared {
+            transcript.submission = Some(SubmissionRecord::from(prepared));
         }
-
-        let prepared = match p
-            .submitter
-            .prepare(&snapshot, &outcome.tally)
-            .instrument(step("prepare", market_id))
-            .await
-        {
-            Ok(x) => x,
-            Err(SubmitError::AlreadyResolved { .. }) => {
+        self.save_transcript(market, market_id, &transcript).await?;
+        let prepared = match prepared {
+            None => {
+                let Some(don) = &self.don else {
+                    return Ok(());
+                };
+                return self
+                    .drive_don(don, p, &snapshot, &rec, &input, transcript)
+                    .await;
+            }
+            Some(Ok(x)) => x,
+            Some(Err(SubmitError::AlreadyResolved { .. })) => {
                 self.store
                     .set_state(
                         market,
@@ -289,11 +299,9 @@ impl Node {
                     .await?;
                 return Ok(());
             }
-            Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
-            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
+            Some(Err(e)) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+            Some(Err(e)) => return self.fail(market, market_id, &e.to_string()).await,
         };
-        transcript.submission = Some(SubmissionRecord::from(&prepared));
-        self.save_transcript(market, market_id, &transcript).await?;
         let Some(txm) = &self.txm else {
             return self
                 .fail(
