@@ -120,9 +120,19 @@ async fn a_member_restarted_mid_round_signs_one_report_and_asks_no_worker_twice(
     let lock: Value = serde_json::from_str(&locks[0]).unwrap();
     let digest = forwarder_digest(&call.rawReport, &call.reportContext);
     assert_eq!(lock["digest"], serde_json::json!(digest));
-    // no worker asked twice by the restarted member: one call per member in all
+    // no worker asked twice by the restarted member: one call per member that asked (a
+    // member whose round began after the report landed skips it unasked; under load one
+    // can start that late)
+    let mut asked = 0;
+    for i in 0..4 {
+        let v = dn.wait_member_final(i, Duration::from_secs(60)).await;
+        if v["outcome"]["outcome"].is_object() {
+            asked += 1;
+        }
+    }
+    assert!(asked >= 3, "the leader's set needs 2f+1 observations: {asked}");
     for w in &workers {
-        assert_eq!(w.resolves.load(Ordering::SeqCst), 4);
+        assert_eq!(w.resolves.load(Ordering::SeqCst), asked);
     }
 }
 
