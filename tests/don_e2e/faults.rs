@@ -130,7 +130,10 @@ async fn a_member_restarted_mid_round_signs_one_report_and_asks_no_worker_twice(
             asked += 1;
         }
     }
-    assert!(asked >= 3, "the leader's set needs 2f+1 observations: {asked}");
+    assert!(
+        asked >= 3,
+        "the leader's set needs 2f+1 observations: {asked}"
+    );
     for w in &workers {
         assert_eq!(w.resolves.load(Ordering::SeqCst), asked);
     }
