@@ -4,7 +4,7 @@
 
 use super::{Foreign, TxError, TxManager};
 use alloy::providers::Provider;
-use cresolver_store::{KeyRef, MinedAt, NonceRecord, NonceState, StoreError};
+use cresolver_store::{KeyRef, NonceRecord, NonceState, StoreError};
 
 impl TxManager {
     /// Looks at a nonce that *another* key reserved for a round this node now drives (a
@@ -21,28 +21,12 @@ impl TxManager {
             if head.number < block.saturating_add(self.cfg.confirmations) {
                 return Ok(Foreign::Pending);
             }
-            let canonical = self
-                .provider
-                .get_block_by_number(block.into())
-                .await
-                .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
-                .map(|b| b.header.hash);
-            let Some(block_hash) = canonical.filter(|h| Some(*h) == r.block_hash) else {
+            if !self
+                .close_if_canonical(key, rec.nonce, a.tx_hash, block, &r)
+                .await?
+            {
                 return Ok(Foreign::Pending);
-            };
-            self.store
-                .finish_nonce(
-                    key,
-                    rec.nonce,
-                    NonceState::Mined,
-                    Some(MinedAt {
-                        tx: a.tx_hash,
-                        block,
-                        block_hash,
-                    }),
-                    None,
-                )
-                .await?;
+            }
             return Ok(Foreign::Mined(Box::new(r)));
         }
         let mined_count = self

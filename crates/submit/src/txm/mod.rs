@@ -476,38 +476,19 @@ impl TxManager {
                         included = Some((a.tx_hash, block));
                     }
                     lost_since = None;
-                    if head.number >= block.saturating_add(need) {
-                        let canonical = self
-                            .provider
-                            .get_block_by_number(block.into())
-                            .await
-                            .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
-                            .map(|b| b.header.hash);
-                        if let Some(block_hash) = canonical
-                            && canonical == r.block_hash
-                        {
-                            self.store
-                                .finish_nonce(
-                                    self.key,
-                                    nonce,
-                                    NonceState::Mined,
-                                    Some(MinedAt {
-                                        tx: a.tx_hash,
-                                        block,
-                                        block_hash,
-                                    }),
-                                    None,
-                                )
-                                .await?;
-                            self.metrics.tx_event(&self.signer_label, "mined");
-                            self.refresh_backlog().await;
-                            return Ok(TxOutcome::Mined {
-                                nonce,
-                                attempt: a,
-                                receipt: Box::new(r),
-                            });
-                        }
-                        // the block changed under us: look again at the next head
+                    // (a block that changed under us is looked at again at the next head)
+                    if head.number >= block.saturating_add(need)
+                        && self
+                            .close_if_canonical(self.key, nonce, a.tx_hash, block, &r)
+                            .await?
+                    {
+                        self.metrics.tx_event(&self.signer_label, "mined");
+                        self.refresh_backlog().await;
+                        return Ok(TxOutcome::Mined {
+                            nonce,
+                            attempt: a,
+                            receipt: Box::new(r),
+                        });
                     }
                     self.wait(started, nonce, &attempts, &mut wake).await?;
                     continue;
@@ -641,6 +622,42 @@ impl TxManager {
             }
             self.wait(started, nonce, &attempts, &mut wake).await?;
         }
+    }
+
+    /// When receipt `r` of attempt `tx` (in block `block`) is on the canonical chain,
+    /// closes `key`'s `nonce` as mined there and says so; `false` when the block changed
+    /// under it (look again at the next head).
+    async fn close_if_canonical(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        tx: B256,
+        block: u64,
+        r: &TransactionReceipt,
+    ) -> Result<bool, TxError> {
+        let canonical = self
+            .provider
+            .get_block_by_number(block.into())
+            .await
+            .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
+            .map(|b| b.header.hash);
+        let Some(block_hash) = canonical.filter(|h| Some(*h) == r.block_hash) else {
+            return Ok(false);
+        };
+        self.store
+            .finish_nonce(
+                key,
+                nonce,
+                NonceState::Mined,
+                Some(MinedAt {
+                    tx,
+                    block,
+                    block_hash,
+                }),
+                None,
+            )
+            .await?;
+        Ok(true)
     }
 
     /// How long "the chain's count passed our nonce and none of our attempts is mined"
