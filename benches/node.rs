@@ -28,6 +28,8 @@ struct Split {
     submitted: f64,
     confirmed: f64,
     polled: f64,
+    /// each step's first start and last end, in ms after the request
+    timeline: std::collections::BTreeMap<&'static str, (f64, f64)>,
 }
 
 async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
@@ -90,9 +92,15 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
         let polled = ms(t0);
         // the node's own record of when the round concluded (its `conclude` step's end),
         // free of the poll's period
-        let confirmed = common::steps::concluded(&id.to_string())
+        let concluded = common::steps::concluded(&id.to_string());
+        let confirmed = concluded
             .map(|t| (t - t0).as_secs_f64() * 1000.0)
             .unwrap_or(polled);
+        let mut timeline = std::collections::BTreeMap::new();
+        for (step, start, end) in common::steps::timeline(t0, concluded.unwrap_or(t0)) {
+            let e = timeline.entry(step).or_insert((start, end));
+            e.1 = e.1.max(end);
+        }
         if std::env::var_os("BENCH_STATES").is_some() {
             eprintln!("ws={ws} {states:?}");
         }
@@ -101,6 +109,7 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
             submitted: submitted.unwrap_or(confirmed),
             confirmed,
             polled,
+            timeline,
         });
     }
     r.stop().await;
@@ -174,6 +183,27 @@ fn main() -> anyhow::Result<()> {
                 pct(&mut seen, 0.5),
                 pct(&mut sub, 0.5),
                 pct(&mut polled, 0.5),
+            ));
+            // the median start and end of each step after the request, in the order of
+            // their starts: where the time between the steps goes
+            let mut names: Vec<&'static str> =
+                v.iter().flat_map(|s| s.timeline.keys().copied()).collect();
+            names.sort_unstable();
+            names.dedup();
+            let mut line: Vec<(f64, String)> = names
+                .into_iter()
+                .map(|n| {
+                    let mut a: Vec<f64> = v.iter().filter_map(|s| s.timeline.get(n).map(|x| x.0)).collect();
+                    let mut b: Vec<f64> = v.iter().filter_map(|s| s.timeline.get(n).map(|x| x.1)).collect();
+                    let (a, b) = (pct(&mut a, 0.5), pct(&mut b, 0.5));
+                    (a, format!("`{n}` {a:.1}–{b:.1}"))
+                })
+                .collect();
+            line.sort_by(|x, y| x.0.total_cmp(&y.0));
+            let line: Vec<String> = line.into_iter().map(|x| x.1).collect();
+            table.push_str(&format!(
+                "| … timeline ({label}): median start–end of each step, ms after the request | {} |\n",
+                line.join(", ")
             ));
             for (step, n, p50, p90, sum) in steps {
                 table.push_str(&format!(

@@ -164,6 +164,8 @@ pub mod steps {
 
     static TIMES: Mutex<BTreeMap<&'static str, Vec<f64>>> = Mutex::new(BTreeMap::new());
     static CONCLUDED: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
+    /// Every closed step span: (step, started, ended), for a timeline.
+    static SPANS: Mutex<Vec<(&'static str, Instant, Instant)>> = Mutex::new(Vec::new());
 
     struct Started {
         step: &'static str,
@@ -197,6 +199,10 @@ pub mod steps {
             };
             let now = Instant::now();
             let ms = (now - started.at).as_secs_f64() * 1000.0;
+            SPANS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((started.step, started.at, now));
             TIMES
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -267,6 +273,7 @@ pub mod steps {
 
     /// Takes what was recorded so far: per step, (count, median, p90, sum) in ms.
     pub fn take() -> Vec<(&'static str, usize, f64, f64, f64)> {
+        SPANS.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let mut m = TIMES.lock().unwrap_or_else(|p| p.into_inner());
         let all = std::mem::take(&mut *m);
         all.into_iter()
@@ -276,5 +283,19 @@ pub mod steps {
                 (k, v.len(), at(0.5), at(0.9), v.iter().sum())
             })
             .collect()
+    }
+
+    /// The steps that started in `[from, to]`, as (step, start, end) in ms after `from`,
+    /// in the order they started (for markets driven one at a time).
+    pub fn timeline(from: Instant, to: Instant) -> Vec<(&'static str, f64, f64)> {
+        let spans = SPANS.lock().unwrap_or_else(|p| p.into_inner());
+        let ms = |t: Instant| t.saturating_duration_since(from).as_secs_f64() * 1000.0;
+        let mut v: Vec<_> = spans
+            .iter()
+            .filter(|(_, s, _)| *s >= from && *s <= to)
+            .map(|(n, s, e)| (*n, ms(*s), ms(*e)))
+            .collect();
+        v.sort_by(|a, b| a.1.total_cmp(&b.1));
+        v
     }
 }

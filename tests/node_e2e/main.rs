@@ -86,6 +86,23 @@ async fn happy_path_payouts_and_reputation_match_the_tally() {
     let report_hex = t.pointer("/outcome/report").unwrap().as_str().unwrap();
     let decoded = cresolver_core::decode_report(&alloy::hex::decode(report_hex).unwrap()).unwrap();
     assert_eq!(decoded.workers, s.workers);
+    // the transcript's submission is the call that was mined: its sender, target, input
+    // and gas limit are the confirmed transaction's
+    let tx_hash: alloy::primitives::B256 =
+        serde_json::from_value(t["confirmation"]["tx_hash"].clone()).unwrap();
+    let mined = s
+        .dev
+        .provider
+        .get_transaction_by_hash(tx_hash)
+        .await
+        .unwrap()
+        .unwrap();
+    use alloy::consensus::Transaction as _;
+    let sub = &t["submission"];
+    assert_eq!(sub["from"], serde_json::json!(mined.inner.signer()));
+    assert_eq!(sub["to"], serde_json::json!(s.dev.contracts.market));
+    assert_eq!(sub["calldata"], serde_json::json!(mined.inner.input()));
+    assert_eq!(sub["gas_limit"].as_u64(), Some(mined.inner.gas_limit()));
     r.stop().await;
 }
 

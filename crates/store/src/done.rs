@@ -90,22 +90,19 @@ impl Store {
         market_id: U256,
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError> {
-        let n = self.conn().execute(
-            sql::FINALIZE,
-            params![
-                market.to_string(),
-                market_id.to_string(),
-                outcome.map(|o| o.to_string()),
-                now() as i64
-            ],
-        )?;
+        let n = self.conn().prepare_cached(sql::FINALIZE)?.execute(params![
+            market.to_string(),
+            market_id.to_string(),
+            outcome.map(|o| o.to_string()),
+            now() as i64
+        ])?;
         Ok(n > 0)
     }
 
     /// The `confirmed` rounds the finality watch follows, least recently looked at first.
     pub fn awaiting_finality(&self, limit: usize) -> Result<Vec<Watched>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(WATCHED_SQL)?;
+        let mut stmt = conn.prepare_cached(WATCHED_SQL)?;
         let rows = stmt.query_map(params![limit as i64], |r| {
             Ok(WatchedRow {
                 market: r.get(0)?,
@@ -127,8 +124,11 @@ impl Store {
     /// first writer wins, every later call (another process, another node) reads it.
     pub fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
         self.in_tx(|tx| {
-            tx.execute(sql::SETTING_INIT, params![key, candidate])?;
-            Ok(tx.query_row(sql::SETTING, params![key], |r| r.get(0))?)
+            tx.prepare_cached(sql::SETTING_INIT)?
+                .execute(params![key, candidate])?;
+            Ok(tx
+                .prepare_cached(sql::SETTING)?
+                .query_row(params![key], |r| r.get(0))?)
         })
     }
 
@@ -139,7 +139,7 @@ impl Store {
         market_id: U256,
     ) -> Result<Vec<PastAttempt>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(PAST_SQL)?;
+        let mut stmt = conn.prepare_cached(PAST_SQL)?;
         let rows = stmt.query_map(params![market.to_string(), market_id.to_string()], |r| {
             Ok(PastRow {
                 attempt: r.get(0)?,
@@ -302,27 +302,21 @@ pub(crate) fn renew_in(
 ) -> Result<bool, StoreError> {
     let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
     let current: Option<String> = tx
-        .query_row(
-            "SELECT state FROM rounds WHERE market = ?1 AND market_id = ?2",
-            params![m, id],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT state FROM rounds WHERE market = ?1 AND market_id = ?2")?
+        .query_row(params![m, id], |r| r.get(0))
         .optional()?;
     if current.as_deref() != Some(from.as_str()) {
         return Ok(false);
     }
-    tx.execute(ARCHIVE_SQL, params![m, id, t])?;
-    tx.execute(
-        sql::RENEW,
-        params![
-            m,
-            id,
-            workflow,
-            request.map(|(h, _)| h.to_string()),
-            request.map(|(_, b)| b as i64),
-            t
-        ],
-    )?;
+    tx.prepare_cached(ARCHIVE_SQL)?.execute(params![m, id, t])?;
+    tx.prepare_cached(sql::RENEW)?.execute(params![
+        m,
+        id,
+        workflow,
+        request.map(|(h, _)| h.to_string()),
+        request.map(|(_, b)| b as i64),
+        t
+    ])?;
     Ok(true)
 }
 
@@ -335,24 +329,25 @@ pub(crate) fn reopen_submission_in(
     outcome: Option<&serde_json::Value>,
 ) -> Result<bool, StoreError> {
     let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
-    let n = tx.execute(
-        sql::REOPEN_ROUND,
-        params![m, id, reason, outcome.map(|o| o.to_string()), t],
-    )?;
+    let n = tx.prepare_cached(sql::REOPEN_ROUND)?.execute(params![
+        m,
+        id,
+        reason,
+        outcome.map(|o| o.to_string()),
+        t
+    ])?;
     if n == 0 {
         return Ok(false);
     }
     let mined: Option<(String, i64, i64)> = tx
-        .query_row(sql::MINED_NONCE, params![m, id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
+        .prepare_cached(sql::MINED_NONCE)?
+        .query_row(params![m, id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
     if let Some((signer, chain_id, nonce)) = mined {
-        tx.execute(
-            sql::REOPEN_NONCE,
-            params![signer, chain_id, nonce, reason, t],
-        )?;
-        tx.execute(sql::UNSEND_ATTEMPTS, params![signer, chain_id, nonce])?;
+        tx.prepare_cached(sql::REOPEN_NONCE)?
+            .execute(params![signer, chain_id, nonce, reason, t])?;
+        tx.prepare_cached(sql::UNSEND_ATTEMPTS)?
+            .execute(params![signer, chain_id, nonce])?;
     }
     Ok(true)
 }

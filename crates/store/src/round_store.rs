@@ -93,6 +93,16 @@ pub trait RoundStore: Send + Sync + 'static {
         market_id: U256,
         outcome: &serde_json::Value,
     ) -> Result<(), StoreError>;
+    /// [`Self::set_outcome`] and [`Self::set_state`] in one write: a round's last
+    /// transcript and the state it ends in.
+    async fn set_outcome_and_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError>;
     async fn get(
         &self,
         market: Address,
@@ -378,6 +388,23 @@ impl RoundStore for SqliteStore {
     ) -> Result<(), StoreError> {
         let o = outcome.clone();
         blocking!(self, |s| s.set_outcome(market, market_id, &o))
+    }
+    async fn set_outcome_and_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let (o, r) = (outcome.to_string(), reason.map(str::to_string));
+        blocking!(self, |s| s.set_outcome_and_state(
+            market,
+            market_id,
+            &o,
+            state,
+            r.as_deref()
+        ))
     }
     async fn get(
         &self,

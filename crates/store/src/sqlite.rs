@@ -43,6 +43,9 @@ CREATE TABLE IF NOT EXISTS round_attempts (
 /// The states where a round's drive is over, as SQL (both backends).
 pub(crate) const DONE_SQL: &str = "('confirmed', 'finalized', 'failed', 'skipped')";
 
+/// How many compiled statements a connection keeps (the store has fewer kinds).
+const STATEMENT_CACHE: usize = 128;
+
 /// The schema version this binary writes (`PRAGMA user_version`).
 const SQLITE_VERSION: i64 = 3;
 
@@ -51,13 +54,17 @@ const SQLITE_VERSION: i64 = 3;
 /// block's hash to `tx_nonces` (the finality watch) and `round_attempts`.
 fn migrate(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")?;
+    // every statement is compiled once per connection (`prepare_cached`): room for all
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     // one writer at a time: two processes opening the same file at once (a node and the
     // CLI) must not both apply a step
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let applied = (|| {
         conn.execute_batch(SCHEMA_TABLES)?;
         conn.execute_batch(txs::SCHEMA)?;
-        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let v: i64 = conn
+            .prepare_cached("PRAGMA user_version")?
+            .query_row([], |r| r.get(0))?;
         if v > SQLITE_VERSION {
             return Err(StoreError::Corrupt(format!(
                 "the database schema is version {v}, newer than this binary's {SQLITE_VERSION}: upgrade the node"
@@ -164,10 +171,8 @@ impl Store {
     ) -> Result<RequestDecision, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        let inserted = tx.execute(
-            "INSERT OR IGNORE INTO seen_logs (tx_hash, log_index, market, market_id, block_number, block_hash)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
+        let inserted = tx.prepare_cached("INSERT OR IGNORE INTO seen_logs (tx_hash, log_index, market, market_id, block_number, block_hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?.execute(params![
                 log.tx_hash.to_string(),
                 log.log_index as i64,
                 market.to_string(),
@@ -195,7 +200,7 @@ impl Store {
     pub fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
         Ok(self
             .conn()
-            .prepare(done::sql::LOG_SEEN)?
+            .prepare_cached(done::sql::LOG_SEEN)?
             .exists(params![log.tx_hash.to_string(), log.log_index as i64])?)
     }
 
@@ -228,9 +233,7 @@ impl Store {
         state: RoundState,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
-        let n = self.conn().execute(
-            "UPDATE rounds SET state = ?3, reason = ?4, updated_at = ?5 WHERE market = ?1 AND market_id = ?2",
-            params![market.to_string(), market_id.to_string(), state.as_str(), reason, now() as i64],
+        let n = self.conn().prepare_cached("UPDATE rounds SET state = ?3, reason = ?4, updated_at = ?5 WHERE market = ?1 AND market_id = ?2")?.execute(params![market.to_string(), market_id.to_string(), state.as_str(), reason, now() as i64],
         )?;
         touched(n, market, market_id)
     }
@@ -248,15 +251,11 @@ impl Store {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let t = now() as i64;
-        let n = tx.execute(
-            "UPDATE rounds SET state = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2",
-            params![market.to_string(), market_id.to_string(), state.as_str(), t],
+        let n = tx.prepare_cached("UPDATE rounds SET state = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2")?.execute(params![market.to_string(), market_id.to_string(), state.as_str(), t],
         )?;
         touched(n, market, market_id)?;
-        tx.execute(
-            "INSERT INTO round_progress (market, market_id, attempt, progress, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (market, market_id) DO UPDATE SET attempt = ?3, progress = ?4, updated_at = ?5",
-            params![market.to_string(), market_id.to_string(), attempt as i64, progress.to_string(), t],
+        tx.prepare_cached("INSERT INTO round_progress (market, market_id, attempt, progress, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (market, market_id) DO UPDATE SET attempt = ?3, progress = ?4, updated_at = ?5")?.execute(params![market.to_string(), market_id.to_string(), attempt as i64, progress.to_string(), t],
         )?;
         tx.commit()?;
         Ok(())
@@ -292,9 +291,7 @@ impl Store {
         market_id: U256,
         block: u64,
     ) -> Result<(), StoreError> {
-        let n = self.conn().execute(
-            "UPDATE rounds SET request_block = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2",
-            params![market.to_string(), market_id.to_string(), block as i64, now() as i64],
+        let n = self.conn().prepare_cached("UPDATE rounds SET request_block = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2")?.execute(params![market.to_string(), market_id.to_string(), block as i64, now() as i64],
         )?;
         touched(n, market, market_id)
     }
@@ -306,9 +303,7 @@ impl Store {
         market_id: U256,
         outcome: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        self.conn().execute(
-            "UPDATE rounds SET outcome = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2",
-            params![
+        self.conn().prepare_cached("UPDATE rounds SET outcome = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2")?.execute(params![
                 market.to_string(),
                 market_id.to_string(),
                 outcome.to_string(),
@@ -318,9 +313,24 @@ impl Store {
         Ok(())
     }
 
+    /// A round's last transcript (JSON text) and the state it ends in, in one statement.
+    pub fn set_outcome_and_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &str,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let n = self.conn().prepare_cached("UPDATE rounds SET outcome = ?3, state = ?4, reason = ?5, updated_at = ?6 WHERE market = ?1 AND market_id = ?2")?.execute(params![market.to_string(), market_id.to_string(), outcome, state.as_str(), reason, now() as i64],
+        )?;
+        touched(n, market, market_id)
+    }
+
     pub fn get(&self, market: Address, market_id: U256) -> Result<Option<RoundRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(&format!("{SELECT} WHERE market = ?1 AND market_id = ?2"))?;
+        let mut stmt =
+            conn.prepare_cached(&format!("{SELECT} WHERE market = ?1 AND market_id = ?2"))?;
         let row = stmt
             .query_row(params![market.to_string(), market_id.to_string()], read_row)
             .optional()?;
@@ -330,7 +340,7 @@ impl Store {
     /// Rounds, most recently updated first.
     pub fn list(&self, limit: usize) -> Result<Vec<RoundRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(&format!(
+        let mut stmt = conn.prepare_cached(&format!(
             "{SELECT} ORDER BY updated_at DESC, market_id DESC LIMIT ?1"
         ))?;
         let rows = stmt.query_map(params![limit as i64], read_row)?;
@@ -347,7 +357,7 @@ impl Store {
         before: Option<i64>,
     ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(
+        let mut stmt = conn.prepare_cached(
             "SELECT rowid, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, created_at, updated_at, holder
              FROM rounds WHERE rowid < ?1 ORDER BY rowid DESC LIMIT ?2",
         )?;
@@ -384,7 +394,7 @@ impl Store {
     /// Rounds that are not final (to resume after a restart).
     pub fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(&format!(
+        let mut stmt = conn.prepare_cached(&format!(
             "{SELECT} WHERE state NOT IN {DONE_SQL} ORDER BY created_at, market_id"
         ))?;
         let rows = stmt.query_map([], read_row)?;
@@ -395,7 +405,7 @@ impl Store {
     /// Number of rounds per state.
     pub fn count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT state, COUNT(*) FROM rounds GROUP BY state")?;
+        let mut stmt = conn.prepare_cached("SELECT state, COUNT(*) FROM rounds GROUP BY state")?;
         let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
         rows.map(|r| {
             let (s, n) = r?;
@@ -413,11 +423,8 @@ impl Store {
     pub fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
         let conn = self.conn();
         let row: Option<(i64, String)> = conn
-            .query_row(
-                "SELECT block_number, block_hash FROM checkpoints WHERE key = ?1",
-                params![key],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .prepare_cached("SELECT block_number, block_hash FROM checkpoints WHERE key = ?1")?
+            .query_row(params![key], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
         row.map(|(n, h)| {
             Ok((
@@ -430,10 +437,8 @@ impl Store {
     }
 
     pub fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT INTO checkpoints (key, block_number, block_hash) VALUES (?1, ?2, ?3)
-             ON CONFLICT(key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash",
-            params![key, block as i64, hash.to_string()],
+        self.conn().prepare_cached("INSERT INTO checkpoints (key, block_number, block_hash) VALUES (?1, ?2, ?3)
+             ON CONFLICT(key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash")?.execute(params![key, block as i64, hash.to_string()],
         )?;
         Ok(())
     }
@@ -452,10 +457,8 @@ impl Store {
     ) -> Result<Option<u64>, StoreError> {
         let conn = self.conn();
         let term: Option<i64> = conn
-            .query_row(
-                &format!("UPDATE rounds SET holder = ?3, term = term + 1 WHERE market = ?1 AND market_id = ?2
-                 AND state NOT IN {DONE_SQL} RETURNING term"),
-                params![market.to_string(), market_id.to_string(), node],
+            .prepare_cached(&format!("UPDATE rounds SET holder = ?3, term = term + 1 WHERE market = ?1 AND market_id = ?2
+                 AND state NOT IN {DONE_SQL} RETURNING term"))?.query_row(params![market.to_string(), market_id.to_string(), node],
                 |r| r.get(0),
             )
             .optional()?;
@@ -464,10 +467,9 @@ impl Store {
 
     /// Clears a round's holder.
     pub fn release(&self, market: Address, market_id: U256) -> Result<(), StoreError> {
-        self.conn().execute(
-            "UPDATE rounds SET holder = NULL WHERE market = ?1 AND market_id = ?2",
-            params![market.to_string(), market_id.to_string()],
-        )?;
+        self.conn()
+            .prepare_cached("UPDATE rounds SET holder = NULL WHERE market = ?1 AND market_id = ?2")?
+            .execute(params![market.to_string(), market_id.to_string()])?;
         Ok(())
     }
 }
@@ -483,11 +485,10 @@ fn upsert_round(
     unresolved_on_chain: bool,
 ) -> Result<RequestDecision, StoreError> {
     let existing: Option<(String, i64)> = tx
-        .query_row(
-            "SELECT state, attempt FROM rounds WHERE market = ?1 AND market_id = ?2",
-            params![market.to_string(), market_id.to_string()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .prepare_cached("SELECT state, attempt FROM rounds WHERE market = ?1 AND market_id = ?2")?
+        .query_row(params![market.to_string(), market_id.to_string()], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .optional()?;
     let (req_tx, req_block) = match request {
         Some((h, b)) => (Some(h.to_string()), Some(b as i64)),
@@ -496,23 +497,20 @@ fn upsert_round(
     let t = now() as i64;
     match existing {
         None => {
-            tx.execute(
-                "INSERT INTO rounds (market, market_id, state, attempt, workflow, request_tx, request_block, created_at, updated_at)
-                 VALUES (?1, ?2, 'requested', 1, ?3, ?4, ?5, ?6, ?6)",
-                params![market.to_string(), market_id.to_string(), workflow, req_tx, req_block, t],
+            tx.prepare_cached("INSERT INTO rounds (market, market_id, state, attempt, workflow, request_tx, request_block, created_at, updated_at)
+                 VALUES (?1, ?2, 'requested', 1, ?3, ?4, ?5, ?6, ?6)")?.execute(params![market.to_string(), market_id.to_string(), workflow, req_tx, req_block, t],
             )?;
             Ok(RequestDecision::New)
         }
         Some((state, _)) if state == "failed" => {
-            tx.execute(
-                ARCHIVE_SQL,
-                params![market.to_string(), market_id.to_string(), t],
-            )?;
-            tx.execute(
-                "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = COALESCE(?4, request_tx),
+            tx.prepare_cached(ARCHIVE_SQL)?.execute(params![
+                market.to_string(),
+                market_id.to_string(),
+                t
+            ])?;
+            tx.prepare_cached("UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = COALESCE(?4, request_tx),
                  request_block = COALESCE(?5, request_block), reason = NULL, updated_at = ?6, holder = NULL, lease_until = NULL
-                 WHERE market = ?1 AND market_id = ?2",
-                params![market.to_string(), market_id.to_string(), workflow, req_tx, req_block, t],
+                 WHERE market = ?1 AND market_id = ?2")?.execute(params![market.to_string(), market_id.to_string(), workflow, req_tx, req_block, t],
             )?;
             Ok(RequestDecision::Reopened)
         }

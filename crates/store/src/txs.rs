@@ -246,17 +246,15 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        let highest: Option<i64> = tx.query_row(
-            "SELECT MAX(nonce) FROM tx_nonces WHERE signer = ?1 AND chain_id = ?2",
-            params![key.signer.to_string(), key.chain_id as i64],
-            |r| r.get(0),
-        )?;
+        let highest: Option<i64> = tx
+            .prepare_cached("SELECT MAX(nonce) FROM tx_nonces WHERE signer = ?1 AND chain_id = ?2")?
+            .query_row(params![key.signer.to_string(), key.chain_id as i64], |r| {
+                r.get(0)
+            })?;
         let nonce = highest.map_or(chain_pending, |h| chain_pending.max(h as u64 + 1));
         let t = now() as i64;
-        tx.execute(
-            "INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?9)",
-            params![
+        tx.prepare_cached("INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?9)")?.execute(params![
                 key.signer.to_string(),
                 key.chain_id as i64,
                 nonce as i64,
@@ -268,9 +266,7 @@ impl Store {
                 t
             ],
         )?;
-        let n = tx.execute(
-            "UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = ?3 WHERE market = ?1 AND market_id = ?2",
-            params![payload.market.to_string(), payload.market_id.to_string(), t],
+        let n = tx.prepare_cached("UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = ?3 WHERE market = ?1 AND market_id = ?2")?.execute(params![payload.market.to_string(), payload.market_id.to_string(), t],
         )?;
         if n == 0 {
             return Err(StoreError::NoRound(payload.market, payload.market_id));
@@ -290,10 +286,8 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        tx.execute(
-            "INSERT INTO tx_attempts (signer, chain_id, nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            params![
+        tx.prepare_cached("INSERT INTO tx_attempts (signer, chain_id, nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")?.execute(params![
                 key.signer.to_string(),
                 key.chain_id as i64,
                 a.nonce as i64,
@@ -307,9 +301,7 @@ impl Store {
                 a.created_at as i64
             ],
         )?;
-        tx.execute(
-            "UPDATE rounds SET submit_tx = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2",
-            params![
+        tx.prepare_cached("UPDATE rounds SET submit_tx = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2")?.execute(params![
                 market.to_string(),
                 market_id.to_string(),
                 a.tx_hash.to_string(),
@@ -328,17 +320,18 @@ impl Store {
         seq: u32,
         block: u64,
     ) -> Result<(), StoreError> {
-        self.conn().execute(
-            "UPDATE tx_attempts SET sent_block = COALESCE(sent_block, ?5)
+        self.conn()
+            .prepare_cached(
+                "UPDATE tx_attempts SET sent_block = COALESCE(sent_block, ?5)
              WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3 AND seq = ?4",
-            params![
+            )?
+            .execute(params![
                 key.signer.to_string(),
                 key.chain_id as i64,
                 nonce as i64,
                 seq as i64,
                 block as i64
-            ],
-        )?;
+            ])?;
         Ok(())
     }
 
@@ -353,10 +346,8 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        tx.execute(
-            "UPDATE tx_nonces SET state = ?4, mined_tx = ?5, mined_block = ?6, detail = ?7, updated_at = ?8, mined_hash = ?9
-             WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3",
-            params![
+        tx.prepare_cached("UPDATE tx_nonces SET state = ?4, mined_tx = ?5, mined_block = ?6, detail = ?7, updated_at = ?8, mined_hash = ?9
+             WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3")?.execute(params![
                 key.signer.to_string(),
                 key.chain_id as i64,
                 nonce as i64,
@@ -369,10 +360,8 @@ impl Store {
             ],
         )?;
         if let Some(MinedAt { tx: h, .. }) = mined {
-            tx.execute(
-                "UPDATE rounds SET submit_tx = ?1 WHERE (market, market_id) IN
-                 (SELECT market, market_id FROM tx_nonces WHERE signer = ?2 AND chain_id = ?3 AND nonce = ?4)",
-                params![
+            tx.prepare_cached("UPDATE rounds SET submit_tx = ?1 WHERE (market, market_id) IN
+                 (SELECT market, market_id FROM tx_nonces WHERE signer = ?2 AND chain_id = ?3 AND nonce = ?4)")?.execute(params![
                     h.to_string(),
                     key.signer.to_string(),
                     key.chain_id as i64,
@@ -392,7 +381,7 @@ impl Store {
         market_id: U256,
     ) -> Result<Option<NonceRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(&format!(
+        let mut stmt = conn.prepare_cached(&format!(
             "{NONCE_SELECT} WHERE signer = ?1 AND chain_id = ?2 AND market = ?3 AND market_id = ?4 AND state = 'pending'
              ORDER BY nonce LIMIT 1"
         ))?;
@@ -412,7 +401,7 @@ impl Store {
     /// One reservation.
     pub fn nonce_record(&self, key: KeyRef, nonce: u64) -> Result<Option<NonceRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(&format!(
+        let mut stmt = conn.prepare_cached(&format!(
             "{NONCE_SELECT} WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3"
         ))?;
         stmt.query_row(
@@ -426,7 +415,7 @@ impl Store {
     /// Every pending reservation of `key`, lowest nonce first.
     pub fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(&format!(
+        let mut stmt = conn.prepare_cached(&format!(
             "{NONCE_SELECT} WHERE signer = ?1 AND chain_id = ?2 AND state = 'pending' ORDER BY nonce"
         ))?;
         let rows = stmt.query_map(
@@ -439,7 +428,7 @@ impl Store {
     /// The attempts at one nonce, oldest first.
     pub fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(&format!(
+        let mut stmt = conn.prepare_cached(&format!(
             "{ATTEMPT_SELECT} WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3 ORDER BY seq"
         ))?;
         let rows = stmt.query_map(
@@ -485,7 +474,7 @@ impl Store {
         pending: bool,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(
+        let mut stmt = conn.prepare_cached(
             "SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = ?1 AND market_id = ?2
              AND (?3 = 0 OR state = 'pending') ORDER BY created_at, nonce",
         )?;
@@ -512,11 +501,12 @@ impl Store {
 
     /// The highest nonce this store holds for `key`.
     pub fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
-        let h: Option<i64> = self.conn().query_row(
-            "SELECT MAX(nonce) FROM tx_nonces WHERE signer = ?1 AND chain_id = ?2",
-            params![key.signer.to_string(), key.chain_id as i64],
-            |r| r.get(0),
-        )?;
+        let h: Option<i64> = self
+            .conn()
+            .prepare_cached("SELECT MAX(nonce) FROM tx_nonces WHERE signer = ?1 AND chain_id = ?2")?
+            .query_row(params![key.signer.to_string(), key.chain_id as i64], |r| {
+                r.get(0)
+            })?;
         Ok(h.map(|h| h as u64))
     }
 }

@@ -359,27 +359,32 @@ impl Node {
                         d["transmitter"] = json!(info.transmitter);
                     }
                     self.save_transcript(market, market_id, &transcript).await?;
-                    self.record_confirmation(
-                        market,
-                        market_id,
-                        ConfirmationRecord {
-                            status: "confirmed".into(),
-                            tx_hash: None,
-                            block_number: None,
-                            resolution: None,
-                            resolver: Some(receiver),
-                            gas_used: None,
-                            detail: Some(format!(
-                                "delivered through the forwarder by member {}",
-                                info.transmitter
-                            )),
-                        },
-                    )
-                    .await?;
-                    self.store
-                        .set_state(market, market_id, RoundState::Confirmed, None)
-                        .await?;
-                    return Ok(());
+                    // (a call of ours in the transcript is one this member signed)
+                    let ours = self
+                        .txm
+                        .as_ref()
+                        .map_or(info.transmitter, |t| t.key().signer);
+                    return self
+                        .record_confirmation(
+                            p,
+                            market_id,
+                            ConfirmationRecord {
+                                status: "confirmed".into(),
+                                tx_hash: None,
+                                block_number: None,
+                                resolution: None,
+                                resolver: Some(receiver),
+                                gas_used: None,
+                                detail: Some(format!(
+                                    "delivered through the forwarder by member {}",
+                                    info.transmitter
+                                )),
+                            },
+                            ours,
+                            RoundState::Confirmed,
+                            None,
+                        )
+                        .await;
                 }
                 INVALID_RECEIVER => {
                     self.metrics.don_event("transmission", "invalid_receiver");
@@ -512,7 +517,9 @@ impl Node {
             };
             tracing::info!(market_id = %market_id, rank, "transmitting the DON's report");
             self.metrics.don_event("transmission", "sent");
-            return self.send_and_follow(txm, p, market_id, &prepared).await;
+            return self
+                .send_and_follow(txm, p, market_id, &prepared, None)
+                .await;
         }
     }
 }

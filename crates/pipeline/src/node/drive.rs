@@ -31,8 +31,20 @@ impl Node {
             return Ok(());
         }
         // A nonce is reserved for this round: follow it, never sign a second payload.
+        // (The round's pending reservations under every key, read once.)
+        let pending = match &self.txm {
+            Some(_) => {
+                self.store
+                    .pending_nonces_of_round(market, market_id)
+                    .await?
+            }
+            None => vec![],
+        };
         if let Some(txm) = &self.txm
-            && let Some(n) = txm.pending_for(market, market_id).await.map_err(tx_step)?
+            && let Some((_, n)) = pending
+                .iter()
+                .filter(|(key, _)| *key == txm.key())
+                .min_by_key(|(_, n)| n.nonce)
         {
             tracing::info!(market_id = %market_id, nonce = n.nonce, state = rec.state.as_str(), "resuming a reserved transaction");
             return self.follow(p, market_id, n.nonce).await;
@@ -41,11 +53,7 @@ impl Node {
         // keys): its signed bytes are re-broadcast and followed before this node signs
         // anything of its own, for at most `foreign_wait` after the reservation.
         if let Some(txm) = &self.txm {
-            for (key, n) in self
-                .store
-                .pending_nonces_of_round(market, market_id)
-                .await?
-            {
+            for (key, n) in pending {
                 if key == txm.key() {
                     continue;
                 }
@@ -260,35 +268,50 @@ impl Node {
         for (stage, label) in outcome.worker_calls() {
             self.metrics.worker_call(stage, label);
         }
-        let prepared = if self.don.is_none() {
-            Some(
-                p.submitter
-                    .prepare(&snapshot, &outcome.tally)
-                    .instrument(step("prepare", market_id))
-                    .await,
-            )
-        } else {
-            None
+        let Some(don) = &self.don else {
+            return self
+                .submit_outcome(p, &snapshot, market_id, outcome, transcript)
+                .await;
         };
         transcript.outcome = Some(outcome);
-        // The transcript is stored once for the outcome and the pre-flight's result (the
-        // pre-flight only reads; the progress stored at `evaluated` already keeps the
-        // workers' answers should the node stop here).
-        if let Some(Ok(prepared)) = &prepared {
-            transcript.submission = Some(SubmissionRecord::from(prepared));
-        }
         self.save_transcript(market, market_id, &transcript).await?;
-        let prepared = match prepared {
-            None => {
-                let Some(don) = &self.don else {
-                    return Ok(());
-                };
-                return self
-                    .drive_don(don, p, &snapshot, &rec, &input, transcript)
-                    .await;
+        self.drive_don(don, p, &snapshot, &rec, &input, transcript)
+            .await
+    }
+
+    /// A round's outcome to the chain on this node's key: the pre-flight, with the
+    /// transcript stored and the transaction manager's reads of the chain made while it
+    /// runs (the pre-flight only reads; the progress stored at `evaluated` already keeps
+    /// the workers' answers should the node stop here), then the submission.
+    async fn submit_outcome(
+        &self,
+        p: &Pipeline,
+        snapshot: &cresolver_chain::reader::MarketSnapshot,
+        market_id: U256,
+        outcome: crate::round::RoundOutcome,
+        mut transcript: Transcript,
+    ) -> Result<(), Step> {
+        let market = p.market;
+        let tally = outcome.tally.clone();
+        transcript.outcome = Some(outcome);
+        let view = async {
+            match &self.txm {
+                // a failed read is only a read not made ahead: the submission makes it
+                Some(txm) => txm.chain_view().await.ok(),
+                None => None,
             }
-            Some(Ok(x)) => x,
-            Some(Err(SubmitError::AlreadyResolved { .. })) => {
+        };
+        let (prepared, saved, view) = tokio::join!(
+            p.submitter
+                .prepare(snapshot, &tally)
+                .instrument(step("prepare", market_id)),
+            self.save_transcript(market, market_id, &transcript),
+            view,
+        );
+        saved?;
+        let prepared = match prepared {
+            Ok(x) => x,
+            Err(SubmitError::AlreadyResolved { .. }) => {
                 self.store
                     .set_state(
                         market,
@@ -299,10 +322,13 @@ impl Node {
                     .await?;
                 return Ok(());
             }
-            Some(Err(e)) if e.is_transient() => return Err(Step::Transient(e.to_string())),
-            Some(Err(e)) => return self.fail(market, market_id, &e.to_string()).await,
+            Err(e) if e.is_transient() => return Err(Step::Transient(e.to_string())),
+            Err(e) => return self.fail(market, market_id, &e.to_string()).await,
         };
         let Some(txm) = &self.txm else {
+            // the call it would have sent stays in the transcript
+            transcript.submission = Some(SubmissionRecord::from(&prepared));
+            self.save_transcript(market, market_id, &transcript).await?;
             return self
                 .fail(
                     market,
@@ -311,7 +337,8 @@ impl Node {
                 )
                 .await;
         };
-        self.send_and_follow(txm, p, market_id, &prepared).await
+        self.send_and_follow(txm, p, market_id, &prepared, view)
+            .await
     }
 
     /// Hands a prepared transaction of the round to the transaction manager (which
@@ -322,16 +349,20 @@ impl Node {
         p: &Pipeline,
         market_id: U256,
         prepared: &cresolver_submit::Prepared,
+        view: Option<cresolver_submit::txm::ChainView>,
     ) -> Result<(), Step> {
         let market = p.market;
         let nonce = match txm
-            .submit(TxPayload {
-                market,
-                market_id,
-                to: prepared.to,
-                calldata: prepared.calldata.clone(),
-                gas_limit: prepared.gas_limit,
-            })
+            .submit_with(
+                TxPayload {
+                    market,
+                    market_id,
+                    to: prepared.to,
+                    calldata: prepared.calldata.clone(),
+                    gas_limit: prepared.gas_limit,
+                },
+                view,
+            )
             .instrument(step("send", market_id))
             .await
         {
@@ -375,7 +406,7 @@ impl Node {
                             "nonce {lost} of the resolver key was used by another transaction, and the market is resolved on chain by someone else"
                         );
                         self.record_confirmation(
-                            market,
+                            p,
                             market_id,
                             ConfirmationRecord {
                                 status: "skipped".into(),
@@ -386,11 +417,11 @@ impl Node {
                                 gas_used: None,
                                 detail: Some(reason.clone()),
                             },
+                            txm.key().signer,
+                            RoundState::Skipped,
+                            Some(&reason),
                         )
                         .await?;
-                        self.store
-                            .set_state(market, market_id, RoundState::Skipped, Some(&reason))
-                            .await?;
                         return Ok(());
                     }
                     fresh += 1;
@@ -476,7 +507,7 @@ impl Node {
             }) => {
                 tracing::info!(market_id = %market_id, tx = %tx_hash, block = block_number, resolution, "market resolved");
                 self.record_confirmation(
-                    p.market,
+                    p,
                     market_id,
                     ConfirmationRecord {
                         status: "confirmed".into(),
@@ -487,12 +518,11 @@ impl Node {
                         gas_used: Some(gas_used),
                         detail: None,
                     },
+                    receipt.from,
+                    RoundState::Confirmed,
+                    None,
                 )
-                .await?;
-                self.store
-                    .set_state(p.market, market_id, RoundState::Confirmed, None)
-                    .await?;
-                Ok(())
+                .await
             }
             Err(e) => {
                 // Our transaction did not resolve it; maybe someone else did.
@@ -507,7 +537,7 @@ impl Node {
                 };
                 tracing::warn!(market_id = %market_id, %tx, state = state.as_str(), %reason, "our transaction did not resolve the market");
                 self.record_confirmation(
-                    p.market,
+                    p,
                     market_id,
                     ConfirmationRecord {
                         status: "failed".into(),
@@ -518,12 +548,11 @@ impl Node {
                         gas_used: None,
                         detail: Some(e.to_string()),
                     },
+                    receipt.from,
+                    state,
+                    Some(&reason),
                 )
-                .await?;
-                self.store
-                    .set_state(p.market, market_id, state, Some(&reason))
-                    .await?;
-                Ok(())
+                .await
             }
         }
     }
@@ -544,33 +573,66 @@ impl Node {
         Ok(())
     }
 
-    /// Adds the receipt outcome and every transaction attempt to the stored transcript.
+    /// Ends a round in `state`: the receipt's outcome, every transaction attempt and,
+    /// when the transcript was stored before the pre-flight's gas was known, the call
+    /// the round sent (`from` signed it; from its reservation) go into the stored
+    /// transcript, written together with the state.
     pub(super) async fn record_confirmation(
         &self,
-        market: Address,
+        p: &Pipeline,
         market_id: U256,
         confirmation: ConfirmationRecord,
+        from: Address,
+        state: RoundState,
+        reason: Option<&str>,
     ) -> Result<(), Step> {
-        let Some(stored) = self
+        let market = p.market;
+        let stored = self
             .store
             .get(market, market_id)
             .await?
-            .and_then(|r| r.outcome)
-        else {
-            return Ok(());
-        };
-        let mut t: Transcript = match serde_json::from_value(stored) {
-            Ok(t) => t,
-            Err(e) => {
+            .and_then(|r| r.outcome);
+        let parsed = stored.map(serde_json::from_value::<Transcript>);
+        let mut t = match parsed {
+            Some(Ok(t)) => t,
+            None => {
+                self.store
+                    .set_state(market, market_id, state, reason)
+                    .await?;
+                return Ok(());
+            }
+            Some(Err(e)) => {
                 tracing::warn!(market_id = %market_id, error = %e, "the stored transcript does not parse: the confirmation is not added to it");
+                self.store
+                    .set_state(market, market_id, state, reason)
+                    .await?;
                 return Ok(());
             }
         };
+        let history = self.store.tx_history(market, market_id).await?;
+        if t.submission.is_none() {
+            // the nonce whose attempt was mined, else the last one reserved
+            let sent = history
+                .iter()
+                .find(|(n, _)| n.mined_tx.is_some() && n.mined_tx == confirmation.tx_hash)
+                .or(history.last());
+            t.submission = sent.map(|(n, _)| SubmissionRecord {
+                to: n.payload.to,
+                calldata: n.payload.calldata.clone(),
+                gas_limit: n.payload.gas_limit,
+                from,
+                mode: p.submitter.mode(),
+            });
+        }
         t.confirmation = Some(confirmation);
-        t.transactions = Some(crate::transcript::transactions_json(
-            &self.store.tx_history(market, market_id).await?,
-        ));
-        self.save_transcript(market, market_id, &t).await
+        t.transactions = Some(crate::transcript::transactions_json(&history));
+        let v = serde_json::to_value(&t)
+            .map_err(|e| Step::Transient(format!("cannot encode the transcript: {e}")))?;
+        self.store
+            .set_outcome_and_state(market, market_id, &v, state, reason)
+            .instrument(step("save_transcript", market_id))
+            .await?;
+        Ok(())
     }
 
     pub(super) async fn fail(

@@ -562,6 +562,18 @@ impl RoundStore for PgStore {
         self.rounds_set_outcome(market, market_id, outcome).await
     }
 
+    async fn set_outcome_and_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.rounds_set_outcome_and_state(market, market_id, outcome, state, reason)
+            .await
+    }
+
     async fn get(
         &self,
         market: Address,

@@ -183,6 +183,30 @@ impl PgStore {
         .await
     }
 
+    pub(super) async fn rounds_set_outcome_and_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.fenced_execute(
+            market,
+            market_id,
+            "UPDATE rounds SET outcome = $3, state = $4, reason = $5, updated_at = $6 WHERE market = $1 AND market_id = $2",
+            &[
+                &market.to_string(),
+                &market_id.to_string(),
+                &outcome.to_string(),
+                &state.as_str(),
+                &reason,
+                &(now() as i64),
+            ],
+        )
+        .await
+    }
+
     pub(super) async fn rounds_get(
         &self,
         market: Address,

@@ -22,7 +22,7 @@ impl TxManager {
                 return Ok(Foreign::Pending);
             }
             if !self
-                .close_if_canonical(key, rec.nonce, a.tx_hash, block, &r)
+                .close_if_canonical(key, rec.nonce, a.tx_hash, block, &r, None)
                 .await?
             {
                 return Ok(Foreign::Pending);

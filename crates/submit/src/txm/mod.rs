@@ -14,17 +14,18 @@
 //! the caller decides what to sign next. Every wait is bounded and ends in a typed
 //! outcome.
 
+mod backlog;
 pub mod fees;
 mod foreign;
 
 use alloy::eips::{BlockNumberOrTag, Encodable2718};
 use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{Address, B256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
 use cresolver_metrics::Metrics;
 use cresolver_store::{
-    AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, RoundStore, StoreError, TxPayload,
+    AttemptRecord, KeyRef, MinedAt, NonceState, RoundStore, StoreError, TxPayload,
 };
 use fees::{Bump, BumpReason, FeePolicy, Fees};
 use std::sync::Arc;
@@ -162,6 +163,15 @@ struct Head {
     at: Instant,
 }
 
+/// What a submission reads from the chain before it reserves a nonce (see
+/// [`TxManager::chain_view`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ChainView {
+    pending: u64,
+    head: Head,
+    fees: Fees,
+}
+
 pub struct TxManager {
     provider: DynProvider,
     wallet: EthereumWallet,
@@ -175,6 +185,8 @@ pub struct TxManager {
     head: tokio::sync::Mutex<Option<Head>>,
     /// New heads (probe and push): a follow wakes on them instead of its poll tick.
     heads: Option<tokio::sync::watch::Receiver<u64>>,
+    /// Orders the backlog gauge's refreshes (see [`backlog`]).
+    backlog: Arc<backlog::Order>,
 }
 
 impl TxManager {
@@ -198,6 +210,7 @@ impl TxManager {
             lock: tokio::sync::Mutex::new(()),
             head: tokio::sync::Mutex::new(None),
             heads: None,
+            backlog: Arc::default(),
         }
     }
 
@@ -219,24 +232,11 @@ impl TxManager {
         self.key
     }
 
-    /// The reserved, unfinished nonce of a market's round, if any.
-    pub async fn pending_for(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Option<NonceRecord>, TxError> {
-        Ok(self
-            .store
-            .pending_nonce_of(self.key, market, market_id)
-            .await?)
-    }
-
-    /// Reserves a nonce for `payload` (moving its round to `submitted`), signs, stores
-    /// and broadcasts the first attempt. Returns the nonce; follow it with [`Self::drive`].
-    /// A broadcast that fails here is retried by `drive`.
-    pub async fn submit(&self, payload: TxPayload) -> Result<u64, TxError> {
-        let _guard = self.lock.lock().await;
-        // the chain's count, the head and the fee estimate in one round trip
+    /// Reads what a submission needs from the chain, together (one round trip): the
+    /// key's pending count, the head and the fee estimate. Read ahead of
+    /// [`Self::submit_with`] (while a pre-flight runs) it takes that round trip off the
+    /// submission's path.
+    pub async fn chain_view(&self) -> Result<ChainView, TxError> {
         let count = async {
             self.provider
                 .get_transaction_count(self.key.signer)
@@ -244,15 +244,43 @@ impl TxManager {
                 .await
                 .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))
         };
-        let (pending, head, estimate) = tokio::join!(count, self.head(true), self.estimate());
-        let (pending, chain) = (pending?, (head?, estimate?));
+        let (pending, head, fees) = tokio::join!(count, self.head(true), self.estimate());
+        Ok(ChainView {
+            pending: pending?,
+            head: head?,
+            fees: fees?,
+        })
+    }
+
+    /// Reserves a nonce for `payload` (moving its round to `submitted`), signs, stores
+    /// and broadcasts the first attempt. Returns the nonce; follow it with [`Self::drive`].
+    /// A broadcast that fails here is retried by `drive`.
+    pub async fn submit(&self, payload: TxPayload) -> Result<u64, TxError> {
+        self.submit_with(payload, None).await
+    }
+
+    /// [`Self::submit`] with a [`ChainView`] read ahead; one older than half a poll
+    /// interval is read again. A pending count that another submission overtook in the
+    /// meantime does no harm: the nonce reserved is the larger of it and the store's
+    /// highest + 1 (one the key used elsewhere meanwhile ends `Lost`, as it would
+    /// when used just after the count was read).
+    pub async fn submit_with(
+        &self,
+        payload: TxPayload,
+        view: Option<ChainView>,
+    ) -> Result<u64, TxError> {
+        let _guard = self.lock.lock().await;
+        let view = match view.filter(|v| v.head.at.elapsed() < self.cfg.poll_interval / 2) {
+            Some(v) => v,
+            None => self.chain_view().await?,
+        };
         let nonce = self
             .store
-            .reserve_nonce(self.key, pending, &payload)
+            .reserve_nonce(self.key, view.pending, &payload)
             .await?;
         tracing::info!(market_id = %payload.market_id, nonce, signer = %self.key.signer, "nonce reserved");
         crash_point("reserved");
-        self.first_attempt_locked(nonce, &payload, Some(chain))
+        self.first_attempt_locked(nonce, &payload, Some((view.head, view.fees)))
             .await?;
         Ok(nonce)
     }
@@ -454,13 +482,20 @@ impl TxManager {
                 }
                 continue;
             }
-            // The first look reads the head and the receipts together (one round trip):
-            // a first look always looks for a receipt.
-            let (head, prefetched) = if last_head.is_none() {
-                let (h, m) = tokio::join!(self.head(false), self.mined_attempt(&attempts));
-                (h?, Some(m?))
+            // A look that will look for a receipt (the first, or one woken by a new
+            // head) reads the head, the receipts and the newest block's hash together
+            // (one round trip): a receipt in that block needs no second read to know
+            // its block is canonical.
+            let newer = wake.as_ref().map(|rx| *rx.borrow());
+            let (head, prefetched, latest) = if last_head.is_none() || newer > last_head {
+                let (h, m, l) = tokio::join!(
+                    self.head(false),
+                    self.mined_attempt(&attempts),
+                    self.latest_block()
+                );
+                (h?, Some(m?), l.ok().flatten())
             } else {
-                (self.head(false).await?, None)
+                (self.head(false).await?, None, None)
             };
             let new_head = last_head != Some(head.number);
             last_head = Some(head.number);
@@ -479,11 +514,11 @@ impl TxManager {
                     // (a block that changed under us is looked at again at the next head)
                     if head.number >= block.saturating_add(need)
                         && self
-                            .close_if_canonical(self.key, nonce, a.tx_hash, block, &r)
+                            .close_if_canonical(self.key, nonce, a.tx_hash, block, &r, latest)
                             .await?
                     {
                         self.metrics.tx_event(&self.signer_label, "mined");
-                        self.refresh_backlog().await;
+                        self.refresh_backlog();
                         return Ok(TxOutcome::Mined {
                             nonce,
                             attempt: a,
@@ -536,11 +571,11 @@ impl TxManager {
                         .finish_nonce(self.key, nonce, NonceState::Lost, None, Some(&detail))
                         .await?;
                     self.metrics.tx_event(&self.signer_label, "lost");
-                    self.refresh_backlog().await;
+                    self.refresh_backlog();
                     return Ok(TxOutcome::Lost { nonce });
                 }
                 lost_since = None;
-                self.refresh_backlog().await;
+                self.refresh_backlog();
             }
             let Some(newest) = attempts.last() else {
                 continue;
@@ -626,7 +661,8 @@ impl TxManager {
 
     /// When receipt `r` of attempt `tx` (in block `block`) is on the canonical chain,
     /// closes `key`'s `nonce` as mined there and says so; `false` when the block changed
-    /// under it (look again at the next head).
+    /// under it (look again at the next head). `known`: a canonical block's number and
+    /// hash read along with the receipt (no second read when it is the receipt's block).
     async fn close_if_canonical(
         &self,
         key: KeyRef,
@@ -634,13 +670,17 @@ impl TxManager {
         tx: B256,
         block: u64,
         r: &TransactionReceipt,
+        known: Option<(u64, B256)>,
     ) -> Result<bool, TxError> {
-        let canonical = self
-            .provider
-            .get_block_by_number(block.into())
-            .await
-            .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
-            .map(|b| b.header.hash);
+        let canonical = match known {
+            Some((n, hash)) if n == block => Some(hash),
+            _ => self
+                .provider
+                .get_block_by_number(block.into())
+                .await
+                .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
+                .map(|b| b.header.hash),
+        };
         let Some(block_hash) = canonical.filter(|h| Some(*h) == r.block_hash) else {
             return Ok(false);
         };
@@ -658,6 +698,16 @@ impl TxManager {
             )
             .await?;
         Ok(true)
+    }
+
+    /// The canonical chain's newest block: its number and hash.
+    async fn latest_block(&self) -> Result<Option<(u64, B256)>, TxError> {
+        Ok(self
+            .provider
+            .get_block_by_number(BlockNumberOrTag::Latest)
+            .await
+            .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
+            .map(|b| (b.header.number, b.header.hash)))
     }
 
     /// How long "the chain's count passed our nonce and none of our attempts is mined"
@@ -712,24 +762,6 @@ impl TxManager {
             None => tick.await,
         }
         Ok(())
-    }
-
-    /// Updates the backlog gauges: age of the oldest pending nonce, and how many nonces
-    /// are reserved beyond the chain's mined count.
-    async fn refresh_backlog(&self) {
-        let Ok(pending) = self.store.pending_nonces(self.key).await else {
-            return;
-        };
-        let oldest = pending
-            .iter()
-            .map(|n| cresolver_store::now().saturating_sub(n.created_at))
-            .max()
-            .unwrap_or(0);
-        let gap = match (pending.last(), pending.first()) {
-            (Some(hi), Some(lo)) => hi.nonce - lo.nonce + 1,
-            _ => 0,
-        };
-        self.metrics.set_tx_backlog(&self.signer_label, oldest, gap);
     }
 }
 
