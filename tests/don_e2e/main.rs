@@ -222,6 +222,15 @@ impl Dn {
     /// The forwarder's `report(...)` calls that delivered (`ReportProcessed.result`), with
     /// their raw report, context and signatures.
     pub async fn delivered(&self) -> Vec<IKeystoneForwarder::reportCall> {
+        self.deliveries()
+            .await
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect()
+    }
+
+    /// Every report the forwarder delivered, with the member that transmitted it.
+    pub async fn deliveries(&self) -> Vec<(Address, IKeystoneForwarder::reportCall)> {
         let p = &self.s.dev.provider;
         let logs = p
             .get_logs(
@@ -244,7 +253,10 @@ impl Dn {
                 .unwrap()
                 .unwrap();
             use alloy::consensus::Transaction;
-            out.push(IKeystoneForwarder::reportCall::abi_decode(tx.input()).unwrap());
+            out.push((
+                tx.inner.signer(),
+                IKeystoneForwarder::reportCall::abi_decode(tx.input()).unwrap(),
+            ));
         }
         out
     }

@@ -603,9 +603,20 @@ impl Don {
         let mut quorum_since: Option<Instant> = None;
         let mut proposed: HashSet<u32> = HashSet::new();
         let mut handled: HashSet<u32> = HashSet::new();
+        let mut endorsed = false;
         loop {
             let lock = self.persist.lock(&exec)?.map(|l| l.digest);
             if let Some(a) = self.agreement(&job, &slot, lock) {
+                // f+1 others signed a report that this member, having signed none, can
+                // rebuild: it signs it too (checked, locked and sent like a proposal)
+                // before it takes the agreement. A transmitter whose f+1 include a
+                // signer the forwarder refuses then has a spare signature; without it,
+                // f+1 signatures that include such a signer could be all there ever is.
+                if lock.is_none() && a.recomputed && !endorsed {
+                    endorsed = true;
+                    self.consider(&job, &slot, a.attempt, a.observations.clone(), &a.report)?;
+                    continue;
+                }
                 let a = self.persist.save_agreed(&exec, &a)?;
                 self.metrics.don_event("agreement", "reached");
                 tracing::info!(execution_id = %exec, attempt = a.attempt, leader = %a.leader, signers = ?a.signers, "DON agreement");

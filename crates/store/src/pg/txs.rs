@@ -15,10 +15,13 @@ impl PgStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         self.fence(&tx, payload.market, payload.market_id).await?;
-        // the key's row lock: nodes sharing the key reserve one at a time
+        // The key's row lock (the row made on first use): nodes sharing the key
+        // reserve one at a time. An upsert that updates locks the row whether it was
+        // there or not, waiting for a holder that is inserting it.
         tx.execute(
             &tx.prepare_cached(
-                "INSERT INTO tx_keys (signer, chain_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                "INSERT INTO tx_keys (signer, chain_id) VALUES ($1, $2)
+                 ON CONFLICT (signer, chain_id) DO UPDATE SET signer = EXCLUDED.signer",
             )
             .await
             .map_err(pg_err)?,
@@ -26,54 +29,46 @@ impl PgStore {
         )
         .await
         .map_err(pg_err)?;
-        tx.execute(
-            &tx.prepare_cached(
-                "SELECT 1 FROM tx_keys WHERE signer = $1 AND chain_id = $2 FOR UPDATE",
-            )
-            .await
-            .map_err(pg_err)?,
-            &[&signer, &chain],
-        )
-        .await
-        .map_err(pg_err)?;
-        let highest: Option<i64> = tx
+        // The nonce (the larger of the chain's pending count and the key's highest + 1,
+        // read by a statement that starts after the lock is held) and the round's move
+        // to `submitted`, in one statement.
+        let t = now() as i64;
+        let row = tx
             .query_one(
                 &tx.prepare_cached(
-                    "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
+                    "WITH n AS (
+                       INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
+                       SELECT $1::text, $2::bigint, GREATEST($3::bigint, COALESCE(MAX(nonce) + 1, $3::bigint)),
+                              $4::text, $5::text, $6::text, $7::bytea, $8::bigint, 'pending', $9::bigint, $9::bigint
+                       FROM tx_nonces WHERE signer = $1::text AND chain_id = $2::bigint
+                       RETURNING nonce),
+                     r AS (
+                       UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = $9::bigint
+                       WHERE market = $4::text AND market_id = $5::text RETURNING 1)
+                     SELECT (SELECT nonce FROM n), (SELECT count(*) FROM r)",
                 )
                 .await
                 .map_err(pg_err)?,
-                &[&signer, &chain],
+                &[
+                    &signer,
+                    &chain,
+                    &(chain_pending as i64),
+                    &payload.market.to_string(),
+                    &payload.market_id.to_string(),
+                    &payload.to.to_string(),
+                    &payload.calldata.as_ref(),
+                    &(payload.gas_limit as i64),
+                    &t,
+                ],
             )
             .await
-            .map_err(pg_err)?
-            .try_get(0)
-            .map_err(|e| corrupt("column", e))?;
-        let nonce = highest.map_or(chain_pending, |h| chain_pending.max(h as u64 + 1));
-        let t = now() as i64;
-        tx.execute(
-            &tx.prepare_cached("INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $9)").await.map_err(pg_err)?,
-            &[
-                &signer,
-                &chain,
-                &(nonce as i64),
-                &payload.market.to_string(),
-                &payload.market_id.to_string(),
-                &payload.to.to_string(),
-                &payload.calldata.as_ref(),
-                &(payload.gas_limit as i64),
-                &t,
-            ],
-        )
-        .await
-        .map_err(pg_err)?;
-        tx.execute(
-            &tx.prepare_cached("UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = $3 WHERE market = $1 AND market_id = $2").await.map_err(pg_err)?,
-            &[&payload.market.to_string(), &payload.market_id.to_string(), &t],
-        )
-        .await
-        .map_err(pg_err)?;
+            .map_err(pg_err)?;
+        let nonce: i64 = col(&row, 0)?;
+        let rounds: i64 = col(&row, 1)?;
+        if rounds == 0 {
+            return Err(StoreError::NoRound(payload.market, payload.market_id));
+        }
+        let nonce = nonce as u64;
         tx.commit().await.map_err(pg_err)?;
         Ok(nonce)
     }
@@ -86,18 +81,31 @@ impl PgStore {
         a: &AttemptRecord,
     ) -> Result<(), StoreError> {
         let (signer, chain) = key_params(&key);
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        self.fence(&tx, market, market_id).await?;
-        tx.execute(
-            &tx.prepare_cached("INSERT INTO tx_attempts (signer, chain_id, nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)").await.map_err(pg_err)?,
+        let Some(term) = self.term_of(market, market_id) else {
+            return Err(StoreError::LeaseLost(market, market_id));
+        };
+        // the round's pointer to its newest attempt and the attempt in one fenced
+        // statement (one round trip): the attempt is stored only if the fenced update of
+        // the round touched it
+        self.fenced_statement(
+            market,
+            market_id,
+            "WITH r AS (UPDATE rounds SET submit_tx = $3::text, updated_at = $4::bigint
+                        WHERE market = $1::text AND market_id = $2::text
+                          AND holder = $15::text AND term = $16::bigint
+                        RETURNING market)
+             INSERT INTO tx_attempts (signer, chain_id, nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at)
+             SELECT $5::text, $6::bigint, $7::bigint, $8::integer, $3::text, $9::bytea, $10::text, $11::text,
+                    $12::bigint, $13::bigint, $14::bigint FROM r",
             &[
+                &market.to_string(),
+                &market_id.to_string(),
+                &a.tx_hash.to_string(),
+                &(now() as i64),
                 &signer,
                 &chain,
                 &(a.nonce as i64),
                 &(a.seq as i32),
-                &a.tx_hash.to_string(),
                 &a.raw.as_ref(),
                 &a.max_fee_per_gas.to_string(),
                 &a.max_priority_fee_per_gas.to_string(),
@@ -105,21 +113,9 @@ impl PgStore {
                 &a.sent_block.map(|b| b as i64),
                 &(a.created_at as i64),
             ],
+            term,
         )
         .await
-        .map_err(pg_err)?;
-        tx.execute(
-            &tx.prepare_cached("UPDATE rounds SET submit_tx = $3, updated_at = $4 WHERE market = $1 AND market_id = $2").await.map_err(pg_err)?,
-            &[
-                &market.to_string(),
-                &market_id.to_string(),
-                &a.tx_hash.to_string(),
-                &(now() as i64),
-            ],
-        )
-        .await
-        .map_err(pg_err)?;
-        tx.commit().await.map_err(pg_err)
     }
 
     pub(super) async fn txs_mark_attempt_sent(
