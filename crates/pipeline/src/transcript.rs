@@ -68,7 +68,9 @@ pub type OutcomeRecord = crate::round::RoundOutcome;
 /// The tally as a transcript records it: the domain type itself.
 pub type TallyRecord = TallyOutcome;
 
-/// The prepared submission transaction.
+/// The prepared submission transaction. A node stores the transcript while the
+/// pre-flight runs and fills this in when the round ends, from the reserved nonce's
+/// payload (a DON member when it transmits; a node without a key when it fails).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubmissionRecord {
     pub to: Address,
