@@ -45,7 +45,7 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
     let node = r.node.clone();
     let mut out = vec![];
     // The requester's nonce, gas and fees are set before the clock starts, so that
-    // sending is one `eth_sendRawTransaction` (in which anvil mines the request): the
+    // sending is one `eth_sendRawTransaction`: the
     // clock measures the node from the event, not the client's own reads.
     let mut nonce = dev.provider.get_transaction_count(dev.requester()).await?;
     let max_fee = dev.provider.get_gas_price().await?.saturating_mul(4);

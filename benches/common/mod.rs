@@ -154,7 +154,7 @@ pub async fn request_in_one_block(
 /// Each round step's wall times (the node's `cresolver::step` spans), by step name, and
 /// when each market's round concluded.
 pub mod steps {
-    use std::collections::{BTreeMap, HashMap};
+    use std::collections::BTreeMap;
     use std::sync::Mutex;
     use std::time::Instant;
     use tracing::span::{Attributes, Id};
@@ -162,10 +162,15 @@ pub mod steps {
     use tracing_subscriber::layer::{Context, Layer};
     use tracing_subscriber::registry::LookupSpan;
 
-    static TIMES: Mutex<BTreeMap<&'static str, Vec<f64>>> = Mutex::new(BTreeMap::new());
-    static CONCLUDED: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
-    /// Every closed step span: (step, started, ended), for a timeline.
-    static SPANS: Mutex<Vec<(&'static str, Instant, Instant)>> = Mutex::new(Vec::new());
+    /// Every closed step span: what every figure here is taken from.
+    static SPANS: Mutex<Vec<Closed>> = Mutex::new(Vec::new());
+
+    struct Closed {
+        step: &'static str,
+        market_id: String,
+        start: Instant,
+        end: Instant,
+    }
 
     struct Started {
         step: &'static str,
@@ -173,8 +178,12 @@ pub mod steps {
         at: Instant,
     }
 
-    /// Records every closed `cresolver::step` span's wall time under its `step` field,
-    /// and the instant a `conclude` span closed under its `market_id`.
+    fn spans() -> std::sync::MutexGuard<'static, Vec<Closed>> {
+        SPANS.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records every closed `cresolver::step` span: its `step` and `market_id` fields,
+    /// when it started and when it closed.
     pub struct StepTimes;
 
     impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for StepTimes {
@@ -197,25 +206,12 @@ pub mod steps {
             let Some(started) = span.extensions_mut().remove::<Started>() else {
                 return;
             };
-            let now = Instant::now();
-            let ms = (now - started.at).as_secs_f64() * 1000.0;
-            SPANS
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((started.step, started.at, now));
-            TIMES
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(started.step)
-                .or_default()
-                .push(ms);
-            if started.step == "conclude" {
-                CONCLUDED
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert_with(HashMap::new)
-                    .insert(started.market_id, now);
-            }
+            spans().push(Closed {
+                step: started.step,
+                market_id: started.market_id,
+                start: started.at,
+                end: Instant::now(),
+            });
         }
     }
 
@@ -262,21 +258,24 @@ pub mod steps {
             .try_init();
     }
 
-    /// When the round of `market_id` concluded (its `conclude` step ended), if it did.
+    /// When the round of `market_id` concluded (its last `conclude` step ended), if it did.
     pub fn concluded(market_id: &str) -> Option<Instant> {
-        CONCLUDED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .and_then(|m| m.get(market_id).copied())
+        spans()
+            .iter()
+            .filter(|c| c.step == "conclude" && c.market_id == market_id)
+            .map(|c| c.end)
+            .max()
     }
 
     /// Takes what was recorded so far: per step, (count, median, p90, sum) in ms.
     pub fn take() -> Vec<(&'static str, usize, f64, f64, f64)> {
-        SPANS.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        let mut m = TIMES.lock().unwrap_or_else(|p| p.into_inner());
-        let all = std::mem::take(&mut *m);
-        all.into_iter()
+        let mut by_step: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+        for c in std::mem::take(&mut *spans()) {
+            let ms = (c.end - c.start).as_secs_f64() * 1000.0;
+            by_step.entry(c.step).or_default().push(ms);
+        }
+        by_step
+            .into_iter()
             .map(|(k, mut v)| {
                 v.sort_by(|a, b| a.total_cmp(b));
                 let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
@@ -288,12 +287,11 @@ pub mod steps {
     /// The steps that started in `[from, to]`, as (step, start, end) in ms after `from`,
     /// in the order they started (for markets driven one at a time).
     pub fn timeline(from: Instant, to: Instant) -> Vec<(&'static str, f64, f64)> {
-        let spans = SPANS.lock().unwrap_or_else(|p| p.into_inner());
         let ms = |t: Instant| t.saturating_duration_since(from).as_secs_f64() * 1000.0;
-        let mut v: Vec<_> = spans
+        let mut v: Vec<_> = spans()
             .iter()
-            .filter(|(_, s, _)| *s >= from && *s <= to)
-            .map(|(n, s, e)| (*n, ms(*s), ms(*e)))
+            .filter(|c| c.start >= from && c.start <= to)
+            .map(|c| (c.step, ms(c.start), ms(c.end)))
             .collect();
         v.sort_by(|a, b| a.1.total_cmp(&b.1));
         v

@@ -191,10 +191,9 @@ pub fn node_process_with(
     c.spawn().unwrap()
 }
 
-/// A port nothing listens on now (for a node's API).
-/// A port that is free now and stays out of the way of the kernel: it is picked below
-/// Linux's ephemeral range (32768–60999), so no outgoing connection of a test can take it
-/// between this pick and the bind of the process it is meant for (a port from `bind(0)`
+/// A port nothing listens on now (for a node's API), picked below Linux's ephemeral
+/// range (32768–60999), so no outgoing connection of a test can take it between this
+/// pick and the bind of the process it is meant for (a port from `bind(0)`
 /// can be, and once was: "Address already in use"). A counter keeps the picks of the
 /// concurrent tests of one binary apart; test binaries run one after another.
 pub fn free_port() -> u16 {

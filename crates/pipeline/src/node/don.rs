@@ -358,16 +358,16 @@ impl Node {
                     if let Some(d) = transcript.don.as_mut() {
                         d["transmitter"] = json!(info.transmitter);
                     }
-                    self.save_transcript(market, market_id, &transcript).await?;
                     // (a call of ours in the transcript is one this member signed)
                     let ours = self
                         .txm
                         .as_ref()
                         .map_or(info.transmitter, |t| t.key().signer);
                     return self
-                        .record_confirmation(
+                        .finish_transcript(
                             p,
                             market_id,
+                            transcript,
                             ConfirmationRecord {
                                 status: "confirmed".into(),
                                 tx_hash: None,

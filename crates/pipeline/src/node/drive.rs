@@ -573,10 +573,9 @@ impl Node {
         Ok(())
     }
 
-    /// Ends a round in `state`: the receipt's outcome, every transaction attempt and,
-    /// when the transcript was stored before the pre-flight's gas was known, the call
-    /// the round sent (`from` signed it; from its reservation) go into the stored
-    /// transcript, written together with the state.
+    /// Ends a round in `state` with its stored transcript completed (see
+    /// [`Self::finish_transcript`]); a round without a readable transcript only moves to
+    /// `state`.
     pub(super) async fn record_confirmation(
         &self,
         p: &Pipeline,
@@ -592,23 +591,40 @@ impl Node {
             .get(market, market_id)
             .await?
             .and_then(|r| r.outcome);
-        let parsed = stored.map(serde_json::from_value::<Transcript>);
-        let mut t = match parsed {
-            Some(Ok(t)) => t,
-            None => {
-                self.store
-                    .set_state(market, market_id, state, reason)
-                    .await?;
-                return Ok(());
-            }
+        let t = match stored.map(serde_json::from_value::<Transcript>) {
+            Some(Ok(t)) => Some(t),
             Some(Err(e)) => {
                 tracing::warn!(market_id = %market_id, error = %e, "the stored transcript does not parse: the confirmation is not added to it");
-                self.store
-                    .set_state(market, market_id, state, reason)
-                    .await?;
-                return Ok(());
+                None
             }
+            None => None,
         };
+        let Some(t) = t else {
+            self.store
+                .set_state(market, market_id, state, reason)
+                .await?;
+            return Ok(());
+        };
+        self.finish_transcript(p, market_id, t, confirmation, from, state, reason)
+            .await
+    }
+
+    /// Ends a round in `state`: the receipt's outcome, every transaction attempt and,
+    /// when the transcript was stored before the pre-flight's gas was known, the call
+    /// the round sent (`from` signed it; from its reservation) go into transcript `t`,
+    /// written together with the state.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn finish_transcript(
+        &self,
+        p: &Pipeline,
+        market_id: U256,
+        mut t: Transcript,
+        confirmation: ConfirmationRecord,
+        from: Address,
+        state: RoundState,
+        reason: Option<&str>,
+    ) -> Result<(), Step> {
+        let market = p.market;
         let history = self.store.tx_history(market, market_id).await?;
         if t.submission.is_none() {
             // the nonce whose attempt was mined, else the last one reserved

@@ -483,17 +483,21 @@ impl TxManager {
                 continue;
             }
             // A look that will look for a receipt (the first, or one woken by a new
-            // head) reads the head, the receipts and the newest block's hash together
-            // (one round trip): a receipt in that block needs no second read to know
-            // its block is canonical.
+            // head) reads the head and the receipts together (one round trip). With no
+            // confirmations to wait for, the newest block's hash goes with them: a
+            // receipt in that block needs no second read to know its block is canonical
+            // (with confirmations, the receipt's block is never the newest when closed).
             let newer = wake.as_ref().map(|rx| *rx.borrow());
             let (head, prefetched, latest) = if last_head.is_none() || newer > last_head {
-                let (h, m, l) = tokio::join!(
-                    self.head(false),
-                    self.mined_attempt(&attempts),
-                    self.latest_block()
-                );
-                (h?, Some(m?), l.ok().flatten())
+                let latest = async {
+                    match need {
+                        0 => self.latest_block().await.ok().flatten(),
+                        _ => None,
+                    }
+                };
+                let (h, m, l) =
+                    tokio::join!(self.head(false), self.mined_attempt(&attempts), latest);
+                (h?, Some(m?), l)
             } else {
                 (self.head(false).await?, None, None)
             };
