@@ -536,8 +536,11 @@ fn the_example_member_config_is_a_valid_member() {
 #[tokio::test]
 async fn members_whose_own_round_missed_quorum_still_observe() {
     // workers 2 and 3 answer only the first two members that ask: the other two members
-    // miss their own quorum (1 of 3) but still observe, so 4 observations make the set and
-    // the aggregate (worker 1 by 4, workers 2 and 3 by 2 = f+1) meets the quorum
+    // miss their own quorum (1 of 3) but still observe, so the observations make the set and
+    // the aggregate (worker 1 by all, workers 2 and 3 by 2 = f+1) meets the quorum.
+    // Members 0 and 1 start first and members 2 and 3 only once workers 2 and 3 have
+    // answered twice each: started together, the two workers could each serve a different
+    // pair (a worker cannot tell who asks), and only one member would miss its quorum.
     let yes = agent(behaviour(DeterminationMode::Yes, 0.8)).await;
     let w1 = counting_worker(yes.clone(), None).await;
     let w2 = counting_worker_with(yes.clone(), None, Some(2)).await;
@@ -550,8 +553,19 @@ async fn members_whose_own_round_missed_quorum_still_observe() {
     )
     .await;
     let mut dn = Dn::new(s, 4, 1, None).await;
-    dn.spawn_all();
+    dn.spawn(0, None);
+    dn.spawn(1, None);
     dn.s.dev.request_resolution(dn.s.market_id).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while [&w2, &w3]
+        .iter()
+        .any(|w| w.resolves.load(Ordering::SeqCst) < 2)
+    {
+        assert!(Instant::now() < deadline, "members 0 and 1 did not ask");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    dn.spawn(2, None);
+    dn.spawn(3, None);
     dn.wait_resolved(Duration::from_secs(60)).await;
     let call = dn.assert_resolved_once(&[0, 1, 2, 3]).await;
     let (_, body) = cresolver_core::report::split_raw_report(&call.rawReport).unwrap();
