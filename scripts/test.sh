@@ -20,4 +20,20 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 echo "== cargo clippy --no-default-features (the production build, without the dev harness)"
 cargo clippy --locked --workspace --exclude cresolver-devnet --no-default-features --lib --bins -- -D warnings
 echo "== cargo test"
+cargo test --locked --workspace --no-run
+# tests/rpc_outage.rs mostly waits out 60-90 s outages (its tests are #[ignore]d for a
+# plain `cargo test`): it runs beside the other binaries, which run one after another.
+outage_bin=$(cargo test --locked --test rpc_outage --no-run --message-format=json 2>/dev/null \
+  | sed -n 's/.*"executable":"\([^"]*rpc_outage[^"]*\)".*/\1/p' | tail -n1)
+[ -x "$outage_bin" ] || { echo "test: cannot find the rpc_outage test binary" >&2; exit 1; }
+outage_log=target/rpc_outage.log
+"$outage_bin" --ignored --test-threads=8 >"$outage_log" 2>&1 &
+outage_pid=$!
+trap 'kill "$outage_pid" 2>/dev/null || true' EXIT
 cargo test --locked --workspace
+echo "== tests/rpc_outage.rs (run beside the others)"
+outage_rc=0
+wait "$outage_pid" || outage_rc=$?
+trap - EXIT
+cat "$outage_log"
+[ "$outage_rc" -eq 0 ] || { echo "test: tests/rpc_outage.rs failed (exit $outage_rc)" >&2; exit "$outage_rc"; }

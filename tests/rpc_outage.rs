@@ -4,6 +4,10 @@
 //! truth while it lasts. With several endpoints the node fails over, returns to the
 //! primary, and never reads from one that lags; a websocket cut past alloy's reconnect
 //! budget is rebuilt; a round cut off mid-way completes after the restore.
+//!
+//! These tests mostly wait (outages of 60 and 90 s), so they are `#[ignore]`d for a
+//! plain `cargo test` and `scripts/test.sh` runs them beside every other test binary
+//! (`cargo test --test rpc_outage -- --ignored` runs them alone).
 
 mod common;
 
@@ -88,6 +92,7 @@ fn head_age(r: &Running) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits out outages of up to 90 s: scripts/test.sh runs it beside the other tests (cargo test --test rpc_outage -- --ignored)"]
 async fn refused_for_60s_markets_requested_meanwhile_resolve_within_5s_of_the_restore() {
     let (s, ids) = setup(2).await;
     let px = proxy::start(&s.dev.rpc_url()).await;
@@ -161,6 +166,7 @@ async fn refused_for_60s_markets_requested_meanwhile_resolve_within_5s_of_the_re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits out outages of up to 90 s: scripts/test.sh runs it beside the other tests (cargo test --test rpc_outage -- --ignored)"]
 async fn a_blackholed_rpc_blocks_nothing_for_good() {
     let (s, ids) = setup(1).await;
     let px = proxy::start(&s.dev.rpc_url()).await;
@@ -189,6 +195,7 @@ async fn a_blackholed_rpc_blocks_nothing_for_good() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits out outages of up to 90 s: scripts/test.sh runs it beside the other tests (cargo test --test rpc_outage -- --ignored)"]
 async fn two_endpoints_fail_over_and_return_to_the_primary() {
     let (s, ids) = setup(3).await;
     let a = proxy::start(&s.dev.rpc_url()).await;
@@ -247,6 +254,7 @@ async fn two_endpoints_fail_over_and_return_to_the_primary() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits out outages of up to 90 s: scripts/test.sh runs it beside the other tests (cargo test --test rpc_outage -- --ignored)"]
 async fn an_endpoint_that_lags_is_not_used_for_reads() {
     let (s, ids) = setup(0).await;
     // another chain 31337 that stays at block 0: far behind the market's anvil
@@ -281,6 +289,7 @@ async fn an_endpoint_that_lags_is_not_used_for_reads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits out outages of up to 90 s: scripts/test.sh runs it beside the other tests (cargo test --test rpc_outage -- --ignored)"]
 async fn a_websocket_cut_past_the_reconnect_budget_is_rebuilt() {
     let (s, ids) = setup(1).await;
     let px = proxy::start(&s.dev.rpc_url()).await;
@@ -320,6 +329,7 @@ async fn a_websocket_cut_past_the_reconnect_budget_is_rebuilt() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits out outages of up to 90 s: scripts/test.sh runs it beside the other tests (cargo test --test rpc_outage -- --ignored)"]
 async fn a_round_cut_off_for_90s_completes_after_the_restore() {
     // slow workers: the round is still asking them when the RPC goes away
     let mut uris = vec![];
@@ -410,6 +420,7 @@ async fn a_round_cut_off_for_90s_completes_after_the_restore() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits out outages of up to 90 s: scripts/test.sh runs it beside the other tests (cargo test --test rpc_outage -- --ignored)"]
 async fn shutdown_ends_a_retry_that_waits_and_leaves_nothing_behind() {
     let (s, ids) = setup(0).await;
     let px = proxy::start(&s.dev.rpc_url()).await;
@@ -441,6 +452,7 @@ async fn shutdown_ends_a_retry_that_waits_and_leaves_nothing_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits out outages of up to 90 s: scripts/test.sh runs it beside the other tests (cargo test --test rpc_outage -- --ignored)"]
 async fn the_new_heads_subscription_is_rebuilt_after_a_cut() {
     let s = market_with_three_workers().await;
     let px = proxy::start(&s.dev.rpc_url()).await;
