@@ -273,7 +273,18 @@ async fn killed_at_then_restarted(point: &str) {
     assert_eq!(h[0].1.len(), expected_attempts);
     drop(stored);
     let mined_before_restart = resolved_events(&s).await.len();
-    assert_eq!(mined_before_restart, usize::from(point == "broadcast"));
+    assert_eq!(
+        mined_before_restart,
+        usize::from(point == "broadcast" || point == "mined")
+    );
+    if point == "mined" {
+        // the nonce is stored mined, the round not concluded
+        let h = Store::open(&dir.join("data"))
+            .unwrap()
+            .tx_history(market, s.market_id)
+            .unwrap();
+        assert_eq!(h[0].0.state, NonceState::Mined);
+    }
 
     let mut child = node_process(&s, &dir, &wf, None);
     let st = wait_final_in(&dir, market, s.market_id).await;
@@ -312,6 +323,14 @@ async fn killed_after_persisting_the_attempt_then_restarted_resolves_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_after_broadcast_then_restarted_resolves_once() {
     killed_at_then_restarted("broadcast").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_storing_the_nonce_mined_then_restarted_concludes_the_round() {
+    // the round's transaction is mined and stored so, the round not yet concluded: the
+    // restarted node concludes it from the receipt (`confirmed`, followed by the finality
+    // watch), not as "resolved on chain by someone else"
+    killed_at_then_restarted("mined").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

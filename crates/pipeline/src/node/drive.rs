@@ -76,6 +76,19 @@ impl Node {
                 }
             }
         }
+        // A nonce of this round mined while the round was not concluded: the process
+        // stopped, or a store write failed, between the two writes. The round concludes
+        // from that receipt, never as "resolved on chain by someone else" (which would
+        // leave our resolution unwatched by the finality watch).
+        if rec.state == RoundState::Submitted
+            && let Some(receipt) = self.mined_receipt_of_round(market, market_id).await?
+        {
+            tracing::info!(market_id = %market_id, tx = %receipt.transaction_hash, "the round's transaction was mined before the round concluded: concluding it now");
+            return self
+                .conclude(p, market_id, &receipt)
+                .instrument(step("conclude", market_id))
+                .await;
+        }
         let span_started = Instant::now();
         // One judging point: the request's block. A manual request has no request log; it
         // is judged at the head block of its first run, which is kept for every resume.
@@ -474,6 +487,36 @@ impl Node {
                 Err(e) => return self.fail(market, market_id, &e.to_string()).await,
             }
         }
+    }
+
+    /// The receipt of the round's newest mined transaction, under any key, if the chain
+    /// still has it (one whose block a reorg removed is not mined any more: the round
+    /// goes on as if it had none).
+    async fn mined_receipt_of_round(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<alloy::rpc::types::TransactionReceipt>, Step> {
+        let history = self.store.tx_history(market, market_id).await?;
+        let mined = history
+            .iter()
+            .rev()
+            .filter(|(n, _)| n.state == cresolver_store::NonceState::Mined)
+            .filter_map(|(n, _)| n.mined_tx);
+        for tx in mined {
+            match self.provider.get_transaction_receipt(tx).await {
+                Ok(Some(r)) => return Ok(Some(r)),
+                Ok(None) => {
+                    tracing::warn!(market_id = %market_id, %tx, "the round's mined transaction is not on the chain any more (a reorg)");
+                }
+                Err(e) => {
+                    return Err(Step::Transient(format!(
+                        "eth_getTransactionReceipt {tx}: {e}"
+                    )));
+                }
+            }
+        }
+        Ok(None)
     }
 
     pub(super) async fn resolved_on_chain(

@@ -701,6 +701,7 @@ impl TxManager {
                 None,
             )
             .await?;
+        crash_point("mined");
         Ok(true)
     }
 
