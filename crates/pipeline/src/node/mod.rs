@@ -41,7 +41,7 @@ use cresolver_submit::{Confirmed, SubmitError, Submitter, SubmitterConfig};
 use cresolver_workers::registry::{ProtocolKind, ProtocolSet};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -115,7 +115,10 @@ pub struct Node {
     pub don: Option<Arc<cresolver_don::Don>>,
     http: reqwest::Client,
     rounds: Arc<Semaphore>,
-    in_flight: Mutex<HashSet<(Address, U256)>>,
+    /// The rounds being driven, each with whether it was asked for again meanwhile (a
+    /// new request after a failure, recorded while the failed drive was ending): such a
+    /// round is driven once more when its drive ends.
+    in_flight: Mutex<HashMap<(Address, U256), bool>>,
     retries: Mutex<HashMap<(Address, U256), u32>>,
     health: Arc<std::sync::RwLock<serde_json::Value>>,
     /// The chain as the head probe sees it (`/health`, `/health/ready`, chain metrics).
@@ -241,7 +244,7 @@ impl Node {
             txm,
             don,
             http,
-            in_flight: Mutex::new(HashSet::new()),
+            in_flight: Mutex::new(HashMap::new()),
             retries: Mutex::new(HashMap::new()),
             health: Arc::new(std::sync::RwLock::new(health)),
             chain_health,
@@ -343,21 +346,34 @@ impl Node {
         market_id: U256,
         how: Claim,
     ) -> Result<RoundReport, NodeError> {
-        let running = !self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((market, market_id));
+        let running = {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            match in_flight.get_mut(&(market, market_id)) {
+                Some(again) => {
+                    *again = true;
+                    true
+                }
+                None => {
+                    in_flight.insert((market, market_id), false);
+                    false
+                }
+            }
+        };
         if running {
             return self.report(market, market_id).await;
         }
         let _permit = self.rounds.acquire().await.ok();
         let started = Instant::now();
         let result = self.drive_leased(market, market_id, how).await;
-        self.in_flight
+        let again = self
+            .in_flight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&(market, market_id));
+            .remove(&(market, market_id))
+            .unwrap_or(false);
+        if again {
+            self.drive_again(market, market_id);
+        }
         self.metrics
             .observe_stage("round", started.elapsed().as_secs_f64());
         match result {
@@ -373,7 +389,15 @@ impl Node {
                 self.schedule_retry(market, market_id);
                 return self.report(market, market_id).await;
             }
-            Err(Step::Store(e)) => return Err(NodeError::Store(e)),
+            Err(Step::Store(e)) => {
+                // (a full disk, a database locked by another process for longer than
+                // the busy timeout): the round is retried like a transient error, or it
+                // would wait for the next restart
+                self.metrics.round_stopped("unknown", "retry");
+                tracing::error!(market_id = %market_id, error = %e, "the round's store failed; will retry");
+                self.schedule_retry(market, market_id);
+                return Err(NodeError::Store(e));
+            }
             Err(Step::LeaseLost) => {
                 self.metrics.lease_event("lost");
                 tracing::warn!(market_id = %market_id, node = self.store.node_id(), "lease lost: another node drives this round now; this node stopped it and wrote nothing more");
@@ -484,6 +508,17 @@ impl Node {
             .get(&(market, market_id))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Drives a round once more, now (it was asked for while its drive was ending).
+    fn drive_again(self: &Arc<Self>, market: Address, market_id: U256) {
+        if self.cancel.is_cancelled() {
+            return;
+        }
+        let node = self.clone();
+        self.tracker.spawn(async move {
+            let _ = node.run_round(market, market_id).await;
+        });
     }
 
     fn schedule_retry(self: &Arc<Self>, market: Address, market_id: U256) {

@@ -69,7 +69,7 @@ impl Node {
                     .in_flight
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .contains(&(market, market_id));
+                    .contains_key(&(market, market_id));
                 if running {
                     continue;
                 }
