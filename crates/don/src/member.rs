@@ -438,7 +438,8 @@ impl Don {
         .is_ok()
     }
 
-    /// A proposal of `attempt`: recompute, compare, lock, sign, send.
+    /// A proposal of `attempt`: recompute, compare, lock, sign, send. `true` when the
+    /// proposal is one this member rebuilds (it signed it, or it had signed another).
     fn consider(
         &self,
         job: &Job,
@@ -446,21 +447,21 @@ impl Don {
         attempt: u32,
         set: Vec<SignedObservation>,
         proposed: &Bytes,
-    ) -> Result<(), AgreeError> {
+    ) -> Result<bool, AgreeError> {
         let exec = job.execution_id;
         let raw = match self.build(job, &set) {
             Ok(r) => r,
             Err(e) => {
                 self.metrics.don_event("signature_refused", "bad_set");
                 tracing::warn!(execution_id = %exec, attempt, error = %e, "not signing the leader's proposal: its set makes no report");
-                return Ok(());
+                return Ok(false);
             }
         };
         if raw != *proposed {
             self.metrics
                 .don_event("signature_refused", "report_mismatch");
             tracing::warn!(execution_id = %exec, attempt, "not signing the leader's proposal: its report differs from the one this member builds from the same set");
-            return Ok(());
+            return Ok(false);
         }
         let digest = forwarder_digest(&raw, &self.context);
         let signature = wire::sign_digest(&self.signer, &digest)?;
@@ -482,7 +483,7 @@ impl Don {
         if stored.digest == digest {
             crash_point("don_signed", Some(Duration::from_millis(300)));
         }
-        Ok(())
+        Ok(true)
     }
 
     fn publish_lock(&self, job: &Job, slot: &Slot, lock: &Lock, attempt: u32) {
@@ -597,6 +598,7 @@ impl Don {
         };
         announce(attempt);
         let timeout = Duration::from_millis(self.cfg.attempt_timeout_ms);
+        let give_up = Instant::now() + timeout.saturating_mul(self.cfg.max_attempts.max(1));
         let grace = Duration::from_millis(self.cfg.observation_grace_ms);
         let need = 2 * self.f() + 1;
         let mut started = Instant::now();
@@ -614,7 +616,8 @@ impl Don {
                 // f+1 signatures that include such a signer could be all there ever is.
                 if lock.is_none() && a.recomputed && !endorsed {
                     endorsed = true;
-                    self.consider(&job, &slot, a.attempt, a.observations.clone(), &a.report)?;
+                    let _ =
+                        self.consider(&job, &slot, a.attempt, a.observations.clone(), &a.report)?;
                     continue;
                 }
                 let a = self.persist.save_agreed(&exec, &a)?;
@@ -646,7 +649,8 @@ impl Don {
                                 // before anyone sees it: restarted, it cannot propose
                                 // and sign another for this execution
                                 handled.insert(attempt);
-                                self.consider(&job, &slot, attempt, set.clone(), &report)?;
+                                let _ =
+                                    self.consider(&job, &slot, attempt, set.clone(), &report)?;
                                 self.broadcast(self.envelope(
                                     &job,
                                     attempt,
@@ -678,16 +682,27 @@ impl Don {
             };
             if let Some((at, (set, report))) = pending {
                 handled.insert(at);
-                if at > attempt {
+                // only a proposal this member could rebuild moves it to its attempt: a
+                // faulty member's proposals (sets that make no report, or another one)
+                // do not drag the others from attempt to attempt, their timers restarted
+                let valid = self.consider(&job, &slot, at, set, &report)?;
+                if valid && at > attempt {
                     attempt = at;
                     self.persist.set_attempt(&exec, attempt)?;
                     started = Instant::now();
                     quorum_since = None;
                 }
-                self.consider(&job, &slot, at, set, &report)?;
                 continue;
             }
             let deadline = started + timeout;
+            // however the attempts went (valid proposals of different reports from a
+            // faulty leader move members on too), one call ends within max_attempts
+            // attempt timeouts: the round is then retried
+            if Instant::now() >= give_up {
+                return Err(AgreeError::Stalled {
+                    attempts: self.cfg.max_attempts,
+                });
+            }
             if Instant::now() >= deadline {
                 attempt = attempt.saturating_add(1);
                 tried += 1;
@@ -704,7 +719,7 @@ impl Don {
                 announce(attempt);
                 continue;
             }
-            let mut wake = deadline;
+            let mut wake = deadline.min(give_up);
             if leading
                 && !proposed.contains(&attempt)
                 && let Some(since) = quorum_since

@@ -113,6 +113,8 @@ pub enum WireError {
     },
     #[error("observation of {observer}: {detail}")]
     Invalid { observer: Address, detail: String },
+    #[error("the set holds two observations of {0}")]
+    DuplicateObserver(Address),
     #[error("too many observations or workers in one message")]
     TooMany,
     #[error("could not sign: {0}")]
@@ -229,10 +231,16 @@ pub fn open(
             observations
         }
     };
-    if set.len() > MAX_SET {
+    // a set holds at most one observation of each member: a hostile member cannot pad
+    // one with copies of its own (kept per proposal, they would cost memory)
+    if set.len() > MAX_SET || set.len() > members.len() {
         return Err(WireError::TooMany);
     }
+    let mut observers = std::collections::HashSet::with_capacity(set.len());
     for o in set {
+        if !observers.insert(o.observation.observer) {
+            return Err(WireError::DuplicateObserver(o.observation.observer));
+        }
         check_observation(o, &env, members)?;
     }
     Ok(env)
@@ -414,5 +422,34 @@ mod tests {
             open(&body3, Some(&sig3), &members, 1, 1),
             Err(WireError::Invalid { .. })
         ));
+    }
+
+    #[test]
+    fn a_set_holds_one_observation_per_member_at_most() {
+        let (a, b) = (PrivateKeySigner::random(), PrivateKeySigner::random());
+        let members = [a.address(), b.address()];
+        let oa = sign_observation(obs(a.address()), &a).unwrap();
+        let ob = sign_observation(obs(b.address()), &b).unwrap();
+        let proposal = |observations: Vec<SignedObservation>| {
+            let m = env(
+                b.address(),
+                Body::Proposal {
+                    observations,
+                    report: Bytes::new(),
+                },
+            );
+            let (body, sig) = seal(&m, &b).unwrap();
+            open(&body, Some(&sig), &members, 1, 1)
+        };
+        assert!(proposal(vec![oa.clone(), ob.clone()]).is_ok());
+        // b pads its set with copies of its own observation
+        assert_eq!(
+            proposal(vec![ob.clone(), oa.clone(), ob.clone()]),
+            Err(WireError::TooMany)
+        );
+        assert_eq!(
+            proposal(vec![ob.clone(), ob.clone()]),
+            Err(WireError::DuplicateObserver(b.address()))
+        );
     }
 }

@@ -616,6 +616,35 @@ async fn a_lying_member_cannot_move_or_forge_the_report() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proposal_that_makes_no_report_does_not_move_the_members_to_its_attempt() {
+    // the liar leads one of the next attempts and proposes there, before anyone else
+    // proposes, a set that makes no report (its own observation alone): followed, it
+    // would move every member to an attempt it leads (and, repeated, keep them there)
+    let mut net = Net::new(4, 1).await;
+    let (liar, key, extreme, up) = liar(&mut net);
+    let ahead = (1..=4u32)
+        .find(|a| net.leader(*a) == liar)
+        .expect("the liar leads one of the next attempts");
+    let mut lie = net.envelope(
+        net.addr(liar),
+        Body::Proposal {
+            observations: vec![extreme],
+            report: Bytes::from_static(b"x"),
+        },
+    );
+    lie.attempt = ahead;
+    let (agreed, honest) = agree_after(&mut net, &up, &[(lie, key, 200)]).await;
+    net.check_all(&agreed, &honest);
+    for a in &agreed {
+        assert!(
+            a.attempt < ahead,
+            "agreed at attempt {} (the liar's proposal was at {ahead})",
+            a.attempt
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_liars_set_does_not_hide_the_set_the_report_is_built_from() {
     let mut net = Net::new(4, 1).await;
     let (liar, key, extreme, up) = liar(&mut net);
