@@ -26,7 +26,9 @@ use tokio::sync::watch;
 
 /// Executions a member keeps messages for at once (the least recently touched are
 /// dropped beyond it: a peer cannot grow a member's memory without bound).
-const MAX_BOOKS: usize = 4_096;
+const MAX_BOOKS: usize = 1_024;
+/// Proposals of one leader a member keeps per execution (its newest).
+const PROPOSALS_PER_LEADER: usize = 2;
 /// How long a message to another member may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -277,17 +279,36 @@ impl Don {
                             }
                             Some(_) => None,
                             None => {
-                                for o in &observations {
-                                    b.observations
-                                        .entry(o.observation.observer)
-                                        .or_insert_with(|| o.clone());
+                                // each leader's two newest proposals are kept: one member
+                                // cannot fill the book with attempts it leads, nor push
+                                // the other leaders' proposals out
+                                let theirs: Vec<u32> = b
+                                    .proposals
+                                    .keys()
+                                    .filter(|a| {
+                                        leader_of(&self.members, &env.execution_id, **a)
+                                            == env.sender
+                                    })
+                                    .copied()
+                                    .collect();
+                                if theirs.len() >= PROPOSALS_PER_LEADER
+                                    && theirs.iter().all(|a| *a > env.attempt)
+                                {
+                                    Some("stale_proposal")
+                                } else {
+                                    if theirs.len() >= PROPOSALS_PER_LEADER
+                                        && let Some(oldest) = theirs.first()
+                                    {
+                                        b.proposals.remove(oldest);
+                                    }
+                                    for o in &observations {
+                                        b.observations
+                                            .entry(o.observation.observer)
+                                            .or_insert_with(|| o.clone());
+                                    }
+                                    b.proposals.insert(env.attempt, (observations, report));
+                                    None
                                 }
-                                // a bounded number of attempts is kept: the oldest go
-                                while b.proposals.len() >= 2 * self.members.len() {
-                                    b.proposals.pop_first();
-                                }
-                                b.proposals.insert(env.attempt, (observations, report));
-                                None
                             }
                         }
                     }

@@ -644,6 +644,37 @@ async fn a_proposal_that_makes_no_report_does_not_move_the_members_to_its_attemp
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_keeps_a_leaders_two_newest_proposals_per_execution() {
+    let mut net = Net::new(4, 1).await;
+    let (liar, _, extreme, up) = liar(&mut net);
+    let don = net.don(up[0], Persist::in_memory().expect("db"));
+    let led: Vec<u32> = (0..64u32)
+        .filter(|a| net.leader(*a) == liar)
+        .take(4)
+        .collect();
+    let proposal = |attempt: u32| {
+        let mut e = net.envelope(
+            net.addr(liar),
+            Body::Proposal {
+                observations: vec![extreme.clone()],
+                report: Bytes::from_static(b"x"),
+            },
+        );
+        e.attempt = attempt;
+        e
+    };
+    assert_eq!(don.receive(proposal(led[1])), Ok(()));
+    assert_eq!(don.receive(proposal(led[2])), Ok(()));
+    // older than both kept: dropped
+    assert_eq!(don.receive(proposal(led[0])), Err("stale_proposal"));
+    // newer: the oldest kept goes
+    assert_eq!(don.receive(proposal(led[3])), Ok(()));
+    assert_eq!(don.receive(proposal(led[1])), Err("stale_proposal"));
+    // the kept ones are still known (the same proposal again is no equivocation)
+    assert_eq!(don.receive(proposal(led[2])), Ok(()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_liars_set_does_not_hide_the_set_the_report_is_built_from() {
     let mut net = Net::new(4, 1).await;
