@@ -1,7 +1,8 @@
 //! Evaluator isolation: the labels the LLM evaluator sees are a fresh random order of
 //! the responders per round (so a worker cannot know, or name, its own label), recorded
 //! with the evaluation, and rebuilding the evaluator's input from a recorded order gives
-//! exactly the prompt the round sent. Peers shown to workers carry other labels.
+//! exactly the prompt the round sent. Peers shown to workers carry other labels. A round
+//! whose progress cannot be stored stops before its next stage: the LLM is not asked.
 
 mod common;
 
@@ -10,7 +11,9 @@ use cresolver_core::Reputation;
 use cresolver_devnet::agent::DeterminationMode;
 use cresolver_evaluate::Fallback;
 use cresolver_evaluate::llm::{LlmConfig, LlmEvaluator};
-use cresolver_pipeline::round::{Engine, RoundInput, evaluation_input};
+use cresolver_pipeline::round::{
+    Engine, RoundError, RoundInput, RoundProgress, RoundStage, evaluation_input,
+};
 use cresolver_pipeline::workflow::Workflow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,4 +119,59 @@ async fn two_rounds_get_different_labels_and_a_recorded_order_rebuilds_the_promp
         prompts[0], prompts[1],
         "the prompts differ by the labels' order"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_whose_progress_is_not_stored_stops_before_the_evaluator() {
+    let mut slots = Vec::new();
+    for i in 0..3u8 {
+        slots.push(slot(
+            i + 1,
+            &agent(behaviour(DeterminationMode::Yes, 0.8)).await,
+        ));
+    }
+    let (url, llm) = llm_server(vec![]).await;
+    let cfg = LlmConfig {
+        base_url: url.parse().unwrap(),
+        model: "m".into(),
+        api_key: None,
+        timeout: Duration::from_secs(5),
+        retries: 0,
+        retry_backoff: Duration::from_millis(10),
+        max_tokens: 1000,
+        max_reply_bytes: 64 * 1024,
+        max_prompt_chars: 200_000,
+        fallback: Fallback::Fail,
+    };
+    let engine = Engine::with_evaluator(
+        Workflow::default_named("persist"),
+        cresolver_workers::StageClient::default_http(),
+        Arc::new(LlmEvaluator::new(
+            cfg,
+            cresolver_workers::StageClient::default_http(),
+        )),
+    );
+    let input = RoundInput {
+        market_id: 7,
+        question: "Will the reference feed report YES?".into(),
+        deadline: None,
+        reference_time: 1_780_272_000,
+        workers: slots,
+        reputations: vec![Reputation::default(); 3],
+    };
+    let stages = std::sync::Mutex::new(Vec::new());
+    // the challenges are stored, nothing after: the evaluator (the LLM) is never asked
+    let r = engine
+        .run_resumable(&input, RoundProgress::default(), &|stage, _| {
+            stages.lock().unwrap().push(stage);
+            let stored = stage != RoundStage::Challenged;
+            Box::pin(async move { stored })
+        })
+        .await;
+    assert!(matches!(r, Err(RoundError::NotPersisted)), "{r:?}");
+    assert_eq!(
+        *stages.lock().unwrap(),
+        vec![RoundStage::Answered, RoundStage::Challenged]
+    );
+    assert!(llm.requests.lock().unwrap().is_empty(), "the LLM was asked");
 }

@@ -143,6 +143,8 @@ pub enum RoundError {
     Tally(#[from] TallyError),
     #[error("worker list and reputation list differ in length ({workers} vs {reputations})")]
     Misaligned { workers: usize, reputations: usize },
+    #[error("the round's progress could not be stored: it stopped before its next stage")]
+    NotPersisted,
 }
 
 fn quorum_message(stage: &ResolveStage) -> String {
@@ -278,21 +280,23 @@ impl Engine {
     ) -> Result<RoundOutcome, RoundError> {
         self.run_resumable(input, RoundProgress::default(), &|stage, _| {
             observe(stage);
-            Box::pin(async {})
+            Box::pin(async { true })
         })
         .await
     }
 
     /// Runs one round from `progress` (what an earlier, interrupted run of it recorded):
     /// recorded stages are taken as they are, the rest are run, and `persist` is told
-    /// the progress after each stage completes (it should store it before returning).
-    /// Progress that does not [`fit`](RoundProgress::fits) the input is ignored.
+    /// the progress after each stage completes: it stores it before it returns `true`.
+    /// On `false` the round stops there, before the next stage asks anyone anything
+    /// ([`RoundError::NotPersisted`]). Progress that does not
+    /// [`fit`](RoundProgress::fits) the input is ignored.
     pub async fn run_resumable(
         &self,
         input: &RoundInput,
         mut progress: RoundProgress,
         persist: &(
-             dyn Fn(RoundStage, &RoundProgress) -> futures::future::BoxFuture<'static, ()> + Sync
+             dyn Fn(RoundStage, &RoundProgress) -> futures::future::BoxFuture<'static, bool> + Sync
          ),
     ) -> Result<RoundOutcome, RoundError> {
         if input.workers.is_empty() {
@@ -353,7 +357,9 @@ impl Engine {
                     return Err(RoundError::QuorumNotMet(Box::new(stage)));
                 }
                 progress.resolve = Some(stage.clone());
-                persist(RoundStage::Answered, &progress).await;
+                if !persist(RoundStage::Answered, &progress).await {
+                    return Err(RoundError::NotPersisted);
+                }
                 stage
             }
         };
@@ -373,7 +379,9 @@ impl Engine {
                     vec![None; input.workers.len()]
                 };
                 progress.challenges = Some(c.clone());
-                persist(RoundStage::Challenged, &progress).await;
+                if !persist(RoundStage::Challenged, &progress).await {
+                    return Err(RoundError::NotPersisted);
+                }
                 c
             }
         };
@@ -400,7 +408,9 @@ impl Engine {
                 )
                 .await?;
                 progress.evaluation = Some(e.clone());
-                persist(RoundStage::Evaluated, &progress).await;
+                if !persist(RoundStage::Evaluated, &progress).await {
+                    return Err(RoundError::NotPersisted);
+                }
                 e
             }
         };
@@ -445,7 +455,9 @@ impl Engine {
                 }
             }
             progress.ratification = Some(votes.clone());
-            persist(RoundStage::Evaluated, &progress).await;
+            if !persist(RoundStage::Evaluated, &progress).await {
+                return Err(RoundError::NotPersisted);
+            }
             votes
         } else {
             vec![]

@@ -200,7 +200,7 @@ impl Node {
         if progress.resolve.is_some() {
             tracing::info!(market_id = %market_id, passed = progress.stage(), "resuming the round where it stopped; its workers are not asked again for the stages passed");
         }
-        let (store, attempt, halt) = (self.store.clone(), rec.attempt, halt.clone());
+        let (store, attempt, halted) = (self.store.clone(), rec.attempt, halt.clone());
         let persist = move |stage: RoundStage, progress: &RoundProgress| {
             let (state, point) = match stage {
                 RoundStage::Answered => (RoundState::Answered, "answered"),
@@ -208,8 +208,8 @@ impl Node {
                 RoundStage::Evaluated => (RoundState::Evaluated, "evaluated"),
             };
             let value = serde_json::to_value(progress);
-            let (store, halt) = (store.clone(), halt.clone());
-            let fut: futures::future::BoxFuture<'static, ()> = Box::pin(async move {
+            let (store, halt) = (store.clone(), halted.clone());
+            let fut: futures::future::BoxFuture<'static, bool> = Box::pin(async move {
                 let saved = match value {
                     Ok(v) => store
                         .save_progress(market, market_id, attempt, state, &v)
@@ -220,14 +220,27 @@ impl Node {
                         Err(None)
                     }
                 };
+                // nothing of the next stage happens before this one is persisted: on
+                // `false` the engine stops before it, and the drive with the halt
                 match saved {
-                    Ok(()) => cresolver_submit::txm::crash_point(point),
-                    // another node drives the round now: stop before the next stage
-                    Err(Some(e)) if e.is_lease_lost() => halt.token.cancel(),
-                    // nothing of the next stage happens before this one is persisted:
+                    Ok(()) => {
+                        cresolver_submit::txm::crash_point(point);
+                        true
+                    }
+                    // another node drives the round now
+                    Err(Some(e)) if e.is_lease_lost() => {
+                        halt.token.cancel();
+                        false
+                    }
                     // the round pauses and is retried
-                    Err(Some(e)) => halt.pause(format!("cannot persist the round's progress: {e}")),
-                    Err(None) => {}
+                    Err(Some(e)) => {
+                        halt.pause(format!("cannot persist the round's progress: {e}"));
+                        false
+                    }
+                    Err(None) => {
+                        halt.pause("cannot encode the round's progress".into());
+                        false
+                    }
                 }
             });
             fut
@@ -263,6 +276,8 @@ impl Node {
         };
         let outcome = match result {
             Ok(o) => o,
+            // the halt says why (a lost lease, or a pause that is retried)
+            Err(RoundError::NotPersisted) => return Err(halt.step()),
             Err(e) => {
                 if let RoundError::QuorumNotMet(stage) = &e {
                     transcript.resolve = Some((**stage).clone());
