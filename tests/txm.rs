@@ -422,6 +422,63 @@ async fn a_nonce_used_behind_the_nodes_back_is_recovered_with_a_fresh_nonce() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nonce_used_elsewhere_is_lost_only_once_that_is_as_deep_as_a_receipt_must_be() {
+    let s = three_workers().await;
+    let dir = tmpdir("nonce-elsewhere-deep");
+    let wf = workflow_file(&dir, |t| t);
+    let market = s.dev.contracts.market;
+    let resolver = s.dev.accounts[0];
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    let before = crash_at(&s, &dir, &wf, "signed").await;
+    // the same key sends a transfer elsewhere: it takes the reserved nonce, in the newest
+    // block
+    let transfer = alloy::rpc::types::TransactionRequest::default()
+        .from(resolver)
+        .to(s.dev.accounts[5])
+        .value(U256::from(1u64));
+    let receipt = s
+        .dev
+        .provider
+        .send_transaction(transfer)
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    assert!(receipt.status());
+    let mut child = node_process_with(
+        &s,
+        &dir,
+        &wf,
+        None,
+        &[("CRESOLVER__CHAIN__CONFIRMATIONS", "2")],
+    );
+    // no block on top of the transfer for longer than the lost grace (2 s): it could
+    // still be reorged out and the node's own attempt in, so the nonce stays pending
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let h = Store::open(&dir.join("data"))
+        .unwrap()
+        .tx_history(market, s.market_id)
+        .unwrap();
+    let states: Vec<_> = h.iter().map(|(n, _)| (n.nonce, n.state)).collect();
+    assert_eq!(h.len(), 1, "no fresh nonce yet: {states:?}");
+    assert_eq!(h[0].0.state, NonceState::Pending);
+    // blocks on top: the transfer is two deep, the nonce lost, a fresh one resolves
+    let _miner = Miner::start(&s, Duration::from_millis(250));
+    let st = wait_final_in(&dir, market, s.market_id).await;
+    child.kill().await.unwrap();
+    assert_eq!(st, RoundState::Confirmed);
+    assert_eq!(resolved_events(&s).await.len(), 1);
+    assert_eq!(nonce(&s, resolver).await, before + 2);
+    let h = Store::open(&dir.join("data"))
+        .unwrap()
+        .tx_history(market, s.market_id)
+        .unwrap();
+    assert_eq!(h[0].0.state, NonceState::Lost);
+    assert_eq!(h[1].0.state, NonceState::Mined);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resolution_reorged_away_before_it_is_deep_enough_is_resubmitted() {
     let s = three_workers().await;
     let dir = tmpdir("reorg");

@@ -64,10 +64,12 @@ impl Node {
                     }
                     cresolver_submit::txm::Foreign::Lost => {}
                     cresolver_submit::txm::Foreign::Pending => {
-                        let age = cresolver_store::now().saturating_sub(n.created_at);
+                        // since it was reserved, or reopened by the finality watch
+                        let age =
+                            cresolver_store::now().saturating_sub(n.created_at.max(n.updated_at));
                         if age < self.foreign_wait().as_secs() {
                             return Err(Step::Transient(format!(
-                                "waiting for the resolution that key {} signed at nonce {} (re-broadcast), {age} s after it was reserved",
+                                "waiting for the resolution that key {} signed at nonce {} (re-broadcast), {age} s after it was reserved or reopened",
                                 key.signer, n.nonce
                             )));
                         }

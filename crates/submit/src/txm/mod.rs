@@ -540,11 +540,17 @@ impl TxManager {
                         let _ = self.broadcast(&rec.payload, a, head.number).await?;
                     }
                 }
-                // Not mined: has the chain used the nonce for something else?
+                // Not mined: has the chain used the nonce for something else? Read as
+                // deep as a receipt must be to close the nonce: a transaction of another
+                // process in a newer block can still be reorged out, and ours back in.
+                let deep = match need {
+                    0 => BlockNumberOrTag::Latest,
+                    n => BlockNumberOrTag::Number(head.number.saturating_sub(n)),
+                };
                 let mined_count = self
                     .provider
                     .get_transaction_count(self.key.signer)
-                    .latest()
+                    .block_id(deep.into())
                     .await
                     .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))?;
                 if mined_count > nonce {
