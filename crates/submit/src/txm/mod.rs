@@ -15,6 +15,7 @@
 //! outcome.
 
 mod backlog;
+mod chain;
 pub mod fees;
 mod foreign;
 
@@ -24,9 +25,7 @@ use alloy::primitives::{Address, B256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
 use cresolver_metrics::Metrics;
-use cresolver_store::{
-    AttemptRecord, KeyRef, MinedAt, NonceState, RoundStore, StoreError, TxPayload,
-};
+use cresolver_store::{AttemptRecord, KeyRef, NonceState, RoundStore, StoreError, TxPayload};
 use fees::{Bump, BumpReason, FeePolicy, Fees};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -429,26 +428,6 @@ impl TxManager {
         Ok(h)
     }
 
-    async fn receipt(&self, tx: B256) -> Result<Option<TransactionReceipt>, TxError> {
-        self.provider
-            .get_transaction_receipt(tx)
-            .await
-            .map_err(|e| TxError::Rpc(format!("eth_getTransactionReceipt: {e}")))
-    }
-
-    /// The newest receipt among the attempts.
-    async fn mined_attempt(
-        &self,
-        attempts: &[AttemptRecord],
-    ) -> Result<Option<(AttemptRecord, TransactionReceipt)>, TxError> {
-        for a in attempts.iter().rev() {
-            if let Some(r) = self.receipt(a.tx_hash).await? {
-                return Ok(Some((a.clone(), r)));
-            }
-        }
-        Ok(None)
-    }
-
     /// Follows a reserved nonce until one of our attempts is mined deep enough on the
     /// canonical chain, or the chain used the nonce otherwise; replaces, re-broadcasts
     /// and re-signs along the way. Returns [`TxError::Stuck`] after `wait_bound`.
@@ -669,77 +648,10 @@ impl TxManager {
         }
     }
 
-    /// When receipt `r` of attempt `tx` (in block `block`) is on the canonical chain,
-    /// closes `key`'s `nonce` as mined there and says so; `false` when the block changed
-    /// under it (look again at the next head). `known`: a canonical block's number and
-    /// hash read along with the receipt (no second read when it is the receipt's block).
-    async fn close_if_canonical(
-        &self,
-        key: KeyRef,
-        nonce: u64,
-        tx: B256,
-        block: u64,
-        r: &TransactionReceipt,
-        known: Option<(u64, B256)>,
-    ) -> Result<bool, TxError> {
-        let canonical = match known {
-            Some((n, hash)) if n == block => Some(hash),
-            _ => self
-                .provider
-                .get_block_by_number(block.into())
-                .await
-                .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
-                .map(|b| b.header.hash),
-        };
-        let Some(block_hash) = canonical.filter(|h| Some(*h) == r.block_hash) else {
-            return Ok(false);
-        };
-        self.store
-            .finish_nonce(
-                key,
-                nonce,
-                NonceState::Mined,
-                Some(MinedAt {
-                    tx,
-                    block,
-                    block_hash,
-                }),
-                None,
-            )
-            .await?;
-        crash_point("mined");
-        Ok(true)
-    }
-
-    /// The canonical chain's newest block: its number and hash.
-    async fn latest_block(&self) -> Result<Option<(u64, B256)>, TxError> {
-        Ok(self
-            .provider
-            .get_block_by_number(BlockNumberOrTag::Latest)
-            .await
-            .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
-            .map(|b| (b.header.number, b.header.hash)))
-    }
-
     /// How long "the chain's count passed our nonce and none of our attempts is mined"
     /// must hold before the nonce is declared lost.
     fn lost_grace(&self) -> Duration {
         (self.cfg.poll_interval * 5).max(Duration::from_secs(2))
-    }
-
-    /// Whether a node knows any attempt as included in a block (even without a receipt).
-    async fn any_attempt_in_a_block(&self, attempts: &[AttemptRecord]) -> Result<bool, TxError> {
-        for a in attempts.iter().rev() {
-            let tx = self
-                .provider
-                .get_transaction_by_hash(a.tx_hash)
-                .await
-                .map_err(|e| TxError::Rpc(format!("eth_getTransactionByHash: {e}")))?;
-            if tx.is_some_and(|t| t.block_number.is_some()) {
-                return Ok(true);
-            }
-        }
-        Ok(false)
     }
 
     /// Sleeps one poll interval or until a new head, or fails with [`TxError::Stuck`]
