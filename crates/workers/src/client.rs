@@ -243,10 +243,13 @@ impl StageClient {
     }
 
     /// A reqwest client suitable for worker calls: no redirects (a redirect could point
-    /// a worker call at an internal address), a connect timeout, an identifying agent.
+    /// a worker call at an internal address), no proxy from the environment (it would
+    /// resolve the worker's host past the address check), a connect timeout, an
+    /// identifying agent.
     pub fn default_http() -> reqwest::Client {
         reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             .connect_timeout(Duration::from_secs(5))
             .user_agent(concat!("cresolver/", env!("CARGO_PKG_VERSION")))
             .build()

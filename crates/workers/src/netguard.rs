@@ -114,10 +114,13 @@ impl NetPolicy {
     }
 
     /// A reqwest client for such calls: the policy applied at every connection, no
-    /// redirects followed, a connect timeout.
+    /// redirects followed, a connect timeout, and no proxy from the environment
+    /// (`HTTP(S)_PROXY`, `ALL_PROXY`): a proxy would resolve the worker's host itself,
+    /// past this check.
     pub fn http_client(&self) -> reqwest::Client {
         reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             .connect_timeout(Duration::from_secs(5))
             .user_agent(concat!("cresolver/", env!("CARGO_PKG_VERSION")))
             .dns_resolver(GuardedResolver(self.clone()))

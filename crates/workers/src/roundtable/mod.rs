@@ -98,25 +98,23 @@ impl RoundTableProtocol {
         let reply = client.post_json_with(url, body, headers).await?;
         let mut value = parse_json(&reply.body)?;
         let nulls = strip_nulls(&mut value);
-        let mut injections = Vec::new();
-        scan_injections(&value, &mut String::new(), &mut injections);
-        let injections: Vec<String> = injections
+        let mut found = Injections::default();
+        scan_injections(&value, &mut String::new(), &mut found);
+        let injections: Vec<String> = found
+            .kept
             .iter()
-            .take(MAX_INJECTION_NOTES)
             .map(|(field, phrase)| {
                 tracing::warn!(path, field = %field, phrase, "prompt-injection-like text in a round-table reply");
                 format!(
                     "possible prompt injection in /{path} `{field}` ({phrase:?}); kept as data, not followed"
                 )
             })
-            .chain(
-                (injections.len() > MAX_INJECTION_NOTES).then(|| {
-                    format!(
-                        "{} more prompt-injection-like passages in /{path}",
-                        injections.len() - MAX_INJECTION_NOTES
-                    )
-                }),
-            )
+            .chain((found.more > 0).then(|| {
+                format!(
+                    "{} more prompt-injection-like passages in /{path}",
+                    found.more
+                )
+            }))
             .collect();
         let mut notes = injections;
         notes.extend(withheld);
@@ -256,19 +254,34 @@ fn strip_nulls(v: &mut Value) -> usize {
     }
 }
 
-/// Collects `(field path, phrase)` for every string holding an injection-like phrase.
-fn scan_injections(v: &Value, path: &mut String, out: &mut Vec<(String, String)>) {
+/// The injection-like strings of a reply: the first [`MAX_INJECTION_NOTES`] with their
+/// field path, and how many more (a hostile reply full of them costs no more memory).
+#[derive(Default)]
+struct Injections {
+    kept: Vec<(String, String)>,
+    more: usize,
+}
+
+/// The longest field path kept in a note (deeper paths end in `…`).
+const MAX_FIELD_PATH: usize = 200;
+
+/// Collects `(field path, phrase)` for the strings holding an injection-like phrase.
+fn scan_injections(v: &Value, path: &mut String, out: &mut Injections) {
     match v {
         Value::String(s) => {
             // the one list of instruction-like patterns (cresolver_core::untrusted)
             if let Some(flag) = cresolver_core::untrusted::instruction_like(s) {
-                out.push((path.clone(), flag.describe()));
+                if out.kept.len() < MAX_INJECTION_NOTES {
+                    out.kept.push((path.clone(), flag.describe()));
+                } else {
+                    out.more += 1;
+                }
             }
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
                 let len = path.len();
-                path.push_str(&format!("[{i}]"));
+                push_segment(path, &format!("[{i}]"));
                 scan_injections(item, path, out);
                 path.truncate(len);
             }
@@ -277,15 +290,26 @@ fn scan_injections(v: &Value, path: &mut String, out: &mut Vec<(String, String)>
             for (k, item) in map {
                 let len = path.len();
                 if !path.is_empty() {
-                    path.push('.');
+                    push_segment(path, ".");
                 }
-                path.push_str(&excerpt(k, 40));
+                push_segment(path, &excerpt(k, 40));
                 scan_injections(item, path, out);
                 path.truncate(len);
             }
         }
         _ => {}
     }
+}
+
+/// Appends to a field path up to [`MAX_FIELD_PATH`] bytes, then one `…`.
+fn push_segment(path: &mut String, segment: &str) {
+    if path.len() >= MAX_FIELD_PATH {
+        if !path.ends_with('…') {
+            path.push('…');
+        }
+        return;
+    }
+    path.push_str(segment);
 }
 
 mod reply;
