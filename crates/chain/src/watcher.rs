@@ -224,7 +224,7 @@ impl Watcher {
         };
         let from = match checkpoint {
             Some((n, hash, now)) => match now {
-                Some(h) if h == hash => n + 1,
+                Some(h) if h == hash => n.saturating_add(1),
                 other => {
                     let back = n
                         .saturating_sub(self.cfg.reorg_window)
@@ -269,7 +269,9 @@ impl Watcher {
             })?;
             self.sink.set_checkpoint(&key, to, hash).await?;
             report.to = Some(to);
-            from = to + 1;
+            // (a head of u64::MAX from a hostile endpoint ends the pass, not the process)
+            let Some(next) = to.checked_add(1) else { break };
+            from = next;
         }
         report.range = self.scanner.range();
         Ok(report)
