@@ -441,6 +441,7 @@ impl Node {
     /// The drive stops at once when the lease is lost (a renewal refused, or not renewed
     /// within the lease: the node then cannot know it still holds it).
     async fn drive_leased(&self, market: Address, market_id: U256, how: Claim) -> Result<(), Step> {
+        let claimed_at = Instant::now();
         let lease = match self
             .store
             .claim(market, market_id, how == Claim::Direct)
@@ -466,6 +467,7 @@ impl Node {
                 self.store.clone(),
                 market,
                 market_id,
+                claimed_at,
                 halt.token.clone(),
             )))
         });
@@ -659,15 +661,24 @@ async fn renew_lease(
     store: Arc<dyn RoundStore>,
     market: Address,
     market_id: U256,
+    claimed_at: Instant,
     lost: tokio_util::sync::CancellationToken,
 ) {
     let lease = store.lease_duration();
     let every = lease / 3;
-    let mut last_ok = Instant::now();
+    // The drive stops at two thirds of a lease after the last renewal that succeeded,
+    // counted from when it was *sent* (the database set the expiry after that) and
+    // checked on time, not only after the next attempt returns.
+    let mut deadline = claimed_at + lease * 2 / 3;
     loop {
-        tokio::time::sleep(every).await;
-        match tokio::time::timeout(every, store.renew(market, market_id)).await {
-            Ok(Ok(true)) => last_ok = Instant::now(),
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep_until(deadline.into()) => {}
+        }
+        let sent = Instant::now();
+        let budget = deadline.saturating_duration_since(sent).min(every);
+        match tokio::time::timeout(budget, store.renew(market, market_id)).await {
+            Ok(Ok(true)) => deadline = sent + lease * 2 / 3,
             Ok(Ok(false)) => {
                 tracing::warn!(market_id = %market_id, "lease renewal refused: another node holds the round");
                 lost.cancel();
@@ -680,7 +691,7 @@ async fn renew_lease(
                 tracing::warn!(market_id = %market_id, "renewing the round's lease timed out")
             }
         }
-        if last_ok.elapsed() >= lease * 2 / 3 {
+        if Instant::now() >= deadline {
             tracing::warn!(market_id = %market_id, "the lease could not be renewed in time: stopping the round before it expires");
             lost.cancel();
             return;

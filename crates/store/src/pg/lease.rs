@@ -161,11 +161,16 @@ impl PgStore {
         let Some(term) = self.term_of(market, market_id) else {
             return Ok(false);
         };
+        // held at this term, with a sixth of the lease still to run by the database's
+        // clock: a lease about to expire (its renewals late) sends nothing, since
+        // another node may claim the round while the broadcast is under way
+        let margin = (self.lease.as_millis() / 6) as i64;
         let client = self.client().await?;
         let row = client
             .query_opt(
-                &client.prepare_cached("SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4").await.map_err(pg_err)?,
-                &[&market.to_string(), &market_id.to_string(), &self.node, &term],
+                &client.prepare_cached(&format!("SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4
+                     AND lease_until > {NOW_MS} + $5")).await.map_err(pg_err)?,
+                &[&market.to_string(), &market_id.to_string(), &self.node, &term, &margin],
             )
             .await
             .map_err(pg_err)?;
