@@ -74,7 +74,15 @@ impl Credential {
             .port_or_known_default()
             .map(|p| format!("{host}:{p}"))
             .unwrap_or_else(|| host.clone());
-        if self.hosts.iter().any(|h| *h == host || *h == with_port) {
+        // A bare `host` entry takes `https` only (a worker that registered `http://` on
+        // a listed host would have the secret cross the network in clear), but on
+        // loopback; a `host:port` entry is the operator's own choice of that port.
+        let tls = url.scheme() == "https" || is_loopback(&host);
+        if self
+            .hosts
+            .iter()
+            .any(|h| *h == with_port || (*h == host && tls))
+        {
             Grant::Send(secret.expose_secret())
         } else {
             Grant::Withheld(format!(
@@ -83,6 +91,16 @@ impl Credential {
             ))
         }
     }
+}
+
+/// Whether a URL host names this machine's loopback (traffic that never leaves it).
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -114,6 +132,15 @@ mod tests {
         );
         assert!(matches!(
             c.for_url(&url("https://api.factagora.example.evil.example/")),
+            Grant::Withheld(_)
+        ));
+        // a listed host over plain http, on a port the worker chose: not in clear
+        assert!(matches!(
+            c.for_url(&url("http://api.factagora.example:8080/hook")),
+            Grant::Withheld(_)
+        ));
+        assert!(matches!(
+            c.for_url(&url("http://api.factagora.example/hook")),
             Grant::Withheld(_)
         ));
         assert!(!format!("{c:?}").contains("s3cret"));
