@@ -98,4 +98,23 @@ impl TxManager {
         }
         Ok(false)
     }
+
+    /// The key's count of mined transactions as deep as a receipt must be to close a
+    /// nonce (`confirmations` below `head`): a transaction of another process in a newer
+    /// block can still be reorged out, and ours back in.
+    pub(super) async fn deep_count(
+        &self,
+        signer: alloy::primitives::Address,
+        head: u64,
+    ) -> Result<u64, TxError> {
+        let deep = match self.cfg.confirmations {
+            0 => BlockNumberOrTag::Latest,
+            n => BlockNumberOrTag::Number(head.saturating_sub(n)),
+        };
+        self.provider
+            .get_transaction_count(signer)
+            .block_id(deep.into())
+            .await
+            .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))
+    }
 }

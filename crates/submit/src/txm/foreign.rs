@@ -29,12 +29,7 @@ impl TxManager {
             }
             return Ok(Foreign::Mined(Box::new(r)));
         }
-        let mined_count = self
-            .provider
-            .get_transaction_count(key.signer)
-            .latest()
-            .await
-            .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))?;
+        let mined_count = self.deep_count(key.signer, head.number).await?;
         if mined_count > rec.nonce {
             if self.any_attempt_in_a_block(&attempts).await? {
                 return Ok(Foreign::Pending);

@@ -519,19 +519,8 @@ impl TxManager {
                         let _ = self.broadcast(&rec.payload, a, head.number).await?;
                     }
                 }
-                // Not mined: has the chain used the nonce for something else? Read as
-                // deep as a receipt must be to close the nonce: a transaction of another
-                // process in a newer block can still be reorged out, and ours back in.
-                let deep = match need {
-                    0 => BlockNumberOrTag::Latest,
-                    n => BlockNumberOrTag::Number(head.number.saturating_sub(n)),
-                };
-                let mined_count = self
-                    .provider
-                    .get_transaction_count(self.key.signer)
-                    .block_id(deep.into())
-                    .await
-                    .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))?;
+                // Not mined: has the chain used the nonce for something else?
+                let mined_count = self.deep_count(self.key.signer, head.number).await?;
                 if mined_count > nonce {
                     // One of ours may have been mined between the two reads, or its
                     // receipt may not be indexed yet (a node updates the account's
