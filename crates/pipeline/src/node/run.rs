@@ -48,7 +48,9 @@ impl Node {
                 continue;
             }
             let markets: Vec<Address> = self.pipelines.iter().map(|p| p.market).collect();
-            let ids = match self.store.claimable(&markets, room).await {
+            // (the listing includes the rounds this node holds, running ones among
+            // them: asked for room + busy, it still holds room others)
+            let ids = match self.store.claimable(&markets, room + busy).await {
                 Ok(ids) => {
                     if failing {
                         tracing::info!("the shared store answers again");
@@ -64,6 +66,7 @@ impl Node {
                     continue;
                 }
             };
+            let mut sent = 0;
             for (market, market_id) in ids {
                 let running = self
                     .in_flight
@@ -73,9 +76,13 @@ impl Node {
                 if running {
                     continue;
                 }
+                if sent == room {
+                    break;
+                }
                 if tx.send((market, market_id)).await.is_err() {
                     return;
                 }
+                sent += 1;
             }
         }
     }
