@@ -3,7 +3,8 @@
 //! before any signature is checked, a message that does not open (not signed by the
 //! member it names, another DON, a forged observation) gets 403 and changes nothing,
 //! a member over its own rate gets 429, and a message already taken in (a replay) is
-//! answered at once without any check or charge. At most 64 messages are read at once.
+//! answered at once without any check or charge. At most 64 messages are read at once,
+//! 8 from one source (an IPv4 address or an IPv6 /64), each within 5 s.
 
 use crate::member::Don;
 use crate::wire::{self, MAX_MESSAGE_BYTES, PATH, SIGNATURE_HEADER};
@@ -24,8 +25,61 @@ const PER_SOURCE_PER_SEC: f64 = 200.0;
 const PER_MEMBER_PER_SEC: f64 = 100.0;
 /// Messages read at once (others wait for a slot): bounds the memory of slow senders.
 const MAX_CONCURRENT: usize = 64;
+/// Messages one source address reads at once (more get 429): one slow sender cannot
+/// hold every slot.
+const MAX_PER_SOURCE: usize = 8;
 /// How long reading one message may take.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The source a request is counted against: its IPv4 address, or its IPv6 /64 (one
+/// host is given a whole /64).
+fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut o = v6.octets();
+                o[8..].fill(0);
+                IpAddr::V6(std::net::Ipv6Addr::from(o))
+            }
+        },
+        v4 => v4,
+    }
+}
+
+/// The messages each source is reading now.
+#[derive(Default)]
+struct Reading(Mutex<HashMap<IpAddr, usize>>);
+
+impl Reading {
+    /// A slot for `src`, released when the guard drops; `None` past [`MAX_PER_SOURCE`].
+    fn enter<'a>(&'a self, src: IpAddr) -> Option<ReadingGuard<'a>> {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(src).or_insert(0);
+        if *n >= MAX_PER_SOURCE {
+            return None;
+        }
+        *n += 1;
+        Some(ReadingGuard { reading: self, src })
+    }
+}
+
+struct ReadingGuard<'a> {
+    reading: &'a Reading,
+    src: IpAddr,
+}
+
+impl Drop for ReadingGuard<'_> {
+    fn drop(&mut self) {
+        let mut m = self.reading.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.src) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.src);
+            }
+        }
+    }
+}
 
 /// Token buckets by key, with a bounded number of keys.
 struct Buckets<K> {
@@ -91,6 +145,7 @@ impl Seen {
 struct ServerState {
     don: Arc<Don>,
     sources: Buckets<IpAddr>,
+    reading: Reading,
     senders: Buckets<Address>,
     seen: Mutex<Seen>,
 }
@@ -100,6 +155,7 @@ pub fn router(don: Arc<Don>) -> Router {
     let state = Arc::new(ServerState {
         don,
         sources: Buckets::new(PER_SOURCE_PER_SEC),
+        reading: Reading::default(),
         senders: Buckets::new(PER_MEMBER_PER_SEC),
         seen: Mutex::new(Seen {
             set: HashSet::new(),
@@ -139,9 +195,16 @@ async fn message(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> (StatusCode, &'static str) {
-    if !s.sources.allow(&peer.ip()) {
+    let src = source_of(peer.ip());
+    if !s.sources.allow(&src) {
         return (StatusCode::TOO_MANY_REQUESTS, "rate limited");
     }
+    let Some(_reading) = s.reading.enter(src) else {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many messages being read",
+        );
+    };
     let body = match tokio::time::timeout(
         READ_TIMEOUT,
         axum::body::to_bytes(request.into_body(), MAX_MESSAGE_BYTES),

@@ -617,4 +617,31 @@ async fn the_member_api_refuses_what_it_must() {
         },
     );
     assert_eq!(send(&net, 0, &proposal, &net.keys[not_leader]).await, 409);
+    // one source holds at most 8 messages being read: 8 that announce a body and never
+    // send it keep their slots, a 9th from that source gets 429, and once they go
+    // (closed) the source is read again
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .expect("host:port")
+        .to_string();
+    let mut slow = Vec::new();
+    for _ in 0..8 {
+        use tokio::io::AsyncWriteExt;
+        let mut c = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connects");
+        let head = format!(
+            "POST {} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{{",
+            wire::PATH
+        );
+        c.write_all(head.as_bytes()).await.expect("writes");
+        slow.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(post(&url, b"{}".to_vec(), None).await, 429);
+    drop(slow);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(post(&url, b"{}".to_vec(), None).await, 403);
 }
