@@ -233,7 +233,15 @@ async fn build_transport(
             let local = parsed
                 .host_str()
                 .is_some_and(|h| h == "localhost" || h == "127.0.0.1" || h == "::1");
-            let http = alloy::transports::http::Http::new(parsed);
+            // no redirect followed and no Referer: a URL that carries the provider's
+            // key (in its path or query) is not handed to wherever a redirect points
+            let client = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .referer(false)
+                .tcp_nodelay(true)
+                .build()
+                .map_err(|e| ConnectError(format!("cannot build the RPC client: {e}")))?;
+            let http = alloy::transports::http::Http::with_client(client, parsed);
             Ok((BoxTransport::new(deadline.layer(http)), local))
         }
         "ws" | "wss" => {
