@@ -20,6 +20,22 @@ use std::time::Duration;
 
 const N: usize = 8;
 
+/// The LLM evaluator's settings for the scripted server at `url` (no retry, no fallback).
+fn llm_config(url: &str) -> LlmConfig {
+    LlmConfig {
+        base_url: url.parse().unwrap(),
+        model: "m".into(),
+        api_key: None,
+        timeout: Duration::from_secs(5),
+        retries: 0,
+        retry_backoff: Duration::from_millis(10),
+        max_tokens: 1000,
+        max_reply_bytes: 64 * 1024,
+        max_prompt_chars: 200_000,
+        fallback: Fallback::Fail,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_rounds_get_different_labels_and_a_recorded_order_rebuilds_the_prompt() {
     let mut slots = Vec::new();
@@ -47,18 +63,7 @@ async fn two_rounds_get_different_labels_and_a_recorded_order_rebuilds_the_promp
         &serde_json::json!({ "workers": entries }).to_string(),
     )])
     .await;
-    let cfg = LlmConfig {
-        base_url: url.parse().unwrap(),
-        model: "m".into(),
-        api_key: None,
-        timeout: Duration::from_secs(5),
-        retries: 0,
-        retry_backoff: Duration::from_millis(10),
-        max_tokens: 1000,
-        max_reply_bytes: 64 * 1024,
-        max_prompt_chars: 200_000,
-        fallback: Fallback::Fail,
-    };
+    let cfg = llm_config(&url);
     let evaluator = LlmEvaluator::new(cfg, cresolver_workers::StageClient::default_http());
     let engine = Engine::with_evaluator(
         Workflow::default_named("labels"),
@@ -131,18 +136,7 @@ async fn a_round_whose_progress_is_not_stored_stops_before_the_evaluator() {
         ));
     }
     let (url, llm) = llm_server(vec![]).await;
-    let cfg = LlmConfig {
-        base_url: url.parse().unwrap(),
-        model: "m".into(),
-        api_key: None,
-        timeout: Duration::from_secs(5),
-        retries: 0,
-        retry_backoff: Duration::from_millis(10),
-        max_tokens: 1000,
-        max_reply_bytes: 64 * 1024,
-        max_prompt_chars: 200_000,
-        fallback: Fallback::Fail,
-    };
+    let cfg = llm_config(&url);
     let engine = Engine::with_evaluator(
         Workflow::default_named("persist"),
         cresolver_workers::StageClient::default_http(),

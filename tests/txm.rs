@@ -370,6 +370,24 @@ async fn killed_after_persisting_a_replacement_then_restarted_resolves_once() {
     assert!(mined_attempt(&h).seq >= 1, "a replacement was mined");
 }
 
+/// `from` (an unlocked dev account) sends 1 wei elsewhere, mined: it takes its next nonce.
+async fn transfer_elsewhere(s: &MarketSetup, from: Address) {
+    let transfer = alloy::rpc::types::TransactionRequest::default()
+        .from(from)
+        .to(s.dev.accounts[5])
+        .value(U256::from(1u64));
+    let receipt = s
+        .dev
+        .provider
+        .send_transaction(transfer)
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    assert!(receipt.status());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nonce_used_behind_the_nodes_back_is_recovered_with_a_fresh_nonce() {
     let s = three_workers().await;
@@ -388,20 +406,7 @@ async fn a_nonce_used_behind_the_nodes_back_is_recovered_with_a_fresh_nonce() {
         .nonce;
     assert_eq!(reserved, before);
     // the same key sends a transfer elsewhere: it takes that nonce
-    let transfer = alloy::rpc::types::TransactionRequest::default()
-        .from(resolver)
-        .to(s.dev.accounts[5])
-        .value(U256::from(1u64));
-    let receipt = s
-        .dev
-        .provider
-        .send_transaction(transfer)
-        .await
-        .unwrap()
-        .get_receipt()
-        .await
-        .unwrap();
-    assert!(receipt.status());
+    transfer_elsewhere(&s, resolver).await;
     assert_eq!(nonce(&s, resolver).await, before + 1);
 
     let mut child = node_process(&s, &dir, &wf, None);
@@ -432,20 +437,7 @@ async fn a_nonce_used_elsewhere_is_lost_only_once_that_is_as_deep_as_a_receipt_m
     let before = crash_at(&s, &dir, &wf, "signed").await;
     // the same key sends a transfer elsewhere: it takes the reserved nonce, in the newest
     // block
-    let transfer = alloy::rpc::types::TransactionRequest::default()
-        .from(resolver)
-        .to(s.dev.accounts[5])
-        .value(U256::from(1u64));
-    let receipt = s
-        .dev
-        .provider
-        .send_transaction(transfer)
-        .await
-        .unwrap()
-        .get_receipt()
-        .await
-        .unwrap();
-    assert!(receipt.status());
+    transfer_elsewhere(&s, resolver).await;
     let mut child = node_process_with(
         &s,
         &dir,
