@@ -430,7 +430,13 @@ fn ipfs_url(uri: &str, gateway: &Url) -> Result<Url, DiscardReason> {
             p.push(&seg);
         }
     }
-    url.set_query(query);
+    // the gateway's own query (an access key) is kept; the URI's goes after it
+    let merged = match (gateway.query(), query) {
+        (Some(g), Some(q)) => Some(format!("{g}&{q}")),
+        (Some(g), None) => Some(g.to_string()),
+        (None, q) => q.map(str::to_string),
+    };
+    url.set_query(merged.as_deref());
     Ok(url)
 }
 
@@ -444,9 +450,12 @@ async fn fetch_http(
         "https" => {}
         "http" if cfg.allow_private_endpoints => {}
         "http" => {
+            // (shown without its query: a gateway's access key may be in it)
+            let mut shown = url.clone();
+            shown.set_query(None);
             return Err(fetch_failed(format!(
                 "refusing plain http:// metadata URL {} (https only unless private endpoints are allowed)",
-                shorten(url.as_str())
+                shorten(shown.as_str())
             )));
         }
         other => return Err(fetch_failed(format!("unsupported scheme `{other}`"))),
@@ -458,13 +467,15 @@ async fn fetch_http(
         .await
         .map_err(|detail| fetch_failed(format!("metadata URL refused: {detail}")))?;
     let max = cfg.max_metadata_bytes;
+    // (reqwest's errors are told without their URL: the IPFS gateway's URL is the
+    // operator's, and may carry its access key; the round's transcript is public)
     let fetch = async {
         let mut resp = http
             .get(url.clone())
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await
-            .map_err(|e| fetch_failed(error_chain(&e)))?;
+            .map_err(|e| fetch_failed(error_chain(&e.without_url())))?;
         let status = resp.status();
         if status.is_redirection() {
             return Err(fetch_failed(format!(
@@ -491,7 +502,7 @@ async fn fetch_http(
         while let Some(chunk) = resp
             .chunk()
             .await
-            .map_err(|e| fetch_failed(error_chain(&e)))?
+            .map_err(|e| fetch_failed(error_chain(&e.without_url())))?
         {
             if body.len() + chunk.len() > max {
                 return Err(fetch_failed(format!("larger than {max} bytes")));

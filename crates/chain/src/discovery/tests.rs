@@ -155,6 +155,18 @@ fn ipfs_urls() {
             .as_str(),
         format!("https://gw.example/ipfs/{cid}/agent.json")
     );
+    // a gateway's own query (its access key) is kept, the URI's query after it
+    let keyed = Url::parse("https://gw.example/ipfs/?key=k1").unwrap();
+    assert_eq!(
+        ipfs_url(&format!("ipfs://{cid}"), &keyed).unwrap().as_str(),
+        format!("https://gw.example/ipfs/{cid}?key=k1")
+    );
+    assert_eq!(
+        ipfs_url(&format!("ipfs://{cid}/a.json?v=2"), &keyed)
+            .unwrap()
+            .as_str(),
+        format!("https://gw.example/ipfs/{cid}/a.json?key=k1&v=2")
+    );
     let no_slash = Url::parse("https://gw.example/ipfs").unwrap();
     assert_eq!(
         ipfs_url(&format!("ipfs://{cid}/a"), &no_slash)
