@@ -617,8 +617,8 @@ async fn the_member_api_refuses_what_it_must() {
         },
     );
     assert_eq!(send(&net, 0, &proposal, &net.keys[not_leader]).await, 409);
-    // one source holds at most 8 messages being read: 8 that announce a body and never
-    // send it keep their slots, a 9th from that source gets 429, and once they go
+    // one source sends at most 16 bodies at once: 16 that announce a body and never
+    // send it keep their slots, a 17th from that source gets 429, and once they go
     // (closed) the source is read again
     let addr = url
         .trim_start_matches("http://")
@@ -627,7 +627,7 @@ async fn the_member_api_refuses_what_it_must() {
         .expect("host:port")
         .to_string();
     let mut slow = Vec::new();
-    for _ in 0..8 {
+    for _ in 0..16 {
         use tokio::io::AsyncWriteExt;
         let mut c = tokio::net::TcpStream::connect(&addr)
             .await

@@ -512,14 +512,20 @@ impl Node {
             .unwrap_or(0)
     }
 
-    /// Drives a round once more, now (it was asked for while its drive was ending).
+    /// Drives a round once more, now, if it is not final (it was asked for while its
+    /// drive was ending: a new request may have reopened it). A final one is left alone,
+    /// so that it is not counted or logged as finished twice.
     fn drive_again(self: &Arc<Self>, market: Address, market_id: U256) {
         if self.cancel.is_cancelled() {
             return;
         }
         let node = self.clone();
         self.tracker.spawn(async move {
-            let _ = node.run_round(market, market_id).await;
+            if let Ok(Some(rec)) = node.store.get(market, market_id).await
+                && !rec.state.is_final()
+            {
+                let _ = node.run_round(market, market_id).await;
+            }
         });
     }
 
