@@ -603,8 +603,6 @@ impl Don {
         self.metrics.don_event("observation_received", "own");
         slot.book().observations.insert(self.address(), own.clone());
         let mut attempt = self.persist.attempt(&exec)?;
-        // attempts this call waited out (a jump to a later leader's proposal is not one)
-        let mut tried = 0u32;
         let announce = |attempt: u32| {
             self.broadcast(self.envelope(
                 &job,
@@ -725,13 +723,9 @@ impl Don {
                 });
             }
             if Instant::now() >= deadline {
+                // (the max_attempts-th timeout comes no sooner than `give_up`, which
+                // ends the call above)
                 attempt = attempt.saturating_add(1);
-                tried += 1;
-                if tried >= self.cfg.max_attempts {
-                    return Err(AgreeError::Stalled {
-                        attempts: self.cfg.max_attempts,
-                    });
-                }
                 self.persist.set_attempt(&exec, attempt)?;
                 self.metrics.don_event("leader_change", "timeout");
                 tracing::info!(execution_id = %exec, attempt, leader = %leader_of(&self.members, &exec, attempt), "no agreement in time: the next member leads");
