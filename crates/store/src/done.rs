@@ -123,7 +123,8 @@ impl Store {
     /// The value stored under `key`, storing `candidate` first when there is none: the
     /// first writer wins, every later call (another process, another node) reads it.
     pub fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
-        self.in_tx(|tx| {
+        // on disk before anyone acts on the value
+        self.in_durable_tx(|tx| {
             tx.prepare_cached(sql::SETTING_INIT)?
                 .execute(params![key, candidate])?;
             Ok(tx

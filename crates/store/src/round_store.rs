@@ -1,7 +1,7 @@
 //! The store as the node's async code uses it: the [`RoundStore`] trait, so that a
 //! PostgreSQL implementation can stand behind the same calls, and [`SqliteStore`], the
-//! embedded SQLite store ([`Store`], synchronous, `synchronous=FULL`) with every call run
-//! on tokio's blocking pool, so a durable write never stalls an async worker thread.
+//! embedded SQLite store ([`Store`], synchronous, WAL) with every call run on tokio's
+//! blocking pool, so a write never stalls an async worker thread.
 
 use super::{
     AttemptRecord, KeyRef, Lease, LogRef, MinedAt, NonceRecord, NonceState, PastAttempt,
@@ -12,7 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Every store operation the node, the watcher, the transaction manager and the API use.
-/// Writes are durable when the call returns.
+/// A write survives the process's crash when the call returns. A signed attempt
+/// ([`Self::add_attempt`], before its broadcast), a manual request and a node setting
+/// also survive a power loss, and so does every write before them; a power loss can
+/// take back later writes only, which puts a round back at a step it does again (on
+/// SQLite; PostgreSQL commits every write to disk).
 #[async_trait::async_trait]
 pub trait RoundStore: Send + Sync + 'static {
     /// Records a trigger log and decides whether it starts a round. Idempotent. A done

@@ -6,7 +6,11 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 use std::sync::Mutex;
 
-/// The store. Cheap operations behind a mutex; every write is durable when it returns.
+/// The store. Cheap operations behind a mutex. Every write survives the process's crash
+/// when it returns; the ones made with [`Store::in_durable_tx`] (a signed transaction
+/// before its broadcast, a manual request, a node setting) are on disk, and with them
+/// every write before them. A power loss can take back only the writes since the last
+/// of those: the round is then at an earlier step and does it again.
 pub struct Store {
     pub(crate) conn: Mutex<Connection>,
 }
@@ -40,6 +44,9 @@ CREATE TABLE IF NOT EXISTS round_attempts (
     ended_at INTEGER NOT NULL, PRIMARY KEY (market, market_id, attempt));
 ";
 
+const SET_CHECKPOINT: &str = "INSERT INTO checkpoints (key, block_number, block_hash) VALUES (?1, ?2, ?3)
+     ON CONFLICT(key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash";
+
 /// The states where a round's drive is over, as SQL (both backends).
 pub(crate) const DONE_SQL: &str = "('confirmed', 'finalized', 'failed', 'skipped')";
 
@@ -53,7 +60,10 @@ const SQLITE_VERSION: i64 = 3;
 /// adds the lease columns (holder, term, lease_until) to `rounds`; version 3 the mined
 /// block's hash to `tx_nonces` (the finality watch) and `round_attempts`.
 fn migrate(conn: &Connection) -> Result<(), StoreError> {
-    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")?;
+    // Commits survive the process's crash at once (they are in the WAL file); the
+    // writes that must survive a power loss before what follows them take
+    // `in_durable_tx`, whose fsync of the WAL puts every earlier commit on disk too.
+    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")?;
     // every statement is compiled once per connection (`prepare_cached`): room for all
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     // one writer at a time: two processes opening the same file at once (a node and the
@@ -141,6 +151,28 @@ impl Store {
         Ok(out)
     }
 
+    /// [`Self::in_tx`] committed with `synchronous = FULL`: the WAL is synced, so this
+    /// transaction and every one committed before it are on disk when it returns. For a
+    /// write that must not be lost once what follows it happens (a broadcast, a reply).
+    pub(crate) fn in_durable_tx<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        conn.execute_batch("PRAGMA synchronous = FULL")?;
+        let out = (|| -> Result<T, StoreError> {
+            let tx = conn.transaction()?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        // back to the connection's setting whatever happened
+        let reset = conn.execute_batch("PRAGMA synchronous = NORMAL");
+        let out = out?;
+        reset?;
+        Ok(out)
+    }
+
     pub(crate) fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite inconsistent (each statement
         // is atomic), so a poisoned lock is safe to reuse.
@@ -222,7 +254,10 @@ impl Store {
         workflow: &str,
         unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
-        self.in_tx(|tx| upsert_round(tx, market, market_id, workflow, None, unresolved_on_chain))
+        // the caller answers the operator that it is recorded
+        self.in_durable_tx(|tx| {
+            upsert_round(tx, market, market_id, workflow, None, unresolved_on_chain)
+        })
     }
 
     /// Moves a round to `state` (with an optional reason).
@@ -417,7 +452,15 @@ impl Store {
     /// A write that changes nothing of note (readiness probe): fails when the database
     /// is read-only, full or locked beyond the busy timeout.
     pub fn probe_write(&self) -> Result<(), StoreError> {
-        self.set_checkpoint("health:probe", now(), B256::ZERO)
+        // synced, so that a disk that fails its fsync fails the probe
+        self.in_durable_tx(|tx| {
+            tx.prepare_cached(SET_CHECKPOINT)?.execute(params![
+                "health:probe",
+                now() as i64,
+                B256::ZERO.to_string()
+            ])?;
+            Ok(())
+        })
     }
 
     pub fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
@@ -437,9 +480,9 @@ impl Store {
     }
 
     pub fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
-        self.conn().prepare_cached("INSERT INTO checkpoints (key, block_number, block_hash) VALUES (?1, ?2, ?3)
-             ON CONFLICT(key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash")?.execute(params![key, block as i64, hash.to_string()],
-        )?;
+        self.conn()
+            .prepare_cached(SET_CHECKPOINT)?
+            .execute(params![key, block as i64, hash.to_string()])?;
         Ok(())
     }
 }
@@ -476,7 +519,7 @@ impl Store {
 
 pub(crate) const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, raw_tx, outcome, created_at, updated_at, holder FROM rounds";
 
-fn upsert_round(
+pub(crate) fn upsert_round(
     tx: &rusqlite::Transaction<'_>,
     market: Address,
     market_id: U256,

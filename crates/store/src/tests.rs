@@ -89,3 +89,47 @@ fn persists_across_reopen() {
     assert_eq!(s.unfinished().unwrap().len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn only_the_writes_before_an_effect_are_synced() {
+    // WAL with `synchronous = NORMAL` on the connection: a commit survives the process's
+    // crash; the writes before a broadcast or a reply commit with FULL (the WAL synced)
+    // and put the connection back to NORMAL, also when they fail
+    let dir = std::env::temp_dir().join(format!("cresolver-store-sync-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = Store::open(&dir).unwrap();
+    let level = |s: &Store| -> i64 {
+        s.conn()
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap()
+    };
+    let journal: String = s
+        .conn()
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!((journal.as_str(), level(&s)), ("wal", 1));
+    let inside = s
+        .in_durable_tx(|tx| Ok(tx.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))?))
+        .unwrap();
+    assert_eq!((inside, level(&s)), (2, 1));
+    let failed: Result<(), _> = s.in_durable_tx(|_| Err(StoreError::Corrupt("no".into())));
+    assert!(failed.is_err());
+    assert_eq!(level(&s), 1);
+    // a failed durable write rolled back: nothing of it stays
+    let m = Address::repeat_byte(3);
+    let kept: Result<(), _> = s.in_durable_tx(|tx| {
+        sqlite::upsert_round(tx, m, U256::from(1), "wf", None, false)?;
+        Err(StoreError::Corrupt("after the write".into()))
+    });
+    assert!(kept.is_err());
+    assert!(s.get(m, U256::from(1)).unwrap().is_none());
+    // the durable writes: a manual request, a node setting, the readiness probe
+    s.manual_request(m, U256::from(1), "wf").unwrap();
+    assert_eq!(s.setting_or_init("k", "v").unwrap(), "v");
+    s.probe_write().unwrap();
+    assert_eq!(level(&s), 1);
+    drop(s);
+    let s = Store::open(&dir).unwrap();
+    assert!(s.get(m, U256::from(1)).unwrap().is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -275,8 +275,8 @@ impl Store {
         Ok(nonce)
     }
 
-    /// Stores a signed attempt (before it is broadcast). The round's `submit_tx` points
-    /// at the newest attempt.
+    /// Stores a signed attempt (before it is broadcast), synced to disk. The round's
+    /// `submit_tx` points at the newest attempt.
     pub fn add_attempt(
         &self,
         key: KeyRef,
@@ -284,32 +284,33 @@ impl Store {
         market_id: U256,
         a: &AttemptRecord,
     ) -> Result<(), StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        tx.prepare_cached("INSERT INTO tx_attempts (signer, chain_id, nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")?.execute(params![
-                key.signer.to_string(),
-                key.chain_id as i64,
-                a.nonce as i64,
-                a.seq as i64,
-                a.tx_hash.to_string(),
-                a.raw.as_ref(),
-                a.max_fee_per_gas.to_string(),
-                a.max_priority_fee_per_gas.to_string(),
-                a.gas_limit as i64,
-                a.sent_block.map(|b| b as i64),
-                a.created_at as i64
-            ],
-        )?;
-        tx.prepare_cached("UPDATE rounds SET submit_tx = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2")?.execute(params![
-                market.to_string(),
-                market_id.to_string(),
-                a.tx_hash.to_string(),
-                now() as i64
-            ],
-        )?;
-        tx.commit()?;
-        Ok(())
+        // on disk (with the nonce's reservation before it) before the broadcast: a
+        // power loss must not forget a transaction that may be on the chain
+        self.in_durable_tx(|tx| {
+            tx.prepare_cached("INSERT INTO tx_attempts (signer, chain_id, nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")?.execute(params![
+                    key.signer.to_string(),
+                    key.chain_id as i64,
+                    a.nonce as i64,
+                    a.seq as i64,
+                    a.tx_hash.to_string(),
+                    a.raw.as_ref(),
+                    a.max_fee_per_gas.to_string(),
+                    a.max_priority_fee_per_gas.to_string(),
+                    a.gas_limit as i64,
+                    a.sent_block.map(|b| b as i64),
+                    a.created_at as i64
+                ],
+            )?;
+            tx.prepare_cached("UPDATE rounds SET submit_tx = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2")?.execute(params![
+                    market.to_string(),
+                    market_id.to_string(),
+                    a.tx_hash.to_string(),
+                    now() as i64
+                ],
+            )?;
+            Ok(())
+        })
     }
 
     /// Records the head at which an attempt was first broadcast.
