@@ -70,6 +70,7 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async {
         let mut rows = Vec::new();
         let mut sqlite = 0.0;
+        common::steps::install();
         for nodes in [0usize, 1, 2, 3] {
             let label = if nodes == 0 {
                 "1 node, SQLite".to_string()
@@ -90,7 +91,14 @@ fn main() -> anyhow::Result<()> {
                 };
                 running.push(r);
             }
+            let _ = common::steps::take();
             let secs = burst(&dev, &running, &ids).await?;
+            // where the rounds' time went: each step's median and its sum over the burst
+            let steps: Vec<String> = common::steps::take()
+                .into_iter()
+                .map(|(step, _, median, _, sum)| format!("{step} {median:.1}/{sum:.0}"))
+                .collect();
+            eprintln!("{label}: steps, median/sum ms: {}", steps.join(", "));
             if nodes == 0 {
                 sqlite = secs;
             }

@@ -143,8 +143,12 @@ async fn store_contract(s: &dyn RoundStore) {
             .await
             .unwrap();
     }
-    s.mark_attempt_sent(key, 5, 1, 42).await.unwrap();
-    s.mark_attempt_sent(key, 5, 1, 50).await.unwrap();
+    s.mark_attempt_sent(key, m, U256::from(101), 5, 1, 42)
+        .await
+        .unwrap();
+    s.mark_attempt_sent(key, m, U256::from(101), 5, 1, 50)
+        .await
+        .unwrap();
     let a = s.attempts(key, 5).await.unwrap();
     assert_eq!(a.len(), 3);
     assert_eq!(
@@ -257,7 +261,7 @@ async fn finality_contract(s: &dyn RoundStore) {
     assert!(s.claim(m, id, true).await.unwrap().is_some());
     assert_eq!(s.reserve_nonce(key, 0, &payload(m, 1)).await.unwrap(), 0);
     s.add_attempt(key, m, id, &attempt(0, 0)).await.unwrap();
-    s.mark_attempt_sent(key, 0, 0, 5).await.unwrap();
+    s.mark_attempt_sent(key, m, id, 0, 0, 5).await.unwrap();
     s.set_outcome(m, id, &serde_json::json!({"v": 1}))
         .await
         .unwrap();

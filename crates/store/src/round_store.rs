@@ -137,9 +137,13 @@ pub trait RoundStore: Send + Sync + 'static {
         market_id: U256,
         a: &AttemptRecord,
     ) -> Result<(), StoreError>;
+    /// Records the head at which an attempt (of `market`'s round `market_id`) was first
+    /// broadcast.
     async fn mark_attempt_sent(
         &self,
         key: KeyRef,
+        market: Address,
+        market_id: U256,
         nonce: u64,
         seq: u32,
         block: u64,
@@ -463,6 +467,8 @@ impl RoundStore for SqliteStore {
     async fn mark_attempt_sent(
         &self,
         key: KeyRef,
+        _market: Address,
+        _market_id: U256,
         nonce: u64,
         seq: u32,
         block: u64,

@@ -1,39 +1,11 @@
 //! The fence of every write for a round: this node must hold the round's lease at its
-//! term. A single-statement write carries the fence in its own `WHERE` (one round trip,
-//! prepared once per connection); a multi-statement transaction locks the row first.
+//! term. Each write is one statement that carries the fence in its own `WHERE` on the
+//! round's row (one round trip, prepared once per connection); a write to another table
+//! is made only if that fenced update or lock of the round touched it.
 
 use super::*;
 
 impl PgStore {
-    /// Locks the round's row and checks this node still holds it at its term: the fence
-    /// of every write for a round.
-    pub(super) async fn fence(
-        &self,
-        tx: &Transaction<'_>,
-        market: Address,
-        market_id: U256,
-    ) -> Result<(), StoreError> {
-        let lost = StoreError::LeaseLost(market, market_id);
-        let Some(term) = self.term_of(market, market_id) else {
-            return Err(lost);
-        };
-        let row = tx
-            .query_opt(
-                &tx.prepare_cached("SELECT holder, term FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE").await.map_err(pg_err)?,
-                &[&market.to_string(), &market_id.to_string()],
-            )
-            .await
-            .map_err(pg_err)?
-            .ok_or(StoreError::NoRound(market, market_id))?;
-        let holder: Option<String> = col(&row, 0)?;
-        let t: i64 = col(&row, 1)?;
-        if holder.as_deref() != Some(self.node.as_str()) || t != term {
-            self.forget(market, market_id);
-            return Err(lost);
-        }
-        Ok(())
-    }
-
     /// One fenced write for a round in one round trip: `sql` is an `UPDATE rounds …
     /// WHERE market = $1 AND market_id = $2` (or a statement built on one) to which the
     /// fence `AND holder = $n AND term = $n+1` is appended, so the row lock, the lease
@@ -75,6 +47,26 @@ impl PgStore {
         if touched > 0 {
             return Ok(());
         }
+        drop(client);
+        Err(self.unfenced(market, market_id).await)
+    }
+
+    /// Why a fenced write touched no row: the round is gone (`NoRound`), or this node
+    /// lost its lease (`LeaseLost`, and the term is forgotten). A second read, on that
+    /// path only.
+    pub(super) async fn unfenced(&self, market: Address, market_id: U256) -> StoreError {
+        match self.round_exists(market, market_id).await {
+            Ok(false) => StoreError::NoRound(market, market_id),
+            Ok(true) => {
+                self.forget(market, market_id);
+                StoreError::LeaseLost(market, market_id)
+            }
+            Err(e) => e,
+        }
+    }
+
+    async fn round_exists(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
+        let client = self.client().await?;
         let exists = client
             .query_opt(
                 &client
@@ -86,10 +78,6 @@ impl PgStore {
             .await
             .map_err(pg_err)?
             .is_some();
-        if !exists {
-            return Err(StoreError::NoRound(market, market_id));
-        }
-        self.forget(market, market_id);
-        Err(StoreError::LeaseLost(market, market_id))
+        Ok(exists)
     }
 }

@@ -11,45 +11,43 @@ impl PgStore {
         market_id: U256,
         ignore_backoff: bool,
     ) -> Result<Option<Lease>, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let (m, id) = (market.to_string(), market_id.to_string());
-        let Some(row) = tx
+        let client = self.client().await?;
+        // One statement (one round trip): the row is locked (`old`, which also keeps the
+        // previous holder), then taken when the round is not final and its lease is free:
+        // expired or never set, already ours, or released without a back-off to honour.
+        // A concurrent claim waits for the lock and sees the newer row.
+        let row = client
             .query_opt(
-                &tx.prepare_cached(&format!(
-                    "SELECT holder, state, lease_until IS NULL OR lease_until < {NOW_MS}
-                     FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE"
-                ))
-                .await
-                .map_err(pg_err)?,
-                &[&m, &id],
+                &client
+                    .prepare_cached(&format!(
+                        "WITH old AS (SELECT holder FROM rounds
+                                      WHERE market = $1 AND market_id = $2 FOR UPDATE)
+                         UPDATE rounds r SET holder = $3, last_holder = $3, term = r.term + 1,
+                                lease_until = {NOW_MS} + $4
+                         FROM old
+                         WHERE r.market = $1 AND r.market_id = $2
+                           AND r.state NOT IN {FINAL}
+                           AND (r.lease_until IS NULL OR r.lease_until < {NOW_MS}
+                                OR r.holder = $3 OR (r.holder IS NULL AND $5::BOOLEAN))
+                         RETURNING r.term, old.holder"
+                    ))
+                    .await
+                    .map_err(pg_err)?,
+                &[
+                    &market.to_string(),
+                    &market_id.to_string(),
+                    &self.node,
+                    &(self.lease.as_millis() as i64),
+                    &ignore_backoff,
+                ],
             )
             .await
-            .map_err(pg_err)?
-        else {
+            .map_err(pg_err)?;
+        let Some(row) = row else {
             return Ok(None);
         };
-        let prev: Option<String> = col(&row, 0)?;
-        let state: String = col(&row, 1)?;
-        let expired: bool = col(&row, 2)?;
-        let ours = prev.as_deref() == Some(self.node.as_str());
-        let free = expired || ours || (prev.is_none() && ignore_backoff);
-        if RoundState::from_str(&state)?.is_final() || !free {
-            return Ok(None);
-        }
-        let term: i64 = tx
-            .query_one(
-                &tx.prepare_cached(&format!(
-                    "UPDATE rounds SET holder = $3, last_holder = $3, term = term + 1, lease_until = {NOW_MS} + $4
-                     WHERE market = $1 AND market_id = $2 RETURNING term"
-                )).await.map_err(pg_err)?,
-                &[&m, &id, &self.node, &(self.lease.as_millis() as i64)],
-            )
-            .await
-            .map_err(pg_err)?
-            .try_get(0)
-            .map_err(|e| corrupt("column", e))?;
-        tx.commit().await.map_err(pg_err)?;
+        let term: i64 = col(&row, 0)?;
+        let prev: Option<String> = col(&row, 1)?;
         self.held
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -295,15 +295,11 @@ impl PgStore {
     }
 
     /// The round a reserved nonce belongs to.
-    async fn nonce_round(
-        &self,
-        tx: &Transaction<'_>,
-        key: KeyRef,
-        nonce: u64,
-    ) -> Result<(Address, U256), StoreError> {
-        let row = tx
+    async fn nonce_round(&self, key: KeyRef, nonce: u64) -> Result<(Address, U256), StoreError> {
+        let client = self.client().await?;
+        let row = client
             .query_opt(
-                &tx.prepare_cached("SELECT market, market_id FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3").await.map_err(pg_err)?,
+                &client.prepare_cached("SELECT market, market_id FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3").await.map_err(pg_err)?,
                 &[&key.signer.to_string(), &(key.chain_id as i64), &(nonce as i64)],
             )
             .await
@@ -633,11 +629,14 @@ impl RoundStore for PgStore {
     async fn mark_attempt_sent(
         &self,
         key: KeyRef,
+        market: Address,
+        market_id: U256,
         nonce: u64,
         seq: u32,
         block: u64,
     ) -> Result<(), StoreError> {
-        self.txs_mark_attempt_sent(key, nonce, seq, block).await
+        self.txs_mark_attempt_sent(key, market, market_id, nonce, seq, block)
+            .await
     }
 
     async fn finish_nonce(

@@ -12,61 +12,63 @@ impl PgStore {
         payload: &TxPayload,
     ) -> Result<u64, StoreError> {
         let (signer, chain) = key_params(&key);
+        let (market, market_id) = (payload.market, payload.market_id);
+        let Some(term) = self.term_of(market, market_id) else {
+            return Err(StoreError::LeaseLost(market, market_id));
+        };
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        self.fence(&tx, payload.market, payload.market_id).await?;
         // The key's row lock (the row made on first use): nodes sharing the key
         // reserve one at a time. An upsert that updates locks the row whether it was
         // there or not, waiting for a holder that is inserting it.
-        tx.execute(
-            &tx.prepare_cached(
+        let lock = tx
+            .prepare_cached(
                 "INSERT INTO tx_keys (signer, chain_id) VALUES ($1, $2)
                  ON CONFLICT (signer, chain_id) DO UPDATE SET signer = EXCLUDED.signer",
             )
             .await
-            .map_err(pg_err)?,
-            &[&signer, &chain],
-        )
-        .await
-        .map_err(pg_err)?;
-        // The nonce (the larger of the chain's pending count and the key's highest + 1,
-        // read by a statement that starts after the lock is held) and the round's move
-        // to `submitted`, in one statement.
-        let t = now() as i64;
-        let row = tx
-            .query_one(
-                &tx.prepare_cached(
-                    "WITH n AS (
-                       INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
-                       SELECT $1::text, $2::bigint, GREATEST($3::bigint, COALESCE(MAX(nonce) + 1, $3::bigint)),
-                              $4::text, $5::text, $6::text, $7::bytea, $8::bigint, 'pending', $9::bigint, $9::bigint
-                       FROM tx_nonces WHERE signer = $1::text AND chain_id = $2::bigint
-                       RETURNING nonce),
-                     r AS (
-                       UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = $9::bigint
-                       WHERE market = $4::text AND market_id = $5::text RETURNING 1)
-                     SELECT (SELECT nonce FROM n), (SELECT count(*) FROM r)",
-                )
-                .await
-                .map_err(pg_err)?,
-                &[
-                    &signer,
-                    &chain,
-                    &(chain_pending as i64),
-                    &payload.market.to_string(),
-                    &payload.market_id.to_string(),
-                    &payload.to.to_string(),
-                    &payload.calldata.as_ref(),
-                    &(payload.gas_limit as i64),
-                    &t,
-                ],
+            .map_err(pg_err)?;
+        // The nonce (the larger of the chain's pending count and the key's highest + 1)
+        // and the round's move to `submitted`, fenced (held by this node at its term),
+        // in one statement: no round moved → the transaction rolls back with its nonce.
+        let reserve = tx
+            .prepare_cached(
+                "WITH n AS (
+                   INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
+                   SELECT $1::text, $2::bigint, GREATEST($3::bigint, COALESCE(MAX(nonce) + 1, $3::bigint)),
+                          $4::text, $5::text, $6::text, $7::bytea, $8::bigint, 'pending', $9::bigint, $9::bigint
+                   FROM tx_nonces WHERE signer = $1::text AND chain_id = $2::bigint
+                   RETURNING nonce),
+                 r AS (
+                   UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = $9::bigint
+                   WHERE market = $4::text AND market_id = $5::text
+                     AND holder = $10::text AND term = $11::bigint RETURNING 1)
+                 SELECT (SELECT nonce FROM n), (SELECT count(*) FROM r)",
             )
             .await
             .map_err(pg_err)?;
+        let t = now() as i64;
+        let (m, id) = (market.to_string(), market_id.to_string());
+        let (to, calldata) = (payload.to.to_string(), payload.calldata.as_ref());
+        let (pending, gas) = (chain_pending as i64, payload.gas_limit as i64);
+        // Both go out together (pipelined: one round trip). The server runs them in
+        // order, and the second takes its snapshot when it starts, after the lock is
+        // held: it reads the highest nonce that the previous holder committed.
+        let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&signer, &chain];
+        let reserve_params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+            &signer, &chain, &pending, &m, &id, &to, &calldata, &gas, &t, &self.node, &term,
+        ];
+        let (locked, row) = tokio::join!(
+            tx.execute(&lock, &lock_params),
+            tx.query_one(&reserve, &reserve_params)
+        );
+        locked.map_err(pg_err)?;
+        let row = row.map_err(pg_err)?;
         let nonce: i64 = col(&row, 0)?;
         let rounds: i64 = col(&row, 1)?;
         if rounds == 0 {
-            return Err(StoreError::NoRound(payload.market, payload.market_id));
+            drop(tx);
+            return Err(self.unfenced(market, market_id).await);
         }
         let nonce = nonce as u64;
         tx.commit().await.map_err(pg_err)?;
@@ -121,33 +123,39 @@ impl PgStore {
     pub(super) async fn txs_mark_attempt_sent(
         &self,
         key: KeyRef,
+        market: Address,
+        market_id: U256,
         nonce: u64,
         seq: u32,
         block: u64,
     ) -> Result<(), StoreError> {
         let (signer, chain) = key_params(&key);
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let (market, market_id) = self.nonce_round(&tx, key, nonce).await?;
-        self.fence(&tx, market, market_id).await?;
-        tx.execute(
-            &tx.prepare_cached(
-                "UPDATE tx_attempts SET sent_block = COALESCE(sent_block, $5)
-             WHERE signer = $1 AND chain_id = $2 AND nonce = $3 AND seq = $4",
-            )
-            .await
-            .map_err(pg_err)?,
+        let Some(term) = self.term_of(market, market_id) else {
+            return Err(StoreError::LeaseLost(market, market_id));
+        };
+        // one fenced statement (one round trip): the round's row is share-locked, and
+        // held by this node at its term, while the attempt is marked
+        self.fenced_statement(
+            market,
+            market_id,
+            "WITH r AS (SELECT 1 FROM rounds
+                        WHERE market = $6::text AND market_id = $7::text
+                          AND holder = $8::text AND term = $9::bigint
+                        FOR SHARE)
+             UPDATE tx_attempts SET sent_block = COALESCE(sent_block, $5::bigint) FROM r
+             WHERE signer = $1::text AND chain_id = $2::bigint AND nonce = $3::bigint AND seq = $4::integer",
             &[
                 &signer,
                 &chain,
                 &(nonce as i64),
                 &(seq as i32),
                 &(block as i64),
+                &market.to_string(),
+                &market_id.to_string(),
             ],
+            term,
         )
         .await
-        .map_err(pg_err)?;
-        tx.commit().await.map_err(pg_err)
     }
 
     pub(super) async fn txs_finish_nonce(
@@ -159,13 +167,23 @@ impl PgStore {
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
         let (signer, chain) = key_params(&key);
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let (market, market_id) = self.nonce_round(&tx, key, nonce).await?;
-        self.fence(&tx, market, market_id).await?;
-        tx.execute(
-            &tx.prepare_cached("UPDATE tx_nonces SET state = $4, mined_tx = $5, mined_block = $6, detail = $7, updated_at = $8, mined_hash = $9
-             WHERE signer = $1 AND chain_id = $2 AND nonce = $3").await.map_err(pg_err)?,
+        let (market, market_id) = self.nonce_round(key, nonce).await?;
+        let Some(term) = self.term_of(market, market_id) else {
+            return Err(StoreError::LeaseLost(market, market_id));
+        };
+        // the nonce's end and the round's pointer to the mined transaction in one fenced
+        // statement (one round trip): the nonce is ended only if the fenced update of the
+        // round touched it
+        self.fenced_statement(
+            market,
+            market_id,
+            "WITH r AS (UPDATE rounds SET submit_tx = COALESCE($5::text, submit_tx)
+                        WHERE market = $10::text AND market_id = $11::text
+                          AND holder = $12::text AND term = $13::bigint
+                        RETURNING 1)
+             UPDATE tx_nonces SET state = $4::text, mined_tx = $5::text, mined_block = $6::bigint,
+                    detail = $7::text, updated_at = $8::bigint, mined_hash = $9::text
+             FROM r WHERE signer = $1::text AND chain_id = $2::bigint AND nonce = $3::bigint",
             &[
                 &signer,
                 &chain,
@@ -176,23 +194,12 @@ impl PgStore {
                 &detail,
                 &(now() as i64),
                 &mined.map(|m| m.block_hash.to_string()),
+                &market.to_string(),
+                &market_id.to_string(),
             ],
+            term,
         )
         .await
-        .map_err(pg_err)?;
-        if let Some(MinedAt { tx: h, .. }) = mined {
-            tx.execute(
-                &tx.prepare_cached(
-                    "UPDATE rounds SET submit_tx = $3 WHERE market = $1 AND market_id = $2",
-                )
-                .await
-                .map_err(pg_err)?,
-                &[&market.to_string(), &market_id.to_string(), &h.to_string()],
-            )
-            .await
-            .map_err(pg_err)?;
-        }
-        tx.commit().await.map_err(pg_err)
     }
 
     pub(super) async fn txs_pending_nonce_of(

@@ -179,8 +179,12 @@ pub struct TxManager {
     store: Arc<dyn RoundStore>,
     cfg: TxmConfig,
     metrics: Arc<Metrics>,
-    /// Serializes reservation, signing and broadcast of this key.
+    /// Serializes reservation, signing and storing of this key's attempts.
     lock: tokio::sync::Mutex<()>,
+    /// Orders the first broadcasts of the key's nonces. Taken while `lock` is held and
+    /// before it is let go, so the next nonce is reserved and signed while this one is
+    /// sent, and is sent after it (a node may refuse a nonce with a gap before it).
+    sending: tokio::sync::Mutex<()>,
     head: tokio::sync::Mutex<Option<Head>>,
     /// New heads (probe and push): a follow wakes on them instead of its poll tick.
     heads: Option<tokio::sync::watch::Receiver<u64>>,
@@ -207,6 +211,7 @@ impl TxManager {
             cfg,
             metrics,
             lock: tokio::sync::Mutex::new(()),
+            sending: tokio::sync::Mutex::new(()),
             head: tokio::sync::Mutex::new(None),
             heads: None,
             backlog: Arc::default(),
@@ -268,7 +273,7 @@ impl TxManager {
         payload: TxPayload,
         view: Option<ChainView>,
     ) -> Result<u64, TxError> {
-        let _guard = self.lock.lock().await;
+        let guard = self.lock.lock().await;
         let view = match view.filter(|v| v.head.at.elapsed() < self.cfg.poll_interval / 2) {
             Some(v) => v,
             None => self.chain_view().await?,
@@ -279,19 +284,41 @@ impl TxManager {
             .await?;
         tracing::info!(market_id = %payload.market_id, nonce, signer = %self.key.signer, "nonce reserved");
         crash_point("reserved");
-        self.first_attempt_locked(nonce, &payload, Some((view.head, view.fees)))
+        let (attempt, head) = self
+            .sign_first_locked(nonce, &payload, Some((view.head, view.fees)))
             .await?;
+        let sending = self.sending.lock().await;
+        drop(guard);
+        self.send_first(&payload, &attempt, head, sending).await?;
         Ok(nonce)
     }
 
-    /// Signs, stores and broadcasts attempt 0 of a reserved nonce (lock held), at the
-    /// head and fee estimate given, or read now.
-    async fn first_attempt_locked(
+    /// Sends attempt 0 of a nonce, in order (`sending` held, taken under the key's
+    /// lock), then records the head it was sent at.
+    async fn send_first(
+        &self,
+        payload: &TxPayload,
+        attempt: &AttemptRecord,
+        head: u64,
+        sending: tokio::sync::MutexGuard<'_, ()>,
+    ) -> Result<(), TxError> {
+        let sent = self.send_raw(payload, attempt).await;
+        drop(sending);
+        let sent = sent?;
+        self.mark_sent(payload, attempt, head, &sent).await;
+        tracing::info!(market_id = %payload.market_id, nonce = attempt.nonce, tx = %attempt.tx_hash, max_fee_gwei = %gwei(attempt.max_fee_per_gas), result = ?sent, "transaction broadcast");
+        crash_point("broadcast");
+        Ok(())
+    }
+
+    /// Signs and stores attempt 0 of a reserved nonce (lock held), at the head and fee
+    /// estimate given, or read now. Returns it with the head's number.
+    async fn sign_first_locked(
         &self,
         nonce: u64,
         payload: &TxPayload,
         chain: Option<(Head, Fees)>,
-    ) -> Result<(), TxError> {
+    ) -> Result<(AttemptRecord, u64), TxError> {
         let (head, estimate) = match chain {
             Some(c) => c,
             None => (self.head(true).await?, self.estimate().await?),
@@ -315,10 +342,7 @@ impl TxManager {
             .await?;
         crash_point("signed");
         self.metrics.tx_attempt(&self.signer_label, "first");
-        let sent = self.broadcast(payload, &attempt, head.number).await?;
-        tracing::info!(market_id = %payload.market_id, nonce, tx = %attempt.tx_hash, max_fee_gwei = %gwei(fees.max_fee_per_gas), result = ?sent, "transaction broadcast");
-        crash_point("broadcast");
-        Ok(())
+        Ok((attempt, head.number))
     }
 
     async fn sign(
@@ -363,6 +387,26 @@ impl TxManager {
         a: &AttemptRecord,
         head: u64,
     ) -> Result<Sent, TxError> {
+        let sent = self.send_raw(p, a).await?;
+        self.mark_sent(p, a, head, &sent).await;
+        Ok(sent)
+    }
+
+    /// An attempt accepted (or already known) by the node is marked sent at `head`.
+    async fn mark_sent(&self, p: &TxPayload, a: &AttemptRecord, head: u64, sent: &Sent) {
+        if matches!(sent, Sent::Accepted | Sent::Known)
+            && let Err(e) = self
+                .store
+                .mark_attempt_sent(self.key, p.market, p.market_id, a.nonce, a.seq, head)
+                .await
+        {
+            tracing::error!(error = %e, "cannot record the broadcast of an attempt");
+        }
+    }
+
+    /// Sends an attempt's bytes, only while this node holds the round's lease; says
+    /// how the node took it.
+    async fn send_raw(&self, p: &TxPayload, a: &AttemptRecord) -> Result<Sent, TxError> {
         if !self.store.fence_ok(p.market, p.market_id).await? {
             return Err(TxError::Store(StoreError::LeaseLost(p.market, p.market_id)));
         }
@@ -370,14 +414,6 @@ impl TxManager {
             Ok(_) => Sent::Accepted,
             Err(e) => classify(&e.to_string()),
         };
-        if matches!(sent, Sent::Accepted | Sent::Known)
-            && let Err(e) = self
-                .store
-                .mark_attempt_sent(self.key, a.nonce, a.seq, head)
-                .await
-        {
-            tracing::error!(error = %e, "cannot record the broadcast of an attempt");
-        }
         match &sent {
             Sent::Funds(m) => {
                 tracing::error!(signer = %self.key.signer, nonce = a.nonce, error = %m, "the signing key cannot pay for its transaction: fund it")
@@ -455,9 +491,13 @@ impl TxManager {
             }
             if attempts.is_empty() {
                 // reserved, then the process stopped before signing
-                let _guard = self.lock.lock().await;
+                let guard = self.lock.lock().await;
                 if self.store.attempts(self.key, nonce).await?.is_empty() {
-                    self.first_attempt_locked(nonce, &rec.payload, None).await?;
+                    let (attempt, head) = self.sign_first_locked(nonce, &rec.payload, None).await?;
+                    let sending = self.sending.lock().await;
+                    drop(guard);
+                    self.send_first(&rec.payload, &attempt, head, sending)
+                        .await?;
                 }
                 continue;
             }
