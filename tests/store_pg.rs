@@ -477,6 +477,28 @@ async fn leases_fence_a_node_that_lost_its_round() {
     assert_eq!(b.reserve_nonce(key, 0, &payload(m, 1)).await.unwrap(), 0);
     b.add_attempt(key, m, id, &attempt(0, 0)).await.unwrap();
     assert!(b.fence_ok(m, id).await.unwrap());
+    // nor can a mark b's attempt sent or end b's nonce (each one fenced statement)
+    let refused = [
+        a.mark_attempt_sent(key, m, id, 0, 0, 5).await,
+        a.finish_nonce(key, 0, NonceState::Lost, None, Some("stale"))
+            .await,
+    ];
+    for r in refused {
+        assert!(
+            matches!(r, Err(StoreError::LeaseLost(..))),
+            "a stale write was not refused: {r:?}"
+        );
+    }
+    assert_eq!(b.attempts(key, 0).await.unwrap()[0].sent_block, None);
+    assert_eq!(
+        b.pending_nonce_of(key, m, id)
+            .await
+            .unwrap()
+            .map(|n| n.nonce),
+        Some(0)
+    );
+    b.mark_attempt_sent(key, m, id, 0, 0, 5).await.unwrap();
+    assert_eq!(b.attempts(key, 0).await.unwrap()[0].sent_block, Some(5));
     b.release(m, id, Some(Duration::from_secs(30)))
         .await
         .unwrap();
