@@ -91,7 +91,8 @@ pub struct Recorded {
     pub decision: String,
 }
 
-/// Where the watcher hands what it saw; every method is durable before it returns.
+/// Where the watcher hands what it saw; every method has stored what it was given before
+/// it returns (it survives the process's crash; see the store for a power loss).
 #[async_trait::async_trait]
 pub trait WatchSink: Send + Sync {
     /// The last acknowledged block of the scan named `key`, with its hash.
