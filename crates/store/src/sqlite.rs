@@ -158,18 +158,26 @@ impl Store {
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.conn();
+        /// Puts the connection back to `synchronous = NORMAL` however the transaction
+        /// ended (committed, rolled back, or a panic); a failure to do so only costs
+        /// speed, so it is logged, not returned.
+        struct Restore<'c>(&'c Connection);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                if let Err(e) = self.0.execute_batch("PRAGMA synchronous = NORMAL") {
+                    tracing::warn!(error = %e, "cannot set the SQLite store back to synchronous = NORMAL");
+                }
+            }
+        }
+        let conn = self.conn();
         conn.execute_batch("PRAGMA synchronous = FULL")?;
-        let out = (|| -> Result<T, StoreError> {
-            let tx = conn.transaction()?;
-            let out = f(&tx)?;
-            tx.commit()?;
-            Ok(out)
-        })();
-        // back to the connection's setting whatever happened
-        let reset = conn.execute_batch("PRAGMA synchronous = NORMAL");
-        let out = out?;
-        reset?;
+        let _restore = Restore(&conn);
+        #[cfg(test)]
+        crate::tests::SYNCED.with(|n| n.set(n.get() + 1));
+        // (dropped before `_restore`: a transaction that did not commit rolls back first)
+        let tx = conn.unchecked_transaction()?;
+        let out = f(&tx)?;
+        tx.commit()?;
         Ok(out)
     }
 

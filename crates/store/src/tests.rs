@@ -2,6 +2,15 @@
 
 use super::*;
 
+thread_local! {
+    /// How many transactions this test's thread committed with `synchronous = FULL`.
+    pub(crate) static SYNCED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn synced() -> usize {
+    SYNCED.with(|n| n.get())
+}
+
 fn log(i: u8) -> LogRef {
     LogRef {
         tx_hash: B256::repeat_byte(i),
@@ -123,10 +132,49 @@ fn only_the_writes_before_an_effect_are_synced() {
     });
     assert!(kept.is_err());
     assert!(s.get(m, U256::from(1)).unwrap().is_none());
-    // the durable writes: a manual request, a node setting, the readiness probe
+    // the synced writes: a manual request, a node setting, the readiness probe, a
+    // signed attempt (before its broadcast); the others are not
+    let before = synced();
     s.manual_request(m, U256::from(1), "wf").unwrap();
     assert_eq!(s.setting_or_init("k", "v").unwrap(), "v");
     s.probe_write().unwrap();
+    assert_eq!(synced(), before + 3);
+    let key = KeyRef {
+        signer: Address::repeat_byte(9),
+        chain_id: 1,
+    };
+    let payload = TxPayload {
+        market: m,
+        market_id: U256::from(1),
+        to: m,
+        calldata: Default::default(),
+        gas_limit: 1,
+    };
+    s.claim(m, U256::from(1), "n").unwrap();
+    s.set_state(m, U256::from(1), RoundState::Evaluated, None)
+        .unwrap();
+    s.set_checkpoint("c", 1, B256::ZERO).unwrap();
+    let nonce = s.reserve_nonce(key, 0, &payload).unwrap();
+    assert_eq!(synced(), before + 3, "no sync before the attempt");
+    let attempt = AttemptRecord {
+        nonce,
+        seq: 0,
+        tx_hash: B256::repeat_byte(1),
+        raw: Default::default(),
+        max_fee_per_gas: 2,
+        max_priority_fee_per_gas: 1,
+        gas_limit: 1,
+        sent_block: None,
+        created_at: 0,
+    };
+    s.add_attempt(key, m, U256::from(1), &attempt).unwrap();
+    assert_eq!(
+        synced(),
+        before + 4,
+        "the attempt is synced before its broadcast"
+    );
+    s.mark_attempt_sent(key, nonce, 0, 1).unwrap();
+    assert_eq!(synced(), before + 4);
     assert_eq!(level(&s), 1);
     drop(s);
     let s = Store::open(&dir).unwrap();

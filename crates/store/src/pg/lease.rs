@@ -15,7 +15,9 @@ impl PgStore {
         // One statement (one round trip): the row is locked (`old`, which also keeps the
         // previous holder), then taken when the round is not final and its lease is free:
         // expired or never set, already ours, or released without a back-off to honour.
-        // A concurrent claim waits for the lock and sees the newer row.
+        // A concurrent claim waits for the lock; two claims never both win. (A claim
+        // racing a release may find the round taken and get none: it is retried at the
+        // next tick of the claim loop.)
         let row = client
             .query_opt(
                 &client

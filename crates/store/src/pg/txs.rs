@@ -59,6 +59,7 @@ impl PgStore {
             &signer, &chain, &pending, &m, &id, &to, &calldata, &gas, &t, &self.node, &term,
         ];
         let (locked, row) = tokio::join!(
+            biased;
             tx.execute(&lock, &lock_params),
             tx.query_one(&reserve, &reserve_params)
         );
@@ -67,7 +68,9 @@ impl PgStore {
         let nonce: i64 = col(&row, 0)?;
         let rounds: i64 = col(&row, 1)?;
         if rounds == 0 {
+            // rolled back, and the connection back in the pool before the second look
             drop(tx);
+            drop(client);
             return Err(self.unfenced(market, market_id).await);
         }
         let nonce = nonce as u64;
