@@ -15,6 +15,7 @@ use cresolver_pipeline::round::{
     Engine, RoundError, RoundInput, RoundProgress, RoundStage, evaluation_input,
 };
 use cresolver_pipeline::workflow::Workflow;
+use cresolver_workers::fanout::WorkerSlot;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +34,18 @@ fn llm_config(url: &str) -> LlmConfig {
         max_reply_bytes: 64 * 1024,
         max_prompt_chars: 200_000,
         fallback: Fallback::Fail,
+    }
+}
+
+/// A round of market 7 on the reference question, asking `workers` (no reputation yet).
+fn round_input(workers: Vec<WorkerSlot>) -> RoundInput {
+    RoundInput {
+        market_id: 7,
+        question: "Will the reference feed report YES?".into(),
+        deadline: None,
+        reference_time: 1_780_272_000,
+        reputations: vec![Reputation::default(); workers.len()],
+        workers,
     }
 }
 
@@ -70,14 +83,7 @@ async fn two_rounds_get_different_labels_and_a_recorded_order_rebuilds_the_promp
         cresolver_workers::StageClient::default_http(),
         Arc::new(evaluator.clone()),
     );
-    let input = RoundInput {
-        market_id: 7,
-        question: "Will the reference feed report YES?".into(),
-        deadline: None,
-        reference_time: 1_780_272_000,
-        workers: slots,
-        reputations: vec![Reputation::default(); N],
-    };
+    let input = round_input(slots);
 
     let first = engine.run(&input).await.unwrap();
     let second = engine.run(&input).await.unwrap();
@@ -145,14 +151,7 @@ async fn a_round_whose_progress_is_not_stored_stops_before_the_evaluator() {
             cresolver_workers::StageClient::default_http(),
         )),
     );
-    let input = RoundInput {
-        market_id: 7,
-        question: "Will the reference feed report YES?".into(),
-        deadline: None,
-        reference_time: 1_780_272_000,
-        workers: slots,
-        reputations: vec![Reputation::default(); 3],
-    };
+    let input = round_input(slots);
     let stages = std::sync::Mutex::new(Vec::new());
     // the challenges are stored, nothing after: the evaluator (the LLM) is never asked
     let r = engine
