@@ -284,13 +284,24 @@ impl TxManager {
             .await?;
         tracing::info!(market_id = %payload.market_id, nonce, signer = %self.key.signer, "nonce reserved");
         crash_point("reserved");
-        let (attempt, head) = self
-            .sign_first_locked(nonce, &payload, Some((view.head, view.fees)))
+        self.first_attempt(guard, nonce, &payload, Some((view.head, view.fees)))
             .await?;
+        Ok(nonce)
+    }
+
+    /// Signs and stores attempt 0 of a reserved nonce under the key's lock (`guard`),
+    /// then sends it in order: `sending` is taken before the key's lock is let go.
+    async fn first_attempt(
+        &self,
+        guard: tokio::sync::MutexGuard<'_, ()>,
+        nonce: u64,
+        payload: &TxPayload,
+        chain: Option<(Head, Fees)>,
+    ) -> Result<(), TxError> {
+        let (attempt, head) = self.sign_first_locked(nonce, payload, chain).await?;
         let sending = self.sending.lock().await;
         drop(guard);
-        self.send_first(&payload, &attempt, head, sending).await?;
-        Ok(nonce)
+        self.send_first(payload, &attempt, head, sending).await
     }
 
     /// Sends attempt 0 of a nonce, in order (`sending` held, taken under the key's
@@ -493,11 +504,7 @@ impl TxManager {
                 // reserved, then the process stopped before signing
                 let guard = self.lock.lock().await;
                 if self.store.attempts(self.key, nonce).await?.is_empty() {
-                    let (attempt, head) = self.sign_first_locked(nonce, &rec.payload, None).await?;
-                    let sending = self.sending.lock().await;
-                    drop(guard);
-                    self.send_first(&rec.payload, &attempt, head, sending)
-                        .await?;
+                    self.first_attempt(guard, nonce, &rec.payload, None).await?;
                 }
                 continue;
             }
