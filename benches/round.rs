@@ -4,24 +4,88 @@
 //! reached over HTTP through the same tower stack the node uses. Prints a Markdown table
 //! and writes it to `target/bench-round.md`.
 
-/// The binary's allocator, so the figures are the binary's.
+/// The binary's allocator, so the figures are the binary's; it counts allocations only
+/// while a count is taken ([`count_allocations`]), so the timed passes pay one relaxed
+/// load per allocation.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+/// mimalloc, counting allocations (calls and bytes) while [`COUNTING`] is set.
+struct CountingAlloc;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to mimalloc; the counters are side effects.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            ALLOC_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract is passed on as it is.
+        unsafe { mimalloc::MiMalloc.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            ALLOC_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        // SAFETY: as above.
+        unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            ALLOC_BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        }
+        // SAFETY: as above.
+        unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Allocations (calls, bytes) per run of `f`, averaged over `runs` runs, in the whole
+/// process (the node's side and the agents' alike).
+async fn count_allocations<F, Fut>(runs: usize, mut f: F) -> (f64, f64)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    ALLOCS.store(0, Ordering::Relaxed);
+    ALLOC_BYTES.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
+    for _ in 0..runs {
+        f().await;
+    }
+    COUNTING.store(false, Ordering::Relaxed);
+    let n = runs.max(1) as f64;
+    (
+        ALLOCS.load(Ordering::Relaxed) as f64 / n,
+        ALLOC_BYTES.load(Ordering::Relaxed) as f64 / n,
+    )
+}
 
 use alloy::primitives::{Address, U256};
 use cresolver_core::tally::Vote;
 use cresolver_core::{Reputation, TallyWorker};
 use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode};
 use cresolver_evaluate::{EvalInput, EvalWorker, Evaluator, RubricEvaluator};
-use cresolver_pipeline::round::{Engine, RoundInput};
+use cresolver_pipeline::round::{Engine, RoundInput, RoundStage};
 use cresolver_pipeline::workflow::Workflow;
 use cresolver_workers::challenge::challenges_for;
 use cresolver_workers::fanout::{WorkerSlot, WorkerTarget, resolve_stage};
 use cresolver_workers::{
     A2aProtocol, ChallengeRequest, ResolveRequest, StageClient, StageLimits, WorkerProtocol,
 };
+use std::alloc::{GlobalAlloc, Layout};
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
@@ -30,6 +94,7 @@ const SLOW_LATENCY: Duration = Duration::from_millis(200);
 const LATENCY_RUNS: usize = 5;
 const OVERHEAD_WARMUP: usize = 200;
 const OVERHEAD_ROUNDS: usize = 2_000;
+const ALLOC_RUNS: usize = 200;
 const CONCURRENT_ROUNDS: usize = 1_000;
 const CONCURRENCY: usize = 512;
 const CONCURRENT_RUNS: usize = 3;
@@ -99,9 +164,33 @@ fn engine(wf: Workflow) -> Engine {
 
 /// One `Engine::run`, checked: every worker answered and the report was produced.
 async fn engine_round(engine: &Engine, input: &RoundInput) -> Duration {
+    engine_round_staged(engine, input).await.0
+}
+
+/// The wall time of a round's stages: resolve, challenge, evaluate, then the rest (the
+/// decision and the report), from the engine's own stage observer.
+type Stages = [Duration; 4];
+
+/// One `Engine::run` as [`engine_round`], also timing its stages.
+async fn engine_round_staged(engine: &Engine, input: &RoundInput) -> (Duration, Stages) {
+    let marks = std::sync::Mutex::new([None::<Instant>; 3]);
+    let observe = |stage: RoundStage| {
+        let i = match stage {
+            RoundStage::Answered => 0,
+            RoundStage::Challenged => 1,
+            RoundStage::Evaluated => 2,
+        };
+        if let Ok(mut m) = marks.lock() {
+            m[i] = Some(Instant::now());
+        }
+    };
     let t = Instant::now();
-    let out = engine.run(input).await.expect("round");
-    let took = t.elapsed();
+    let out = engine.run_observed(input, &observe).await.expect("round");
+    let end = Instant::now();
+    let took = end - t;
+    let m = marks.into_inner().expect("marks");
+    let [a, c, e] = m.map(|x| x.expect("every stage observed"));
+    let stages = [a - t, c - a, e - c, end - e];
     assert_eq!(out.resolve.valid, WORKERS, "every worker must answer");
     assert!(
         out.challenges
@@ -109,7 +198,7 @@ async fn engine_round(engine: &Engine, input: &RoundInput) -> Duration {
             .all(|c| c.as_ref().is_some_and(|c| c.failure.is_none()))
     );
     assert!(!out.report.is_empty());
-    took
+    (took, stages)
 }
 
 /// The two stage clients of a sequential round, with the engine's limits.
@@ -373,8 +462,13 @@ async fn run() -> String {
     let mut overhead = Vec::with_capacity(OVERHEAD_ROUNDS);
     let cpu_start = process_cpu();
     let wall_start = Instant::now();
+    let mut stages: [Vec<Duration>; 4] = Default::default();
     for _ in 0..OVERHEAD_ROUNDS {
-        overhead.push(engine_round(&overhead_engine, &instant_input).await);
+        let (took, staged) = engine_round_staged(&overhead_engine, &instant_input).await;
+        overhead.push(took);
+        for (v, d) in stages.iter_mut().zip(staged) {
+            v.push(d);
+        }
     }
     let overhead_wall = wall_start.elapsed();
     let overhead_cpu = process_cpu()
@@ -436,6 +530,36 @@ async fn run() -> String {
             single.push(one);
         }
     }
+    // allocations, counted in passes of their own (the timed passes above do not count)
+    let allocs_round = count_allocations(ALLOC_RUNS, || async {
+        engine_round(&overhead_engine, &instant_input).await;
+    })
+    .await;
+    let allocs_rubric = count_allocations(ALLOC_RUNS, || async {
+        RubricEvaluator
+            .evaluate(&sample_eval)
+            .await
+            .expect("rubric");
+    })
+    .await;
+    let allocs_fanout = count_allocations(ALLOC_RUNS, || async {
+        resolve_stage(
+            &stage_clients.resolve,
+            &instant,
+            &request,
+            wf.quorum.rule,
+            None,
+        )
+        .await;
+    })
+    .await;
+    let allocs_single = count_allocations(ALLOC_RUNS, || async {
+        A2aProtocol
+            .resolve(&stage_clients.resolve, &first.endpoint, &request)
+            .await
+            .expect("single resolve");
+    })
+    .await;
     overhead.sort();
     let overhead_med = median(&mut overhead);
     let overhead_p90 = percentile(&overhead, 90.0);
@@ -528,6 +652,21 @@ evaluator) except `resolve.concurrency` in scenario 3.\n",
             overhead_wall.as_secs_f64()
         );
     }
+    for (name, v) in [
+        "resolve stage (10 HTTP calls, quorum)",
+        "challenge stage (10 HTTP calls)",
+        "evaluation (rubric)",
+        "decision, tally and report",
+    ]
+    .iter()
+    .zip(stages.iter_mut())
+    {
+        let _ = writeln!(
+            s,
+            "| 2 | stage of the round: {name} | median | {:.0} µs |",
+            us(median(v))
+        );
+    }
     let _ = writeln!(
         s,
         "| 2 | breakdown: rubric evaluation alone (10 workers, same input) | median | {:.0} µs |",
@@ -548,6 +687,18 @@ evaluator) except `resolve.concurrency` in scenario 3.\n",
         "| 2 | breakdown: `tokio::time::sleep(ZERO)` alone (the agent sleeps `latency` = 0 before every answer) | median | {:.0} µs |",
         us(median(&mut zero_sleep))
     );
+    for (what, (calls, bytes)) in [
+        ("a whole round", allocs_round),
+        ("the rubric evaluation", allocs_rubric),
+        ("one resolve fan-out (10 HTTP calls)", allocs_fanout),
+        ("one A2A resolve call", allocs_single),
+    ] {
+        let _ = writeln!(
+            s,
+            "| 2 | allocations: {what} (whole process: node side and agents, mean of {ALLOC_RUNS}) | calls / bytes | {calls:.0} / {:.1} KiB |",
+            bytes / 1024.0
+        );
+    }
     let _ = writeln!(
         s,
         "| 3 | {CONCURRENT_ROUNDS} concurrent rounds × 10 instant workers (`resolve.concurrency` = {CONCURRENCY}) | total wall time, median of {CONCURRENT_RUNS} runs (min–max) | {:.0} ms ({:.0}–{:.0}) |",
