@@ -180,6 +180,16 @@ pub fn fold(s: &str) -> String {
 /// buffer. ASCII, the common case, takes a fast path with the same result.
 fn fold_into(s: &str, out: &mut String) {
     out.clear();
+    if s.is_ascii() {
+        fold_ascii(s, out);
+    } else {
+        fold_chars(s, out);
+    }
+}
+
+/// [`fold_into`], one `char` at a time.
+fn fold_chars(s: &str, out: &mut String) {
+    out.clear();
     let mut space = false;
     for c in s.chars() {
         if c.is_ascii() {
@@ -215,6 +225,28 @@ fn fold_into(s: &str, out: &mut String) {
         }
         space = false;
         out.extend(c.to_lowercase());
+    }
+}
+
+/// [`fold_into`] for ASCII text, in whole-buffer passes: copy, lower, turn every
+/// whitespace byte into a space, then collapse each run of spaces into one.
+fn fold_ascii(s: &str, out: &mut String) {
+    let mut bytes = std::mem::take(out).into_bytes();
+    bytes.extend_from_slice(s.as_bytes());
+    for b in &mut bytes {
+        // the ASCII characters `fold` treats as whitespace: \t \n \x0B \x0C \r and space
+        if (b'\t'..=b'\r').contains(b) {
+            *b = b' ';
+        } else {
+            b.make_ascii_lowercase();
+        }
+    }
+    bytes.dedup_by(|b, a| *a == b' ' && *b == b' ');
+    // ASCII in, ASCII out: the conversion cannot fail; if it did, the general path
+    // folds the text instead
+    match String::from_utf8(bytes) {
+        Ok(folded) => *out = folded,
+        Err(_) => fold_chars(s, out),
     }
 }
 
@@ -323,7 +355,8 @@ pub fn flag(segment: &str) -> Option<Flag> {
 
 /// [`flag`], folding into `buf`.
 fn flag_with(segment: &str, buf: &mut String) -> Option<Flag> {
-    if segment.chars().any(invisible) {
+    // every invisible character is outside ASCII
+    if !segment.is_ascii() && segment.chars().any(invisible) {
         return Some(Flag::Invisible);
     }
     fold_into(segment, buf);
@@ -336,9 +369,9 @@ fn flag_with(segment: &str, buf: &mut String) -> Option<Flag> {
         return Some(r);
     }
     let b = f.as_bytes();
-    let tag = b
-        .windows(2)
-        .any(|w| w[0] == b'<' && (w[1].is_ascii_alphabetic() || w[1] == b'/' || w[1] == b'!'));
+    let tag = b.contains(&b'<')
+        && b.windows(2)
+            .any(|w| w[0] == b'<' && (w[1].is_ascii_alphabetic() || w[1] == b'/' || w[1] == b'!'));
     if tag || found.markup {
         return Some(Flag::Markup);
     }
@@ -356,19 +389,32 @@ pub fn instruction_like(text: &str) -> Option<Flag> {
 
 /// The first flagged segment of `text` (segments end at `.`, `!`, `?` or a line
 /// break), if any.
+///
+/// The fold of a segment is a piece of the fold of the whole text (the fold reads one
+/// character at a time and carries only whether it just wrote a space), so whatever
+/// flags a segment is also found in the whole text. A text in which the whole finds
+/// nothing (the usual, clean case) is therefore passed after one fold and one scan;
+/// only a text with a finding is judged segment by segment.
 pub fn flagged(text: &str) -> Option<Flag> {
     let mut buf = String::with_capacity(text.len().min(4096));
+    flag_with(text, &mut buf)?;
+    flagged_segments(text, &mut buf)
+}
+
+/// [`flagged`], one segment at a time.
+fn flagged_segments(text: &str, buf: &mut String) -> Option<Flag> {
     let mut start = 0;
-    for (i, c) in text.char_indices() {
-        if matches!(c, '.' | '!' | '?' | '\n') {
-            let end = i + c.len_utf8();
-            if let Some(f) = flag_with(&text[start..end], &mut buf) {
+    // the delimiters are ASCII, so a byte equal to one is that character
+    for (i, &b) in text.as_bytes().iter().enumerate() {
+        if matches!(b, b'.' | b'!' | b'?' | b'\n') {
+            let end = i + 1;
+            if let Some(f) = flag_with(&text[start..end], buf) {
                 return Some(f);
             }
             start = end;
         }
     }
-    flag_with(&text[start..], &mut buf)
+    flag_with(&text[start..], buf)
 }
 
 #[cfg(test)]
@@ -481,6 +527,25 @@ mod tests {
             proptest::prop_assert_eq!(a.role, b.role);
             proptest::prop_assert_eq!(a.markup, b.markup);
             proptest::prop_assert_eq!(a.json, b.json);
+        }
+    }
+
+    proptest::proptest! {
+        /// Texts stitched from pattern pieces, delimiters, look-alikes, invisible
+        /// characters and filler: the one-pass check of the whole text and the
+        /// segment-by-segment judgement give the same verdict.
+        #[test]
+        fn the_whole_text_pass_agrees_with_the_segments(parts in proptest::collection::vec(
+            (0usize..220, "[a-z {}\":,\\\\<>/|#\\[\\]`.!?\n\t іо\u{200B}\u{FF29}]{0,6}"), 0..14)) {
+            let all: Vec<&str> = INSTRUCTIONS.iter().chain(VERBS).chain(OBJECTS)
+                .chain(ROLE_MARKERS).chain(MARKUP).chain(JSON).copied().collect();
+            let mut text = String::new();
+            for (i, filler) in parts {
+                if let Some(p) = all.get(i) { text.push_str(p); }
+                text.push_str(&filler);
+            }
+            let mut buf = String::new();
+            proptest::prop_assert_eq!(flagged(&text), flagged_segments(&text, &mut buf));
         }
     }
 

@@ -193,10 +193,7 @@ fn score_one(
     let base = if sentences >= 2.0 { 30.0 } else { 15.0 };
     let reasoning_clarity = base + 10.0 * connectives.min(4.0) + 15.0 * (structure as f64).min(2.0);
 
-    let numeric = evidence
-        .split_whitespace()
-        .filter(|t| t.chars().any(|c| c.is_ascii_digit()))
-        .count() as f64;
+    let numeric = numeric_words(evidence) as f64;
     let evidence_strength = 10.0 * numeric.min(5.0) + 25.0 * n_urls.min(2.0);
 
     let mut hedge_text = lower.clone();
@@ -290,21 +287,47 @@ fn numbered(t: &str) -> bool {
     digits > 0 && matches!(t[digits..].chars().next(), Some('.') | Some(')'))
 }
 
-/// `s.split_whitespace().count()`, with a byte loop for ASCII text (the usual case).
+/// The ASCII characters `char::is_whitespace` accepts: \t \n \x0B \x0C \r and space.
+fn ascii_ws(b: u8) -> bool {
+    b == b' ' || (b'\t'..=b'\r').contains(&b)
+}
+
+/// `s.split_whitespace().count()`, counting word starts byte-wise for ASCII text (the
+/// usual case): a word starts at a non-space byte that follows a space or the start.
 fn word_count(s: &str) -> usize {
     if !s.is_ascii() {
         return s.split_whitespace().count();
     }
-    // the ASCII characters `char::is_whitespace` accepts (vertical tab included)
-    let ws = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
-    let mut words = 0;
-    let mut in_word = false;
-    for &b in s.as_bytes() {
-        let w = !ws(b);
-        words += usize::from(w && !in_word);
-        in_word = w;
+    let b = s.as_bytes();
+    let Some(&first) = b.first() else {
+        return 0;
+    };
+    usize::from(!ascii_ws(first))
+        + b.iter()
+            .zip(&b[1..])
+            .map(|(&prev, &cur)| usize::from(ascii_ws(prev) & !ascii_ws(cur)))
+            .sum::<usize>()
+}
+
+/// How many whitespace-separated words of `s` hold an ASCII digit (the numeric facts).
+fn numeric_words(s: &str) -> usize {
+    if !s.is_ascii() {
+        return s
+            .split_whitespace()
+            .filter(|t| t.bytes().any(|b| b.is_ascii_digit()))
+            .count();
     }
-    words
+    let mut count = 0;
+    let mut digit = false;
+    for &b in s.as_bytes() {
+        if ascii_ws(b) {
+            count += usize::from(digit);
+            digit = false;
+        } else {
+            digit |= b.is_ascii_digit();
+        }
+    }
+    count + usize::from(digit)
 }
 
 fn sentences(s: &str) -> impl Iterator<Item = &str> {
@@ -318,10 +341,14 @@ fn count_terms(haystack: &str, terms: &[&str]) -> usize {
     terms.iter().filter(|t| haystack.contains(*t)).count()
 }
 
+/// Every run of exactly four ASCII digits in `s` read as a year, if it is 1990–2100.
+/// (A byte that is not an ASCII digit ends a run, as any other character does: UTF-8
+/// never puts an ASCII byte inside a longer character.)
 fn years(s: &str) -> impl Iterator<Item = i64> + '_ {
-    s.split(|c: char| !c.is_ascii_digit())
+    s.as_bytes()
+        .split(|b| !b.is_ascii_digit())
         .filter(|t| t.len() == 4)
-        .filter_map(|t| t.parse::<i64>().ok())
+        .map(|t| t.iter().fold(0i64, |y, d| y * 10 + i64::from(d - b'0')))
         .filter(|y| (1990..=2100).contains(y))
 }
 
@@ -494,6 +521,29 @@ Therefore the balance of evidence favours YES, although uncertainty is high.";
         ) {
             proptest::prop_assert_eq!(word_count(&ascii), ascii.split_whitespace().count());
             proptest::prop_assert_eq!(word_count(&mixed), mixed.split_whitespace().count());
+        }
+
+        /// The byte loops count numeric words and read years as the `char`-wise
+        /// splits did.
+        #[test]
+        fn numeric_words_and_years_as_the_char_splits(
+            ascii in "[ a-z0-9\\t\\n\\r\u{0B}\u{0C}.,\u{1F}]{0,60}",
+            mixed in "[ a-z0-9\\t\\n\\r\u{0B}\u{0C}.é٣\u{3000}\u{85}]{0,60}",
+        ) {
+            for s in [&ascii, &mixed] {
+                let numeric = s
+                    .split_whitespace()
+                    .filter(|t| t.chars().any(|c| c.is_ascii_digit()))
+                    .count();
+                proptest::prop_assert_eq!(numeric_words(s), numeric);
+                let old: Vec<i64> = s
+                    .split(|c: char| !c.is_ascii_digit())
+                    .filter(|t| t.len() == 4)
+                    .filter_map(|t| t.parse::<i64>().ok())
+                    .filter(|y| (1990..=2100).contains(y))
+                    .collect();
+                proptest::prop_assert_eq!(years(s).collect::<Vec<_>>(), old);
+            }
         }
     }
 }
