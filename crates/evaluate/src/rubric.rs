@@ -85,7 +85,7 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
             } else {
                 w.answer.evidence.as_str()
             };
-            let sources: Vec<String> = w
+            let sources: Vec<&str> = w
                 .answer
                 .sources
                 .iter()
@@ -94,20 +94,16 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
                     note("source", f);
                     f.is_none()
                 })
-                .map(|s| s.to_string())
+                .map(String::as_str)
                 .filter(|s| !s.trim().is_empty())
                 .collect();
-            let responses: Vec<String> = w
+            let responses: Vec<&str> = w
                 .responses
                 .iter()
                 .map(|r| {
                     let f = untrusted::flagged(r);
                     note("defence", f);
-                    if f.is_some() {
-                        String::new()
-                    } else {
-                        r.clone()
-                    }
+                    if f.is_some() { "" } else { r.as_str() }
                 })
                 .collect();
             score_one(
@@ -139,9 +135,9 @@ fn score_one(
     determination: Option<bool>,
     confidence: f64,
     evidence: &str,
-    sources: &[String],
+    sources: &[&str],
     challenges: usize,
-    responses: &[String],
+    responses: &[&str],
     majority: Option<bool>,
     ref_year: i64,
 ) -> Dimensions {
@@ -196,10 +192,19 @@ fn score_one(
     let numeric = numeric_words(evidence) as f64;
     let evidence_strength = 10.0 * numeric.min(5.0) + 25.0 * n_urls.min(2.0);
 
-    let mut hedge_text = lower.clone();
+    let mut hedge_text =
+        String::with_capacity(lower.len() + responses.iter().map(|r| r.len() + 1).sum::<usize>());
+    hedge_text.push_str(&lower);
     for r in responses {
         hedge_text.push(' ');
-        hedge_text.push_str(&r.to_lowercase());
+        if r.is_ascii() {
+            // the same as `to_lowercase` for ASCII, without a copy of its own
+            let start = hedge_text.len();
+            hedge_text.push_str(r);
+            hedge_text[start..].make_ascii_lowercase();
+        } else {
+            hedge_text.push_str(&r.to_lowercase());
+        }
     }
     let bias_awareness = 20.0 * (count_terms(&hedge_text, HEDGES) as f64).min(5.0);
 
@@ -289,7 +294,8 @@ fn numbered(t: &str) -> bool {
 
 /// The ASCII characters `char::is_whitespace` accepts: \t \n \x0B \x0C \r and space.
 fn ascii_ws(b: u8) -> bool {
-    b == b' ' || (b'\t'..=b'\r').contains(&b)
+    // branch-free, so the loops below vectorise
+    (b == b' ') | (b.wrapping_sub(b'\t') <= b'\r' - b'\t')
 }
 
 /// `s.split_whitespace().count()`, counting word starts byte-wise for ASCII text (the
@@ -302,11 +308,16 @@ fn word_count(s: &str) -> usize {
     let Some(&first) = b.first() else {
         return 0;
     };
-    usize::from(!ascii_ws(first))
-        + b.iter()
-            .zip(&b[1..])
-            .map(|(&prev, &cur)| usize::from(ascii_ws(prev) & !ascii_ws(cur)))
-            .sum::<usize>()
+    // counted in byte-wide lanes, 128 pairs at a time (a chunk's count fits in a u8)
+    let (prev, cur) = (&b[..b.len() - 1], &b[1..]);
+    let mut words = usize::from(!ascii_ws(first));
+    for (p, c) in prev.chunks(128).zip(cur.chunks(128)) {
+        let starts = p.iter().zip(c).fold(0u8, |n, (&p, &c)| {
+            n.wrapping_add(u8::from(ascii_ws(p) & !ascii_ws(c)))
+        });
+        words += usize::from(starts);
+    }
+    words
 }
 
 /// How many whitespace-separated words of `s` hold an ASCII digit (the numeric facts).
