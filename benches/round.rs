@@ -507,23 +507,23 @@ async fn run() -> String {
     let mut fanout = Vec::with_capacity(OVERHEAD_ROUNDS);
     let mut single = Vec::with_capacity(OVERHEAD_ROUNDS);
     let first = instant[0].target.as_ref().expect("discovered");
-    for i in 0..OVERHEAD_WARMUP + OVERHEAD_ROUNDS {
-        let t = Instant::now();
-        let stage = resolve_stage(
+    let fan_out = || {
+        resolve_stage(
             &stage_clients.resolve,
             &instant,
             &request,
             wf.quorum.rule,
             None,
         )
-        .await;
+    };
+    let one_call = || A2aProtocol.resolve(&stage_clients.resolve, &first.endpoint, &request);
+    for i in 0..OVERHEAD_WARMUP + OVERHEAD_ROUNDS {
+        let t = Instant::now();
+        let stage = fan_out().await;
         let f = t.elapsed();
         assert_eq!(stage.valid, WORKERS);
         let t = Instant::now();
-        A2aProtocol
-            .resolve(&stage_clients.resolve, &first.endpoint, &request)
-            .await
-            .expect("single resolve");
+        one_call().await.expect("single resolve");
         let one = t.elapsed();
         if i >= OVERHEAD_WARMUP {
             fanout.push(f);
@@ -543,21 +543,11 @@ async fn run() -> String {
     })
     .await;
     let allocs_fanout = count_allocations(ALLOC_RUNS, || async {
-        resolve_stage(
-            &stage_clients.resolve,
-            &instant,
-            &request,
-            wf.quorum.rule,
-            None,
-        )
-        .await;
+        fan_out().await;
     })
     .await;
     let allocs_single = count_allocations(ALLOC_RUNS, || async {
-        A2aProtocol
-            .resolve(&stage_clients.resolve, &first.endpoint, &request)
-            .await
-            .expect("single resolve");
+        one_call().await.expect("single resolve");
     })
     .await;
     overhead.sort();

@@ -506,19 +506,35 @@ mod tests {
         }
     }
 
+    /// A text of pattern pieces (by number over all the lists; a number past the end
+    /// adds none) each followed by its filler.
+    fn stitched(parts: Vec<(usize, String)>) -> String {
+        let all: Vec<&str> = INSTRUCTIONS
+            .iter()
+            .chain(VERBS)
+            .chain(OBJECTS)
+            .chain(ROLE_MARKERS)
+            .chain(MARKUP)
+            .chain(JSON)
+            .copied()
+            .collect();
+        let mut text = String::new();
+        for (i, filler) in parts {
+            if let Some(p) = all.get(i) {
+                text.push_str(p);
+            }
+            text.push_str(&filler);
+        }
+        text
+    }
+
     proptest::proptest! {
         /// Texts stitched from pattern pieces and filler: the one-pass automaton and the
         /// list-by-list scan give the same verdicts.
         #[test]
         fn the_automaton_agrees_with_the_lists(parts in proptest::collection::vec(
             (0usize..200, "[a-z {}\":,\\\\<>/|#\\[\\]`.]{0,6}"), 0..12)) {
-            let all: Vec<&str> = INSTRUCTIONS.iter().chain(VERBS).chain(OBJECTS)
-                .chain(ROLE_MARKERS).chain(MARKUP).chain(JSON).copied().collect();
-            let mut text = String::new();
-            for (i, filler) in parts {
-                if let Some(p) = all.get(i) { text.push_str(p); }
-                text.push_str(&filler);
-            }
+            let text = stitched(parts);
             let f = fold(&text);
             let (a, b) = (scan(&f), scan_linear(&f));
             proptest::prop_assert_eq!(a.instruction, b.instruction);
@@ -537,13 +553,7 @@ mod tests {
         #[test]
         fn the_whole_text_pass_agrees_with_the_segments(parts in proptest::collection::vec(
             (0usize..220, "[a-z {}\":,\\\\<>/|#\\[\\]`.!?\n\t іо\u{200B}\u{FF29}]{0,6}"), 0..14)) {
-            let all: Vec<&str> = INSTRUCTIONS.iter().chain(VERBS).chain(OBJECTS)
-                .chain(ROLE_MARKERS).chain(MARKUP).chain(JSON).copied().collect();
-            let mut text = String::new();
-            for (i, filler) in parts {
-                if let Some(p) = all.get(i) { text.push_str(p); }
-                text.push_str(&filler);
-            }
+            let text = stitched(parts);
             let mut buf = String::new();
             proptest::prop_assert_eq!(flagged(&text), flagged_segments(&text, &mut buf));
         }
