@@ -16,33 +16,35 @@ impl PgStore {
         let Some(term) = self.term_of(market, market_id) else {
             return Err(StoreError::LeaseLost(market, market_id));
         };
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
+        let client = self.client().await?;
         // The key's row lock (the row made on first use): nodes sharing the key
         // reserve one at a time. An upsert that updates locks the row whether it was
         // there or not, waiting for a holder that is inserting it.
-        let lock = tx
+        let lock = client
             .prepare_cached(
                 "INSERT INTO tx_keys (signer, chain_id) VALUES ($1, $2)
                  ON CONFLICT (signer, chain_id) DO UPDATE SET signer = EXCLUDED.signer",
             )
             .await
             .map_err(pg_err)?;
-        // The nonce (the larger of the chain's pending count and the key's highest + 1)
-        // and the round's move to `submitted`, fenced (held by this node at its term),
-        // in one statement: no round moved → the transaction rolls back with its nonce.
-        let reserve = tx
+        // The round's move to `submitted`, fenced (held by this node at its term), and
+        // the nonce (the larger of the chain's pending count and the key's highest + 1)
+        // in one statement; the nonce is taken only if the fenced update moved the round
+        // (`HAVING`: the aggregate yields no row then), so a refused fence changes
+        // nothing and the transaction may commit either way.
+        let reserve = client
             .prepare_cached(
-                "WITH n AS (
+                "WITH r AS (
+                   UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = $9::bigint
+                   WHERE market = $4::text AND market_id = $5::text
+                     AND holder = $10::text AND term = $11::bigint RETURNING 1),
+                 n AS (
                    INSERT INTO tx_nonces (signer, chain_id, nonce, market, market_id, to_addr, calldata, gas_limit, state, created_at, updated_at)
                    SELECT $1::text, $2::bigint, GREATEST($3::bigint, COALESCE(MAX(nonce) + 1, $3::bigint)),
                           $4::text, $5::text, $6::text, $7::bytea, $8::bigint, 'pending', $9::bigint, $9::bigint
                    FROM tx_nonces WHERE signer = $1::text AND chain_id = $2::bigint
-                   RETURNING nonce),
-                 r AS (
-                   UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = $9::bigint
-                   WHERE market = $4::text AND market_id = $5::text
-                     AND holder = $10::text AND term = $11::bigint RETURNING 1)
+                   HAVING EXISTS (SELECT 1 FROM r)
+                   RETURNING nonce)
                  SELECT (SELECT nonce FROM n), (SELECT count(*) FROM r)",
             )
             .await
@@ -51,31 +53,39 @@ impl PgStore {
         let (m, id) = (market.to_string(), market_id.to_string());
         let (to, calldata) = (payload.to.to_string(), payload.calldata.as_ref());
         let (pending, gas) = (chain_pending as i64, payload.gas_limit as i64);
-        // Both go out together (pipelined: one round trip). The server runs them in
-        // order, and the second takes its snapshot when it starts, after the lock is
-        // held: it reads the highest nonce that the previous holder committed.
+        // The transaction's four messages go out together (pipelined: one round trip),
+        // so the key's lock is held only while the server runs them, never across a
+        // round trip to this node. The server runs them in order; the reservation takes
+        // its snapshot when it starts, after the lock is held, so it reads the highest
+        // nonce that the previous holder committed. After a failed statement the server
+        // refuses the rest and `COMMIT` ends the transaction as a rollback: nothing is
+        // left open on the pooled connection, even if this future is dropped (all four
+        // are handed to the connection on the first poll).
         let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&signer, &chain];
         let reserve_params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
             &signer, &chain, &pending, &m, &id, &to, &calldata, &gas, &t, &self.node, &term,
         ];
-        let (locked, row) = tokio::join!(
+        let (begun, locked, row, committed) = tokio::join!(
             biased;
-            tx.execute(&lock, &lock_params),
-            tx.query_one(&reserve, &reserve_params)
+            client.batch_execute("BEGIN"),
+            client.execute(&lock, &lock_params),
+            client.query_one(&reserve, &reserve_params),
+            client.batch_execute("COMMIT"),
         );
+        begun.map_err(pg_err)?;
         locked.map_err(pg_err)?;
         let row = row.map_err(pg_err)?;
-        let nonce: i64 = col(&row, 0)?;
+        committed.map_err(pg_err)?;
+        let nonce: Option<i64> = col(&row, 0)?;
         let rounds: i64 = col(&row, 1)?;
-        if rounds == 0 {
-            // rolled back, and the connection back in the pool before the second look
-            drop(tx);
-            drop(client);
-            return Err(self.unfenced(market, market_id).await);
+        match nonce {
+            Some(nonce) if rounds == 1 => Ok(nonce as u64),
+            _ => {
+                // the connection back in the pool before the second look
+                drop(client);
+                Err(self.unfenced(market, market_id).await)
+            }
         }
-        let nonce = nonce as u64;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(nonce)
     }
 
     pub(super) async fn txs_add_attempt(
