@@ -491,12 +491,14 @@ impl TxManager {
         let mut force_bump = false;
         let mut at_cap_logged = false;
         loop {
-            let rec = self
-                .store
-                .nonce_record(self.key, nonce)
-                .await?
-                .ok_or(TxError::UnknownNonce(nonce))?;
-            let attempts = self.store.attempts(self.key, nonce).await?;
+            // the nonce and its attempts read together (one round trip on PostgreSQL);
+            // an attempt stored between the two reads is seen at the next look
+            let (rec, attempts) = tokio::join!(
+                self.store.nonce_record(self.key, nonce),
+                self.store.attempts(self.key, nonce)
+            );
+            let rec = rec?.ok_or(TxError::UnknownNonce(nonce))?;
+            let attempts = attempts?;
             if rec.state == NonceState::Lost {
                 return Ok(TxOutcome::Lost { nonce });
             }
