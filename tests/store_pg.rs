@@ -655,7 +655,7 @@ async fn the_fence_in_each_statement_refuses_a_stale_holder() {
 
     takeover(&a, &b, m, id, lease).await;
     lost(a.reserve_nonce(key, 0, &payload(m, 1)).await.map(|_| ()));
-    assert_eq!(a.highest_nonce(key).await.unwrap(), None, "rolled back");
+    assert_eq!(a.highest_nonce(key).await.unwrap(), None, "no nonce taken");
     assert_eq!(b.reserve_nonce(key, 0, &payload(m, 1)).await.unwrap(), 0);
     b.add_attempt(key, m, id, &attempt(0, 0)).await.unwrap();
     b.release(m, id, None).await.unwrap();

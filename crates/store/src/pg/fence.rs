@@ -19,25 +19,23 @@ impl PgStore {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<(), StoreError> {
-        let Some(term) = self.term_of(market, market_id) else {
-            return Err(StoreError::LeaseLost(market, market_id));
-        };
         let n = params.len();
         let fenced = format!("{sql} AND holder = ${} AND term = ${}", n + 1, n + 2);
-        self.fenced_statement(market, market_id, &fenced, params, term)
+        self.fenced_statement(market, market_id, &fenced, params)
             .await
     }
 
     /// Runs a statement whose last two parameters are this node's id and its term of the
-    /// round (the fence is in the statement); 0 rows → `NoRound` or `LeaseLost`.
+    /// round (the fence is in the statement, appended after `params`); no term held →
+    /// `LeaseLost` without a round trip; 0 rows → `NoRound` or `LeaseLost`.
     pub(super) async fn fenced_statement(
         &self,
         market: Address,
         market_id: U256,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-        term: i64,
     ) -> Result<(), StoreError> {
+        let term = self.held_term(market, market_id)?;
         let client = self.client().await?;
         let stmt = client.prepare_cached(sql).await.map_err(pg_err)?;
         let mut all: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params.to_vec();

@@ -93,9 +93,6 @@ impl PgStore {
         state: RoundState,
         progress: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        let Some(term) = self.term_of(market, market_id) else {
-            return Err(StoreError::LeaseLost(market, market_id));
-        };
         let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
         // the state and the progress in one fenced statement (one round trip): the
         // progress is written only if the fenced update of the round touched it
@@ -118,7 +115,6 @@ impl PgStore {
                 &(attempt as i32),
                 &progress.to_string(),
             ],
-            term,
         )
         .await
     }

@@ -13,9 +13,7 @@ impl PgStore {
     ) -> Result<u64, StoreError> {
         let (signer, chain) = key_params(&key);
         let (market, market_id) = (payload.market, payload.market_id);
-        let Some(term) = self.term_of(market, market_id) else {
-            return Err(StoreError::LeaseLost(market, market_id));
-        };
+        let term = self.held_term(market, market_id)?;
         let client = self.client().await?;
         // The key's row lock (the row made on first use): nodes sharing the key
         // reserve one at a time. An upsert that updates locks the row whether it was
@@ -96,9 +94,6 @@ impl PgStore {
         a: &AttemptRecord,
     ) -> Result<(), StoreError> {
         let (signer, chain) = key_params(&key);
-        let Some(term) = self.term_of(market, market_id) else {
-            return Err(StoreError::LeaseLost(market, market_id));
-        };
         // the round's pointer to its newest attempt and the attempt in one fenced
         // statement (one round trip): the attempt is stored only if the fenced update of
         // the round touched it
@@ -128,7 +123,6 @@ impl PgStore {
                 &a.sent_block.map(|b| b as i64),
                 &(a.created_at as i64),
             ],
-            term,
         )
         .await
     }
@@ -143,9 +137,6 @@ impl PgStore {
         block: u64,
     ) -> Result<(), StoreError> {
         let (signer, chain) = key_params(&key);
-        let Some(term) = self.term_of(market, market_id) else {
-            return Err(StoreError::LeaseLost(market, market_id));
-        };
         // one fenced statement (one round trip): the round's row is share-locked, and
         // held by this node at its term, while the attempt is marked
         self.fenced_statement(
@@ -166,7 +157,6 @@ impl PgStore {
                 &market.to_string(),
                 &market_id.to_string(),
             ],
-            term,
         )
         .await
     }
@@ -181,9 +171,6 @@ impl PgStore {
     ) -> Result<(), StoreError> {
         let (signer, chain) = key_params(&key);
         let (market, market_id) = self.nonce_round(key, nonce).await?;
-        let Some(term) = self.term_of(market, market_id) else {
-            return Err(StoreError::LeaseLost(market, market_id));
-        };
         // the nonce's end and the round's pointer to the mined transaction in one fenced
         // statement (one round trip): the nonce is ended only if the fenced update of the
         // round touched it
@@ -210,7 +197,6 @@ impl PgStore {
                 &market.to_string(),
                 &market_id.to_string(),
             ],
-            term,
         )
         .await
     }
