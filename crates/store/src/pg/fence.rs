@@ -6,6 +6,13 @@
 use super::*;
 
 impl PgStore {
+    /// This node's term of the round, or `LeaseLost` when it holds none (the check
+    /// before every fenced write, made without a round trip).
+    pub(super) fn held_term(&self, market: Address, market_id: U256) -> Result<i64, StoreError> {
+        self.term_of(market, market_id)
+            .ok_or(StoreError::LeaseLost(market, market_id))
+    }
+
     /// One fenced write for a round in one round trip: `sql` is an `UPDATE rounds …
     /// WHERE market = $1 AND market_id = $2` (or a statement built on one) to which the
     /// fence `AND holder = $n AND term = $n+1` is appended, so the row lock, the lease

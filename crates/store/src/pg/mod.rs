@@ -287,13 +287,6 @@ impl PgStore {
             .copied()
     }
 
-    /// This node's term of the round, or `LeaseLost` when it holds none (the check
-    /// before every fenced write, made without a round trip).
-    fn held_term(&self, market: Address, market_id: U256) -> Result<i64, StoreError> {
-        self.term_of(market, market_id)
-            .ok_or(StoreError::LeaseLost(market, market_id))
-    }
-
     fn forget(&self, market: Address, market_id: U256) {
         self.held
             .lock()
