@@ -24,28 +24,11 @@ fn main() -> anyhow::Result<()> {
         let resolver = dev.accounts[0];
         let before = dev.provider.get_transaction_count(resolver).await?;
         let t0 = common::request_in_one_block(&dev, &ids).await?;
-        let mut confirmed = 0;
-        let mut failed = vec![];
-        while confirmed + failed.len() < MARKETS {
-            anyhow::ensure!(t0.elapsed() < Duration::from_secs(120), "timeout: {confirmed} confirmed");
-            confirmed = 0;
-            failed.clear();
-            for id in &ids {
-                let r = node.report(dev.contracts.market, *id).await?;
-                match r.state {
-                    s if s.is_confirmed() => confirmed += 1,
-                    s if s.is_final() && r.reason.as_deref() != Some("no such round") => {
-                        failed.push((*id, r.reason))
-                    }
-                    _ => {}
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        common::wait_all_confirmed(&node, dev.contracts.market, &ids, t0, Duration::from_secs(120))
+            .await?;
         let elapsed = t0.elapsed().as_secs_f64();
         r.stop().await;
         let after = dev.provider.get_transaction_count(resolver).await?;
-        anyhow::ensure!(failed.is_empty(), "rounds not confirmed: {failed:?}");
         anyhow::ensure!(after - before == MARKETS as u64, "{} transactions for {MARKETS} markets", after - before);
         let table = format!(
             "| measurement | value |\n|---|---|\n| burst: {MARKETS} markets requested in one block → all confirmed (3 instant workers, rubric, 8 concurrent rounds, 50 ms poll) | {elapsed:.2} s, {:.1} markets/s, {} transactions, all resolved once |\n",

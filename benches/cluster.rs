@@ -27,22 +27,14 @@ async fn burst(dev: &Devnet, nodes: &[common::Running], ids: &[U256]) -> anyhow:
     let resolver = dev.accounts[0];
     let before = dev.provider.get_transaction_count(resolver).await?;
     let t0 = common::request_in_one_block(dev, ids).await?;
-    let watcher = &nodes[0].node;
-    loop {
-        anyhow::ensure!(t0.elapsed() < Duration::from_secs(300), "timeout");
-        let mut done = 0;
-        for id in ids {
-            let r = watcher.report(dev.contracts.market, *id).await?;
-            if r.state.is_final() && r.reason.as_deref() != Some("no such round") {
-                anyhow::ensure!(r.state.is_confirmed(), "{id}: {:?} {:?}", r.state, r.reason);
-                done += 1;
-            }
-        }
-        if done == ids.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    common::wait_all_confirmed(
+        &nodes[0].node,
+        dev.contracts.market,
+        ids,
+        t0,
+        Duration::from_secs(300),
+    )
+    .await?;
     let secs = t0.elapsed().as_secs_f64();
     let after = dev.provider.get_transaction_count(resolver).await?;
     anyhow::ensure!(
