@@ -14,6 +14,9 @@ use cresolver_store::{
 use std::sync::Arc;
 use std::time::Duration;
 
+#[path = "store_pg/requests.rs"]
+mod requests;
+
 fn settings(node: &str, lease: Duration) -> PgSettings {
     PgSettings {
         node_id: node.into(),

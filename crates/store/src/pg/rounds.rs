@@ -14,19 +14,52 @@ impl PgStore {
         unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
         let mut client = self.client().await?;
+        let (tx_hash, m, id) = (
+            log.tx_hash.to_string(),
+            market.to_string(),
+            market_id.to_string(),
+        );
+        let (index, block) = (log.log_index as i64, log.block_number as i64);
+        // The common case, a new log for a market without a round, is one statement
+        // (one round trip, its own transaction): the log is taken only when the market
+        // has no round in the statement's snapshot, and the round is inserted only when
+        // the log was. Both or neither are committed, as in the transaction below; a
+        // round inserted meanwhile by another node makes the insert do nothing, which is
+        // the answer the transaction below gives in that race ("already handled"). Any
+        // other case (a seen log, a market with a round) takes nothing here and goes
+        // the long way.
+        let fast = client
+            .query_one(
+                &client.prepare_cached(
+                    "WITH s AS (
+                       INSERT INTO seen_logs (tx_hash, log_index, market, market_id, block_number, block_hash)
+                       SELECT $1::text, $2::bigint, $3::text, $4::text, $5::bigint, $6::text
+                       WHERE NOT EXISTS (SELECT 1 FROM rounds WHERE market = $3::text AND market_id = $4::text)
+                       ON CONFLICT DO NOTHING RETURNING 1),
+                     i AS (
+                       INSERT INTO rounds (market, market_id, state, attempt, workflow, request_tx, request_block, created_at, updated_at)
+                       SELECT $3::text, $4::text, 'requested', 1, $7::text, $1::text, $5::bigint, $8::bigint, $8::bigint
+                       WHERE EXISTS (SELECT 1 FROM s)
+                       ON CONFLICT DO NOTHING RETURNING 1)
+                     SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM i)",
+                )
+                .await
+                .map_err(pg_err)?,
+                &[&tx_hash, &index, &m, &id, &block, &log.block_hash.to_string(), &workflow, &(now() as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        match (col::<i64>(&fast, 0)?, col::<i64>(&fast, 1)?) {
+            (1, 1) => return Ok(RequestDecision::New),
+            (1, _) => return Ok(RequestDecision::AlreadyHandled(RoundState::Requested)),
+            _ => {}
+        }
         let tx = client.transaction().await.map_err(pg_err)?;
         let inserted = tx
             .execute(
                 &tx.prepare_cached("INSERT INTO seen_logs (tx_hash, log_index, market, market_id, block_number, block_hash)
                  VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING").await.map_err(pg_err)?,
-                &[
-                    &log.tx_hash.to_string(),
-                    &(log.log_index as i64),
-                    &market.to_string(),
-                    &market_id.to_string(),
-                    &(log.block_number as i64),
-                    &log.block_hash.to_string(),
-                ],
+                &[&tx_hash, &index, &m, &id, &block, &log.block_hash.to_string()],
             )
             .await
             .map_err(pg_err)?;
