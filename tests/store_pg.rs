@@ -202,6 +202,42 @@ async fn store_contract(s: &dyn RoundStore) {
         Some(B256::repeat_byte(2)),
         "the mined attempt"
     );
+    // a second key's reservation for the same round at the same nonce number: the
+    // history and the reads keep each attempt with its own key's nonce
+    let other = KeyRef {
+        signer: Address::repeat_byte(7),
+        chain_id: 31337,
+    };
+    assert_eq!(
+        s.reserve_nonce(other, 5, &payload(m, 101)).await.unwrap(),
+        5
+    );
+    s.add_attempt(other, m, U256::from(101), &attempt(5, 0))
+        .await
+        .unwrap();
+    let mut h: Vec<(NonceState, usize)> = s
+        .tx_history(m, U256::from(101))
+        .await
+        .unwrap()
+        .iter()
+        .map(|(n, a)| (n.state, a.len()))
+        .collect();
+    h.sort_by_key(|(_, n)| *n);
+    assert_eq!(h, vec![(NonceState::Pending, 1), (NonceState::Mined, 3)]);
+    let pending = s.pending_nonces_of_round(m, U256::from(101)).await.unwrap();
+    assert_eq!(
+        pending
+            .iter()
+            .map(|(k, n)| (*k, n.nonce))
+            .collect::<Vec<_>>(),
+        vec![(other, 5)]
+    );
+    for k in [key, other] {
+        let (rec, attempts) = s.nonce_with_attempts(k, 5).await.unwrap();
+        assert_eq!(rec, s.nonce_record(k, 5).await.unwrap());
+        assert_eq!(attempts, s.attempts(k, 5).await.unwrap());
+    }
+    assert_eq!(s.nonce_with_attempts(other, 5).await.unwrap().1.len(), 1);
 
     // checkpoints, summaries and counts
     s.set_checkpoint("k", 42, B256::repeat_byte(4))

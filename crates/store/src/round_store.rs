@@ -169,6 +169,19 @@ pub trait RoundStore: Send + Sync + 'static {
     ) -> Result<Option<NonceRecord>, StoreError>;
     async fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError>;
     async fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError>;
+    /// A nonce's record and its attempts, read together: the transaction manager's look
+    /// at every turn of its loop. (PostgreSQL sends both reads on one connection at
+    /// once: one round trip, one server process woken.) An attempt stored between the
+    /// two reads is seen at the next look.
+    async fn nonce_with_attempts(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<(Option<NonceRecord>, Vec<AttemptRecord>), StoreError> {
+        let (rec, attempts) =
+            tokio::join!(self.nonce_record(key, nonce), self.attempts(key, nonce));
+        Ok((rec?, attempts?))
+    }
     async fn tx_history(
         &self,
         market: Address,

@@ -114,8 +114,22 @@ pub struct AttemptRecord {
     pub created_at: u64,
 }
 
+/// The `tx_nonces` columns [`NonceRow`] reads, in its order.
+macro_rules! nonce_columns {
+    () => {
+        "nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at, mined_hash"
+    };
+}
+
 /// The `tx_nonces` columns [`NonceRow`] reads.
-pub(crate) const NONCE_SELECT: &str = "SELECT nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at, mined_hash FROM tx_nonces";
+pub(crate) const NONCE_SELECT: &str = concat!("SELECT ", nonce_columns!(), " FROM tx_nonces");
+
+/// [`NONCE_SELECT`] with the key after the row's columns (signer 13, chain id 14).
+pub(crate) const KEYED_NONCE_SELECT: &str = concat!(
+    "SELECT ",
+    nonce_columns!(),
+    ", signer, chain_id FROM tx_nonces"
+);
 
 /// A `tx_nonces` row as either backend reads it, before its text is parsed.
 pub(crate) struct NonceRow {
@@ -176,8 +190,22 @@ fn read_nonce(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<NonceRecord, Sto
     .parse())
 }
 
+/// The `tx_attempts` columns [`AttemptRow`] reads, in its order.
+macro_rules! attempt_columns {
+    () => {
+        "nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at"
+    };
+}
+
 /// The `tx_attempts` columns [`AttemptRow`] reads.
-pub(crate) const ATTEMPT_SELECT: &str = "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at FROM tx_attempts";
+pub(crate) const ATTEMPT_SELECT: &str = concat!("SELECT ", attempt_columns!(), " FROM tx_attempts");
+
+/// [`ATTEMPT_SELECT`] with the key after the row's columns (signer 9, chain id 10).
+pub(crate) const KEYED_ATTEMPT_SELECT: &str = concat!(
+    "SELECT ",
+    attempt_columns!(),
+    ", signer, chain_id FROM tx_attempts"
+);
 
 /// A `tx_attempts` row as either backend reads it, before its text is parsed.
 pub(crate) struct AttemptRow {

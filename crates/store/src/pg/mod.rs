@@ -16,7 +16,9 @@
 //! Timestamps shown to operators (`created_at`, `updated_at`) stay unix seconds, as in
 //! SQLite; lease times are milliseconds of the database clock.
 
-use super::txs::{ATTEMPT_SELECT, AttemptRow, NONCE_SELECT, NonceRow};
+use super::txs::{
+    ATTEMPT_SELECT, AttemptRow, KEYED_ATTEMPT_SELECT, KEYED_NONCE_SELECT, NONCE_SELECT, NonceRow,
+};
 use super::{
     AttemptRecord, DONE_SQL, KeyRef, Lease, LogRef, MinedAt, NonceRecord, NonceState, PastAttempt,
     RequestDecision, RoundRecord, RoundRow, RoundState, RoundStore, RoundSummary, SELECT,
@@ -294,53 +296,6 @@ impl PgStore {
             .remove(&(market, market_id));
     }
 
-    /// The round a reserved nonce belongs to.
-    async fn nonce_round(&self, key: KeyRef, nonce: u64) -> Result<(Address, U256), StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &client.prepare_cached("SELECT market, market_id FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3").await.map_err(pg_err)?,
-                &[&key.signer.to_string(), &(key.chain_id as i64), &(nonce as i64)],
-            )
-            .await
-            .map_err(pg_err)?
-            .ok_or_else(|| corrupt("tx_nonces", format!("nonce {nonce} is not reserved")))?;
-        parse_market(&col::<String>(&row, 0)?, &col::<String>(&row, 1)?)
-    }
-
-    /// A round's reservations under any key (only the pending ones with `pending`),
-    /// oldest first.
-    async fn round_nonces(
-        &self,
-        market: Address,
-        market_id: U256,
-        pending: bool,
-    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                &client.prepare_cached("SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = $1 AND market_id = $2
-                 AND (NOT $3 OR state = 'pending') ORDER BY created_at, nonce").await.map_err(pg_err)?,
-                &[&market.to_string(), &market_id.to_string(), &pending],
-            )
-            .await
-            .map_err(pg_err)?;
-        drop(client);
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            let signer: String = col(&r, 0)?;
-            let key = KeyRef {
-                signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
-                chain_id: col::<i64>(&r, 1)? as u64,
-            };
-            let nonce = col::<i64>(&r, 2)? as u64;
-            if let Some(rec) = self.nonce_record(key, nonce).await? {
-                out.push((key, rec));
-            }
-        }
-        Ok(out)
-    }
-
     async fn upsert_round(
         &self,
         tx: &Transaction<'_>,
@@ -472,6 +427,15 @@ fn read_attempt(r: &Row) -> Result<AttemptRecord, StoreError> {
         created_at: col(r, 8)?,
     }
     .parse()
+}
+
+/// The key (signer, chain id) in columns `at` and `at + 1` of a keyed row.
+fn read_key(r: &Row, at: usize) -> Result<KeyRef, StoreError> {
+    let signer: String = col(r, at)?;
+    Ok(KeyRef {
+        signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
+        chain_id: col::<i64>(r, at + 1)? as u64,
+    })
 }
 
 fn key_params(key: &KeyRef) -> (String, i64) {
@@ -674,6 +638,13 @@ impl RoundStore for PgStore {
 
     async fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError> {
         self.txs_attempts(key, nonce).await
+    }
+    async fn nonce_with_attempts(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<(Option<NonceRecord>, Vec<AttemptRecord>), StoreError> {
+        self.txs_nonce_with_attempts(key, nonce).await
     }
 
     async fn tx_history(

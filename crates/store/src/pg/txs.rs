@@ -283,17 +283,133 @@ impl PgStore {
         rows.iter().map(read_attempt).collect()
     }
 
+    /// The nonce and its attempts: both statements go out on one connection at once.
+    pub(super) async fn txs_nonce_with_attempts(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<(Option<NonceRecord>, Vec<AttemptRecord>), StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        let record = client
+            .prepare_cached(&format!(
+                "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3"
+            ))
+            .await
+            .map_err(pg_err)?;
+        let attempts = client
+            .prepare_cached(&format!(
+                "{ATTEMPT_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3 ORDER BY seq"
+            ))
+            .await
+            .map_err(pg_err)?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&signer, &chain, &(nonce as i64)];
+        let (record, attempts) = tokio::join!(
+            client.query_opt(&record, &params),
+            client.query(&attempts, &params)
+        );
+        let record = record
+            .map_err(pg_err)?
+            .map(|r| read_nonce(&r))
+            .transpose()?;
+        let attempts = attempts
+            .map_err(pg_err)?
+            .iter()
+            .map(read_attempt)
+            .collect::<Result<_, _>>()?;
+        Ok((record, attempts))
+    }
+
+    /// A round's reservations with their attempts: two statements on one connection at
+    /// once (an attempt of a nonce reserved between the two is left out; the history is
+    /// the transcript's, read again at the round's next end).
     pub(super) async fn txs_tx_history(
         &self,
         market: Address,
         market_id: U256,
     ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
-        let mut out = Vec::new();
-        for (key, rec) in self.round_nonces(market, market_id, false).await? {
-            let attempts = self.attempts(key, rec.nonce).await?;
-            out.push((rec, attempts));
+        let (m, id) = (market.to_string(), market_id.to_string());
+        let client = self.client().await?;
+        let nonces = client
+            .prepare_cached(&format!(
+                "{KEYED_NONCE_SELECT} WHERE market = $1 AND market_id = $2 ORDER BY created_at, nonce"
+            ))
+            .await
+            .map_err(pg_err)?;
+        let attempts = client
+            .prepare_cached(&format!(
+                "{KEYED_ATTEMPT_SELECT} WHERE (signer, chain_id, nonce) IN
+                   (SELECT signer, chain_id, nonce FROM tx_nonces WHERE market = $1 AND market_id = $2)
+                 ORDER BY seq"
+            ))
+            .await
+            .map_err(pg_err)?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&m, &id];
+        let (nonces, attempts) = tokio::join!(
+            client.query(&nonces, &params),
+            client.query(&attempts, &params)
+        );
+        let mut out = nonces
+            .map_err(pg_err)?
+            .iter()
+            .map(|r| Ok(((read_key(r, 13)?, read_nonce(r)?), Vec::new())))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        for r in attempts.map_err(pg_err)?.iter() {
+            let (key, a) = (read_key(r, 9)?, read_attempt(r)?);
+            if let Some((_, list)) = out
+                .iter_mut()
+                .find(|((k, n), _)| *k == key && n.nonce == a.nonce)
+            {
+                list.push(a);
+            }
         }
-        Ok(out)
+        Ok(out.into_iter().map(|((_, n), a)| (n, a)).collect())
+    }
+
+    /// The round a reserved nonce belongs to.
+    pub(super) async fn nonce_round(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<(Address, U256), StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &client.prepare_cached("SELECT market, market_id FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3").await.map_err(pg_err)?,
+                &[&key.signer.to_string(), &(key.chain_id as i64), &(nonce as i64)],
+            )
+            .await
+            .map_err(pg_err)?
+            .ok_or_else(|| corrupt("tx_nonces", format!("nonce {nonce} is not reserved")))?;
+        parse_market(&col::<String>(&row, 0)?, &col::<String>(&row, 1)?)
+    }
+
+    /// A round's reservations under any key (only the pending ones with `pending`),
+    /// oldest first: one statement.
+    pub(super) async fn round_nonces(
+        &self,
+        market: Address,
+        market_id: U256,
+        pending: bool,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &client
+                    .prepare_cached(&format!(
+                        "{KEYED_NONCE_SELECT} WHERE market = $1 AND market_id = $2
+                 AND (NOT $3 OR state = 'pending') ORDER BY created_at, nonce"
+                    ))
+                    .await
+                    .map_err(pg_err)?,
+                &[&market.to_string(), &market_id.to_string(), &pending],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| Ok((read_key(r, 13)?, read_nonce(r)?)))
+            .collect()
     }
 
     pub(super) async fn txs_highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {

@@ -493,12 +493,8 @@ impl TxManager {
         loop {
             // the nonce and its attempts read together (one round trip on PostgreSQL);
             // an attempt stored between the two reads is seen at the next look
-            let (rec, attempts) = tokio::join!(
-                self.store.nonce_record(self.key, nonce),
-                self.store.attempts(self.key, nonce)
-            );
-            let rec = rec?.ok_or(TxError::UnknownNonce(nonce))?;
-            let attempts = attempts?;
+            let (rec, attempts) = self.store.nonce_with_attempts(self.key, nonce).await?;
+            let rec = rec.ok_or(TxError::UnknownNonce(nonce))?;
             if rec.state == NonceState::Lost {
                 return Ok(TxOutcome::Lost { nonce });
             }
