@@ -310,8 +310,13 @@ impl Watcher {
         // chain is read before the log is recorded, so an RPC error leaves it to the
         // next scan
         // (a log seen before — a rescan after a rewind — is a duplicate: no chain read)
-        let done = !self.sink.log_seen(&log_ref).await?
-            && self.sink.round_done(self.cfg.market, market_id).await?;
+        // The two store reads go out together; the round's is only used (and its error
+        // only counts) for a log not seen before.
+        let (seen, done) = tokio::join!(
+            self.sink.log_seen(&log_ref),
+            self.sink.round_done(self.cfg.market, market_id)
+        );
+        let done = !seen? && done?;
         let mut ignored_because = None;
         let unresolved = if done {
             match judge_request(
