@@ -71,7 +71,14 @@ pub struct PgStore {
     lease: Duration,
     /// The rounds this node holds, with the term it claimed them at (the fencing token).
     held: Mutex<HashMap<(Address, U256), i64>>,
+    /// The round of each nonce this node reserved and has not ended (a reservation's
+    /// round never changes), so ending one needs no lookup first; a nonce not in it (a
+    /// restart, a takeover) is looked up. Emptied should it pass [`NONCE_ROUNDS_CAP`].
+    nonce_rounds: Mutex<HashMap<(KeyRef, u64), (Address, U256)>>,
 }
+
+/// More reservations than a node has open at once.
+const NONCE_ROUNDS_CAP: usize = 4_096;
 
 /// A connection URL without its password (for every message that shows it).
 pub fn redact_url(url: &str) -> String {
@@ -166,6 +173,7 @@ impl PgStore {
             node: settings.node_id,
             lease: settings.lease,
             held: Mutex::new(HashMap::new()),
+            nonce_rounds: Mutex::new(HashMap::new()),
         };
         let connect_err = |e: StoreError| StoreError::Connect {
             url: shown.clone(),

@@ -77,7 +77,16 @@ impl PgStore {
         let nonce: Option<i64> = col(&row, 0)?;
         let rounds: i64 = col(&row, 1)?;
         match nonce {
-            Some(nonce) if rounds == 1 => Ok(nonce as u64),
+            Some(nonce) if rounds == 1 => {
+                let nonce = nonce as u64;
+                self.reserved(|m| {
+                    if m.len() >= NONCE_ROUNDS_CAP {
+                        m.clear();
+                    }
+                    m.insert((key, nonce), (market, market_id));
+                });
+                Ok(nonce)
+            }
             _ => {
                 // the connection back in the pool before the second look
                 drop(client);
@@ -174,31 +183,36 @@ impl PgStore {
         // the nonce's end and the round's pointer to the mined transaction in one fenced
         // statement (one round trip): the nonce is ended only if the fenced update of the
         // round touched it
-        self.fenced_statement(
-            market,
-            market_id,
-            "WITH r AS (UPDATE rounds SET submit_tx = COALESCE($5::text, submit_tx)
+        let ended = self
+            .fenced_statement(
+                market,
+                market_id,
+                "WITH r AS (UPDATE rounds SET submit_tx = COALESCE($5::text, submit_tx)
                         WHERE market = $10::text AND market_id = $11::text
                           AND holder = $12::text AND term = $13::bigint
                         RETURNING 1)
              UPDATE tx_nonces SET state = $4::text, mined_tx = $5::text, mined_block = $6::bigint,
                     detail = $7::text, updated_at = $8::bigint, mined_hash = $9::text
              FROM r WHERE signer = $1::text AND chain_id = $2::bigint AND nonce = $3::bigint",
-            &[
-                &signer,
-                &chain,
-                &(nonce as i64),
-                &state.as_str(),
-                &mined.map(|m| m.tx.to_string()),
-                &mined.map(|m| m.block as i64),
-                &detail,
-                &(now() as i64),
-                &mined.map(|m| m.block_hash.to_string()),
-                &market.to_string(),
-                &market_id.to_string(),
-            ],
-        )
-        .await
+                &[
+                    &signer,
+                    &chain,
+                    &(nonce as i64),
+                    &state.as_str(),
+                    &mined.map(|m| m.tx.to_string()),
+                    &mined.map(|m| m.block as i64),
+                    &detail,
+                    &(now() as i64),
+                    &mined.map(|m| m.block_hash.to_string()),
+                    &market.to_string(),
+                    &market_id.to_string(),
+                ],
+            )
+            .await;
+        if ended.is_ok() {
+            self.reserved(|m| m.remove(&(key, nonce)));
+        }
+        ended
     }
 
     pub(super) async fn txs_pending_nonce_of(
@@ -368,11 +382,19 @@ impl PgStore {
     }
 
     /// The round a reserved nonce belongs to.
+    /// Runs `f` on the rounds of the nonces this node reserved.
+    fn reserved<T>(&self, f: impl FnOnce(&mut HashMap<(KeyRef, u64), (Address, U256)>) -> T) -> T {
+        f(&mut self.nonce_rounds.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     pub(super) async fn nonce_round(
         &self,
         key: KeyRef,
         nonce: u64,
     ) -> Result<(Address, U256), StoreError> {
+        if let Some(round) = self.reserved(|m| m.get(&(key, nonce)).copied()) {
+            return Ok(round);
+        }
         let client = self.client().await?;
         let row = client
             .query_opt(
