@@ -281,6 +281,7 @@ impl PgStore {
             .map_err(pg_err)?;
             tracing::info!(version, description, "database migration applied");
         }
+        tx.batch_execute(schema::LZ4_JSON).await.map_err(pg_err)?;
         tx.commit().await.map_err(pg_err)?;
         Ok(())
     }
