@@ -32,6 +32,15 @@ async fn pg_store(pg: &Pg, node: &str, lease: Duration) -> PgStore {
         .unwrap()
 }
 
+/// Three nodes (a, b, c) on one server, leases of 30 s.
+async fn three_nodes(pg: &Pg) -> Vec<Arc<PgStore>> {
+    futures::future::join_all(["a", "b", "c"].map(|n| pg_store(pg, n, Duration::from_secs(30))))
+        .await
+        .into_iter()
+        .map(Arc::new)
+        .collect()
+}
+
 fn log(i: u8) -> LogRef {
     LogRef {
         tx_hash: B256::repeat_byte(i),
@@ -554,13 +563,7 @@ async fn leases_fence_a_node_that_lost_its_round() {
 #[tokio::test]
 async fn nodes_sharing_a_key_never_reserve_the_same_nonce() {
     let pg = Pg::start();
-    let nodes: Vec<Arc<PgStore>> = futures::future::join_all(
-        ["a", "b", "c"].map(|n| pg_store(&pg, n, Duration::from_secs(30))),
-    )
-    .await
-    .into_iter()
-    .map(Arc::new)
-    .collect();
+    let nodes = three_nodes(&pg).await;
     let m = Address::repeat_byte(1);
     let key = KeyRef {
         signer: Address::repeat_byte(9),

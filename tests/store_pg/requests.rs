@@ -9,13 +9,7 @@ use super::*;
 #[tokio::test]
 async fn watchers_recording_the_same_requests_at_once_take_each_market_once() {
     let pg = Pg::start();
-    let nodes: Vec<Arc<PgStore>> = futures::future::join_all(
-        ["a", "b", "c"].map(|n| pg_store(&pg, n, Duration::from_secs(30))),
-    )
-    .await
-    .into_iter()
-    .map(Arc::new)
-    .collect();
+    let nodes = three_nodes(&pg).await;
     let m = Address::repeat_byte(1);
     let markets = 20u8;
     let log = |l: u8| LogRef {
