@@ -58,23 +58,29 @@ CREATE TABLE round_attempts (
 /// compressed with lz4 instead of pglz, on a server that has it (14+, built with lz4):
 /// on PostgreSQL 15 here, writing a 14 KB transcript took ~37 µs against ~150 µs, and
 /// it came out smaller (3.4 against 4.0 KB). Not a versioned migration: the schema is
-/// unchanged and an older binary still starts against it. Applied once (the column's
-/// setting is looked at first); a role that does not own the tables, or a server
-/// without lz4, keeps pglz.
+/// unchanged and an older binary still starts against it. Run at start after the
+/// migrations, in a transaction of its own, and only while the columns have the
+/// server's default (an operator's explicit choice is kept). The three tables are
+/// locked without waiting (`NOWAIT`, in the order the nodes' statements lock them): if
+/// a running node is using one, nothing changes and the next start tries again; so are
+/// a role that does not own the tables and a server without lz4.
 pub const LZ4_JSON: &str = "
 DO $$
-DECLARE c \"char\";
+DECLARE c text;
 BEGIN
-  IF current_setting('server_version_num')::int >= 140000 THEN
-    EXECUTE 'SELECT attcompression FROM pg_attribute
+  IF current_setting('server_version_num')::int >= 140000
+     AND EXISTS (SELECT 1 FROM pg_settings
+                 WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)) THEN
+    EXECUTE 'SELECT attcompression::text FROM pg_attribute
              WHERE attrelid = ''round_attempts''::regclass AND attname = ''outcome''' INTO c;
-    IF c IS DISTINCT FROM 'l' THEN
+    IF c = '' THEN
+      LOCK TABLE round_progress, rounds, round_attempts IN ACCESS EXCLUSIVE MODE NOWAIT;
       EXECUTE 'ALTER TABLE rounds ALTER COLUMN outcome SET COMPRESSION lz4';
       EXECUTE 'ALTER TABLE round_progress ALTER COLUMN progress SET COMPRESSION lz4';
       EXECUTE 'ALTER TABLE round_attempts ALTER COLUMN outcome SET COMPRESSION lz4';
     END IF;
   END IF;
-EXCEPTION WHEN feature_not_supported OR insufficient_privilege THEN
+EXCEPTION WHEN feature_not_supported OR insufficient_privilege OR lock_not_available THEN
   NULL;
 END $$;
 ";
