@@ -91,13 +91,11 @@ async fn a_round_inserted_meanwhile_by_another_node_makes_the_request_already_ha
         let node = node.clone();
         async move { node.record_request(m, id, "wf", &log(1)).await }
     });
-    // the recording waits on the other node's uncommitted row
+    // the recording waits on the other node's uncommitted row (`pg_locks` is read anew
+    // at each look; `pg_stat_activity` would be read once per transaction)
     loop {
         let waiting: i64 = other
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
-                &[],
-            )
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
             .await
             .unwrap()
             .get(0);
