@@ -152,10 +152,12 @@ pub async fn request_in_one_block(
 }
 
 /// Waits until every market of `ids` has a final round on `node`'s store, then checks
-/// that each was confirmed (not failed or skipped). The wait looks at the store with one count by state every 5 ms, not a read of
-/// each round: a round read carries its transcript, and reading 100 of them every 5 ms
-/// is load of the bench's own that would be measured with the node's (on PostgreSQL it
-/// was about 15 full-row reads per market per burst).
+/// that each was confirmed (not failed or skipped); a round that ends otherwise fails
+/// the wait at once. The wait looks at the store with one count by state every 5 ms,
+/// not a read of each round: a round read carries its transcript, and reading 100 of
+/// them every 5 ms is load of the bench's own that would be measured with the node's
+/// (on PostgreSQL it was about 15 full-row reads per market per burst). The store must
+/// hold only these markets' rounds (each bench run starts a fresh one).
 pub async fn wait_all_confirmed(
     node: &Node,
     market: alloy::primitives::Address,
@@ -164,16 +166,21 @@ pub async fn wait_all_confirmed(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     loop {
-        anyhow::ensure!(t0.elapsed() < timeout, "timeout");
-        let finals: u64 = node
-            .store
-            .count_by_state()
-            .await?
-            .into_iter()
-            .filter(|(s, _)| s.is_final())
-            .map(|(_, n)| n)
-            .sum();
-        if finals >= ids.len() as u64 {
+        let (mut finals, mut unconfirmed) = (0u64, 0u64);
+        for (state, n) in node.store.count_by_state().await? {
+            if state.is_final() {
+                finals += n;
+                if !state.is_confirmed() {
+                    unconfirmed += n;
+                }
+            }
+        }
+        anyhow::ensure!(
+            t0.elapsed() < timeout,
+            "timeout: {finals} of {} rounds final",
+            ids.len()
+        );
+        if finals >= ids.len() as u64 || unconfirmed > 0 {
             let mut pending = false;
             let mut failed = Vec::new();
             for id in ids {
