@@ -587,3 +587,62 @@ async fn members_whose_own_round_missed_quorum_still_observe() {
         "two members missed their own quorum and observed anyway"
     );
 }
+
+/// Every member transmits at once (1 ms between ranks) and the four transmissions
+/// land in one block: the forwarder delivers the first, and the other three are mined
+/// and revert. Each member records the round confirmed, delivered by the member whose
+/// transmission landed first, not skipped as if someone else had resolved the market.
+#[tokio::test]
+async fn members_whose_transmissions_lost_the_race_record_the_delivery() {
+    use alloy::providers::ext::AnvilApi;
+    let (s, _) = counted_market().await;
+    let mut dn = Dn::new(s, 4, 1, None).await;
+    dn.cfg.transmit_delay_ms = 1;
+    dn.spawn_all();
+    let p = dn.s.dev.provider.clone();
+    dn.s.dev.request_resolution(dn.s.market_id).await.unwrap();
+    p.anvil_set_auto_mine(false).await.unwrap();
+    // the four transmissions wait in the pool together, then go into one block
+    let started = Instant::now();
+    loop {
+        let status: Value = p.raw_request("txpool_status".into(), ()).await.unwrap();
+        let pending = match &status["pending"] {
+            Value::String(h) => u64::from_str_radix(h.trim_start_matches("0x"), 16).unwrap(),
+            other => other.as_u64().unwrap(),
+        };
+        if pending >= 4 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{pending} transmissions in the pool; member logs:\n{}",
+            (0..4)
+                .map(|i| format!("--- member {i}\n{}", tail(&dn.log(i), 30)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    p.evm_mine(None).await.unwrap();
+    p.anvil_set_auto_mine(true).await.unwrap();
+    dn.wait_resolved(Duration::from_secs(60)).await;
+    // every member confirmed, holding the delivered report (checked per member)
+    dn.assert_resolved_once(&[0, 1, 2, 3]).await;
+    let (by, _) = dn.deliveries().await.remove(0);
+    let mut lost = 0;
+    for i in 0..4 {
+        let v = dn.round(i).await.unwrap();
+        assert_eq!(
+            v["outcome"]["don"]["transmitter"],
+            serde_json::to_value(by).unwrap(),
+            "member {i}: {v}"
+        );
+        let detail = v["outcome"]["confirmation"]["detail"]
+            .as_str()
+            .unwrap_or("");
+        if detail.contains("was mined after it and reverted") {
+            lost += 1;
+        }
+    }
+    assert_eq!(lost, 3, "three transmissions were mined after the delivery");
+}

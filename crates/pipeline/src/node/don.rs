@@ -5,7 +5,9 @@
 //! at once, every other member after its rank's delay if the forwarder's transmission
 //! state still says nobody succeeded. The forwarder's state is the truth: SUCCEEDED ends
 //! the round, INVALID_RECEIVER fails it with the reason, FAILED (the receiver reverted)
-//! is re-simulated and retried only when the receiver's error can change.
+//! is re-simulated and retried only when the receiver's error can change. A member whose
+//! own transmission was mined after another member's delivery (and reverted) records
+//! the round confirmed, delivered by that member.
 
 use super::*;
 use crate::round::RoundInput;
@@ -521,5 +523,46 @@ impl Node {
                 .send_and_follow(txm, p, market_id, &prepared, None)
                 .await;
         }
+    }
+
+    /// For a DON member whose own transmission was mined without resolving the market:
+    /// the member that delivered the DON's agreed report instead, with the round's
+    /// stored transcript, when the forwarder says the round's report was delivered (two
+    /// members' transmissions raced, and the other landed first). `None` for a node that
+    /// is not a member, a round without a readable transcript, or a report the
+    /// forwarder has not seen delivered.
+    pub(super) async fn delivered_by_another_member(
+        &self,
+        p: &Pipeline,
+        market_id: U256,
+    ) -> Result<Option<(Address, Transcript)>, Step> {
+        if self.don.is_none() {
+            return Ok(None);
+        }
+        let Some((forwarder, receiver)) = p.submitter.report_route() else {
+            return Ok(None);
+        };
+        let stored = self.store.get(p.market, market_id).await?;
+        let Some(t) = stored
+            .and_then(|r| r.outcome)
+            .and_then(|o| serde_json::from_value::<Transcript>(o).ok())
+        else {
+            return Ok(None);
+        };
+        let Some(execution_id) = t
+            .don
+            .as_ref()
+            .and_then(|d| d["execution_id"].as_str())
+            .and_then(|s| s.parse::<B256>().ok())
+        else {
+            return Ok(None);
+        };
+        let report_id = FixedBytes::<2>(p.submitter.metadata().report_id.0);
+        let info = IKeystoneForwarder::new(forwarder, self.provider.clone())
+            .getTransmissionInfo(receiver, execution_id, report_id)
+            .call()
+            .await
+            .map_err(|e| Step::Transient(format!("forwarder getTransmissionInfo: {e}")))?;
+        Ok((info.state == SUCCEEDED).then_some((info.transmitter, t)))
     }
 }

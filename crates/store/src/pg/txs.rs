@@ -381,12 +381,12 @@ impl PgStore {
         Ok(out.into_iter().map(|((_, n), a)| (n, a)).collect())
     }
 
-    /// The round a reserved nonce belongs to.
     /// Runs `f` on the rounds of the nonces this node reserved.
     fn reserved<T>(&self, f: impl FnOnce(&mut HashMap<(KeyRef, u64), (Address, U256)>) -> T) -> T {
         f(&mut self.nonce_rounds.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// The round a reserved nonce belongs to.
     pub(super) async fn nonce_round(
         &self,
         key: KeyRef,
