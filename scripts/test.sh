@@ -27,9 +27,11 @@ outage_bin=$(cargo test --locked --test rpc_outage --no-run --message-format=jso
   | sed -n 's/.*"executable":"\([^"]*rpc_outage[^"]*\)".*/\1/p' | tail -n1)
 [ -x "$outage_bin" ] || { echo "test: cannot find the rpc_outage test binary" >&2; exit 1; }
 outage_log=target/rpc_outage.log
-"$outage_bin" --ignored --test-threads=8 >"$outage_log" 2>&1 &
+# (in a process group of its own: should this script stop early, the group is killed, and
+# with it the nodes and chains the tests started, which a killed test cannot stop itself)
+setsid "$outage_bin" --ignored --test-threads=8 >"$outage_log" 2>&1 &
 outage_pid=$!
-trap 'kill "$outage_pid" 2>/dev/null || true' EXIT
+trap 'kill -- -"$outage_pid" 2>/dev/null || kill "$outage_pid" 2>/dev/null || true' EXIT
 cargo test --locked --workspace
 echo "== tests/rpc_outage.rs (run beside the others)"
 outage_rc=0
