@@ -53,6 +53,9 @@ pub(crate) const DONE_SQL: &str = "('confirmed', 'finalized', 'failed', 'skipped
 /// How many compiled statements a connection keeps (the store has fewer kinds).
 const STATEMENT_CACHE: usize = 128;
 
+/// How long opening the file waits for another process that holds it.
+const OPEN_BUSY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The schema version this binary writes (`PRAGMA user_version`).
 const SQLITE_VERSION: i64 = 3;
 
@@ -123,8 +126,23 @@ impl Store {
             source,
         })?;
         let conn = Connection::open(data_dir.join("cresolver.sqlite3"))?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        migrate(&conn)?;
+        conn.busy_timeout(OPEN_BUSY)?;
+        // Two openers of a new file can both hold its read lock and both want to write
+        // (the switch to WAL, or the migration's write lock): SQLite then answers one of
+        // them "busy" at once, without waiting (the busy timeout would deadlock). The
+        // migration leaves nothing behind when it fails, so it is tried again.
+        let deadline = std::time::Instant::now() + OPEN_BUSY;
+        loop {
+            match migrate(&conn) {
+                Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
+                    if e.code == rusqlite::ErrorCode::DatabaseBusy
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other?,
+            }
+        }
         Ok(Self {
             conn: Mutex::new(conn),
         })
