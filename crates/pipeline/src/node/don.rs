@@ -355,37 +355,18 @@ impl Node {
                 .map_err(|e| Step::Transient(format!("forwarder getTransmissionInfo: {e}")))?;
             match info.state {
                 SUCCEEDED => {
-                    self.metrics.don_event("transmission", "succeeded");
                     tracing::info!(market_id = %market_id, transmitter = %info.transmitter, "the forwarder delivered the DON's report");
-                    if let Some(d) = transcript.don.as_mut() {
-                        d["transmitter"] = json!(info.transmitter);
-                    }
                     // (a call of ours in the transcript is one this member signed)
                     let ours = self
                         .txm
                         .as_ref()
                         .map_or(info.transmitter, |t| t.key().signer);
+                    let detail = format!(
+                        "delivered through the forwarder by member {}",
+                        info.transmitter
+                    );
                     return self
-                        .finish_transcript(
-                            p,
-                            market_id,
-                            transcript,
-                            ConfirmationRecord {
-                                status: "confirmed".into(),
-                                tx_hash: None,
-                                block_number: None,
-                                resolution: None,
-                                resolver: Some(receiver),
-                                gas_used: None,
-                                detail: Some(format!(
-                                    "delivered through the forwarder by member {}",
-                                    info.transmitter
-                                )),
-                            },
-                            ours,
-                            RoundState::Confirmed,
-                            None,
-                        )
+                        .finish_delivered(p, market_id, transcript, info.transmitter, ours, detail)
                         .await;
                 }
                 INVALID_RECEIVER => {
@@ -523,6 +504,43 @@ impl Node {
                 .send_and_follow(txm, p, market_id, &prepared, None)
                 .await;
         }
+    }
+
+    /// Ends a member's round as delivered through the forwarder by member `by` (its
+    /// transmission state is SUCCEEDED): the transcript names `by` as the transmitter,
+    /// and its call, if any, was signed by `from`.
+    pub(super) async fn finish_delivered(
+        &self,
+        p: &Pipeline,
+        market_id: U256,
+        mut t: Transcript,
+        by: Address,
+        from: Address,
+        detail: String,
+    ) -> Result<(), Step> {
+        self.metrics.don_event("transmission", "succeeded");
+        if let Some(d) = t.don.as_mut() {
+            d["transmitter"] = json!(by);
+        }
+        let confirmation = ConfirmationRecord {
+            status: "confirmed".into(),
+            tx_hash: None,
+            block_number: None,
+            resolution: None,
+            resolver: p.submitter.report_route().map(|(_, receiver)| receiver),
+            gas_used: None,
+            detail: Some(detail),
+        };
+        self.finish_transcript(
+            p,
+            market_id,
+            t,
+            confirmation,
+            from,
+            RoundState::Confirmed,
+            None,
+        )
+        .await
     }
 
     /// For a DON member whose own transmission was mined without resolving the market:

@@ -587,33 +587,13 @@ impl Node {
             Err(e) => {
                 // A DON member's transmission that lost the race to another member's
                 // delivery of the same report: the DON's report is delivered.
-                if let Some((by, mut t)) = self.delivered_by_another_member(p, market_id).await? {
+                if let Some((by, t)) = self.delivered_by_another_member(p, market_id).await? {
                     tracing::info!(market_id = %market_id, %tx, transmitter = %by, "the forwarder delivered the DON's report; this member's transmission of it was mined after it and reverted");
-                    self.metrics.don_event("transmission", "succeeded");
-                    if let Some(d) = t.don.as_mut() {
-                        d["transmitter"] = serde_json::json!(by);
-                    }
-                    let confirmation = ConfirmationRecord {
-                        status: "confirmed".into(),
-                        tx_hash: None,
-                        block_number: None,
-                        resolution: None,
-                        resolver: p.submitter.report_route().map(|(_, r)| r),
-                        gas_used: None,
-                        detail: Some(format!(
-                            "delivered through the forwarder by member {by}; this member's transmission {tx} was mined after it and reverted ({e})"
-                        )),
-                    };
+                    let detail = format!(
+                        "delivered through the forwarder by member {by}; this member's transmission {tx} was mined after it and reverted ({e})"
+                    );
                     return self
-                        .finish_transcript(
-                            p,
-                            market_id,
-                            t,
-                            confirmation,
-                            receipt.from,
-                            RoundState::Confirmed,
-                            None,
-                        )
+                        .finish_delivered(p, market_id, t, by, receipt.from, detail)
                         .await;
                 }
                 // Our transaction did not resolve it; maybe someone else did.
