@@ -4,6 +4,16 @@
 
 use super::*;
 
+/// One nonce of a key (`$1` signer, `$2` chain id, `$3` nonce).
+fn nonce_sql() -> String {
+    format!("{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3")
+}
+
+/// The attempts at one nonce of a key, oldest first (the same parameters).
+fn attempts_sql() -> String {
+    format!("{ATTEMPT_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3 ORDER BY seq")
+}
+
 impl PgStore {
     pub(super) async fn txs_reserve_nonce(
         &self,
@@ -246,12 +256,7 @@ impl PgStore {
         let client = self.client().await?;
         client
             .query_opt(
-                &client
-                    .prepare_cached(&format!(
-                        "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3"
-                    ))
-                    .await
-                    .map_err(pg_err)?,
+                &client.prepare_cached(&nonce_sql()).await.map_err(pg_err)?,
                 &[&signer, &chain, &(nonce as i64)],
             )
             .await
@@ -287,9 +292,10 @@ impl PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                &client.prepare_cached(&format!(
-                    "{ATTEMPT_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3 ORDER BY seq"
-                )).await.map_err(pg_err)?,
+                &client
+                    .prepare_cached(&attempts_sql())
+                    .await
+                    .map_err(pg_err)?,
                 &[&signer, &chain, &(nonce as i64)],
             )
             .await
@@ -305,16 +311,9 @@ impl PgStore {
     ) -> Result<(Option<NonceRecord>, Vec<AttemptRecord>), StoreError> {
         let (signer, chain) = key_params(&key);
         let client = self.client().await?;
-        let record = client
-            .prepare_cached(&format!(
-                "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3"
-            ))
-            .await
-            .map_err(pg_err)?;
+        let record = client.prepare_cached(&nonce_sql()).await.map_err(pg_err)?;
         let attempts = client
-            .prepare_cached(&format!(
-                "{ATTEMPT_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3 ORDER BY seq"
-            ))
+            .prepare_cached(&attempts_sql())
             .await
             .map_err(pg_err)?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
