@@ -94,7 +94,10 @@ impl Browser {
         let started = Instant::now();
         let port = match rx.recv_timeout(Duration::from_secs(30)) {
             Ok(Ok(p)) if p > 0 => p,
-            Ok(Err(log)) => return Err(format!("chromium exited before listening:\n{log}")),
+            Ok(Err(log)) => {
+                let _ = child.wait();
+                return Err(format!("chromium exited before listening:\n{log}"));
+            }
             other => {
                 // killed, its stderr ends, and the reader hands over what it printed
                 let _ = child.kill();
