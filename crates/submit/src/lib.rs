@@ -416,7 +416,13 @@ impl Submitter {
         if let Err(e) = called {
             return Err(match revert_of(&e) {
                 Some(r) => {
-                    tracing::warn!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
+                    if r.name() == "AlreadyAttempted" {
+                        // the same report was delivered, or is in the pending block (a
+                        // DON member's transmission): the caller decides what it means
+                        tracing::debug!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
+                    } else {
+                        tracing::warn!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
+                    }
                     SubmitError::Reverted {
                         name: r.name(),
                         reason: format!("forwarder report(): {r}"),

@@ -336,6 +336,7 @@ impl Node {
         let turn = Instant::now() + wait;
         let mut refused: std::collections::HashSet<Address> = Default::default();
         let mut waits = 0u32;
+        let mut told_pending = false;
         if rank > 0 {
             tracing::info!(market_id = %market_id, rank, wait_ms = wait.as_millis() as u64, "agreed: another member transmits first; this one transmits only if the forwarder has not seen the report by then");
         }
@@ -457,6 +458,12 @@ impl Node {
                 }
                 Err(SubmitError::Reverted { name, .. }) if name == "AlreadyAttempted" => {
                     // another member's transmission landed (the state read above may lag)
+                    // or waits in the pending block, where the pre-flight runs on nodes
+                    // that estimate against it: said once, then checked every 500 ms
+                    if !told_pending {
+                        told_pending = true;
+                        tracing::info!(market_id = %market_id, "the forwarder already has this report, delivered or pending from another member: waiting for it to be mined");
+                    }
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     continue;
                 }
