@@ -235,7 +235,12 @@ async fn post(dn: &Dn, to: usize, env: &Envelope, key: &PrivateKeySigner) -> u16
 
 #[tokio::test]
 async fn a_lying_member_forges_nothing_onto_the_chain() {
-    let (s, _) = counted_market().await;
+    // The honest members' workers answer after 2 s, so the liar's observation (posted
+    // by this test as soon as their endpoints listen) reaches them before they have
+    // 2f+1 honest ones: with instant workers, a leader that proposed from its first
+    // three (all honest) left the liar out of the set, and the check that its extreme
+    // values move no score had nothing to check (seen once under load).
+    let (s, _) = counted_market_answering_after(Duration::from_secs(2)).await;
     let mut dn = Dn::new(s, 4, 1, None).await;
     let exec = request(&dn).await;
     // member 3 is the liar, driven by this test; members 0..2 are honest processes

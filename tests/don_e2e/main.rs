@@ -401,13 +401,24 @@ async fn forward(
 
 /// A market whose three workers sit behind counting proxies: YES 0.9, YES 0.8, NO 0.6.
 pub async fn counted_market() -> (MarketSetup, Vec<CountingWorker>) {
+    counted_market_answering_after(Duration::ZERO).await
+}
+
+/// [`counted_market`] whose workers answer each call after `latency`.
+pub async fn counted_market_answering_after(
+    latency: Duration,
+) -> (MarketSetup, Vec<CountingWorker>) {
     let mut workers = Vec::new();
     for (det, conf) in [
         (DeterminationMode::Yes, 0.9),
         (DeterminationMode::Yes, 0.8),
         (DeterminationMode::No, 0.6),
     ] {
-        workers.push(counting_worker(agent(behaviour(det, conf)).await, None).await);
+        let b = cresolver_devnet::agent::AgentBehaviour {
+            latency,
+            ..behaviour(det, conf)
+        };
+        workers.push(counting_worker(agent(b).await, None).await);
     }
     let s = market_with_workers(
         workers
