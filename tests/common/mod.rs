@@ -52,11 +52,15 @@ pub fn failing(mode: FailureMode) -> AgentBehaviour {
     }
 }
 
-/// A URL on which nothing listens (bound, then closed).
+/// A URL on which nothing listens: its port is held by a socket that is bound but
+/// never listens (a connection is refused at once) and is kept until the test process
+/// ends. A port bound and closed again was taken by another test's server once, under
+/// load, and the "refused" worker answered.
 pub fn closed_port_url() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    drop(l);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    std::mem::forget(socket);
     format!("http://127.0.0.1:{port}")
 }
 
