@@ -636,8 +636,8 @@ async fn members_whose_transmissions_lost_the_race_record_the_delivery() {
     requested.unwrap();
     // The transmissions wait in the pool together, then go into one block. A member
     // whose pre-flight runs once another member's transmission is in the pool sees the
-    // report delivered there (anvil estimates against the pending block:
-    // `AlreadyAttempted`) and holds its own back, which is right: so the test takes all
+    // report delivered there (its pre-flight's `eth_call` runs against the pending
+    // block, alloy's default: `AlreadyAttempted`) and holds its own back, which is right: so the test takes all
     // four, or at least two once the pool has not grown for 2 s.
     let started = Instant::now();
     let mut seen = (0, Instant::now());

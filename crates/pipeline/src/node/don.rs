@@ -458,8 +458,9 @@ impl Node {
                 }
                 Err(SubmitError::Reverted { name, .. }) if name == "AlreadyAttempted" => {
                     // another member's transmission landed (the state read above may lag)
-                    // or waits in the pending block, where the pre-flight runs on nodes
-                    // that estimate against it: said once, then checked every 500 ms
+                    // or waits in the pending block, against which the pre-flight's
+                    // `eth_call` runs (alloy's default): said once, then checked every
+                    // 500 ms
                     if !told_pending {
                         told_pending = true;
                         tracing::info!(market_id = %market_id, "the forwarder already has this report, delivered or pending from another member: waiting for it to be mined");
