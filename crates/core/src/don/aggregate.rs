@@ -1,22 +1,37 @@
-//! The aggregate of a fixed set of observations: what every DON member recomputes from a
-//! proposed set of signed observations before it signs a report.
+//! The aggregate of a fixed set of observations: what every DON member recomputes from the
+//! set the consensus decided before it signs a report.
 //!
 //! The result depends only on the *set*: the observations are sorted by observer before
 //! anything is checked or counted, so any permutation of the same observations yields the
 //! same [`Aggregate`] (or the same [`AggregateError`]). Every rule is integer arithmetic on
 //! observed values, so all members agree bit for bit.
 //!
-//! With `n = 3f + 1` members of which at most `f` lie, the rules are chosen so that the
-//! liars cannot move a result outside what the honest members saw:
+//! # The rule, and why it is bounded by what honest members saw
+//!
+//! With at most `f` lying observations in a set of `m >= 2f + 1`, a value taken at a sorted
+//! index `i` with `f <= i <= k - 1 - f` of `k` values lies between two honest values: at
+//! least `f + 1` values are at or below it (one of them honest) and at least `f + 1` at or
+//! above it. The lower median of `k >= 2f + 1` values, at index `(k - 1) / 2`, is such an
+//! index. Hence, with no condition on how honest and lying values are spread:
 //!
 //! * a set needs `2f + 1` distinct observers, all bound to the round ([`Binding`]) and all
 //!   listing exactly the registered workers, in registration order, with in-range values;
-//! * a worker counts as answered when at least `f + 1` observations hold a valid answer
-//!   from it (so at least one honest member saw that answer);
-//! * its position is the most frequent observed position, [`Position::Abstain`] on a tie;
-//! * its confidence and each of its 3 scores, and the round's timestamp, are per-field
-//!   lower medians (sorted ascending, the element at index `(k - 1) / 2`): when honest
-//!   values outnumber lying ones, the lower median lies within the honest values' range.
+//! * the round's timestamp is the lower median of all `m` timestamps;
+//! * a worker counts as answered only when at least `2f + 1` observations in the set hold
+//!   an answer from it (so at least `f + 1` honest members saw one);
+//! * its position is the lower median of the answers' positions ordered
+//!   `No < Abstain < Yes`, and its confidence and each of its 3 scores are per-field lower
+//!   medians of the answers: each lies between values honest members observed.
+//!
+//! A worker with fewer than `2f + 1` answers in the set counts as not answered. That is
+//! an honest outcome whenever the set holds every honest observation (then fewer than
+//! `2f + 1` answers means some honest member saw no answer). When the set omits honest
+//! observations, f liars can withhold answers and so leave a worker out; no rule can do
+//! better on a set of exactly `2f + 1`: from {a, b, none} no output is right both when the
+//! `none` lies (it must be answered, between a and b) and when `a` lies (it must be none or
+//! b). The leader therefore proposes every usable observation it holds, after a grace for
+//! the last ones. A liar can drop a worker; it can never put a value on chain that no honest
+//! member's observations bracket.
 
 use super::{Observation, ObservedAnswer, Position};
 use crate::tally::{Dimensions, Reputation, TallyWorker, Vote};
@@ -40,8 +55,9 @@ pub struct AggregatedWorker {
     pub address: Address,
     /// The number of observations in the set holding a valid answer from it.
     pub answered_by: usize,
-    /// `Some` when `answered_by >= f + 1`: the most frequent position (`Abstain` on a
-    /// tie) and the per-field lower medians of the confidence and the 3 scores.
+    /// `Some` when `answered_by >= 2f + 1`: the lower median of the positions
+    /// (`No < Abstain < Yes`) and the per-field lower medians of the confidence and the 3
+    /// scores.
     pub answer: Option<ObservedAnswer>,
 }
 
@@ -89,15 +105,10 @@ pub enum AggregateError {
 ///   ([`AggregateError::DuplicateObserver`]), each passing
 ///   [`Observation::check_ranges`] ([`AggregateError::Range`]).
 ///
-/// Per worker, an answer needs `f + 1` observations holding one (fewer could all be
-/// liars'); the position is the strict mode of the observed positions, or `Abstain` when
-/// two or more positions tie for the most frequent — the observers then disagree on
-/// which side the worker took, and picking one would favour a side by convention (or let
-/// one lying observer decide); abstaining keeps the worker a scored, rewarded responder
-/// with no vote weight. The confidence and the 3 scores are per-field lower medians over
-/// the observations holding an answer — always an observed integer, and within the
-/// honest range whenever honest answers outnumber lying ones. The timestamp is the lower
-/// median of all the observers' timestamps.
+/// Per worker, an answer needs `2f + 1` observations holding one; the position, the
+/// confidence and the 3 scores are per-field lower medians over those answers (positions
+/// ordered `No < Abstain < Yes`); the timestamp is the lower median of all the observers'
+/// timestamps. See the module documentation for why each lies between honest values.
 pub fn aggregate(
     observations: &[Observation],
     binding: &Binding,
@@ -122,7 +133,7 @@ pub fn aggregate(
 
     let mut timestamps: Vec<u32> = sorted.iter().map(|o| o.timestamp).collect();
     let timestamp = lower_median(&mut timestamps).unwrap_or_default();
-    let quorum = f.saturating_add(1);
+    let quorum = need;
     let workers = workers
         .iter()
         .enumerate()
@@ -185,8 +196,8 @@ pub fn check_observation(
     })
 }
 
-/// The combined answer of a non-empty list of answers: the strict mode of the positions
-/// (`Abstain` on a tie) and the per-field lower medians.
+/// The combined answer of a non-empty list of answers: per-field lower medians, the
+/// position's over `No < Abstain < Yes`.
 fn combine(answers: &[ObservedAnswer]) -> Option<ObservedAnswer> {
     let mut confidences: Vec<u32> = answers.iter().map(|a| a.confidence_ppm).collect();
     let confidence_ppm = lower_median(&mut confidences)?;
@@ -195,34 +206,28 @@ fn combine(answers: &[ObservedAnswer]) -> Option<ObservedAnswer> {
         let mut values: Vec<u8> = answers.iter().map(|a| a.scores[k]).collect();
         *score = lower_median(&mut values)?;
     }
+    let mut positions: Vec<u8> = answers.iter().map(|a| position_rank(a.position)).collect();
     Some(ObservedAnswer {
-        position: mode(answers.iter().map(|a| a.position)),
+        position: position_of_rank(lower_median(&mut positions)?),
         confidence_ppm,
         scores,
     })
 }
 
-/// The most frequent position; `Abstain` when two or more tie for the most frequent.
-fn mode(positions: impl Iterator<Item = Position>) -> Position {
-    let mut counts = [0usize; 3];
-    for p in positions {
-        counts[position_index(p)] += 1;
-    }
-    let max = counts.iter().copied().max().unwrap_or(0);
-    let mut leaders = [Position::Yes, Position::No, Position::Abstain]
-        .into_iter()
-        .filter(|p| counts[position_index(*p)] == max);
-    match (leaders.next(), leaders.next()) {
-        (Some(p), None) => p,
-        _ => Position::Abstain,
+/// A position's place in the order `No < Abstain < Yes`.
+pub fn position_rank(p: Position) -> u8 {
+    match p {
+        Position::No => 0,
+        Position::Abstain => 1,
+        Position::Yes => 2,
     }
 }
 
-fn position_index(p: Position) -> usize {
-    match p {
-        Position::Yes => 0,
-        Position::No => 1,
-        Position::Abstain => 2,
+fn position_of_rank(r: u8) -> Position {
+    match r {
+        0 => Position::No,
+        1 => Position::Abstain,
+        _ => Position::Yes,
     }
 }
 
@@ -367,25 +372,68 @@ mod tests {
         assert_eq!(a.workers[0].answered_by, 4);
         // lower medians: sorted confidences 500k,600k,700k,900k → index 1
         assert_eq!(a.workers[0].answer, ans(Yes, 600_000, [40, 30, 61]));
-        // one answer < f + 1 = 2: not answered
+        // one answer < 2f + 1 = 3: not answered
         assert_eq!(a.workers[1].answered_by, 1);
         assert_eq!(a.workers[1].answer, None);
     }
 
     #[test]
-    fn a_tie_abstains() {
+    fn positions_take_the_lower_median_no_abstain_yes() {
         use Position::*;
         let set = [
-            obs(0, 1, &[ans(Yes, 1, [1, 1, 1]), ans(Yes, 1, [1, 1, 1])]),
-            obs(1, 1, &[ans(No, 1, [1, 1, 1]), ans(Abstain, 1, [1, 1, 1])]),
-            obs(2, 1, &[None, ans(No, 1, [1, 1, 1])]),
+            obs(
+                0,
+                1,
+                &[
+                    ans(Yes, 1, [1, 1, 1]),
+                    ans(Yes, 1, [1, 1, 1]),
+                    ans(No, 1, [1, 1, 1]),
+                ],
+            ),
+            obs(
+                1,
+                1,
+                &[
+                    ans(No, 1, [1, 1, 1]),
+                    ans(Yes, 1, [1, 1, 1]),
+                    ans(No, 1, [1, 1, 1]),
+                ],
+            ),
+            obs(
+                2,
+                1,
+                &[
+                    ans(Abstain, 1, [1, 1, 1]),
+                    ans(No, 1, [1, 1, 1]),
+                    ans(Yes, 1, [1, 1, 1]),
+                ],
+            ),
+            obs(3, 1, &[None, None, ans(Yes, 1, [1, 1, 1])]),
         ];
         let a = run(&set, 1).unwrap();
         assert_eq!(a.workers[0].answer.unwrap().position, Abstain);
-        assert_eq!(a.workers[1].answer.unwrap().position, Abstain);
-        assert_eq!(mode([Yes, Yes, No].into_iter()), Yes);
-        assert_eq!(mode([Abstain, Abstain, No].into_iter()), Abstain);
-        assert_eq!(mode([No, Yes, No, Abstain].into_iter()), No);
+        assert_eq!(a.workers[1].answer.unwrap().position, Yes);
+        // No, No, Yes, Yes: the lower of the two middle ones
+        assert_eq!(a.workers[2].answer.unwrap().position, No);
+    }
+
+    #[test]
+    fn a_worker_that_answered_some_honest_members_keeps_a_liars_values_off() {
+        use Position::*;
+        let honest = ans(Yes, 900_000, [94, 70, 61]);
+        let liar = ans(No, 1, [1, 1, 1]);
+        // {liar, an honest member that saw the answer, one that did not}: two answers are
+        // not 2f + 1, so the worker counts as not answered (an honest member saw that)
+        let three = [obs(0, 1, &[liar]), obs(1, 1, &[honest]), obs(2, 1, &[None])];
+        assert_eq!(run(&three, 1).unwrap().workers[0].answer, None);
+        // with every observation, three answers: the medians are the honest values
+        let four = [
+            obs(0, 1, &[liar]),
+            obs(1, 1, &[honest]),
+            obs(2, 1, &[None]),
+            obs(3, 1, &[honest]),
+        ];
+        assert_eq!(run(&four, 1).unwrap().workers[0].answer, honest);
     }
 
     #[test]
@@ -654,44 +702,41 @@ mod tests {
 
         #[test]
         fn liars_stay_within_honest_bounds(s in scenario()) {
+            // no condition on how many honest answers there are, nor on how they spread
             let a = run(&s.set, s.f).unwrap();
             let honest = || s.set.iter().zip(&s.liar).filter(|(_, l)| !**l).map(|(o, _)| o);
             let lying = || s.set.iter().zip(&s.liar).filter(|(_, l)| **l).map(|(o, _)| o);
-            // (d) the timestamp
             let (lo, hi) = range_of(honest().map(|o| o.timestamp)).unwrap();
             prop_assert!(lo <= a.timestamp && a.timestamp <= hi);
+            let honest_count = honest().count();
             for (j, w) in a.workers.iter().enumerate() {
                 let h: Vec<ObservedAnswer> =
                     honest().filter_map(|o| o.workers[j].answer).collect();
                 let l = lying().filter(|o| o.workers[j].answer.is_some()).count();
                 prop_assert_eq!(w.answered_by, h.len() + l);
-                // (c) no honest answer: not answered
-                if h.is_empty() {
-                    prop_assert_eq!(w.answer, None);
-                    continue;
-                }
-                if h.len() <= l {
-                    continue;
-                }
-                // (b) honest answers agree and outnumber the lying ones
-                let p = h[0].position;
-                if h.iter().all(|x| x.position == p) {
-                    if h.len() == honest().count() {
-                        prop_assert!(w.answer.is_some());
+                match w.answer {
+                    // answered: an honest member saw an answer, and every field lies
+                    // between what honest members saw
+                    Some(x) => {
+                        prop_assert!(!h.is_empty());
+                        let (lo, hi) = range_of(h.iter().map(|a| u32::from(position_rank(a.position)))).unwrap();
+                        let p = u32::from(position_rank(x.position));
+                        prop_assert!(lo <= p && p <= hi, "position {:?} outside the honest ones", x.position);
+                        let (lo, hi) = range_of(h.iter().map(|a| a.confidence_ppm)).unwrap();
+                        prop_assert!(lo <= x.confidence_ppm && x.confidence_ppm <= hi);
+                        for k in 0..3 {
+                            let (lo, hi) = range_of(h.iter().map(|a| u32::from(a.scores[k]))).unwrap();
+                            let v = u32::from(x.scores[k]);
+                            prop_assert!(lo <= v && v <= hi, "score {} = {} not in [{}, {}]", k, v, lo, hi);
+                        }
                     }
-                    if let Some(x) = w.answer {
-                        prop_assert_eq!(x.position, p);
-                    }
-                }
-                // (a) every field within the honest range
-                if let Some(x) = w.answer {
-                    let (lo, hi) = range_of(h.iter().map(|a| a.confidence_ppm)).unwrap();
-                    prop_assert!(lo <= x.confidence_ppm && x.confidence_ppm <= hi);
-                    for k in 0..3 {
-                        let (lo, hi) = range_of(h.iter().map(|a| u32::from(a.scores[k]))).unwrap();
-                        let v = u32::from(x.scores[k]);
-                        prop_assert!(lo <= v && v <= hi, "score {} = {} not in [{}, {}]", k, v, lo, hi);
-                    }
+                    // not answered: an honest member in the set saw no answer, or the set
+                    // holds fewer than 2f + 1 honest observations (liars withheld theirs)
+                    None => prop_assert!(
+                        h.len() < honest_count || honest_count < 2 * s.f + 1,
+                        "every one of {} honest observations answered, yet not answered",
+                        honest_count
+                    ),
                 }
             }
         }
