@@ -1,25 +1,34 @@
-//! cresolver-don: makes a set of independent cresolver nodes a DON. Each member observes
-//! a round itself (the pipeline does that), signs its observation and sends it to the
-//! other members; the leader of the attempt fixes a set of at least 2f+1 signed
-//! observations and proposes it; every member checks the set, recomputes the report
-//! with the pure aggregate and tally of `cresolver-core`, and signs the forwarder's
-//! digest only if the bytes are its own — never two different reports for one
-//! execution. f+1 signatures on one report are an agreement, which the pipeline
-//! transmits through the KeystoneForwarder.
+//! cresolver-don: makes a set of independent cresolver nodes a DON that tolerates f
+//! Byzantine members out of n >= 3f+1. Each member observes a round itself (the pipeline
+//! does that), signs its observation and sends it to the other members. For each execution
+//! the members then run one instance of Tendermint consensus, using Malachite's state
+//! machine (`informalsystems-malachitebft-core-driver`, no I/O): the leader of a round
+//! proposes a set of at least 2f+1 signed observations, members prevote and precommit, and
+//! 2f+1 precommits decide the set. Only then does a member recompute the report from the
+//! decided set with the pure aggregate and tally of `cresolver-core` and sign the
+//! forwarder's digest; f+1 such signatures are an agreement, which the pipeline transmits
+//! through the KeystoneForwarder. Any two quorums of 2f+1 share an honest member, so at
+//! most one set is ever decided per execution and honest members sign one report.
 //!
 //! - [`config`]: the `[don]` section and its start-up checks.
 //! - [`wire`]: the signed messages between members and their bounds.
-//! - [`persist`]: what a member must remember across a restart (its observation, the
-//!   one report it signed, its attempt, the agreement).
-//! - [`member`]: the agreement itself.
+//! - [`context`]: the DON's types for the Tendermint state machine.
+//! - [`instance`]: one execution's consensus on one member.
+//! - [`book`]: the bounded inboxes messages wait in.
+//! - [`persist`]: what a member must remember across a restart (its observation, its
+//!   consensus log, the one report it signed, the agreement).
+//! - [`member`]: the member itself and the node's entry points.
 //! - [`server`]: the HTTP endpoint the other members send to.
 
 pub mod agreed;
+pub mod book;
 pub mod config;
+pub mod context;
+pub mod instance;
 pub mod member;
 pub mod persist;
 pub mod server;
 pub mod wire;
 
 pub use config::{DonConfig, DonConfigError, MemberConfig};
-pub use member::{AgreeError, Agreed, Don, Job};
+pub use member::{AgreeError, Agreed, Don, InstanceStatus, Job};

@@ -1,8 +1,10 @@
 //! What a member remembers across a restart, in its own SQLite file: its signed
 //! observation of each execution (made once: the workers are never asked again for it),
-//! the one report it signed for each execution (written before the signature leaves, and
-//! never replaced: a restarted member cannot sign a second, different report), the attempt
-//! it reached, and the agreement it saw.
+//! the consensus log of each execution (every input its Tendermint instance took, written
+//! before any vote that input causes leaves, so a restarted member replays to the same
+//! round, lock and votes and never casts a different vote in a round it voted in), the one
+//! report it signed for each execution (only after the set was decided; never replaced),
+//! and the agreement it saw.
 
 use crate::agreed::Agreed;
 use crate::wire::SignedObservation;
@@ -43,7 +45,14 @@ CREATE TABLE IF NOT EXISTS don_attempts (
     execution_id TEXT PRIMARY KEY, attempt INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS don_agreements (
     execution_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS don_consensus_log (
+    execution_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (execution_id, seq));
 ";
+
+/// The most entries one execution's consensus log may hold: past it the instance stops
+/// taking inputs (and says so); about 60 rounds of 31 members.
+pub const MAX_LOG_ENTRIES: usize = 4_096;
 
 impl Persist {
     pub fn open(path: &Path) -> Result<Self, PersistError> {
@@ -127,31 +136,48 @@ impl Persist {
         self.put_once("don_locks", exec, lock)
     }
 
-    pub fn attempt(&self, exec: &B256) -> Result<u32, PersistError> {
-        Ok(self
-            .conn()
-            .query_row(
-                "SELECT attempt FROM don_attempts WHERE execution_id = ?1",
-                params![exec.to_string()],
-                |r| r.get::<_, u32>(0),
-            )
-            .optional()?
-            .unwrap_or(0))
-    }
-
-    pub fn set_attempt(&self, exec: &B256, attempt: u32) -> Result<(), PersistError> {
-        self.conn().execute(
-            "INSERT INTO don_attempts (execution_id, attempt) VALUES (?1, ?2)
-             ON CONFLICT (execution_id) DO UPDATE SET attempt = MAX(attempt, excluded.attempt)",
-            params![exec.to_string(), attempt],
+    /// Appends entries to an execution's consensus log, in one transaction (durable
+    /// before this returns).
+    pub fn log_append(&self, exec: &B256, entries: &[String]) -> Result<(), PersistError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let key = exec.to_string();
+        let next: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(seq), -1) + 1 FROM don_consensus_log WHERE execution_id = ?1",
+            params![key],
+            |r| r.get(0),
         )?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO don_consensus_log (execution_id, seq, body) VALUES (?1, ?2, ?3)",
+            )?;
+            for (i, e) in entries.iter().enumerate() {
+                stmt.execute(params![key, next + i as i64, e])?;
+            }
+        }
+        tx.commit()?;
         Ok(())
     }
 
+    /// An execution's consensus log, in order.
+    pub fn log(&self, exec: &B256) -> Result<Vec<String>, PersistError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT body FROM don_consensus_log WHERE execution_id = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![exec.to_string()], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// The agreement stored for `exec`, if any.
     pub fn agreed(&self, exec: &B256) -> Result<Option<Agreed>, PersistError> {
         self.get("don_agreements", exec)
     }
 
+    /// Stores an agreement unless one is stored; returns the stored one.
     pub fn save_agreed(&self, exec: &B256, a: &Agreed) -> Result<Agreed, PersistError> {
         self.put_once("don_agreements", exec, a)
     }

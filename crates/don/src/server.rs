@@ -1,10 +1,12 @@
-//! The member endpoint: `POST /don/v1/message` on `[don].listen`. A body over the
-//! bound is refused before it is read whole, a source address over its rate gets 429
-//! before any signature is checked, a message that does not open (not signed by the
-//! member it names, another DON, a forged observation) gets 403 and changes nothing,
-//! a member over its own rate gets 429, and a message already taken in (a replay) is
-//! answered at once without any check or charge. At most 64 messages are read at once,
-//! 16 from one source (an IPv4 address or an IPv6 /64), each within 5 s.
+//! The member endpoint: `POST /don/v1/message` on `[don].listen`. The cheap checks come
+//! first and no signature is recovered before they pass: a body over the bound is refused
+//! before it is read whole, a source address over its rate gets 429, a message already
+//! taken in (a replay) is answered at once without any check or charge, a body that is not
+//! a message of this DON naming a member gets 403, and the named member over its rate
+//! from that source gets 429. Only then are signatures recovered: a message not signed by
+//! the member it names, or carrying a forged observation, gets 403 and changes nothing.
+//! At most 64 messages are read at once, 16 from one source (an IPv4 address or an IPv6
+//! /64), each within 5 s.
 
 use crate::member::Don;
 use crate::wire::{self, MAX_MESSAGE_BYTES, PATH, SIGNATURE_HEADER};
@@ -147,7 +149,7 @@ struct ServerState {
     don: Arc<Don>,
     sources: Buckets<IpAddr>,
     reading: Reading,
-    senders: Buckets<Address>,
+    senders: Buckets<(Address, IpAddr)>,
     seen: Mutex<Seen>,
 }
 
@@ -198,6 +200,7 @@ async fn message(
 ) -> (StatusCode, &'static str) {
     let src = source_of(peer.ip());
     if !s.sources.allow(&src) {
+        don_refused_label(&s.don, "source_rate");
         return (StatusCode::TOO_MANY_REQUESTS, "rate limited");
     }
     // the slot is held while the body is read (a slow sender's time), not while the
@@ -229,29 +232,41 @@ async fn message(
     }
     let sig = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
     let don = &s.don;
-    let env = match wire::open(
-        &body,
-        sig,
-        don.members(),
-        don.config().don_id,
-        don.config().config_version,
-    ) {
+    let members = don.members();
+    let (id, version) = (don.config().don_id, don.config().config_version);
+    let env = match wire::precheck(&body, members, id, version) {
         Ok(e) => e,
         Err(e) => {
+            don_refused(don, &e);
             tracing::debug!(%peer, error = %e, "DON message refused");
             return (StatusCode::FORBIDDEN, "refused");
         }
     };
-    if !s.senders.allow(&env.sender) {
+    // the member's rate, from this source: a stranger naming a member spends its own
+    if !s.senders.allow(&(env.sender, src)) {
+        don_refused_label(don, "member_rate");
         return (StatusCode::TOO_MANY_REQUESTS, "rate limited");
     }
-    let taken = don.receive(env);
+    if let Err(e) = wire::authenticate(&env, &body, sig, members) {
+        don_refused(don, &e);
+        tracing::debug!(%peer, error = %e, "DON message refused");
+        return (StatusCode::FORBIDDEN, "refused");
+    }
+    let taken = don.receive(env, body.len());
     s.seen
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(digest);
     match taken {
         Ok(()) => (StatusCode::OK, "ok"),
-        Err(why) => (StatusCode::CONFLICT, why),
+        Err(why) => (StatusCode::CONFLICT, why.as_str()),
     }
+}
+
+fn don_refused(don: &Don, e: &wire::WireError) {
+    don_refused_label(don, e.label());
+}
+
+fn don_refused_label(don: &Don, label: &'static str) {
+    don.metrics().don_event("message_refused", label);
 }

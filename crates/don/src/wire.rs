@@ -1,5 +1,5 @@
 //! The messages between members. Each is a JSON [`Envelope`] bound to (don id, config
-//! version, execution, market, attempt), signed by its sender over
+//! version, execution, market), signed by its sender over
 //! `keccak256(MESSAGE_DOMAIN ‖ body bytes)` in the [`SIGNATURE_HEADER`], and opened only
 //! when the signature recovers to the member the envelope names. Observations and report
 //! signatures carry signatures of their own (over their canonical digests), so that a
@@ -31,7 +31,29 @@ pub const PATH: &str = "/don/v1/message";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SignedObservation {
+    /// The observation.
     pub observation: Observation,
+    /// Its observer's signature over [`Observation::digest`].
+    pub signature: Bytes,
+}
+
+/// Prevote or precommit, as the wire names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VoteKind {
+    /// Tendermint's first vote of a round.
+    Prevote,
+    /// The second: 2f+1 precommits for one set decide it.
+    Precommit,
+}
+
+/// One precommit of a commit certificate: its voter and its vote signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitVote {
+    /// The voter.
+    pub voter: Address,
+    /// Its signature over [`vote_digest`] of (precommit, round, the set's id).
     pub signature: Bytes,
 }
 
@@ -40,19 +62,43 @@ pub struct SignedObservation {
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Body {
     /// The sender's own signed observation.
-    Observation { observation: SignedObservation },
-    /// The attempt's leader fixes this set of observations, and the report it builds
-    /// from them (every member rebuilds it and compares).
-    Proposal {
-        observations: Vec<SignedObservation>,
-        report: Bytes,
+    Observation {
+        /// The observation.
+        observation: SignedObservation,
     },
-    /// The sender signed this raw report (the forwarder digest with the DON's report
-    /// context), built from this set.
-    Signature {
-        report: Bytes,
-        signature: Bytes,
+    /// The round's leader puts this set forward: the only message that proposes a set.
+    Proposal {
+        /// The consensus round.
+        round: u32,
+        /// The round of the 2f+1 prevotes the leader carries the set from, if any.
+        pol_round: Option<u32>,
+        /// The set.
         observations: Vec<SignedObservation>,
+        /// The leader's signature over [`proposal_digest`].
+        signature: Bytes,
+    },
+    /// A prevote or a precommit of a round, for a set id or nil.
+    Vote {
+        /// The consensus round.
+        round: u32,
+        /// Prevote or precommit.
+        kind: VoteKind,
+        /// The set's id, or `None` for nil.
+        value: Option<B256>,
+        /// The voter's signature over [`vote_digest`].
+        signature: Bytes,
+    },
+    /// A set decided in `round`, proven by 2f+1 precommits, and the sender's signature of
+    /// the report it makes (the forwarder digest with the DON's report context).
+    Decided {
+        /// The round whose precommits decided the set.
+        round: u32,
+        /// The decided set.
+        observations: Vec<SignedObservation>,
+        /// 2f+1 precommits for the set's id in `round`.
+        commits: Vec<CommitVote>,
+        /// The sender's signature of the report, once it built and signed it.
+        report_signature: Option<Bytes>,
     },
 }
 
@@ -60,24 +106,111 @@ pub enum Body {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Envelope {
+    /// The DON id, as on the forwarder.
     pub don_id: u32,
+    /// The DON's config version, as on the forwarder.
     pub config_version: u32,
+    /// The execution the message is about.
     pub execution_id: B256,
+    /// Its market contract.
     pub market: Address,
+    /// Its market id.
     pub market_id: U256,
-    pub attempt: u32,
+    /// The member that sent (and signed) it.
     pub sender: Address,
+    /// What it says.
     pub body: Body,
 }
 
 impl Envelope {
+    /// The message's kind, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self.body {
             Body::Observation { .. } => "observation",
             Body::Proposal { .. } => "proposal",
-            Body::Signature { .. } => "signature",
+            Body::Vote {
+                kind: VoteKind::Prevote,
+                ..
+            } => "prevote",
+            Body::Vote {
+                kind: VoteKind::Precommit,
+                ..
+            } => "precommit",
+            Body::Decided { .. } => "decided",
         }
     }
+
+    /// The consensus round the message belongs to (0 for an observation).
+    pub fn round(&self) -> u32 {
+        match self.body {
+            Body::Observation { .. } => 0,
+            Body::Proposal { round, .. }
+            | Body::Vote { round, .. }
+            | Body::Decided { round, .. } => round,
+        }
+    }
+}
+
+/// Domain tag of a vote signature.
+pub const VOTE_DOMAIN: &[u8] = b"cresolver-don-vote-v1";
+/// Domain tag of a proposal signature.
+pub const PROPOSAL_DOMAIN: &[u8] = b"cresolver-don-proposal-v1";
+
+/// What a vote signature covers: the DON, the execution, the kind, the round and the set
+/// id (or nil). A precommit's signature can be forwarded in a commit certificate.
+pub fn vote_digest(
+    don_id: u32,
+    config_version: u32,
+    exec: &B256,
+    kind: VoteKind,
+    round: u32,
+    value: Option<&B256>,
+) -> B256 {
+    let mut buf = Vec::with_capacity(VOTE_DOMAIN.len() + 78);
+    buf.extend_from_slice(VOTE_DOMAIN);
+    buf.extend_from_slice(&don_id.to_be_bytes());
+    buf.extend_from_slice(&config_version.to_be_bytes());
+    buf.extend_from_slice(exec.as_slice());
+    buf.push(match kind {
+        VoteKind::Prevote => 1,
+        VoteKind::Precommit => 2,
+    });
+    buf.extend_from_slice(&round.to_be_bytes());
+    match value {
+        Some(v) => {
+            buf.push(1);
+            buf.extend_from_slice(v.as_slice());
+        }
+        None => buf.push(0),
+    }
+    keccak256(buf)
+}
+
+/// What a proposal signature covers: the DON, the execution, the round, the polka round
+/// and the set id.
+pub fn proposal_digest(
+    don_id: u32,
+    config_version: u32,
+    exec: &B256,
+    round: u32,
+    pol_round: Option<u32>,
+    value: &B256,
+) -> B256 {
+    let mut buf = Vec::with_capacity(PROPOSAL_DOMAIN.len() + 81);
+    buf.extend_from_slice(PROPOSAL_DOMAIN);
+    buf.extend_from_slice(&don_id.to_be_bytes());
+    buf.extend_from_slice(&config_version.to_be_bytes());
+    buf.extend_from_slice(exec.as_slice());
+    buf.extend_from_slice(&round.to_be_bytes());
+    match pol_round {
+        Some(r) => {
+            buf.push(1);
+            buf.extend_from_slice(&r.to_be_bytes());
+        }
+        None => buf.push(0),
+    }
+    buf.extend_from_slice(value.as_slice());
+    keccak256(buf)
 }
 
 /// Why a message or a signature was refused.
@@ -121,6 +254,35 @@ pub enum WireError {
     Sign(String),
 }
 
+/// 65 bytes `r ‖ s ‖ v` with v = 0 or 1, as every signature inside a message is (the
+/// forwarder takes exactly that for a report signature).
+fn check_signature_shape(signature: &[u8]) -> Result<(), WireError> {
+    if signature.len() != 65 || signature[64] > 1 {
+        return Err(WireError::BadSignature);
+    }
+    Ok(())
+}
+
+impl WireError {
+    /// A short label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            WireError::TooLarge => "too_large",
+            WireError::NoSignature => "no_signature",
+            WireError::BadSignature => "bad_signature",
+            WireError::NotAMember => "not_a_member",
+            WireError::WrongSender { .. } => "wrong_sender",
+            WireError::Json(_) => "not_a_message",
+            WireError::OtherDon { .. } => "other_don",
+            WireError::Unbound { .. } => "unbound_observation",
+            WireError::Invalid { .. } => "invalid_observation",
+            WireError::DuplicateObserver(_) => "duplicate_observer",
+            WireError::TooMany => "too_many",
+            WireError::Sign(_) => "sign",
+        }
+    }
+}
+
 /// Signs `digest` as the forwarder and every member check it: 65 bytes `r ‖ s ‖ v`
 /// with v = 0 or 1 (the forwarder adds 27 itself), no EIP-191 prefix.
 pub fn sign_digest(signer: &PrivateKeySigner, digest: &B256) -> Result<Bytes, WireError> {
@@ -162,9 +324,9 @@ pub fn seal(env: &Envelope, signer: &PrivateKeySigner) -> Result<(Vec<u8>, Strin
     Ok((body, alloy::primitives::hex::encode_prefixed(sig)))
 }
 
-/// Checks a received message: its size, its signature (a member, the one it names), its
-/// DON, and each observation it carries (its own signature, its binding to the message,
-/// its ranges). Returns the envelope; nothing is changed by a refused message.
+/// Checks a received message: [`precheck`] (cheap: size, JSON, DON, a member named,
+/// bounds and shapes), then [`authenticate`] (signature recovery). Returns the envelope;
+/// nothing is changed by a refused message.
 pub fn open(
     body: &[u8],
     signature_header: Option<&str>,
@@ -172,23 +334,24 @@ pub fn open(
     don_id: u32,
     config_version: u32,
 ) -> Result<Envelope, WireError> {
+    let env = precheck(body, members, don_id, config_version)?;
+    authenticate(&env, body, signature_header, members)?;
+    Ok(env)
+}
+
+/// The checks that cost no signature recovery: the size, the JSON, the DON and version,
+/// a member named as sender, a set of at most one observation per member, signature
+/// shapes, and each observation's binding to the message.
+pub fn precheck(
+    body: &[u8],
+    members: &[Address],
+    don_id: u32,
+    config_version: u32,
+) -> Result<Envelope, WireError> {
     if body.len() > MAX_MESSAGE_BYTES {
         return Err(WireError::TooLarge);
     }
-    let sig = signature_header
-        .and_then(|h| alloy::primitives::hex::decode(h.trim()).ok())
-        .ok_or(WireError::NoSignature)?;
-    let signer = recover(&message_digest(body), &sig)?;
-    if !members.contains(&signer) {
-        return Err(WireError::NotAMember);
-    }
     let env: Envelope = serde_json::from_slice(body).map_err(|e| WireError::Json(e.to_string()))?;
-    if env.sender != signer {
-        return Err(WireError::WrongSender {
-            signer,
-            named: env.sender,
-        });
-    }
     if env.don_id != don_id || env.config_version != config_version {
         return Err(WireError::OtherDon {
             don_id: env.don_id,
@@ -196,6 +359,9 @@ pub fn open(
             ours_id: don_id,
             ours_version: config_version,
         });
+    }
+    if !members.contains(&env.sender) {
+        return Err(WireError::NotAMember);
     }
     let set: &[SignedObservation] = match &env.body {
         Body::Observation { observation } => {
@@ -209,24 +375,31 @@ pub fn open(
         }
         Body::Proposal {
             observations,
-            report,
+            signature,
+            ..
         } => {
-            if report.len() > MAX_REPORT_BYTES {
-                return Err(WireError::TooLarge);
-            }
+            check_signature_shape(signature)?;
             observations
         }
-        Body::Signature {
+        Body::Vote { signature, .. } => {
+            check_signature_shape(signature)?;
+            &[]
+        }
+        Body::Decided {
             observations,
-            signature,
-            report,
+            commits,
+            report_signature,
+            ..
         } => {
-            // exactly what the forwarder takes: 65 bytes, v = 0 or 1 (it adds 27)
-            if signature.len() != 65 || signature[64] > 1 {
-                return Err(WireError::BadSignature);
+            if commits.len() > members.len() {
+                return Err(WireError::TooMany);
             }
-            if report.len() > MAX_REPORT_BYTES {
-                return Err(WireError::TooLarge);
+            for c in commits {
+                check_signature_shape(&c.signature)?;
+            }
+            if let Some(sig) = report_signature {
+                // exactly what the forwarder takes: 65 bytes, v = 0 or 1 (it adds 27)
+                check_signature_shape(sig)?;
             }
             observations
         }
@@ -241,9 +414,71 @@ pub fn open(
         if !observers.insert(o.observation.observer) {
             return Err(WireError::DuplicateObserver(o.observation.observer));
         }
-        check_observation(o, &env, members)?;
+        check_binding(o, &env, members)?;
     }
     Ok(env)
+}
+
+/// The signature recoveries: the message's own (its sender's), then each carried
+/// observation's (its observer's) and its ranges.
+pub fn authenticate(
+    env: &Envelope,
+    body: &[u8],
+    signature_header: Option<&str>,
+    members: &[Address],
+) -> Result<(), WireError> {
+    let sig = signature_header
+        .and_then(|h| alloy::primitives::hex::decode(h.trim()).ok())
+        .ok_or(WireError::NoSignature)?;
+    let signer = recover(&message_digest(body), &sig)?;
+    if !members.contains(&signer) {
+        return Err(WireError::NotAMember);
+    }
+    if env.sender != signer {
+        return Err(WireError::WrongSender {
+            signer,
+            named: env.sender,
+        });
+    }
+    let set: &[SignedObservation] = match &env.body {
+        Body::Observation { observation } => std::slice::from_ref(observation),
+        Body::Proposal { observations, .. } | Body::Decided { observations, .. } => observations,
+        Body::Vote { .. } => &[],
+    };
+    for o in set {
+        check_observation(o, env, members)?;
+    }
+    Ok(())
+}
+
+/// A carried observation's binding to its message and its size (no recovery).
+fn check_binding(
+    o: &SignedObservation,
+    env: &Envelope,
+    members: &[Address],
+) -> Result<(), WireError> {
+    let obs = &o.observation;
+    let observer = obs.observer;
+    let unbound = |field| WireError::Unbound { observer, field };
+    if obs.don_id != env.don_id || obs.config_version != env.config_version {
+        return Err(unbound("don"));
+    }
+    if obs.execution_id != env.execution_id {
+        return Err(unbound("execution_id"));
+    }
+    if obs.market != env.market || obs.market_id != env.market_id {
+        return Err(unbound("market"));
+    }
+    if obs.workers.len() > MAX_WORKERS {
+        return Err(WireError::TooMany);
+    }
+    if !members.contains(&observer) {
+        return Err(WireError::NotAMember);
+    }
+    if o.signature.len() != 65 {
+        return Err(WireError::BadSignature);
+    }
+    Ok(())
 }
 
 /// One carried observation: bound to the message, from a member, validly signed, in range.
@@ -325,7 +560,6 @@ mod tests {
             execution_id: B256::repeat_byte(7),
             market: Address::repeat_byte(9),
             market_id: U256::from(3),
-            attempt: 0,
             sender,
             body,
         }
@@ -396,10 +630,11 @@ mod tests {
         high_v[64] += 27;
         let s27 = env(
             a.address(),
-            Body::Signature {
-                report: Bytes::from_static(b"r"),
-                signature: Bytes::from(high_v),
+            Body::Decided {
+                round: 0,
                 observations: vec![],
+                commits: vec![],
+                report_signature: Some(Bytes::from(high_v)),
             },
         );
         let (body4, sig4) = seal(&s27, &a).unwrap();
@@ -413,8 +648,10 @@ mod tests {
         let p = env(
             b.address(),
             Body::Proposal {
+                round: 0,
+                pol_round: None,
                 observations: vec![forged],
-                report: Bytes::new(),
+                signature: Bytes::from(vec![0u8; 65]),
             },
         );
         let (body3, sig3) = seal(&p, &b).unwrap();
@@ -434,8 +671,10 @@ mod tests {
             let m = env(
                 b.address(),
                 Body::Proposal {
+                    round: 0,
+                    pol_round: None,
                     observations,
-                    report: Bytes::new(),
+                    signature: Bytes::from(vec![0u8; 65]),
                 },
             );
             let (body, sig) = seal(&m, &b).unwrap();

@@ -1,17 +1,73 @@
-//! Lying and faulty members against the agreement: extreme and forged observations, a
-//! report of the liar's own making, a set that hides the one the report is built from,
-//! proposals that make no report, and a leader that floods proposals.
+//! Lying members against the consensus, through the real wire format: a leader that sends
+//! each honest member a different valid proposal (at its own round and ahead of it), a
+//! member that tries to put a set forward through every message kind, extreme and forged
+//! observations, and two liars of seven. Each ends with one decided set: every honest
+//! member agrees on one report, and every report an honest member ever signed is that one
+//! (report shopping finds one report).
 
 use super::*;
+use cresolver_don::wire::{CommitVote, VoteKind};
 
-/// A liar: a member that does not lead attempt 0 and never runs `agree`, its observation
-/// of extreme values (validly signed by itself), and the honest members.
-fn liar(net: &mut Net) -> (usize, PrivateKeySigner, SignedObservation, Vec<usize>) {
-    let liar = (0..4).find(|i| *i != net.leader(0)).expect("a non-leader");
-    net.listeners[liar] = None;
-    let mut extreme = net.observation(liar, 0);
-    extreme.timestamp = u32::MAX;
-    for (w, position) in extreme
+/// What a lying member can make with its own key and the messages it receives.
+struct Liar {
+    i: usize,
+    key: PrivateKeySigner,
+}
+
+impl Liar {
+    fn addr(&self) -> Address {
+        self.key.address()
+    }
+
+    fn proposal(&self, net: &Net, round: u32, set: &[SignedObservation]) -> Envelope {
+        let id = cresolver_don::context::set_id(set);
+        let digest = wire::proposal_digest(DON_ID, VERSION, &net.exec, round, None, &id);
+        net.envelope(
+            self.addr(),
+            Body::Proposal {
+                round,
+                pol_round: None,
+                observations: set.to_vec(),
+                signature: wire::sign_digest(&self.key, &digest).expect("signs"),
+            },
+        )
+    }
+
+    fn vote(&self, net: &Net, round: u32, kind: VoteKind, set: &[SignedObservation]) -> Envelope {
+        let id = cresolver_don::context::set_id(set);
+        let digest = wire::vote_digest(DON_ID, VERSION, &net.exec, kind, round, Some(&id));
+        net.envelope(
+            self.addr(),
+            Body::Vote {
+                round,
+                kind,
+                value: Some(id),
+                signature: wire::sign_digest(&self.key, &digest).expect("signs"),
+            },
+        )
+    }
+
+    /// Sends `env` to member `to` (it must open: 200).
+    async fn tell(&self, net: &Net, to: usize, env: &Envelope) {
+        assert_eq!(
+            send(net, to, env, &self.key).await,
+            200,
+            "{} to {to}",
+            env.kind()
+        );
+    }
+}
+
+/// Member `i`'s honest observation, signed with its key (what every member receives).
+fn signed(net: &Net, i: usize) -> SignedObservation {
+    wire::sign_observation(net.observation(i, 0), &net.keys[i]).expect("signs")
+}
+
+/// An observation of extreme values, validly signed by the liar.
+fn extreme(net: &Net, liar: &Liar) -> SignedObservation {
+    let mut o = net.observation(liar.i, 0);
+    o.timestamp = u32::MAX;
+    for (w, position) in o
         .workers
         .iter_mut()
         .zip([Position::No, Position::Yes, Position::No])
@@ -23,221 +79,374 @@ fn liar(net: &mut Net) -> (usize, PrivateKeySigner, SignedObservation, Vec<usize
             scores: [100, 0, 100],
         });
     }
-    let key = net.keys[liar].clone();
-    let signed = wire::sign_observation(extreme, &key).expect("signs");
-    (liar, key, signed, (0..4).filter(|i| *i != liar).collect())
+    wire::sign_observation(o, &liar.key).expect("signs")
+}
+
+/// Every report an honest member signed (its persisted lock), distinct.
+fn signed_reports(dons: &[Arc<Don>], stores: &[Persist], exec: &B256) -> Vec<B256> {
+    let _ = dons;
+    let mut digests: Vec<B256> = stores
+        .iter()
+        .filter_map(|s| s.lock(exec).expect("reads"))
+        .map(|l| l.digest)
+        .collect();
+    digests.sort();
+    digests.dedup();
+    digests
+}
+
+/// The count of a `cresolver_don_events_total` series on a member.
+fn events(don: &Don, event: &str, detail: &str) -> u64 {
+    let needle = format!("cresolver_don_events_total{{event=\"{event}\",detail=\"{detail}\"}} ");
+    don.metrics()
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(&needle).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+/// Starts the honest members with file-backed state (so the test reads what each signed),
+/// sends the lies, runs their agreement; returns the agreements and each one's store.
+async fn run_with_liars(
+    net: &mut Net,
+    honest: &[usize],
+    lies: impl AsyncFnOnce(&Net),
+) -> (Vec<Agreed>, Vec<Arc<Don>>, Vec<Persist>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dons: Vec<Arc<Don>> = honest
+        .iter()
+        .map(|i| {
+            let p = Persist::open(&dir.path().join(format!("m{i}.sqlite"))).expect("db");
+            net.start(*i, p)
+        })
+        .collect();
+    lies(net).await;
+    let runs = dons
+        .iter()
+        .zip(honest)
+        .map(|(d, i)| (d.clone(), net.job(net.observation(*i, 0))))
+        .collect();
+    let agreed = agree_all(runs).await;
+    let stores = honest
+        .iter()
+        .map(|i| Persist::open(&dir.path().join(format!("m{i}.sqlite"))).expect("db"))
+        .collect();
+    (agreed, dons, stores, dir)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_lying_member_cannot_move_or_forge_the_report() {
+async fn a_leader_that_proposes_a_different_set_to_each_member_decides_nothing_alone() {
     let mut net = Net::new(4, 1).await;
-    let (liar, key, extreme, up) = liar(&mut net);
-    let (at_liar, victim) = (net.addr(liar), up[0]);
-    // (a) its own observation with extreme values: it opens
-    let lie = net.envelope(
-        at_liar,
-        Body::Observation {
-            observation: extreme,
-        },
-    );
-    // (b) an observation forged in the victim's name: named as the victim's message, as
-    // the liar's, or carried in a proposal, it does not open
-    let mut forged = net.observation(victim, 0);
-    forged.workers[0].answer = None;
-    forged.workers[0].failure = Some("timeout".into());
-    let forged = wire::sign_observation(forged, &key).expect("signs");
-    let obs = |sender| {
-        net.envelope(
-            sender,
-            Body::Observation {
-                observation: forged.clone(),
-            },
-        )
+    let liar = Liar {
+        i: net.leader(0),
+        key: net.keys[net.leader(0)].clone(),
     };
-    let carried = Body::Proposal {
-        observations: vec![forged.clone()],
-        report: Bytes::from_static(b"x"),
+    net.listeners[liar.i] = None;
+    let honest: Vec<usize> = (0..4).filter(|i| *i != liar.i).collect();
+    let own = signed(&net, liar.i);
+    // for honest member k: its set leaves out the next honest member's observation, so
+    // each of the three gets a different valid set of three (a different report)
+    let set_for = |k: usize| -> Vec<SignedObservation> {
+        let left_out = honest[(k + 1) % 3];
+        let mut s: Vec<SignedObservation> = honest
+            .iter()
+            .filter(|i| **i != left_out)
+            .map(|i| signed(&net, *i))
+            .collect();
+        s.push(own.clone());
+        s
     };
-    // (c) a valid signature over a report of its own making: it opens, and stays alone
-    let bogus = Bytes::from_static(b"a report no honest member builds");
-    let bogus_digest = forwarder_digest(
-        &bogus,
-        &report_context(DON_ID, VERSION, 1, &net.addresses()),
+    // and the rounds ahead that it leads: more different sets, to each member
+    let ahead: Vec<u32> = (1..=8u32).filter(|r| net.leader(*r) == liar.i).collect();
+    assert!(!ahead.is_empty());
+    let sets: Vec<Vec<SignedObservation>> = (0..honest.len()).map(set_for).collect();
+    let (agreed, dons, stores, _dir) = run_with_liars(&mut net, &honest, async |net: &Net| {
+        for (k, to) in honest.iter().enumerate() {
+            let set = &sets[k];
+            for round in std::iter::once(0).chain(ahead.iter().copied()) {
+                liar_tell_all(&liar, net, *to, round, set).await;
+            }
+        }
+    })
+    .await;
+    net.check_all(
+        &agreed,
+        &honest
+            .iter()
+            .map(|i| (*i, net.observation(*i, 0)))
+            .collect::<Vec<_>>(),
     );
-    let bogus_msg = Body::Signature {
-        report: bogus.clone(),
-        signature: wire::sign_digest(&key, &bogus_digest).expect("signs"),
-        observations: vec![],
+    // report shopping: every report an honest member signed is the one agreed
+    let signed_by_honest = signed_reports(&dons, &stores, &net.exec);
+    assert_eq!(
+        signed_by_honest,
+        vec![agreed[0].digest],
+        "one signed report"
+    );
+    for a in &agreed {
+        assert_ne!(a.leader, liar.addr(), "the liar's sets were never decided");
+        assert!(a.commits.len() >= 3, "2f+1 precommits decide");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_cannot_put_a_set_forward_through_any_message_kind() {
+    let mut net = Net::new(4, 1).await;
+    // the liar does not lead round 0: an honest leader proposes first
+    let li = (0..4).find(|i| *i != net.leader(0)).expect("a non-leader");
+    let liar = Liar {
+        i: li,
+        key: net.keys[li].clone(),
     };
-    // and a key that is not a member
-    let outsider = PrivateKeySigner::random();
-    let mut stranger = net.observation(liar, 0);
-    stranger.observer = outsider.address();
-    let stranger = wire::sign_observation(stranger, &outsider).expect("signs");
-    let stranger = net.envelope(
-        outsider.address(),
-        Body::Observation {
-            observation: stranger,
-        },
-    );
-    let lies: Vec<Lie> = vec![
-        (lie, key.clone(), 200),
-        (obs(net.addr(victim)), key.clone(), 403),
-        (obs(at_liar), key.clone(), 403),
-        (net.envelope(at_liar, carried), key.clone(), 403),
-        (net.envelope(at_liar, bogus_msg), key.clone(), 200),
-        (stranger, outsider, 403),
+    net.listeners[liar.i] = None;
+    let honest: Vec<usize> = (0..4).filter(|i| *i != liar.i).collect();
+    let lie = extreme(&net, &liar);
+    // its set: its extreme observation and two honest ones
+    let mut set = vec![
+        lie.clone(),
+        signed(&net, honest[0]),
+        signed(&net, honest[1]),
     ];
-    let (agreed, honest) = agree_after(&mut net, &up, &lies).await;
-    // (b): every honest observer's observation in the set is its own (check_all)
-    let agg = net.check_all(&agreed, &honest);
-    // (a): the lie was in the set, and moved nothing outside what the honest members saw
-    assert!(
-        agreed[0].observers().contains(&at_liar),
-        "the lie was in the set"
+    set.sort_by_key(|o| o.observation.observer);
+    let id = cresolver_don::context::set_id(&set);
+    let precommit = wire::vote_digest(
+        DON_ID,
+        VERSION,
+        &net.exec,
+        VoteKind::Precommit,
+        0,
+        Some(&id),
     );
-    let stamps: Vec<u32> = honest.iter().map(|(_, o)| o.timestamp).collect();
+    let (agreed, dons, stores, _dir) = run_with_liars(&mut net, &honest, async |net: &Net| {
+        for to in &honest {
+            // its extreme observation: taken, like any member's
+            liar.tell(
+                net,
+                *to,
+                &net.envelope(
+                    liar.addr(),
+                    Body::Observation {
+                        observation: lie.clone(),
+                    },
+                ),
+            )
+            .await;
+            // a proposal of a round it does not lead
+            liar.tell(net, *to, &liar.proposal(net, 0, &set)).await;
+            // votes for its set
+            liar.tell(net, *to, &liar.vote(net, 0, VoteKind::Prevote, &set))
+                .await;
+            liar.tell(net, *to, &liar.vote(net, 0, VoteKind::Precommit, &set))
+                .await;
+            // a "decision" with its own precommit counted three times and a forged one
+            let decided = net.envelope(
+                liar.addr(),
+                Body::Decided {
+                    round: 0,
+                    observations: set.clone(),
+                    commits: vec![
+                        CommitVote {
+                            voter: liar.addr(),
+                            signature: wire::sign_digest(&liar.key, &precommit).expect("signs"),
+                        },
+                        CommitVote {
+                            voter: liar.addr(),
+                            signature: wire::sign_digest(&liar.key, &precommit).expect("signs"),
+                        },
+                        CommitVote {
+                            voter: net.addr(honest[0]),
+                            signature: wire::sign_digest(&liar.key, &precommit).expect("signs"),
+                        },
+                    ],
+                    report_signature: None,
+                },
+            );
+            liar.tell(net, *to, &decided).await;
+        }
+    })
+    .await;
+    let honest_obs: Vec<(usize, Observation)> = honest
+        .iter()
+        .map(|i| (*i, net.observation(*i, 0)))
+        .collect();
+    let agg = net.check_all(&agreed, &honest_obs);
+    assert_ne!(cresolver_don::context::set_id(&agreed[0].observations), id);
+    assert_eq!(agreed[0].leader, net.addr(net.leader(agreed[0].attempt)));
+    assert_ne!(agreed[0].leader, liar.addr());
+    assert_eq!(
+        signed_reports(&dons, &stores, &net.exec),
+        vec![agreed[0].digest]
+    );
+    // whatever the set, every value lies between what honest members saw
+    let stamps: Vec<u32> = honest_obs.iter().map(|(_, o)| o.timestamp).collect();
     assert!(
         (*stamps.iter().min().unwrap()..=*stamps.iter().max().unwrap()).contains(&agg.timestamp)
     );
     for w in 0..2 {
-        let seen: Vec<ObservedAnswer> = honest
+        let seen: Vec<ObservedAnswer> = honest_obs
             .iter()
             .map(|(_, o)| o.workers[w].answer.unwrap())
             .collect();
         let got = agg.workers[w].answer.expect("answered");
         assert_eq!(got.position, seen[0].position, "the honest position holds");
-        let confs = seen.iter().map(|a| a.confidence_ppm);
-        assert!(
-            (confs.clone().min().unwrap()..=confs.max().unwrap()).contains(&got.confidence_ppm)
-        );
         for k in 0..3 {
             let s = seen.iter().map(|a| a.scores[k]);
             let range = s.clone().min().unwrap()..=s.max().unwrap();
-            assert!(
-                range.contains(&got.scores[k]),
-                "worker {w} score {k} = {} not in {range:?}",
-                got.scores[k]
-            );
+            assert!(range.contains(&got.scores[k]), "worker {w} score {k}");
         }
     }
-    // (c): the liar's report never reached f+1 signatures, and the liar signed nothing agreed
-    for a in &agreed {
-        assert_ne!((&a.report, a.digest), (&bogus, bogus_digest));
-        assert!(!a.signers.contains(&at_liar));
-    }
+    // the members saw and refused the proposal of a non-leader and the forged decision
+    let refused = |why| {
+        dons.iter()
+            .map(|d| events(d, "message_refused", why))
+            .sum::<u64>()
+    };
+    assert!(refused("not_the_leader") >= 1);
+    assert!(refused("bad_commit_certificate") >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_proposal_that_makes_no_report_does_not_move_the_members_to_its_attempt() {
-    // the liar leads one of the next attempts and proposes there, before anyone else
-    // proposes, a set that makes no report (its own observation alone): followed, it
-    // would move every member to an attempt it leads (and, repeated, keep them there)
-    let mut net = Net::new(4, 1).await;
-    let (liar, key, extreme, up) = liar(&mut net);
-    let ahead = (1..=4u32)
-        .find(|a| net.leader(*a) == liar)
-        .expect("the liar leads one of the next attempts");
-    let mut lie = net.envelope(
-        net.addr(liar),
-        Body::Proposal {
-            observations: vec![extreme],
-            report: Bytes::from_static(b"x"),
-        },
-    );
-    lie.attempt = ahead;
-    let (agreed, honest) = agree_after(&mut net, &up, &[(lie, key, 200)]).await;
-    net.check_all(&agreed, &honest);
-    for a in &agreed {
-        assert!(
-            a.attempt < ahead,
-            "agreed at attempt {} (the liar's proposal was at {ahead})",
-            a.attempt
-        );
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_keeps_a_leaders_two_newest_proposals_per_execution() {
-    let mut net = Net::new(4, 1).await;
-    let (liar, _, extreme, up) = liar(&mut net);
-    let don = net.don(up[0], Persist::in_memory().expect("db"));
-    let led: Vec<u32> = (0..64u32)
-        .filter(|a| net.leader(*a) == liar)
-        .take(4)
+async fn seven_members_two_liars_leading_the_first_rounds() {
+    let mut net = Net::new(7, 2).await;
+    let liars: Vec<Liar> = [net.leader(0), net.leader(1)]
+        .into_iter()
+        .map(|i| Liar {
+            i,
+            key: net.keys[i].clone(),
+        })
         .collect();
-    let proposal = |attempt: u32| {
-        let mut e = net.envelope(
-            net.addr(liar),
-            Body::Proposal {
-                observations: vec![extreme.clone()],
-                report: Bytes::from_static(b"x"),
-            },
-        );
-        e.attempt = attempt;
-        e
+    for l in &liars {
+        net.listeners[l.i] = None;
+    }
+    let honest: Vec<usize> = (0..7).filter(|i| liars.iter().all(|l| l.i != *i)).collect();
+    let liar_obs: Vec<SignedObservation> = liars.iter().map(|l| extreme(&net, l)).collect();
+    // each liar, in its round, proposes to each honest member a different valid set of
+    // 2f+1 = 5 (both liars' observations and three honest ones), and both liars vote for it
+    let set_for = |k: usize| -> Vec<SignedObservation> {
+        let mut s: Vec<SignedObservation> = (0..3)
+            .map(|j| signed(&net, honest[(k + j) % honest.len()]))
+            .collect();
+        s.extend(liar_obs.iter().cloned());
+        s
     };
-    assert_eq!(don.receive(proposal(led[1])), Ok(()));
-    assert_eq!(don.receive(proposal(led[2])), Ok(()));
-    // older than both kept: dropped
-    assert_eq!(don.receive(proposal(led[0])), Err("stale_proposal"));
-    // newer: the oldest kept goes
-    assert_eq!(don.receive(proposal(led[3])), Ok(()));
-    assert_eq!(don.receive(proposal(led[1])), Err("stale_proposal"));
-    // the kept ones are still known (the same proposal again is no equivocation)
-    assert_eq!(don.receive(proposal(led[2])), Ok(()));
+    let sets: Vec<Vec<SignedObservation>> = (0..honest.len()).map(set_for).collect();
+    let (agreed, dons, stores, _dir) = run_with_liars(&mut net, &honest, async |net: &Net| {
+        for (k, to) in honest.iter().enumerate() {
+            let set = &sets[k];
+            for (round, l) in liars.iter().enumerate() {
+                let round = round as u32;
+                liar_tell_all(l, net, *to, round, set).await;
+                let other = &liars[1 - round as usize];
+                other
+                    .tell(net, *to, &other.vote(net, round, VoteKind::Prevote, set))
+                    .await;
+                other
+                    .tell(net, *to, &other.vote(net, round, VoteKind::Precommit, set))
+                    .await;
+            }
+        }
+    })
+    .await;
+    assert_eq!(agreed.len(), 5);
+    net.check_all(
+        &agreed,
+        &honest
+            .iter()
+            .map(|i| (*i, net.observation(*i, 0)))
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(
+        signed_reports(&dons, &stores, &net.exec),
+        vec![agreed[0].digest]
+    );
+    for a in &agreed {
+        assert!(liars.iter().all(|l| a.leader != l.addr()));
+        assert!(a.commits.len() >= 5);
+    }
+}
+
+async fn liar_tell_all(l: &Liar, net: &Net, to: usize, round: u32, set: &[SignedObservation]) {
+    l.tell(net, to, &l.proposal(net, round, set)).await;
+    l.tell(net, to, &l.vote(net, round, VoteKind::Prevote, set))
+        .await;
+    l.tell(net, to, &l.vote(net, round, VoteKind::Precommit, set))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_liars_set_does_not_hide_the_set_the_report_is_built_from() {
+async fn a_worker_that_answered_some_members_keeps_the_liars_values_off() {
+    // worker 0 answers Yes to two honest members and fails for the third; the liar says
+    // it answered No with scores 1/1/1, and as leader proposes {liar, one that saw the
+    // answer, the one that did not} to everyone
     let mut net = Net::new(4, 1).await;
-    let (liar, key, extreme, up) = liar(&mut net);
-    let at_liar = net.addr(liar);
-    // the report the leader proposes once it holds all four observations
-    let mut all: Vec<Observation> = up.iter().map(|i| net.observation(*i, 0)).collect();
-    all.push(extreme.observation.clone());
-    let agg = aggregate(&all, &net.binding(), &net.workers, 1).expect("aggregates");
-    let predicted = (net.build())(&agg).expect("builds");
-    let context = report_context(DON_ID, VERSION, 1, &net.addresses());
-    let signature =
-        |r: &Bytes| wire::sign_digest(&key, &forwarder_digest(r, &context)).expect("signs");
-    // the liar signs that report first, but sends it with a set that does not make it
-    let sig = |report: Bytes| Body::Signature {
-        signature: signature(&report),
-        report,
-        observations: vec![extreme.clone()],
+    let li = net.leader(0);
+    let liar = Liar {
+        i: li,
+        key: net.keys[li].clone(),
     };
-    let lies: Vec<Lie> = vec![
-        (
-            net.envelope(
-                at_liar,
+    net.listeners[li] = None;
+    let honest: Vec<usize> = (0..4).filter(|i| *i != li).collect();
+    let missed = honest[2];
+    let obs_of = |net: &Net, i: usize| {
+        let mut o = net.observation(i, 0);
+        if i == missed {
+            o.workers[0].answer = None;
+            o.workers[0].failure = Some("timeout".into());
+        }
+        o
+    };
+    let mut lie = net.observation(li, 0);
+    lie.workers[0].answer = Some(ObservedAnswer {
+        position: Position::No,
+        confidence_ppm: 1_000_000,
+        scores: [1, 1, 1],
+    });
+    let lie = wire::sign_observation(lie, &liar.key).expect("signs");
+    let set = vec![
+        lie.clone(),
+        wire::sign_observation(obs_of(&net, honest[0]), &net.keys[honest[0]]).expect("signs"),
+        wire::sign_observation(obs_of(&net, missed), &net.keys[missed]).expect("signs"),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dons: Vec<Arc<Don>> = honest
+        .iter()
+        .map(|i| {
+            net.start(
+                *i,
+                Persist::open(&dir.path().join(format!("{i}"))).expect("db"),
+            )
+        })
+        .collect();
+    for to in &honest {
+        liar.tell(
+            &net,
+            *to,
+            &net.envelope(
+                liar.addr(),
                 Body::Observation {
-                    observation: extreme.clone(),
+                    observation: lie.clone(),
                 },
             ),
-            key.clone(),
-            200,
-        ),
-        (
-            net.envelope(at_liar, sig(predicted.clone())),
-            key.clone(),
-            200,
-        ),
-        // a second, different report from the same member is refused
-        (
-            net.envelope(at_liar, sig(Bytes::from_static(b"other"))),
-            key.clone(),
-            409,
-        ),
-    ];
-    let (agreed, honest) = agree_after(&mut net, &up, &lies).await;
-    // recomputed, with the set the report is built from (check_all), not the liar's
-    net.check_all(&agreed, &honest);
-    for a in &agreed {
-        assert_eq!(
-            a.report, predicted,
-            "the leader proposed the set of all four"
-        );
-        assert_eq!(a.observations.len(), 4);
+        )
+        .await;
+        liar_tell_all(&liar, &net, *to, 0, &set).await;
+    }
+    let runs = dons
+        .iter()
+        .zip(&honest)
+        .map(|(d, i)| (d.clone(), net.job(obs_of(&net, *i))))
+        .collect();
+    let agreed = agree_all(runs).await;
+    let honest_obs: Vec<(usize, Observation)> =
+        honest.iter().map(|i| (*i, obs_of(&net, *i))).collect();
+    let agg = net.check_all(&agreed, &honest_obs);
+    match agg.workers[0].answer {
+        // not answered: the honest member that missed the answer saw that
+        None => {}
+        // answered: the honest Yes and its scores, never the liar's
+        Some(a) => {
+            assert_eq!(a.position, Position::Yes);
+            assert!(a.scores.iter().all(|s| *s > 1), "scores {:?}", a.scores);
+        }
     }
 }

@@ -257,7 +257,6 @@ impl Net {
             execution_id: self.exec,
             market: self.market,
             market_id: self.market_id,
-            attempt: 0,
             sender,
             body,
         }
@@ -418,7 +417,7 @@ async fn four_members_all_up_agree_on_one_report() {
     let (agreed, honest) = agree_after(&mut net, &[0, 1, 2, 3], &[]).await;
     assert_eq!(agreed.len(), 4);
     let agg = net.check_all(&agreed, &honest);
-    // worker 2 was answered by one member only (< f+1): not answered
+    // worker 2 was answered by one member only (< 2f+1): not answered
     assert_eq!(agg.workers[2].answer, None);
     assert_eq!(
         agg.workers[0].answer.expect("answered").position,
@@ -560,10 +559,6 @@ async fn a_restarted_member_keeps_its_observation_and_its_agreement() {
     let fresh = B256::repeat_byte(0x5e);
     assert_eq!(store.lock_once(&fresh, &other).expect("locks"), other);
     assert_eq!(store.lock_once(&fresh, &lock).expect("reads"), other);
-    // the attempt only moves forward
-    store.set_attempt(&fresh, 3).unwrap();
-    store.set_attempt(&fresh, 1).unwrap();
-    assert_eq!(store.attempt(&fresh).unwrap(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -605,18 +600,31 @@ async fn the_member_api_refuses_what_it_must() {
     assert_eq!(post(&url, junk, Some(&junk_sig)).await, 403);
     // the message itself opens
     assert_eq!(post(&url, body, Some(&sig)).await, 200);
-    // a proposal from a member that does not lead its attempt is refused after opening
-    let not_leader = (0..4)
-        .find(|i| *i != net.leader(0) && *i != 0)
-        .expect("a non-leader");
+    // a proposal carrying an observation forged in another member's name does not open
+    let mut forged = net.observation(2, 0);
+    forged.timestamp += 1;
+    let forged = wire::sign_observation(forged, sender).expect("signs");
     let proposal = net.envelope(
-        net.addr(not_leader),
+        net.addr(1),
         Body::Proposal {
-            observations: vec![obs(&net)],
-            report: Bytes::from_static(b"r"),
+            round: 0,
+            pol_round: None,
+            observations: vec![forged],
+            signature: Bytes::from(vec![0u8; 65]),
         },
     );
-    assert_eq!(send(&net, 0, &proposal, &net.keys[not_leader]).await, 409);
+    assert_eq!(send(&net, 0, &proposal, sender).await, 403);
+    // a vote whose signature is not 65 bytes r ‖ s ‖ v (v = 0 or 1) does not open
+    let vote = net.envelope(
+        net.addr(1),
+        Body::Vote {
+            round: 0,
+            kind: wire::VoteKind::Prevote,
+            value: None,
+            signature: Bytes::from(vec![0u8; 64]),
+        },
+    );
+    assert_eq!(send(&net, 0, &vote, sender).await, 403);
     // one source sends at most 16 bodies at once: 16 that announce a body and never
     // send it keep their slots, a 17th from that source gets 429, and once they go
     // (closed) the source is read again

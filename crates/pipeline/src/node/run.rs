@@ -326,6 +326,11 @@ impl Node {
         );
         let _ = stop_tx.send(true);
         self.cancel.cancel();
+        if let Some(don) = &self.don {
+            // agreements end now (what they voted and signed is persisted) rather than
+            // running their rounds out
+            don.stop();
+        }
         self.tracker.close();
         let tracker = self.tracker.clone();
         let started = Instant::now();
