@@ -40,7 +40,7 @@ async fn the_leader_killed_mid_agreement() {
     let (s, _) = counted_market().await;
     let mut dn = Dn::new(s, 4, 1, None).await;
     // the request first: its execution id names the first leader, who is started with
-    // a crash 300 ms after it sends its proposal
+    // a crash 300 ms after its first precommit left
     let exec = request(&dn).await;
     let leader = dn.cfg.leader(&exec, 0);
     let li = dn
@@ -50,7 +50,7 @@ async fn the_leader_killed_mid_agreement() {
         .position(|a| *a == leader)
         .unwrap();
     for i in 0..4 {
-        dn.spawn(i, (i == li).then_some("don_proposed"));
+        dn.spawn(i, (i == li).then_some("don_voted"));
     }
     let took = dn.wait_resolved(FAULT_BOUND).await;
     eprintln!("leader killed mid-agreement: resolved in {took:?}");
@@ -248,13 +248,12 @@ async fn a_lying_member_forges_nothing_onto_the_chain() {
     for i in 0..3 {
         dn.spawn(i, None);
     }
-    let env = |attempt: u32, body: Body| Envelope {
+    let env = |_round: u32, body: Body| Envelope {
         don_id: 1,
         config_version: 1,
         execution_id: exec,
         market: dn.s.dev.contracts.market,
         market_id: dn.s.market_id,
-        attempt,
         sender: liar.address(),
         body,
     };
@@ -316,8 +315,10 @@ async fn a_lying_member_forges_nothing_onto_the_chain() {
                 &env(
                     0,
                     Body::Proposal {
+                        round: 0,
+                        pol_round: None,
                         observations: vec![forged.clone()],
-                        report: Bytes::new()
+                        signature: Bytes::from(vec![0u8; 65]),
                     }
                 ),
                 &liar
@@ -328,10 +329,13 @@ async fn a_lying_member_forges_nothing_onto_the_chain() {
         );
         let sig_msg = env(
             0,
-            Body::Signature {
-                report: fake_report.clone(),
-                signature: fake_sig.clone(),
+            // a "decision" of a set with no precommits behind it, and its own signature
+            // of a report nobody honest built
+            Body::Decided {
+                round: 0,
                 observations: vec![own.clone()],
+                commits: vec![],
+                report_signature: Some(fake_sig.clone()),
             },
         );
         assert_eq!(post(&dn, to, &sig_msg, &liar).await, 200);
@@ -397,7 +401,6 @@ async fn an_observation_of_other_workers_is_left_out_not_a_stall() {
             execution_id: exec,
             market: dn.s.dev.contracts.market,
             market_id: dn.s.market_id,
-            attempt: 0,
             sender: liar.address(),
             body: Body::Observation {
                 observation: own.clone(),

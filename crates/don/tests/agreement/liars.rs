@@ -96,7 +96,7 @@ fn signed_reports(dons: &[Arc<Don>], stores: &[Persist], exec: &B256) -> Vec<B25
 }
 
 /// The count of a `cresolver_don_events_total` series on a member.
-fn events(don: &Don, event: &str, detail: &str) -> u64 {
+pub(super) fn events(don: &Don, event: &str, detail: &str) -> u64 {
     let needle = format!("cresolver_don_events_total{{event=\"{event}\",detail=\"{detail}\"}} ");
     don.metrics()
         .encode()

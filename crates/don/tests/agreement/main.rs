@@ -30,6 +30,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 mod liars;
+mod network;
 
 const DON_ID: u32 = 7;
 const VERSION: u32 = 2;
