@@ -5,6 +5,7 @@
 //! resolution, delivered by one `report(...)` with exactly f+1 signatures of members,
 //! whose raw report every member rebuilt itself.
 
+mod byzantine;
 #[path = "../common/mod.rs"]
 mod common;
 mod faults;
