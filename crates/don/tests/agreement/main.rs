@@ -29,6 +29,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+mod flood;
 mod liars;
 mod network;
 
