@@ -60,6 +60,7 @@ async fn start(token: Option<&str>) -> Server {
         health: Arc::new(RwLock::new(json!({ "chain_id": 31337, "last_block": 12 }))),
         chain: None,
         stop: tokio_util::sync::CancellationToken::new(),
+        don: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -369,6 +370,7 @@ async fn serve_stops_on_shutdown() {
         health: Arc::new(RwLock::new(Value::Null)),
         chain: None,
         stop: tokio_util::sync::CancellationToken::new(),
+        don: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (stop, stopped) = oneshot::channel::<()>();

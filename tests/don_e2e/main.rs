@@ -478,6 +478,20 @@ async fn four_members_resolve_once_through_the_production_forwarder() {
     assert_eq!(d["signers"].as_array().unwrap().len(), 2);
     assert!(d["transmitter"].is_string(), "{sv}");
     assert!(d["set"].as_array().unwrap().len() >= 3);
+    // the commit certificate: 2f+1 members' precommits decided the set
+    let precommits = d["precommits"].as_array().unwrap();
+    assert!(precommits.len() >= 3, "{sv}");
+    assert_eq!(d["leader"], don["leader"]);
+    // the live consensus view: the member, the quorum, nothing left in agreement
+    let live: Value = reqwest::get(format!("http://127.0.0.1:{}/status/don", dn.api[0]))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(live["quorum"], 3, "{live}");
+    assert_eq!(live["members"].as_array().unwrap().len(), 4);
+    assert_eq!(live["executions"].as_array().unwrap().len(), 0, "{live}");
     // metrics of the agreement
     let m = reqwest::get(format!("http://127.0.0.1:{}/metrics", dn.api[0]))
         .await

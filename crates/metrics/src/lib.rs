@@ -272,7 +272,7 @@ impl Metrics {
         let don_events = Family::<DonLabels, Counter>::default();
         registry.register(
             "cresolver_don_events",
-            "A DON member's agreement: observation_received (a member's signed observation, detail own/peer), agreement (f+1 signatures on one report), leader_change (an attempt timed out), signature_refused (detail: why this member did not sign a proposal, or dropped a peer's message), transmission (detail: the forwarder's transmission state this member saw or caused)",
+            "A DON member's consensus: observation_received (a member's signed observation, detail own/peer), agreement (a decided set and f+1 signatures on its report), leader_change (a round ended undecided and the next member leads; detail timeout, or equivocation when this member saw the round's leader propose two sets), equivocation_seen (detail proposal/vote: a member sent two different ones for one round; the second is dropped), message_refused (detail: why a peer's message was dropped, e.g. source_rate, member_rate, bad_signature, not_the_leader, invalid_set, bad_commit_certificate, book_full), transmission (detail: the forwarder's transmission state this member saw or caused)",
             don_events.clone(),
         );
         for (event, detail) in [
@@ -280,6 +280,9 @@ impl Metrics {
             ("observation_received", "peer"),
             ("agreement", "reached"),
             ("leader_change", "timeout"),
+            ("leader_change", "equivocation"),
+            ("equivocation_seen", "proposal"),
+            ("equivocation_seen", "vote"),
         ] {
             let _ = don_events.get_or_create(&DonLabels { event, detail });
         }

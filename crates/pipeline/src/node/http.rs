@@ -36,6 +36,8 @@ pub struct ApiState {
     /// Cancelled when the node stops: ends the status page's event streams, so that the
     /// server's graceful shutdown does not wait for open browser tabs.
     pub stop: tokio_util::sync::CancellationToken,
+    /// This node's DON membership, when it is a member: `/status/don` shows its consensus.
+    pub don: Option<Arc<cresolver_don::Don>>,
 }
 
 /// A JSON `{"error": message}` answer.

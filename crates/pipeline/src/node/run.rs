@@ -261,6 +261,7 @@ impl Node {
                 health: self.health.clone(),
                 chain: Some(self.chain_health.clone()),
                 stop: self.cancel.clone(),
+                don: self.don.clone(),
             };
             let mut rx = stop_rx.clone();
             tasks.spawn(async move {

@@ -47,7 +47,29 @@ pub fn routes() -> Router<ApiState> {
         .route("/assets/status.css", get(css))
         .route("/status/rounds", get(list))
         .route("/status/rounds/{market_id}", get(one))
+        .route("/status/don", get(don_status))
         .route("/events", get(events))
+}
+
+/// `GET /status/don`: this member's consensus now: for each execution in agreement its
+/// round (epoch) and leader, its step, the set it is locked on, the decided set with the
+/// precommits that certify it, and its leader changes; and what peers' messages hold in
+/// its books. `null` on a node that is not a DON member.
+async fn don_status(State(s): State<ApiState>) -> Response {
+    let Some(don) = &s.don else {
+        return axum::Json(Value::Null).into_response();
+    };
+    let (books, held_bytes) = don.books();
+    axum::Json(json!({
+        "member": don.address(),
+        "members": don.members(),
+        "f": don.config().f,
+        "quorum": don.quorum(),
+        "executions": don.status(),
+        "books": books,
+        "book_bytes": held_bytes,
+    }))
+    .into_response()
 }
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {
@@ -206,7 +228,8 @@ pub fn round_view(
 }
 
 /// A DON round at a glance: which members' observations made the set (and which were
-/// missing), the leader and attempt that fixed it, the signers and the transmitter.
+/// missing), the consensus round and leader that proposed it, the members whose
+/// precommits decided it (its commit certificate), the signers and the transmitter.
 fn don_view(d: &Value) -> Value {
     let members = d["members"].as_array().cloned().unwrap_or_default();
     let missing: Vec<Value> = members
@@ -220,6 +243,8 @@ fn don_view(d: &Value) -> Value {
         "missing": missing,
         "leader": d["leader"],
         "attempt": d["attempt"],
+        "round": d.get("round").cloned().unwrap_or_else(|| d["attempt"].clone()),
+        "precommits": d.get("precommits").cloned().unwrap_or(Value::Null),
         "signers": d["signers"],
         "transmitter": d["transmitter"],
     })
