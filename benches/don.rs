@@ -1,8 +1,10 @@
-//! DON bench: request → resolved on chain for a 4-member DON (f = 1, in-process members,
-//! each with its own key, store and member endpoint, delivering through the production
-//! KeystoneForwarder) against one node on the same stack (report mode through the
-//! devnet's unsigned forwarder), over the same instant reference workers, websocket
-//! heads. Markets are requested one after another. Run: `cargo bench --bench don`.
+//! DON bench: request → resolved on chain for a 4-member DON (f = 1) and a 7-member DON
+//! (f = 2) — in-process members, each with its own key, store and member endpoint, running
+//! the Tendermint consensus and delivering through the production KeystoneForwarder —
+//! against one node on the same stack (report mode through the devnet's unsigned
+//! forwarder), over the same instant reference workers, websocket heads; and the messages
+//! members send per execution. Markets are requested one after another.
+//! Run: `cargo bench --bench don`.
 
 /// The binary's allocator, so the figures are the binary's.
 #[global_allocator]
@@ -71,19 +73,23 @@ async fn start(
     Ok((node, Member { stop, task }))
 }
 
-/// Milliseconds from each request to the market's resolution on chain.
-async fn latency(don: bool) -> anyhow::Result<Vec<f64>> {
+/// Milliseconds from each request to the market's resolution on chain, and the DON
+/// messages sent per execution (`n` members, f = (n - 1) / 3; 0: one node).
+async fn latency(n: usize) -> anyhow::Result<(Vec<f64>, f64)> {
     let (dev, ids) = common::devnet_with_markets(MARKETS, "bench?").await?;
     let mut members = vec![];
+    let mut nodes = vec![];
+    let don = n > 0;
     if don {
-        let keys: Vec<_> = dev.signers[10..14].to_vec();
-        let ports = (0..4)
+        let f = u8::try_from((n - 1) / 3)?;
+        let keys: Vec<_> = dev.signers[10..10 + n].to_vec();
+        let ports = (0..n)
             .map(|_| free_port())
             .collect::<anyhow::Result<Vec<u16>>>()?;
         let d = DonConfig {
             don_id: 1,
             config_version: 1,
-            f: 1,
+            f,
             listen: String::new(),
             members: keys
                 .iter()
@@ -101,21 +107,20 @@ async fn latency(don: bool) -> anyhow::Result<Vec<f64>> {
             max_attempts: 12,
         };
         let forwarder = dev
-            .deploy_keystone_forwarder(1, 1, 1, d.addresses())
+            .deploy_keystone_forwarder(1, 1, f, d.addresses())
             .await?;
         let receiver = dev.deploy_receiver(forwarder).await?;
         for (i, k) in keys.into_iter().enumerate() {
             let mut d = d.clone();
             d.listen = format!("127.0.0.1:{}", ports[i]);
-            members.push(
-                start(&dev, &format!("m{i}"), k, |c| {
-                    c.submit.forwarder = Some(forwarder);
-                    c.submit.receiver = Some(receiver);
-                    c.don = Some(d);
-                })
-                .await?
-                .1,
-            );
+            let (node, member) = start(&dev, &format!("m{i}"), k, |c| {
+                c.submit.forwarder = Some(forwarder);
+                c.submit.receiver = Some(receiver);
+                c.don = Some(d);
+            })
+            .await?;
+            nodes.push(node);
+            members.push(member);
         }
     } else {
         let (f, r) = (dev.contracts.forwarder, dev.contracts.receiver);
@@ -150,28 +155,41 @@ async fn latency(don: bool) -> anyhow::Result<Vec<f64>> {
         }
         out.push(t0.elapsed().as_secs_f64() * 1000.0);
     }
+    let sent: u64 = nodes
+        .iter()
+        .filter_map(|n| n.don.as_ref())
+        .map(|d| d.messages_sent())
+        .sum();
     for m in members {
         let _ = m.stop.send(());
         let _ = m.task.await;
     }
-    Ok(out)
+    Ok((out, sent as f64 / MARKETS as f64))
 }
 
 fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let mut table = String::from(
-            "| request → resolved on chain (ws heads, 3 instant workers) | p50 | p90 | max |\n|---|---|---|---|\n",
+            "| request → resolved on chain (ws heads, 3 instant workers) | p50 | p90 | max | messages per execution |\n|---|---|---|---|---|\n",
         );
-        for don in [false, true] {
-            let mut v = latency(don).await?;
-            let label = if don {
-                "4-member DON, f = 1, production KeystoneForwarder (2 signatures)"
+        for n in [0usize, 4, 7] {
+            let (mut v, messages) = latency(n).await?;
+            let label = match n {
+                0 => "one node, report mode through the unsigned forwarder".to_string(),
+                n => format!(
+                    "{n}-member DON, f = {}, production KeystoneForwarder ({} signatures)",
+                    (n - 1) / 3,
+                    (n - 1) / 3 + 1
+                ),
+            };
+            let messages = if n == 0 {
+                "–".to_string()
             } else {
-                "one node, report mode through the unsigned forwarder"
+                format!("{messages:.0}")
             };
             table.push_str(&format!(
-                "| {label} | {:.0} ms | {:.0} ms | {:.0} ms |\n",
+                "| {label} | {:.0} ms | {:.0} ms | {:.0} ms | {messages} |\n",
                 pct(&mut v, 0.5),
                 pct(&mut v, 0.9),
                 pct(&mut v, 1.0)

@@ -1,6 +1,6 @@
 //! The `[don]` section: this DON's id and config version (as set on the forwarder), its
 //! fault tolerance f, this member's listen address, every member's signer address and
-//! endpoint, and the agreement's timers; with the checks start-up makes.
+//! endpoint, and the consensus timers; with the checks start-up makes.
 
 use alloy::primitives::Address;
 use serde::{Deserialize, Serialize};
@@ -11,7 +11,9 @@ use url::Url;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemberConfig {
+    /// The address the member's key signs with (as in the forwarder's `setConfig`).
     pub address: Address,
+    /// Where the member's endpoint listens, as the other members reach it.
     pub url: Url,
 }
 
@@ -19,7 +21,9 @@ pub struct MemberConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DonConfig {
+    /// The DON id, as in the forwarder's `setConfig`.
     pub don_id: u32,
+    /// The config version, as in the forwarder's `setConfig`.
     pub config_version: u32,
     /// Faulty members tolerated; reports carry exactly f+1 signatures.
     pub f: u8,
@@ -27,8 +31,10 @@ pub struct DonConfig {
     pub listen: String,
     /// Every member, this one included, in the same order on every member.
     pub members: Vec<MemberConfig>,
-    /// How long an attempt's leader has to reach an agreement before the next member
-    /// leads (milliseconds).
+    /// The consensus timeout of round 0 (milliseconds): how long members wait for the
+    /// round's proposal; the prevote and precommit timeouts are half of it; each later
+    /// round's timeouts are 50 % longer than round 0's times the round number, up to 60 s.
+    /// (Named for the attempts of earlier versions; existing files keep working.)
     #[serde(default = "default_attempt_timeout_ms")]
     pub attempt_timeout_ms: u64,
     /// How long the leader waits for more observations once it holds 2f+1 (ms).
@@ -40,7 +46,8 @@ pub struct DonConfig {
     /// with `AlreadyAttempted`.
     #[serde(default = "default_transmit_delay_ms")]
     pub transmit_delay_ms: u64,
-    /// Attempts (leaders) tried before the round is retried later.
+    /// Consensus rounds (leaders) one agreement call runs before the round is retried
+    /// later; the consensus then resumes at the round it reached, from its log.
     #[serde(default = "default_max_attempts")]
     pub max_attempts: u32,
 }

@@ -134,6 +134,8 @@ pub struct Don {
     pub(crate) done: Mutex<(HashMap<B256, Done>, VecDeque<B256>)>,
     pub(crate) status: Mutex<HashMap<B256, InstanceStatus>>,
     pub(crate) stop: watch::Sender<bool>,
+    /// Messages sent to other members (one per recipient).
+    sent: std::sync::atomic::AtomicU64,
 }
 
 impl Don {
@@ -171,6 +173,7 @@ impl Don {
             done: Mutex::new((HashMap::new(), VecDeque::new())),
             status: Mutex::new(HashMap::new()),
             stop: watch::channel(false).0,
+            sent: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -236,6 +239,11 @@ impl Don {
         let mut v: Vec<InstanceStatus> = s.values().cloned().collect();
         v.sort_by_key(|x| x.execution_id);
         v
+    }
+
+    /// Messages this member has sent to other members so far (one per recipient).
+    pub fn messages_sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many books are open and the bytes waiting in them.
@@ -401,6 +409,7 @@ impl Don {
             let Ok(url) = m.url.join(wire::PATH) else {
                 continue;
             };
+            self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let (http, body, sig, member, kind) = (
                 self.http.clone(),
                 body.clone(),
