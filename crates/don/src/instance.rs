@@ -125,6 +125,9 @@ pub(crate) struct Instance<'a> {
     proposals_seen: HashMap<u32, B256>,
     votes_seen: HashMap<(Address, u32, VoteKind), Option<B256>>,
     equivocated: HashSet<u32>,
+    /// Each sender's newest vote from beyond [`ROUND_WINDOW`], held (one per sender) until
+    /// f+1 senders vote in one such round: then they are taken, and the member joins it.
+    ahead: HashMap<Address, (u32, VoteKind, Option<B256>, Bytes)>,
     decided: Option<Decision>,
     sigs: BTreeMap<Address, Bytes>,
     early_sigs: Vec<(Address, Bytes)>,
@@ -170,6 +173,7 @@ impl<'a> Instance<'a> {
             proposals_seen: HashMap::new(),
             votes_seen: HashMap::new(),
             equivocated: HashSet::new(),
+            ahead: HashMap::new(),
             decided: None,
             sigs: BTreeMap::new(),
             early_sigs: Vec::new(),
@@ -246,9 +250,6 @@ impl<'a> Instance<'a> {
         self.observations
             .insert(self.own.observation.observer, self.own.clone());
         self.replay()?;
-        self.outbox.push(self.envelope(Body::Observation {
-            observation: self.own.clone(),
-        }));
         self.rebroadcast();
         let every = Duration::from_millis((self.don.cfg.attempt_timeout_ms / 4).clamp(100, 2_000));
         let mut next_rebroadcast = Instant::now() + every;
@@ -945,9 +946,7 @@ impl<'a> Instance<'a> {
         if self.decided.is_some() {
             return;
         }
-        if round > self.round.saturating_add(ROUND_WINDOW) {
-            return self.refuse_from(sender, "vote", "round_too_far_ahead");
-        }
+        let far = round > self.round.saturating_add(ROUND_WINDOW);
         match self.votes_seen.get(&(sender, round, kind)) {
             Some(v) if *v == value => return,
             Some(_) => {
@@ -967,6 +966,13 @@ impl<'a> Instance<'a> {
         if wire::recover(&digest, &signature).ok() != Some(sender) {
             return self.refuse_from(sender, "vote", "bad_vote_signature");
         }
+        if far {
+            // far ahead: held, one per sender, until f+1 members vote in one such round
+            if self.ahead.get(&sender).is_none_or(|(r, ..)| *r < round) {
+                self.ahead.insert(sender, (round, kind, value, signature));
+            }
+            return self.join_ahead();
+        }
         self.take(LogEntry::Vote {
             round,
             kind,
@@ -974,6 +980,42 @@ impl<'a> Instance<'a> {
             voter: sender,
             signature,
         });
+    }
+
+    /// f+1 members' held votes in one round beyond the window: the member takes them
+    /// (the driver then skips to that round, as it does for f+1 votes of any later round).
+    fn join_ahead(&mut self) {
+        let mut by_round: BTreeMap<u32, usize> = BTreeMap::new();
+        for (r, ..) in self.ahead.values() {
+            *by_round.entry(*r).or_default() += 1;
+        }
+        let Some(round) = by_round
+            .iter()
+            .rev()
+            .find(|(_, c)| **c > self.don.f())
+            .map(|(r, _)| *r)
+        else {
+            return;
+        };
+        let joined: Vec<(Address, (u32, VoteKind, Option<B256>, Bytes))> = self
+            .ahead
+            .iter()
+            .filter(|(_, (r, ..))| *r == round)
+            .map(|(a, v)| (*a, v.clone()))
+            .collect();
+        tracing::info!(execution_id = %self.exec(), from = self.round, to = round, "f+1 members vote in a round far ahead: joining it");
+        for (voter, (r, kind, value, signature)) in joined {
+            self.ahead.remove(&voter);
+            self.votes_seen.insert((voter, r, kind), value);
+            self.take(LogEntry::Vote {
+                round: r,
+                kind,
+                value,
+                voter,
+                signature,
+            });
+        }
+        self.ahead.retain(|_, (r, ..)| *r > round);
     }
 
     fn on_decided(

@@ -203,3 +203,50 @@ async fn stop_ends_an_undecided_agreement_at_once() {
     );
     eprintln!("agreement ended {:?} after stop", asked.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f_plus_one_votes_far_ahead_move_a_lagging_member_one_does_not() {
+    let mut net = Net::new(4, 1).await;
+    let don = net.start(0, Persist::in_memory().expect("db"));
+    let run = {
+        let (d, job) = (don.clone(), net.job(net.observation(0, 0)));
+        tokio::spawn(async move { d.agree(job).await })
+    };
+    let vote = |i: usize, round: u32| {
+        let d = wire::vote_digest(
+            DON_ID,
+            VERSION,
+            &net.exec,
+            wire::VoteKind::Prevote,
+            round,
+            None,
+        );
+        net.envelope(
+            net.addr(i),
+            Body::Vote {
+                round,
+                kind: wire::VoteKind::Prevote,
+                value: None,
+                signature: wire::sign_digest(&net.keys[i], &d).expect("signs"),
+            },
+        )
+    };
+    let round_now = |don: &Don| don.status().first().map(|s| s.round);
+    // one member far ahead (round 40) does not move it
+    assert_eq!(send(&net, 0, &vote(1, 40), &net.keys[1]).await, 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(round_now(&don), Some(0));
+    // a second one (f+1 = 2) in that round does
+    assert_eq!(send(&net, 0, &vote(2, 40), &net.keys[2]).await, 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while round_now(&don) != Some(40) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still at {:?}",
+            round_now(&don)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    don.stop();
+    let _ = run.await;
+}
