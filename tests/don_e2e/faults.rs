@@ -415,3 +415,47 @@ async fn an_observation_of_other_workers_is_left_out_not_a_stall() {
     let set: Vec<Address> = serde_json::from_value(v["outcome"]["don"]["set"].clone()).unwrap();
     assert!(!set.contains(&liar.address()), "{set:?}");
 }
+
+#[tokio::test]
+async fn sigterm_stops_a_member_mid_agreement_and_it_resumes_on_restart() {
+    let (s, _) = counted_market().await;
+    let mut dn = Dn::new(s, 4, 1, None).await;
+    // two of four: no quorum, their agreements run on and on
+    dn.spawn(0, None);
+    dn.spawn(1, None);
+    request(&dn).await;
+    let deadline = Instant::now() + FAULT_BOUND;
+    while !dn.log(0).contains("consensus started") {
+        assert!(
+            Instant::now() < deadline,
+            "member 0 never reached its agreement:\n{}",
+            dn.log(0)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pid = dn.procs[0].as_ref().unwrap().id().unwrap();
+    let asked = Instant::now();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let status = tokio::time::timeout(
+        Duration::from_secs(15),
+        dn.procs[0].as_mut().unwrap().wait(),
+    )
+    .await
+    .expect("the member stopped within 15 s of SIGTERM")
+    .unwrap();
+    eprintln!(
+        "member stopped {:?} after SIGTERM ({status})",
+        asked.elapsed()
+    );
+    assert!(status.success(), "{}", dn.log(0));
+    // restarted, with the other two members: it takes the execution up again
+    dn.spawn(0, None);
+    dn.spawn(2, None);
+    dn.spawn(3, None);
+    dn.wait_resolved(FAULT_BOUND).await;
+    dn.assert_resolved_once(&[0, 1, 2, 3]).await;
+}

@@ -465,6 +465,7 @@ impl Don {
             }
         };
         self.metrics.don_event("observation_received", "own");
+        tracing::info!(execution_id = %exec, leader = %self.leader(&exec, 0), "consensus started for the execution");
         let slot = self.books.own(exec);
         let result = crate::instance::Instance::new(self, job, own, slot)
             .run()
