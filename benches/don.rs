@@ -12,8 +12,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use cresolver_devnet::Devnet;
 use cresolver_don::{DonConfig, MemberConfig};
+use cresolver_node::Node;
 use cresolver_pipeline::config::NodeConfig;
-use cresolver_pipeline::node::Node;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,7 @@ fn free_port() -> anyhow::Result<u16> {
 
 struct Member {
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), cresolver_pipeline::node::NodeError>>,
+    task: tokio::task::JoinHandle<Result<(), cresolver_node::NodeError>>,
 }
 
 async fn start(

@@ -2,8 +2,8 @@
 
 use alloy::primitives::{Address, U256};
 use cresolver_metrics::Metrics;
-use cresolver_pipeline::node::api::serve;
-use cresolver_pipeline::node::http::{ApiState, ManualTrigger};
+use cresolver_node::api::serve;
+use cresolver_node::http::{ApiState, ManualTrigger};
 use cresolver_store::{RoundStore, SqliteStore, Store};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};

@@ -47,6 +47,20 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "cresolver-node",
+        &[
+            "cresolver-core",
+            "cresolver-metrics",
+            "cresolver-workers",
+            "cresolver-evaluate",
+            "cresolver-chain",
+            "cresolver-store",
+            "cresolver-submit",
+            "cresolver-don",
+            "cresolver-pipeline",
+        ],
+    ),
+    (
         "cresolver-devnet",
         &[
             "cresolver-core",
@@ -54,6 +68,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "cresolver-chain",
             "cresolver-store",
             "cresolver-pipeline",
+            "cresolver-node",
         ],
     ),
     // the binary: its tests and benches reach every crate
@@ -68,6 +83,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "cresolver-store",
             "cresolver-submit",
             "cresolver-pipeline",
+            "cresolver-node",
             "cresolver-devnet",
             "cresolver-don",
         ],
@@ -109,6 +125,11 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
         "cresolver-chain",
         &["rusqlite", "tokio-postgres", "axum"],
         "the chain layer persists nothing and serves nothing",
+    ),
+    (
+        "cresolver-pipeline",
+        &["axum"],
+        "the round pipeline serves nothing: the node (cresolver-node) owns the HTTP API",
     ),
     (
         "cresolver-don",

@@ -5,8 +5,8 @@
 use alloy::primitives::{U256, utils::parse_ether};
 use cresolver_devnet::Devnet;
 use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode};
+use cresolver_node::Node;
 use cresolver_pipeline::config::NodeConfig;
-use cresolver_pipeline::node::Node;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,7 +60,7 @@ pub struct Running {
     pub node: Arc<Node>,
     pub dir: std::path::PathBuf,
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), cresolver_pipeline::node::NodeError>>,
+    task: tokio::task::JoinHandle<Result<(), cresolver_node::NodeError>>,
 }
 
 impl Running {

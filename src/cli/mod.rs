@@ -131,7 +131,7 @@ pub async fn open_store(cfg: &NodeConfig) -> anyhow::Result<std::sync::Arc<dyn R
             db.display()
         );
     }
-    Ok(cresolver_pipeline::node::open_store(cfg).await?)
+    Ok(cresolver_node::open_store(cfg).await?)
 }
 
 /// Every round of the store (newest first), page by page.

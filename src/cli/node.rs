@@ -1,7 +1,7 @@
 //! `cresolver node`, `cresolver resolve` and `cresolver config check`.
 
 use super::*;
-use cresolver_pipeline::node::Node;
+use cresolver_node::Node;
 
 /// Runs the resolver node until Ctrl-C or SIGTERM.
 pub async fn node_cmd(config: &ConfigArgs) -> anyhow::Result<ExitCode> {

@@ -387,7 +387,7 @@ pub async fn live_replay(
     transcript: Option<(&Transcript, String)>,
     opts: &ReplayOptions,
 ) -> anyhow::Result<MarketReplay> {
-    let discovery = cresolver_pipeline::node::discovery_config(cfg)?;
+    let discovery = cresolver_pipeline::stages::discovery_config(cfg)?;
     let net = discovery.net_policy();
     let engine = Engine::new(workflow, &net)?;
     let http = net.http_client();

@@ -7,8 +7,8 @@ use alloy::providers::Provider;
 use alloy::rpc::types::Filter;
 use alloy::sol_types::SolEvent;
 use cresolver_chain::bindings::ICREsolverMarket;
+use cresolver_node::{Node, RoundReport};
 use cresolver_pipeline::config::NodeConfig;
-use cresolver_pipeline::node::{Node, RoundReport};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,7 +69,7 @@ pub fn node_config(s: &MarketSetup, dir: &std::path::Path, wf: PathBuf) -> NodeC
 pub struct Running {
     pub node: Arc<Node>,
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), cresolver_pipeline::node::NodeError>>,
+    task: tokio::task::JoinHandle<Result<(), cresolver_node::NodeError>>,
 }
 
 pub async fn start(cfg: NodeConfig, signer: alloy::signers::local::PrivateKeySigner) -> Running {

@@ -18,7 +18,7 @@ use common::chain::*;
 use common::node::{node_config, start, tmpdir, wait_final};
 use common::*;
 use cresolver_devnet::agent::DeterminationMode;
-use cresolver_pipeline::node::Node;
+use cresolver_node::Node;
 use cresolver_pipeline::transcript::Transcript;
 use cresolver_store::RoundState;
 use serde_json::{Value, json};

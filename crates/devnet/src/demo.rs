@@ -6,8 +6,8 @@
 use crate::Devnet;
 use crate::agent::{AgentBehaviour, DeterminationMode};
 use alloy::primitives::{Address, B256, U256, utils::format_ether, utils::parse_ether};
+use cresolver_node::Node;
 use cresolver_pipeline::config::NodeConfig;
-use cresolver_pipeline::node::Node;
 use cresolver_store::RoundState;
 use serde::Serialize;
 use std::time::{Duration, Instant};

@@ -17,7 +17,9 @@
 //! - [`book`]: the bounded inboxes messages wait in.
 //! - [`persist`]: what a member must remember across a restart (its observation, its
 //!   consensus log, the one report it signed, the agreement).
-//! - [`member`]: the member itself and the node's entry points.
+//! - [`job`]: what the node hands a member for one execution, and gets back.
+//! - [`member`]: the member itself and the node's entry points (on a `shared` state its
+//!   parts use).
 //! - [`server`]: the HTTP endpoint the other members send to.
 
 pub mod agreed;
@@ -25,9 +27,11 @@ pub mod book;
 pub mod config;
 pub mod context;
 pub mod instance;
+pub mod job;
 pub mod member;
 pub mod persist;
 pub mod server;
+mod shared;
 pub mod wire;
 
 pub use config::{DonConfig, DonConfigError, MemberConfig};

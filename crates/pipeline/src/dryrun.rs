@@ -148,9 +148,9 @@ impl DryRunner {
         let submitter = Submitter::new(
             provider.clone(),
             from,
-            crate::node::submitter_config(cfg, &workflow, market),
+            crate::stages::submitter_config(cfg, &workflow, market),
         )?;
-        let discovery = crate::node::discovery_config(cfg)?;
+        let discovery = crate::stages::discovery_config(cfg)?;
         let net = discovery.net_policy();
         Ok(Self {
             engine: Engine::new(workflow, &net)?,

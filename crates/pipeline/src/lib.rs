@@ -3,8 +3,8 @@
 //! — as pure functions), `live` (how every path reads the market at the request block and
 //! prepares a round), `dispatch` (the one dispatcher every source of rounds feeds),
 //! `store_sink` (the round store as the chain watcher's sink), `transcript` (what a round
-//! recorded), `node` (the long-running resolver: its sources, API, status page and
-//! finality watch), and the paths that are not the node: `replay` (recorded or live
+//! recorded), `stages` (the stages' settings from a node configuration), and the paths
+//! that are not the long-running node (`cresolver-node`): `replay` (recorded or live
 //! rounds compared with the chain) and `dryrun` (the submission simulated). `workflow`
 //! and `config` read the files; `fuzz` runs every parser of untrusted bytes.
 
@@ -13,9 +13,9 @@ pub mod dispatch;
 pub mod dryrun;
 pub mod fuzz;
 pub mod live;
-pub mod node;
 pub mod replay;
 pub mod round;
+pub mod stages;
 pub mod store_sink;
 pub mod transcript;
 pub mod workflow;

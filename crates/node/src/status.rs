@@ -10,7 +10,6 @@
 //! stored round, its transcript and its transactions ([`round_view`]).
 
 use super::http::ApiState;
-use crate::transcript::Transcript;
 use alloy::primitives::U256;
 use axum::Router;
 use axum::extract::{Path, Query, State};
@@ -18,6 +17,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use cresolver_pipeline::transcript::Transcript;
 use cresolver_store::{AttemptRecord, NonceRecord, RoundRecord};
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -1,42 +1,24 @@
-//! What the node is built from: its store, discovery settings, worker protocols, the
-//! submitter and the transaction manager, each from the node configuration.
+//! The stages' settings from a node configuration: discovery (with the worker protocols
+//! it may speak) and the submitter. The node, replay and dry-run build their stages from
+//! these, so the three paths read `[discovery]`, `[protocols]` and `[submit]` alike.
 
-use super::*;
-
-/// The node's store: the shared PostgreSQL database of `[store] url`, or the embedded
-/// SQLite file in the data dir.
-pub async fn open_store(cfg: &NodeConfig) -> Result<Arc<dyn RoundStore>, NodeError> {
-    if cfg.store.is_postgres() {
-        let node_id = cfg.node_id();
-        let store = cresolver_store::PgStore::connect(
-            cfg.store.url.trim(),
-            cresolver_store::PgSettings {
-                node_id: node_id.clone(),
-                lease: Duration::from_secs(cfg.store.lease_secs),
-                max_connections: cfg.store.max_connections,
-                ca_file: cfg.store.ca_file.clone(),
-            },
-        )
-        .await?;
-        tracing::info!(
-            database = %cresolver_store::pg::redact_url(&cfg.store.url),
-            node_id,
-            lease_secs = cfg.store.lease_secs,
-            "shared PostgreSQL store: rounds are split between the nodes by leases"
-        );
-        Ok(Arc::new(store))
-    } else {
-        Ok(Arc::new(SqliteStore::new(Store::open(&cfg.node.data_dir)?)))
-    }
-}
+use crate::config::{ConfigError, NodeConfig};
+use crate::workflow::Workflow;
+use alloy::primitives::Address;
+use cresolver_chain::discovery::DiscoveryConfig;
+use cresolver_core::report::ReportMetadata;
+use cresolver_submit::SubmitterConfig;
+use cresolver_workers::registry::{ProtocolKind, ProtocolSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The discovery settings of a node config.
-pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, crate::config::ConfigError> {
+pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, ConfigError> {
     Ok(DiscoveryConfig {
         allow_private_endpoints: cfg.discovery.allow_private_endpoints,
         lookup: Arc::new(cresolver_workers::netguard::SystemLookup),
         ipfs_gateway: url::Url::parse(&cfg.discovery.ipfs_gateway).map_err(|e| {
-            crate::config::ConfigError::Invalid {
+            ConfigError::Invalid {
                 key: "discovery.ipfs_gateway",
                 message: e.to_string(),
             }
@@ -49,8 +31,7 @@ pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, crate::conf
 
 /// The node's protocol adapters from `[protocols]`: A2A always, each other protocol
 /// when enabled. Secrets come from the env vars the config names.
-pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, crate::config::ConfigError> {
-    use crate::config::ConfigError;
+pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, ConfigError> {
     use cresolver_workers::chorus::{ChorusProtocol, ChorusSettings};
     use cresolver_workers::factagora::{FactagoraProtocol, FactagoraSettings};
     use cresolver_workers::roundtable::{RoundTableProtocol, RoundTableSettings};
@@ -177,23 +158,5 @@ pub fn submitter_config(cfg: &NodeConfig, workflow: &Workflow, market: Address) 
             [0, 1],
         ),
         gas_margin_percent: cfg.submit.gas_margin_percent,
-    }
-}
-
-/// The transaction manager settings of a node config: confirmations as the watcher's
-/// (per-chain default), fees from `[submit]`.
-pub fn txm_config(cfg: &NodeConfig, chain_id: u64) -> TxmConfig {
-    TxmConfig {
-        confirmations: cfg
-            .chain
-            .confirmations
-            .unwrap_or(default_confirmations(chain_id)),
-        fees: FeePolicy {
-            bump_percent: cfg.submit.fee_bump_percent,
-            max_fee_cap: (cfg.submit.max_fee_per_gas_gwei * 1e9) as u128,
-            bump_after_blocks: cfg.submit.bump_after_blocks,
-        },
-        poll_interval: Duration::from_millis(cfg.chain.poll_interval_ms.clamp(10, 2_000)),
-        wait_bound: Duration::from_millis(cfg.submit.receipt_timeout_ms.max(1_000)),
     }
 }

@@ -10,7 +10,6 @@
 //! the round confirmed, delivered by that member.
 
 use super::*;
-use crate::round::RoundInput;
 use alloy::primitives::{Bytes, FixedBytes};
 use cresolver_chain::bindings::IKeystoneForwarder;
 use cresolver_chain::reader::MarketSnapshot;
@@ -19,6 +18,7 @@ use cresolver_core::don::{
 };
 use cresolver_core::report::{ExecutionHeader, build_raw_report};
 use cresolver_don::{Agreed, Don, Job};
+use cresolver_pipeline::round::RoundInput;
 use cresolver_store::RoundRecord;
 use cresolver_submit::{SignedReport, SubmitMode};
 
@@ -84,7 +84,7 @@ pub(super) fn member(
 /// This member's observation of a round from its outcome: every registered worker in
 /// registration order, its answer reduced to position, confidence and the three scores.
 fn observe(
-    outcome: &crate::round::RoundOutcome,
+    outcome: &cresolver_pipeline::round::RoundOutcome,
     binding: (u32, u32, B256, Address, U256),
     observer: Address,
 ) -> Observation {

@@ -3,7 +3,7 @@
 //! the API and an orderly shutdown.
 
 use super::*;
-use crate::dispatch::{Concurrency, dispatch};
+use cresolver_pipeline::dispatch::{Concurrency, dispatch};
 
 impl Node {
     /// A shared store's claim loop: every tick, as many claimable rounds as this node has
@@ -265,7 +265,7 @@ impl Node {
             };
             let mut rx = stop_rx.clone();
             tasks.spawn(async move {
-                let _ = crate::node::api::serve(listener, state, async move {
+                let _ = crate::api::serve(listener, state, async move {
                     let _ = rx.changed().await;
                 })
                 .await;

@@ -220,7 +220,7 @@ async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Respon
     match round {
         Ok(Some((round, txs, past))) => {
             let mut v = serde_json::to_value(&round).unwrap_or_default();
-            v["transactions"] = crate::transcript::transactions_json(&txs);
+            v["transactions"] = cresolver_pipeline::transcript::transactions_json(&txs);
             if !past.is_empty() {
                 v["previous_attempts"] = serde_json::to_value(&past).unwrap_or_default();
             }

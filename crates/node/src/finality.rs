@@ -8,12 +8,12 @@
 //! nodes of a cluster may all watch and exactly one makes each change; the change is
 //! persisted before anything is re-sent. Restarted, the watch resumes from the store.
 
-use crate::transcript::{FinalityRecord, ReorgRecord, Transcript};
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use cresolver_chain::finality::{Finalized, canonical_hash, finalized};
 use cresolver_chain::reader::resolved_at;
 use cresolver_metrics::Metrics;
+use cresolver_pipeline::transcript::{FinalityRecord, ReorgRecord, Transcript};
 use cresolver_store::{RoundStore, Watched};
 use std::collections::HashMap;
 use std::sync::Arc;

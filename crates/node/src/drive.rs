@@ -173,11 +173,11 @@ impl Node {
         };
         if snapshot.block != block {
             // read at the head (pruned state): still judged at the request block's time
-            input.reference_time = match crate::live::block_time(&self.provider, Some(block)).await
-            {
-                Ok(t) => t,
-                Err(e) => return Err(Step::Transient(e.to_string())),
-            };
+            input.reference_time =
+                match cresolver_pipeline::live::block_time(&self.provider, Some(block)).await {
+                    Ok(t) => t,
+                    Err(e) => return Err(Step::Transient(e.to_string())),
+                };
         }
         self.metrics
             .observe_stage("discover", span_started.elapsed().as_secs_f64());
@@ -318,7 +318,7 @@ impl Node {
         p: &Pipeline,
         snapshot: &cresolver_chain::reader::MarketSnapshot,
         market_id: U256,
-        outcome: crate::round::RoundOutcome,
+        outcome: cresolver_pipeline::round::RoundOutcome,
         mut transcript: Transcript,
     ) -> Result<(), Step> {
         let market = p.market;
@@ -628,7 +628,7 @@ impl Node {
         }
     }
 
-    /// Stores a round's transcript (written by serde; see `crate::transcript`).
+    /// Stores a round's transcript (written by serde; see `cresolver_pipeline::transcript`).
     pub(super) async fn save_transcript(
         &self,
         market: Address,
@@ -712,7 +712,7 @@ impl Node {
             });
         }
         t.confirmation = Some(confirmation);
-        t.transactions = Some(crate::transcript::transactions_json(&history));
+        t.transactions = Some(cresolver_pipeline::transcript::transactions_json(&history));
         let v = serde_json::to_value(&t)
             .map_err(|e| Step::Transient(format!("cannot encode the transcript: {e}")))?;
         self.store

@@ -15,14 +15,10 @@ pub mod http;
 mod run;
 mod setup;
 pub mod status;
-pub use setup::{discovery_config, open_store, protocol_set, submitter_config, txm_config};
+pub use cresolver_pipeline::stages::{discovery_config, protocol_set, submitter_config};
+pub use setup::{open_store, txm_config};
 
-use crate::config::{NodeConfig, default_confirmations, is_dev_chain};
-use crate::live::{LiveContext, LiveError, collect_input};
-use crate::node::http::{ApiState, ManualTrigger};
-use crate::round::{Engine, RoundError, RoundProgress, RoundStage};
-use crate::store_sink::StoreSink;
-use crate::workflow::Workflow;
+use crate::http::{ApiState, ManualTrigger};
 use alloy::network::EthereumWallet;
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::{DynProvider, Provider};
@@ -31,14 +27,17 @@ use cresolver_chain::discovery::DiscoveryConfig;
 use cresolver_chain::heads::{HeadFeed, PushConfig};
 use cresolver_chain::reader::{ReadError, read_market, resolved_at_head};
 use cresolver_chain::watcher::{Trigger, Watcher};
-use cresolver_core::report::ReportMetadata;
 use cresolver_metrics::Metrics;
+use cresolver_pipeline::config::{NodeConfig, default_confirmations, is_dev_chain};
+use cresolver_pipeline::live::{LiveContext, LiveError, collect_input};
+use cresolver_pipeline::round::{Engine, RoundError, RoundProgress, RoundStage};
+use cresolver_pipeline::store_sink::StoreSink;
+use cresolver_pipeline::workflow::Workflow;
 use cresolver_store::TxPayload;
 use cresolver_store::{RoundState, RoundStore, SqliteStore, Store};
 use cresolver_submit::txm::fees::FeePolicy;
 use cresolver_submit::txm::{TxError, TxManager, TxOutcome, TxmConfig};
-use cresolver_submit::{Confirmed, SubmitError, Submitter, SubmitterConfig};
-use cresolver_workers::registry::{ProtocolKind, ProtocolSet};
+use cresolver_submit::{Confirmed, SubmitError, Submitter};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::HashMap;
@@ -48,17 +47,19 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::transcript::TRANSCRIPT_VERSION;
-use crate::transcript::{ConfirmationRecord, RequestRecord, SubmissionRecord, Transcript};
+use cresolver_pipeline::transcript::TRANSCRIPT_VERSION;
+use cresolver_pipeline::transcript::{
+    ConfirmationRecord, RequestRecord, SubmissionRecord, Transcript,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] cresolver_pipeline::config::ConfigError),
     #[error(transparent)]
-    Workflow(#[from] crate::workflow::WorkflowError),
+    Workflow(#[from] cresolver_pipeline::workflow::WorkflowError),
     #[error(transparent)]
-    Engine(#[from] crate::round::EngineError),
+    Engine(#[from] cresolver_pipeline::round::EngineError),
     #[error(transparent)]
     Connect(#[from] cresolver_chain::ConnectError),
     #[error(transparent)]
@@ -268,7 +269,9 @@ impl Node {
         }
         let watched = format!("watch:{}:{}", p.market, p.workflow.name);
         let start = match self.store.checkpoint(&watched).await? {
-            Some((n, _)) => n.saturating_sub(crate::config::REORG_WINDOW).min(head),
+            Some((n, _)) => n
+                .saturating_sub(cresolver_pipeline::config::REORG_WINDOW)
+                .min(head),
             None if dev => 0,
             None => head,
         };

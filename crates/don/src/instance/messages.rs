@@ -1,0 +1,259 @@
+//! The messages waiting in the execution's book, each checked against the consensus
+//! (its round's leader, its own signature, equivocation, the round window, a commit
+//! certificate) and, if it passes, logged and fed to the driver.
+
+use super::*;
+
+impl Instance<'_> {
+    /// Takes the messages waiting in the book.
+    pub(super) fn take_messages(&mut self) {
+        let msgs = self.slot.inbox().drain();
+        for env in msgs {
+            if env.execution_id != self.exec()
+                || env.market != self.job.market
+                || env.market_id != self.job.market_id
+            {
+                self.refuse(&env, "wrong_market");
+                continue;
+            }
+            let sender = env.sender;
+            match env.body {
+                Body::Observation { observation } => self.on_observation(observation),
+                Body::Proposal {
+                    round,
+                    pol_round,
+                    observations,
+                    signature,
+                } => self.on_proposal(sender, round, pol_round, observations, signature),
+                Body::Vote {
+                    round,
+                    kind,
+                    value,
+                    signature,
+                } => self.on_vote(sender, round, kind, value, signature),
+                Body::Decided {
+                    round,
+                    observations,
+                    commits,
+                    report_signature,
+                } => self.on_decided(sender, round, observations, commits, report_signature),
+            }
+        }
+    }
+
+    pub(super) fn refuse(&self, env: &Envelope, why: &'static str) {
+        self.don.metrics.don_event("message_refused", why);
+        tracing::debug!(execution_id = %self.exec(), sender = %env.sender, kind = env.kind(), reason = why, "a member's DON message dropped");
+    }
+
+    pub(super) fn refuse_from(&self, sender: Address, kind: &'static str, why: &'static str) {
+        self.don.metrics.don_event("message_refused", why);
+        tracing::warn!(execution_id = %self.exec(), %sender, kind, reason = why, "a member's DON message dropped");
+    }
+
+    pub(super) fn on_observation(&mut self, o: SignedObservation) {
+        if !self.usable(&o) {
+            self.don
+                .metrics
+                .don_event("message_refused", "unusable_observation");
+            return;
+        }
+        if !self.observations.contains_key(&o.observation.observer) {
+            self.don.metrics.don_event("observation_received", "peer");
+            self.observations.insert(o.observation.observer, o);
+        }
+    }
+
+    pub(super) fn on_proposal(
+        &mut self,
+        sender: Address,
+        round: u32,
+        pol_round: Option<u32>,
+        observations: Vec<SignedObservation>,
+        signature: Bytes,
+    ) {
+        if self.decided.is_some() {
+            return;
+        }
+        if self.don.leader(&self.exec(), round) != sender {
+            return self.refuse_from(sender, "proposal", "not_the_leader");
+        }
+        if round > self.round.saturating_add(ROUND_WINDOW) {
+            return self.refuse_from(sender, "proposal", "round_too_far_ahead");
+        }
+        if pol_round.is_some_and(|p| p >= round) {
+            return self.refuse_from(sender, "proposal", "bad_pol_round");
+        }
+        let value = SetValue::new(observations);
+        let digest = wire::proposal_digest(
+            self.don.cfg.don_id,
+            self.don.cfg.config_version,
+            &self.exec(),
+            round,
+            pol_round,
+            &value.id,
+        );
+        if wire::recover(&digest, &signature).ok() != Some(sender) {
+            return self.refuse_from(sender, "proposal", "bad_proposal_signature");
+        }
+        match self.proposals_seen.get(&round) {
+            Some(id) if *id == value.id => return,
+            Some(_) => {
+                self.equivocated.insert(round);
+                self.don.metrics.don_event("equivocation_seen", "proposal");
+                return self.refuse_from(sender, "proposal", "equivocating_leader");
+            }
+            None => {}
+        }
+        let valid = self.valid(&value.observations);
+        if !valid {
+            self.don.metrics.don_event("message_refused", "invalid_set");
+            tracing::warn!(execution_id = %self.exec(), %sender, round, "the leader's set is not valid (fewer than 2f+1 usable observations, or it makes no report): prevoting nil");
+        }
+        self.take(LogEntry::Proposal {
+            round,
+            pol_round,
+            proposer: sender,
+            observations: value.observations.to_vec(),
+            signature,
+            valid,
+        });
+    }
+
+    pub(super) fn on_vote(
+        &mut self,
+        sender: Address,
+        round: u32,
+        kind: VoteKind,
+        value: Option<B256>,
+        signature: Bytes,
+    ) {
+        if self.decided.is_some() {
+            return;
+        }
+        let far = round > self.round.saturating_add(ROUND_WINDOW);
+        match self.votes_seen.get(&(sender, round, kind)) {
+            Some(v) if *v == value => return,
+            Some(_) => {
+                self.don.metrics.don_event("equivocation_seen", "vote");
+                return self.refuse_from(sender, "vote", "equivocating_voter");
+            }
+            None => {}
+        }
+        let digest = wire::vote_digest(
+            self.don.cfg.don_id,
+            self.don.cfg.config_version,
+            &self.exec(),
+            kind,
+            round,
+            value.as_ref(),
+        );
+        if wire::recover(&digest, &signature).ok() != Some(sender) {
+            return self.refuse_from(sender, "vote", "bad_vote_signature");
+        }
+        if far {
+            // far ahead: held, one per sender, until f+1 members vote in one such round
+            if self.ahead.get(&sender).is_none_or(|(r, ..)| *r < round) {
+                self.ahead.insert(sender, (round, kind, value, signature));
+            }
+            return self.join_ahead();
+        }
+        self.take(LogEntry::Vote {
+            round,
+            kind,
+            value,
+            voter: sender,
+            signature,
+        });
+    }
+
+    /// f+1 members' held votes in one round beyond the window: the member takes them
+    /// (the driver then skips to that round, as it does for f+1 votes of any later round).
+    pub(super) fn join_ahead(&mut self) {
+        let mut by_round: BTreeMap<u32, usize> = BTreeMap::new();
+        for (r, ..) in self.ahead.values() {
+            *by_round.entry(*r).or_default() += 1;
+        }
+        let Some(round) = by_round
+            .iter()
+            .rev()
+            .find(|(_, c)| **c > self.don.f())
+            .map(|(r, _)| *r)
+        else {
+            return;
+        };
+        let joined: Vec<(Address, HeldVote)> = self
+            .ahead
+            .iter()
+            .filter(|(_, (r, ..))| *r == round)
+            .map(|(a, v)| (*a, v.clone()))
+            .collect();
+        tracing::info!(execution_id = %self.exec(), from = self.round, to = round, "f+1 members vote in a round far ahead: joining it");
+        for (voter, (r, kind, value, signature)) in joined {
+            self.ahead.remove(&voter);
+            self.votes_seen.insert((voter, r, kind), value);
+            self.take(LogEntry::Vote {
+                round: r,
+                kind,
+                value,
+                voter,
+                signature,
+            });
+        }
+        self.ahead.retain(|_, (r, ..)| *r > round);
+    }
+
+    pub(super) fn on_decided(
+        &mut self,
+        sender: Address,
+        round: u32,
+        observations: Vec<SignedObservation>,
+        commits: Vec<CommitVote>,
+        report_signature: Option<Bytes>,
+    ) {
+        let value = SetValue::new(observations);
+        match &self.decided {
+            Some(d) if d.value.id != value.id => {
+                // two sets with 2f+1 precommits each: more than f members lied
+                tracing::error!(execution_id = %self.exec(), %sender, ours = %d.value.id, theirs = %value.id, "a member claims another decided set");
+                return self.refuse_from(sender, "decided", "conflicting_decision");
+            }
+            Some(_) => {}
+            None => {
+                if !self.certified(round, &value.id, &commits) {
+                    return self.refuse_from(sender, "decided", "bad_commit_certificate");
+                }
+                tracing::info!(execution_id = %self.exec(), %sender, round, "taking a decision another member proved with 2f+1 precommits");
+                self.decide(round, value, commits);
+                if self.decided.is_none() {
+                    return;
+                }
+            }
+        }
+        if let Some(sig) = report_signature {
+            self.add_report_signature(sender, &sig);
+        }
+    }
+
+    /// 2f+1 distinct members' valid precommits for `id` in `round`.
+    pub(super) fn certified(&self, round: u32, id: &B256, commits: &[CommitVote]) -> bool {
+        let digest = wire::vote_digest(
+            self.don.cfg.don_id,
+            self.don.cfg.config_version,
+            &self.exec(),
+            VoteKind::Precommit,
+            round,
+            Some(id),
+        );
+        let mut voters = HashSet::new();
+        for c in commits {
+            if self.don.members.contains(&c.voter)
+                && !voters.contains(&c.voter)
+                && wire::recover(&digest, &c.signature).ok() == Some(c.voter)
+            {
+                voters.insert(c.voter);
+            }
+        }
+        voters.len() >= self.don.quorum()
+    }
+}
