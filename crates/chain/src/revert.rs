@@ -64,6 +64,33 @@ pub fn revert_data(err: &alloy::contract::Error) -> Option<Bytes> {
 }
 
 impl RevertReason {
+    /// The forwarder's `AlreadyAttempted`: this report's transmission was already
+    /// attempted (delivered, or pending from another DON member).
+    pub fn is_already_attempted(&self) -> bool {
+        matches!(
+            self,
+            RevertReason::Forwarder(IKeystoneForwarderErrors::AlreadyAttempted(_))
+        )
+    }
+
+    /// The forwarder's `InvalidSigner(signer)`: a signature's signer is not in its config.
+    pub fn invalid_signer(&self) -> Option<alloy::primitives::Address> {
+        match self {
+            RevertReason::Forwarder(IKeystoneForwarderErrors::InvalidSigner(e)) => Some(e.signer),
+            _ => None,
+        }
+    }
+
+    /// The market's `Unauthorized`: the resolving key (or the receiver) is not an
+    /// authorized resolver — the one refusal an operator can still lift, so it is worth
+    /// trying again.
+    pub fn is_resolver_unauthorized(&self) -> bool {
+        matches!(
+            self,
+            RevertReason::Market(ICREsolverMarketErrors::Unauthorized(_))
+        )
+    }
+
     /// The error's name (`Unauthorized`, `Error`, `Panic`, …).
     pub fn name(&self) -> String {
         match self {

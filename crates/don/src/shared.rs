@@ -23,11 +23,13 @@ pub(crate) const DONE_KEPT: usize = 4_096;
 /// A member answers one sender's messages about a decided execution at most this often.
 pub(crate) const REPLY_EVERY: Duration = Duration::from_secs(1);
 
-/// Test hook: `CRESOLVER_TEST_CRASH_AT=<point>` ends the process 300 ms after that point
-/// (exit 97, no cleanup). Points: `don_observed` (own observation stored, not sent),
+/// Test failpoint, compiled in only with the `failpoints` feature:
+/// `CRESOLVER_TEST_CRASH_AT=<point>` ends the process 300 ms after that point (exit 97, no
+/// cleanup). Points: `don_observed` (own observation stored, not sent),
 /// `don_voted` (this member's first precommit logged and sent), `don_signed` (a report
 /// signed, stored and sent).
 pub(crate) fn crash_point(point: &str) {
+    #[cfg(feature = "failpoints")]
     if std::env::var("CRESOLVER_TEST_CRASH_AT").is_ok_and(|v| v == point) {
         tracing::error!(point, "CRESOLVER_TEST_CRASH_AT: exiting");
         tokio::spawn(async {
@@ -35,6 +37,8 @@ pub(crate) fn crash_point(point: &str) {
             std::process::exit(97);
         });
     }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = point;
 }
 
 /// A decided execution, kept to answer late members and to collect spare signatures.

@@ -28,11 +28,6 @@ const SUCCEEDED: u8 = 1;
 const INVALID_RECEIVER: u8 = 2;
 const FAILED: u8 = 3;
 
-/// Receiver or market errors that another transmission may get past (an authorization
-/// the operator can still grant); any other error of the receiver ends the round.
-const RETRYABLE_RECEIVER_ERRORS: &[&str] =
-    &["NotAuthorized", "Unauthorized", "UnauthorizedResolver"];
-
 /// The DON member of a node config, checked: a key that is a member, report mode
 /// everywhere, and the embedded store.
 pub(super) fn member(
@@ -221,12 +216,6 @@ fn don_record(don: &Don, own: &Observation, agreed: &Agreed) -> serde_json::Valu
         "signers": agreed.signers,
         "recomputed": agreed.recomputed,
     })
-}
-
-/// The first `0x` + 40 hex address in a decoded revert (`InvalidSigner(0x…)`).
-fn first_address(text: &str) -> Option<Address> {
-    text.match_indices("0x")
-        .find_map(|(i, _)| text.get(i..i + 42).and_then(|s| s.parse().ok()))
 }
 
 impl Node {
@@ -458,7 +447,7 @@ impl Node {
                     }
                     continue;
                 }
-                Err(SubmitError::Reverted { name, .. }) if name == "AlreadyAttempted" => {
+                Err(SubmitError::Reverted { reason, .. }) if reason.is_already_attempted() => {
                     // another member's transmission landed (the state read above may lag)
                     // or waits in the pending block, against which the pre-flight's
                     // `eth_call` runs (alloy's default): said once, then checked every
@@ -470,8 +459,8 @@ impl Node {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     continue;
                 }
-                Err(SubmitError::Reverted { name, reason }) if name == "InvalidSigner" => {
-                    match first_address(&reason) {
+                Err(SubmitError::Reverted { reason, .. }) if reason.invalid_signer().is_some() => {
+                    match reason.invalid_signer() {
                         Some(a) if !refused.contains(&a) => {
                             self.metrics
                                 .don_event("signature_refused", "forwarder_unknown_signer");
@@ -486,9 +475,9 @@ impl Node {
                         }
                     }
                 }
-                Err(SubmitError::Reverted { name, reason })
-                    if RETRYABLE_RECEIVER_ERRORS.contains(&name.as_str()) =>
-                {
+                // an authorization the operator can still grant: another transmission
+                // may get past it; any other error of the receiver ends the round
+                Err(SubmitError::Reverted { reason, .. }) if reason.is_resolver_unauthorized() => {
                     self.metrics.don_event("transmission", "failed");
                     return Err(Step::Transient(format!(
                         "the receiver refused the report ({reason}); retried while that can change"

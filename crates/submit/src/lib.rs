@@ -44,8 +44,15 @@ pub enum SubmitError {
         "worker {worker} (agent {agent_id}) has approved the market as operator of its agent: the reputation registry refuses the market's feedback (\"Self-feedback not allowed\") and resolveMarket would revert for every worker; the worker must revoke the approval"
     )]
     OperatorBlocks { worker: Address, agent_id: U256 },
-    #[error("simulation reverted: {reason}")]
-    Reverted { name: String, reason: String },
+    /// A pre-flight call reverted: the decoded reason, and which call (`""` for the
+    /// executing call, `"forwarder report(): "` for the forwarder's).
+    #[error("simulation reverted: {during}{reason}")]
+    Reverted {
+        /// The decoded revert.
+        reason: RevertReason,
+        /// Which call reverted, as a prefix of the message.
+        during: &'static str,
+    },
     #[error("submission misconfigured: {0}")]
     Config(String),
     #[error("RPC error: {0}")]
@@ -346,8 +353,8 @@ impl Submitter {
                 Some(r) => {
                     tracing::warn!(market_id = %market_id, reason = %r, "pre-flight simulation reverted");
                     SubmitError::Reverted {
-                        name: r.name(),
-                        reason: r.to_string(),
+                        reason: r,
+                        during: "",
                     }
                 }
                 None => SubmitError::Rpc(e.to_string()),
@@ -416,7 +423,7 @@ impl Submitter {
         if let Err(e) = called {
             return Err(match revert_of(&e) {
                 Some(r) => {
-                    if r.name() == "AlreadyAttempted" {
+                    if r.is_already_attempted() {
                         // the same report was delivered, or is in the pending block (a
                         // DON member's transmission): the caller decides what it means
                         tracing::debug!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
@@ -424,8 +431,8 @@ impl Submitter {
                         tracing::warn!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
                     }
                     SubmitError::Reverted {
-                        name: r.name(),
-                        reason: format!("forwarder report(): {r}"),
+                        reason: r,
+                        during: "forwarder report(): ",
                     }
                 }
                 None => SubmitError::Rpc(e.to_string()),

@@ -136,18 +136,24 @@ fn classify(msg: &str) -> Sent {
     }
 }
 
-/// Test hook: `CRESOLVER_TEST_CRASH_AT=<point>` ends the process at that point without
-/// any cleanup (as `kill -9` would), to test recovery. Points: `answered`, `challenged`,
+/// Test failpoint, compiled in only with the `failpoints` feature (the binary's default
+/// for tests; a production build has none): `CRESOLVER_TEST_CRASH_AT=<point>` ends the
+/// process at that point without any cleanup (as `kill -9` would), to test recovery. Points: `answered`, `challenged`,
 /// `evaluated` (the round's progress stored), `reserved` (nonce stored, nothing signed),
 /// `signed` (first attempt stored, not broadcast), `broadcast` (first attempt sent),
 /// `replaced` (a replacement stored, not broadcast).
 pub fn crash_point(point: &str) {
-    let hit = std::env::var("CRESOLVER_TEST_CRASH_AT").is_ok_and(|v| v == point)
-        || (point == "signed" && std::env::var_os("CRESOLVER_TEST_CRASH_AFTER_SIGN").is_some());
-    if hit {
-        tracing::error!(point, "CRESOLVER_TEST_CRASH_AT: exiting");
-        std::process::exit(97);
+    #[cfg(feature = "failpoints")]
+    {
+        let hit = std::env::var("CRESOLVER_TEST_CRASH_AT").is_ok_and(|v| v == point)
+            || (point == "signed" && std::env::var_os("CRESOLVER_TEST_CRASH_AFTER_SIGN").is_some());
+        if hit {
+            tracing::error!(point, "CRESOLVER_TEST_CRASH_AT: exiting");
+            std::process::exit(97);
+        }
     }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = point;
 }
 
 fn gwei(wei: u128) -> String {
