@@ -58,10 +58,11 @@ pub async fn dry_run_cmd(a: DryRunArgs) -> anyhow::Result<ExitCode> {
     };
     let runner = DryRunner::new(provider, &cfg, workflow, market, from)?;
     if a.watch {
-        let (tx, rx) = tokio::sync::watch::channel(false);
+        let rx = tokio_util::sync::CancellationToken::new();
+        let tx = rx.clone();
         tokio::spawn(async move {
             shutdown_signal().await;
-            let _ = tx.send(true);
+            tx.cancel();
         });
         eprintln!(
             "dry-run: watching market {market} for ResolutionRequested (simulating as {from}); Ctrl-C to stop"

@@ -81,26 +81,26 @@ pub struct PushConfig {
     pub stall_after: Duration,
 }
 
-/// Keeps a `newHeads` subscription on `url` feeding `feed` until `stop` turns true.
+/// Keeps a `newHeads` subscription on `url` feeding `feed` until `stop` is cancelled.
 pub async fn run_push(
     url: String,
     cfg: PushConfig,
     feed: HeadFeed,
-    mut stop: watch::Receiver<bool>,
+    stop: tokio_util::sync::CancellationToken,
 ) {
     let name = super::redact_url(&url);
     let mut backoff = Duration::from_millis(250);
     loop {
-        match subscribe_once(&url, &name, &cfg, &feed, &mut stop).await {
+        match subscribe_once(&url, &name, &cfg, &feed, &stop).await {
             Ended::Stopped => return,
             Ended::Healthy => backoff = Duration::from_millis(250),
             Ended::Failed => backoff = (backoff * 2).min(cfg.max_backoff),
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = stop.changed() => return,
+            _ = stop.cancelled() => return,
         }
-        if *stop.borrow() {
+        if stop.is_cancelled() {
             return;
         }
     }
@@ -118,7 +118,7 @@ async fn subscribe_once(
     name: &str,
     cfg: &PushConfig,
     feed: &HeadFeed,
-    stop: &mut watch::Receiver<bool>,
+    stop: &tokio_util::sync::CancellationToken,
 ) -> Ended {
     let connect = crate::ws::NoDelayWs::new(url, cfg.pool.ws_retries, cfg.pool.ws_retry_interval);
     let provider = match tokio::time::timeout(
@@ -172,7 +172,7 @@ async fn subscribe_once(
                 }
                 last = last.max(feed.latest());
             }
-            _ = stop.changed() => return Ended::Stopped,
+            _ = stop.cancelled() => return Ended::Stopped,
         }
     }
 }

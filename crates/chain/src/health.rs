@@ -205,15 +205,15 @@ impl ChainHealth {
         self: Arc<Self>,
         metrics: Arc<Metrics>,
         every: Duration,
-        mut stop: tokio::sync::watch::Receiver<bool>,
+        stop: tokio_util::sync::CancellationToken,
     ) {
         loop {
             self.probe(&metrics, every).await;
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
             }
-            if *stop.borrow() {
+            if stop.is_cancelled() {
                 return;
             }
         }

@@ -372,7 +372,7 @@ impl Watcher {
     pub async fn run(
         mut self,
         out: mpsc::Sender<Trigger>,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: tokio_util::sync::CancellationToken,
         mut wake: Option<watch::Receiver<u64>>,
         on_scan: impl Fn(&ScanReport) + Send,
     ) {
@@ -391,14 +391,14 @@ impl Watcher {
             let tick = tokio::time::sleep(backoff);
             tokio::select! {
                 _ = tick => {}
-                _ = shutdown.changed() => return,
+                _ = shutdown.cancelled() => return,
                 got = async { match wake.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
                     if got.is_err() {
                         wake = None;
                     }
                 }
             }
-            if *shutdown.borrow() {
+            if shutdown.is_cancelled() {
                 return;
             }
         }

@@ -256,7 +256,7 @@ impl FinalityWatch {
     pub async fn run(
         self,
         reopened: tokio::sync::mpsc::Sender<(Address, U256)>,
-        mut stop: watch::Receiver<bool>,
+        stop: tokio_util::sync::CancellationToken,
         mut wake: watch::Receiver<u64>,
         every: Duration,
     ) {
@@ -265,9 +265,9 @@ impl FinalityWatch {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 changed = wake.changed() => if changed.is_err() { return },
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
             }
-            if *stop.borrow() {
+            if stop.is_cancelled() {
                 return;
             }
             match self.check_once().await {

@@ -44,8 +44,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, mpsc, watch};
-use tokio::task::JoinSet;
+use tokio::sync::{Semaphore, mpsc};
 
 use cresolver_pipeline::transcript::TRANSCRIPT_VERSION;
 use cresolver_pipeline::transcript::{

@@ -4,6 +4,8 @@
 
 use super::*;
 use cresolver_pipeline::dispatch::{Concurrency, dispatch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 impl Node {
     /// A shared store's claim loop: every tick, as many claimable rounds as this node has
@@ -13,7 +15,7 @@ impl Node {
     pub(super) async fn claim_loop(
         self: Arc<Self>,
         tx: mpsc::Sender<(Address, U256)>,
-        mut stop: watch::Receiver<bool>,
+        stop: tokio_util::sync::CancellationToken,
     ) {
         let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 1_000));
         let mut failing = false;
@@ -23,7 +25,7 @@ impl Node {
                 Duration::from_millis(rand::random::<u64>() % (every.as_millis() as u64 / 4 + 1));
             tokio::select! {
                 _ = tokio::time::sleep(every + jitter) => {}
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
             }
             let held = self.store.held() as u64;
             self.metrics.set_leases_held(held);
@@ -94,9 +96,11 @@ impl Node {
         shutdown: impl Future<Output = ()> + Send + 'static,
         drain: Duration,
     ) -> Result<(), NodeError> {
-        let (stop_tx, stop_rx) = watch::channel(false);
+        // one shutdown mechanism: the node's cancellation token, which every task watches,
+        // and its task tracker, which the drain below waits on
+        let stop_rx = self.cancel.clone();
         let (trig_tx, trig_rx) = mpsc::channel::<Trigger>(1024);
-        let mut tasks = JoinSet::new();
+        let tasks = &self.tracker;
 
         // Unfinished rounds are fed to the dispatcher by a task of their own: the channel
         // holds 1024, and the dispatcher only starts draining it below.
@@ -109,7 +113,7 @@ impl Node {
         };
         if !unfinished.is_empty() {
             tracing::info!(rounds = unfinished.len(), "resuming unfinished rounds");
-            let (tx, mut stop) = (trig_tx.clone(), stop_rx.clone());
+            let (tx, stop) = (trig_tx.clone(), stop_rx.clone());
             tasks.spawn(async move {
                 for rec in unfinished {
                     tracing::debug!(market_id = %rec.market_id, state = rec.state.as_str(), "resuming unfinished round");
@@ -121,7 +125,7 @@ impl Node {
                     };
                     tokio::select! {
                         sent = tx.send(t) => if sent.is_err() { return },
-                        _ = stop.changed() => return,
+                        _ = stop.cancelled() => return,
                     }
                 }
             });
@@ -227,10 +231,10 @@ impl Node {
                         error: format!("{e} (this is [don].listen, the member endpoint)"),
                     })?;
             tracing::info!(%addr, "DON member endpoint listening");
-            let (d, mut rx) = (don.clone(), stop_rx.clone());
+            let (d, rx) = (don.clone(), stop_rx.clone());
             tasks.spawn(async move {
                 let stop = async move {
-                    let _ = rx.changed().await;
+                    let _ = rx.cancelled().await;
                 };
                 if let Err(e) = cresolver_don::server::serve(listener, d, stop).await {
                     tracing::error!(error = %e, "the DON member endpoint stopped");
@@ -263,10 +267,10 @@ impl Node {
                 stop: self.cancel.clone(),
                 don: self.don.clone(),
             };
-            let mut rx = stop_rx.clone();
+            let rx = stop_rx.clone();
             tasks.spawn(async move {
                 let _ = crate::api::serve(listener, state, async move {
-                    let _ = rx.changed().await;
+                    let _ = rx.cancelled().await;
                 })
                 .await;
             });
@@ -277,15 +281,27 @@ impl Node {
         // rounds the finality watch reopened, manual requests (judged first), and a
         // shared store's claims.
         let (jobs_tx, jobs_rx) = mpsc::channel::<RoundJob>(1024);
-        forward(&mut tasks, trig_rx, jobs_tx.clone(), |t: Trigger| {
-            RoundJob::Local(t.market, t.market_id)
-        });
-        forward(&mut tasks, reopen_rx, jobs_tx.clone(), |(m, id)| {
-            RoundJob::Local(m, id)
-        });
-        forward(&mut tasks, claim_rx, jobs_tx.clone(), |(m, id)| {
-            RoundJob::Claimed(m, id)
-        });
+        forward(
+            tasks,
+            stop_rx.clone(),
+            trig_rx,
+            jobs_tx.clone(),
+            |t: Trigger| RoundJob::Local(t.market, t.market_id),
+        );
+        forward(
+            tasks,
+            stop_rx.clone(),
+            reopen_rx,
+            jobs_tx.clone(),
+            |(m, id)| RoundJob::Local(m, id),
+        );
+        forward(
+            tasks,
+            stop_rx.clone(),
+            claim_rx,
+            jobs_tx.clone(),
+            |(m, id)| RoundJob::Claimed(m, id),
+        );
         {
             let (node, jobs) = (self.clone(), jobs_tx.clone());
             tasks.spawn(async move {
@@ -325,7 +341,6 @@ impl Node {
             in_flight = rounds.len(),
             "shutting down: letting in-flight rounds reach a persisted state"
         );
-        let _ = stop_tx.send(true);
         self.cancel.cancel();
         if let Some(don) = &self.don {
             // agreements end now (what they voted and signed is persisted) rather than
@@ -333,15 +348,22 @@ impl Node {
             don.stop();
         }
         self.tracker.close();
-        let tracker = self.tracker.clone();
         let started = Instant::now();
         rounds.drain(drain).await;
-        let _ = tokio::time::timeout(drain.saturating_sub(started.elapsed()), tracker.wait()).await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), async {
-            while tasks.join_next().await.is_some() {}
-        })
-        .await;
-        tasks.abort_all();
+        // every task watches the token: the sources, servers and scheduled retries end;
+        // those that do not within the bound are left to the runtime's shutdown
+        let bound = drain
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_secs(5));
+        if tokio::time::timeout(bound, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                tasks = self.tracker.len(),
+                "some tasks did not stop within the drain bound"
+            );
+        }
         Ok(())
     }
 }
@@ -353,15 +375,22 @@ enum RoundJob {
     Claimed(Address, U256),
 }
 
-/// Forwards a source's channel into the dispatcher's, mapped to jobs, until either closes.
+/// Forwards a source's channel into the dispatcher's, mapped to jobs, until either closes
+/// or the node stops.
 fn forward<T: Send + 'static>(
-    tasks: &mut JoinSet<()>,
+    tasks: &TaskTracker,
+    stop: CancellationToken,
     mut from: mpsc::Receiver<T>,
     to: mpsc::Sender<RoundJob>,
     job: impl Fn(T) -> RoundJob + Send + 'static,
 ) {
     tasks.spawn(async move {
-        while let Some(x) = from.recv().await {
+        loop {
+            let x = tokio::select! {
+                x = from.recv() => x,
+                _ = stop.cancelled() => return,
+            };
+            let Some(x) = x else { return };
             if to.send(job(x)).await.is_err() {
                 return;
             }

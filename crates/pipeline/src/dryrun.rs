@@ -38,7 +38,7 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 /// Storage slot of `mapping(address => bool) authorizedResolvers` in `CREsolverMarket`.
 pub const AUTHORIZED_RESOLVERS_SLOT: u64 = 8;
@@ -332,7 +332,7 @@ impl DryRunner {
         self: &Arc<Self>,
         cfg: &NodeConfig,
         start_block: Option<u64>,
-        shutdown: watch::Receiver<bool>,
+        shutdown: tokio_util::sync::CancellationToken,
         mut on_report: impl FnMut(U256, Result<DryRunReport, DryRunError>),
     ) -> Result<(), DryRunError> {
         let chain_id = self
@@ -360,7 +360,7 @@ impl DryRunner {
             ),
         );
         let (tx, rx) = mpsc::channel::<Trigger>(256);
-        let mut stop = shutdown.clone();
+        let stop = shutdown.clone();
         // on a websocket endpoint new heads wake the scan, as in the node
         let heads = cresolver_chain::heads::HeadFeed::new();
         let push = cfg
@@ -389,7 +389,7 @@ impl DryRunner {
             rx,
             Concurrency::AtMost(1),
             async move {
-                let _ = stop.changed().await;
+                stop.cancelled().await;
             },
             move |t: Trigger| {
                 let (me, done) = (me.clone(), done_tx.clone());
