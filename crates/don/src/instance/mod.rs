@@ -375,7 +375,13 @@ impl<'a> Instance<'a> {
             signature: signature.clone(),
         });
         self.own_votes.insert((round, kind), env.clone());
-        while self.own_votes.len() > 4 {
+        // nil votes matter for the current round only; votes for a set are kept (the
+        // newest 64): they are the polka evidence a later leader's re-proposal needs
+        let current = self.round;
+        self.own_votes.retain(|(r, _), e| {
+            *r + 1 >= current || matches!(e.body, Body::Vote { value: Some(_), .. })
+        });
+        while self.own_votes.len() > 64 {
             self.own_votes.pop_first();
         }
         self.votes_seen
@@ -406,7 +412,9 @@ impl<'a> Instance<'a> {
     }
 
     /// Sends again what other members may have missed: the decision once decided, else
-    /// this member's observation, its proposal and its votes of the current round.
+    /// this member's observation, its proposal of the current round, its votes of the
+    /// current and the previous round, and every vote it cast for a set (a member that
+    /// missed a polka needs those prevotes to follow a leader that carries its set).
     fn rebroadcast(&mut self) {
         if self.decided.is_some() {
             if self.sigs.contains_key(&self.don.address()) {
@@ -421,12 +429,7 @@ impl<'a> Instance<'a> {
         if let Some(p) = self.own_proposals.get(&self.round) {
             self.outbox.push(p.clone());
         }
-        let current: Vec<Envelope> = self
-            .own_votes
-            .iter()
-            .filter(|((r, _), _)| *r + 1 >= self.round)
-            .map(|(_, e)| e.clone())
-            .collect();
+        let current: Vec<Envelope> = self.own_votes.values().cloned().collect();
         self.outbox.extend(current);
     }
 
