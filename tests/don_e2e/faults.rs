@@ -336,6 +336,7 @@ async fn a_lying_member_forges_nothing_onto_the_chain() {
                 observations: vec![own.clone()],
                 commits: vec![],
                 report_signature: Some(fake_sig.clone()),
+                agreed: false,
             },
         );
         assert_eq!(post(&dn, to, &sig_msg, &liar).await, 200);

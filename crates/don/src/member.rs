@@ -178,7 +178,7 @@ impl Don {
     /// decision (and keeps a spare report signature it carries).
     pub fn receive(&self, env: Envelope, bytes: usize) -> Result<(), Refused> {
         let exec = env.execution_id;
-        if self.answer_decided(&env) {
+        if self.answer_if_decided(&env) {
             return Ok(());
         }
         let slot = self.s.books.for_peer(exec, env.sender);
@@ -195,9 +195,10 @@ impl Don {
         }
     }
 
-    /// `true` when `exec` is decided here: the sender gets this member's decision (at most
-    /// once per [`REPLY_EVERY`]), and a report signature it carries is kept.
-    fn answer_decided(&self, env: &Envelope) -> bool {
+    /// `true` when the message's execution is decided here: the sender gets this member's
+    /// decision (at most once per second), and a report signature it carries is kept.
+    /// For a message already checked (the server calls it for a replay too).
+    pub fn answer_if_decided(&self, env: &Envelope) -> bool {
         let exec = env.execution_id;
         let known = {
             let done = self.s.done.lock().unwrap_or_else(|p| p.into_inner());
@@ -227,8 +228,10 @@ impl Don {
                 d.sigs.entry(env.sender).or_insert_with(|| sig.clone());
             }
             let last = d.replied.get(&env.sender).copied();
+            // a member that holds f+1 signatures itself needs no answer (two members
+            // answering each other's answers would never stop)
             if last.is_some_and(|t| t.elapsed() < REPLY_EVERY)
-                || matches!(env.body, Body::Decided { .. })
+                || matches!(env.body, Body::Decided { agreed: true, .. })
             {
                 None
             } else {

@@ -228,6 +228,12 @@ async fn message(
         .unwrap_or_else(|p| p.into_inner())
         .contains(&digest)
     {
+        // taken before (its signatures were checked then): nothing more to check or
+        // charge, but a member that asks again about an execution decided here is
+        // answered (a member resends the same bytes until it has what it needs)
+        if let Ok(env) = serde_json::from_slice::<wire::Envelope>(&body) {
+            s.don.answer_if_decided(&env);
+        }
         return (StatusCode::OK, "duplicate");
     }
     let sig = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
@@ -252,13 +258,16 @@ async fn message(
         tracing::debug!(%peer, error = %e, "DON message refused");
         return (StatusCode::FORBIDDEN, "refused");
     }
-    let taken = don.receive(env, body.len());
-    s.seen
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(digest);
-    match taken {
-        Ok(()) => (StatusCode::OK, "ok"),
+    match don.receive(env, body.len()) {
+        Ok(()) => {
+            // only a message taken is a replay next time: one refused (its book full)
+            // is read again when it is sent again
+            s.seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(digest);
+            (StatusCode::OK, "ok")
+        }
         Err(why) => (StatusCode::CONFLICT, why.as_str()),
     }
 }

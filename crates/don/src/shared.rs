@@ -118,6 +118,7 @@ impl Shared {
                 observations: a.observations.clone(),
                 commits: a.commits.clone(),
                 report_signature: own_sig,
+                agreed: true,
             },
         };
         let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());

@@ -99,6 +99,10 @@ pub enum Body {
         commits: Vec<CommitVote>,
         /// The sender's signature of the report, once it built and signed it.
         report_signature: Option<Bytes>,
+        /// The sender already holds f+1 report signatures: a member that also does need
+        /// not answer (one that does not answers any message with its own decision).
+        #[serde(default)]
+        agreed: bool,
     },
 }
 
@@ -635,6 +639,7 @@ mod tests {
                 observations: vec![],
                 commits: vec![],
                 report_signature: Some(Bytes::from(high_v)),
+                agreed: false,
             },
         );
         let (body4, sig4) = seal(&s27, &a).unwrap();

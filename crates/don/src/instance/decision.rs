@@ -110,6 +110,7 @@ impl Instance<'_> {
             observations,
             commits,
             report_signature: self.sigs.get(&self.don.address()).cloned(),
+            agreed: false,
         })
     }
 

@@ -36,6 +36,7 @@ impl Instance<'_> {
                     observations,
                     commits,
                     report_signature,
+                    ..
                 } => self.on_decided(sender, round, observations, commits, report_signature),
             }
         }

@@ -259,6 +259,7 @@ async fn a_member_cannot_put_a_set_forward_through_any_message_kind() {
                         },
                     ],
                     report_signature: None,
+                    agreed: false,
                 },
             );
             liar.tell(net, *to, &decided).await;

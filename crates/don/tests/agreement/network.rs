@@ -16,11 +16,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 struct Proxy {
     to: String,
     storm: Arc<AtomicBool>,
+    /// Message kinds this proxy drops whatever the storm (`Envelope::kind`).
+    drop_kinds: Arc<std::sync::Mutex<Vec<&'static str>>>,
     dropped: Arc<AtomicU64>,
     http: reqwest::Client,
 }
 
 async fn forward(State(p): State<Proxy>, headers: HeaderMap, body: Body_) -> StatusCode {
+    let kind = serde_json::from_slice::<Envelope>(&body).map(|e| e.kind());
+    if let Ok(kind) = kind
+        && p.drop_kinds.lock().expect("lock").contains(&kind)
+    {
+        p.dropped.fetch_add(1, Ordering::SeqCst);
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
     if p.storm.load(Ordering::SeqCst) {
         let (drop_it, delay) = {
             use rand::Rng;
@@ -47,31 +56,41 @@ async fn forward(State(p): State<Proxy>, headers: HeaderMap, body: Body_) -> Sta
 
 /// Puts a proxy in front of every member: the configured URLs become the proxies', the
 /// members listen on new ports behind them.
-async fn with_proxies(net: &mut Net, storm: Arc<AtomicBool>) -> Arc<AtomicU64> {
+async fn with_proxies(
+    net: &mut Net,
+    storm: Arc<AtomicBool>,
+) -> (
+    Arc<AtomicU64>,
+    Vec<Arc<std::sync::Mutex<Vec<&'static str>>>>,
+) {
     let dropped = Arc::new(AtomicU64::new(0));
+    let mut filters = Vec::new();
     for i in 0..net.members.len() {
         let proxy_listener = net.listeners[i].take().expect("not started");
         let real = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let to = format!("http://{}{}", real.local_addr().expect("addr"), wire::PATH);
         net.listeners[i] = Some(real);
+        let drop_kinds = Arc::new(std::sync::Mutex::new(Vec::new()));
+        filters.push(drop_kinds.clone());
         let app = axum::Router::new()
             .route(wire::PATH, axum::routing::post(forward))
             .with_state(Proxy {
                 to,
                 storm: storm.clone(),
+                drop_kinds,
                 dropped: dropped.clone(),
                 http: reqwest::Client::new(),
             });
         tokio::spawn(async move { axum::serve(proxy_listener, app).await });
     }
-    dropped
+    (dropped, filters)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dropped_delayed_and_reordered_messages_then_healed_agree_on_one_report() {
     let mut net = Net::new(4, 1).await;
     let storm = Arc::new(AtomicBool::new(true));
-    let dropped = with_proxies(&mut net, storm.clone()).await;
+    let (dropped, _) = with_proxies(&mut net, storm.clone()).await;
     let honest: Vec<(usize, Observation)> = (0..4).map(|i| (i, net.observation(i, 0))).collect();
     let dons: Vec<Arc<Don>> = (0..4)
         .map(|i| net.start(i, Persist::in_memory().expect("db")))
@@ -249,4 +268,47 @@ async fn f_plus_one_votes_far_ahead_move_a_lagging_member_one_does_not() {
     }
     don.stop();
     let _ = run.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_decided_member_that_missed_every_report_signature_gets_them_from_the_others() {
+    // member 3 hears proposals and votes (so it decides) but no decision, observation or
+    // report signature until the other three agreed among themselves and left; then it
+    // asks with its own decision and the others answer theirs
+    let mut net = Net::new(4, 1).await;
+    let (_, filters) = with_proxies(&mut net, Arc::new(AtomicBool::new(false))).await;
+    filters[3]
+        .lock()
+        .expect("lock")
+        .extend(["decided", "observation"]);
+    let honest: Vec<(usize, Observation)> = (0..4).map(|i| (i, net.observation(i, 0))).collect();
+    let dons: Vec<Arc<Don>> = (0..4)
+        .map(|i| net.start(i, Persist::in_memory().expect("db")))
+        .collect();
+    let late = {
+        let (d, job) = (dons[3].clone(), net.job(honest[3].1.clone()));
+        tokio::spawn(async move { tokio::time::timeout(AGREE_WITHIN, d.agree(job)).await })
+    };
+    let first = agree_all(
+        (0..3)
+            .map(|i| (dons[i].clone(), net.job(honest[i].1.clone())))
+            .collect(),
+    )
+    .await;
+    // the others are done: member 3 decided, alone with its own signature
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stuck = dons[3].status();
+    assert!(
+        stuck.first().is_some_and(|s| s.decided.is_some()),
+        "member 3 decided and waits for signatures: {stuck:?}"
+    );
+    filters[3].lock().expect("lock").clear();
+    let last = late
+        .await
+        .expect("joins")
+        .expect("agrees in time")
+        .expect("agrees");
+    let mut all = first;
+    all.push(last);
+    net.check_all(&all, &honest);
 }
