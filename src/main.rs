@@ -8,7 +8,7 @@ mod cli;
 use cli::ConfigArgs;
 use cli::dry_run::{DryRunArgs, dry_run_cmd};
 use cli::replay_cmd::{ReplayArgs, replay_cmd};
-use cli::rounds::{RoundsCmd, rounds_export, rounds_retry, rounds_show};
+use cli::rounds::{RoundsCmd, rounds_export, rounds_list, rounds_retry, rounds_show};
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -131,6 +131,19 @@ enum Command {
     /// The node's stored rounds and their transcripts.
     #[command(subcommand)]
     Rounds(RoundsCmd),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    ///
+    /// For example: `cresolver completions bash > /etc/bash_completion.d/cresolver`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages for cresolver and every subcommand into a directory.
+    Man {
+        /// Output directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -290,6 +303,30 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         }) => rounds_show(&config, market_id, json).await,
         Command::Rounds(RoundsCmd::Export { config, out }) => rounds_export(&config, &out).await,
+        Command::Rounds(RoundsCmd::List {
+            config,
+            states,
+            since,
+            until,
+            limit,
+            json,
+        }) => {
+            rounds_list(
+                &config,
+                &states,
+                since.as_deref(),
+                until.as_deref(),
+                limit,
+                json,
+            )
+            .await
+        }
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "cresolver", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { out } => man_pages(&out),
         Command::Rounds(RoundsCmd::Retry {
             config,
             market_id,
@@ -304,4 +341,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `cresolver man --out DIR`: one page per command (`cresolver.1`, `cresolver-node.1`, …).
+fn man_pages(out: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut written = 0;
+    let mut stack = vec![(String::from("cresolver"), cmd)];
+    while let Some((name, cmd)) = stack.pop() {
+        for sub in cmd.get_subcommands() {
+            if sub.get_name() != "help" {
+                stack.push((format!("{name}-{}", sub.get_name()), sub.clone()));
+            }
+        }
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd)
+            .title(name.clone())
+            .render(&mut page)?;
+        let path = out.join(format!("{name}.1"));
+        std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))?;
+        written += 1;
+    }
+    eprintln!("{written} man pages written to {}", out.display());
+    Ok(ExitCode::SUCCESS)
 }

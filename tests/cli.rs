@@ -128,3 +128,107 @@ async fn config_check_and_one_shot_resolve_on_anvil() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["state"], "confirmed");
 }
+
+#[tokio::test]
+async fn rounds_list_filters_the_stored_rounds() {
+    use alloy::primitives::{Address, B256, U256};
+    use cresolver_core::request::LogRef;
+    use cresolver_store::{RoundState, RoundStore, SqliteStore, Store};
+    let dir = common::node::tmpdir("rounds-list");
+    let market = Address::repeat_byte(0x11);
+    {
+        let store = SqliteStore::new(Store::open(&dir).unwrap());
+        for id in 1..=3u64 {
+            let log = LogRef {
+                block_number: id,
+                block_hash: B256::repeat_byte(id as u8),
+                tx_hash: B256::repeat_byte(0x40 + id as u8),
+                log_index: 0,
+            };
+            store
+                .record_request(market, U256::from(id), "wf", &log)
+                .await
+                .unwrap();
+        }
+        store
+            .set_state(
+                market,
+                U256::from(2u64),
+                RoundState::Failed,
+                Some("no quorum"),
+            )
+            .await
+            .unwrap();
+    }
+    let data = dir.to_str().unwrap();
+    let out = run(&["rounds", "list", "--data-dir", data, "--json"], &[]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(all.as_array().map(Vec::len), Some(3), "{all}");
+    let out = run(
+        &["rounds", "list", "--data-dir", data, "--state", "failed"],
+        &[],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(
+        table.contains("failed") && table.contains("no quorum"),
+        "{table}"
+    );
+    assert_eq!(table.lines().count(), 2, "a header and one round:\n{table}");
+    let out = run(
+        &[
+            "rounds",
+            "list",
+            "--data-dir",
+            data,
+            "--json",
+            "--limit",
+            "2",
+        ],
+        &[],
+    )
+    .await;
+    let two: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(two.as_array().map(Vec::len), Some(2));
+    // a future --since matches nothing; a bad state says which ones exist
+    let out = run(
+        &[
+            "rounds",
+            "list",
+            "--data-dir",
+            data,
+            "--since",
+            "2999-01-01T00:00:00Z",
+        ],
+        &[],
+    )
+    .await;
+    assert!(text(&out.stderr).contains("no stored round matches"));
+    let out = run(
+        &["rounds", "list", "--data-dir", data, "--state", "done"],
+        &[],
+    )
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("use requested, discovered"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn completions_and_man_pages_are_generated() {
+    let out = run(&["completions", "bash"], &[]).await;
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("_cresolver()"));
+    let dir = common::node::tmpdir("man");
+    let out = run(&["man", "--out", dir.to_str().unwrap()], &[]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for page in ["cresolver.1", "cresolver-node.1", "cresolver-rounds-list.1"] {
+        let body = std::fs::read_to_string(dir.join(page)).unwrap();
+        assert!(body.contains(".TH"), "{page}");
+    }
+}

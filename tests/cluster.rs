@@ -563,6 +563,25 @@ async fn the_rounds_commands_read_the_shared_database() {
     assert_eq!(doc["round"]["state"], "confirmed");
     said += &(out + &err);
 
+    // the list, filtered by state, as JSON and as a table
+    let (ok, out, err) = rounds_cli(&s, &url, &["list", "--json", "--state", "confirmed"]);
+    assert!(ok, "{out}{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{out}");
+    assert_eq!(
+        listed[0]["market_id"],
+        serde_json::json!(s.market_id),
+        "{out}"
+    );
+    let (ok, out, err) = rounds_cli(&s, &url, &["list", "--state", "failed"]);
+    assert!(ok && err.contains("no stored round matches"), "{out}{err}");
+    let (ok, out, err) = rounds_cli(&s, &url, &["list"]);
+    assert!(
+        ok && out.contains("confirmed") && out.contains(&id),
+        "{out}{err}"
+    );
+    said += &(out + &err);
+
     let dir = tmpdir("rounds-export-pg");
     let export = dir.join("out");
     let (ok, out, err) = rounds_cli(&s, &url, &["export", "--out", export.to_str().unwrap()]);

@@ -1,9 +1,33 @@
-//! `cresolver rounds`: the node's stored rounds — show, export, retry.
+//! `cresolver rounds`: the node's stored rounds — list, show, export, retry.
 
 use super::*;
 
 #[derive(Debug, Subcommand)]
 pub enum RoundsCmd {
+    /// List stored rounds, newest first, as a table or JSON (SQLite or PostgreSQL store).
+    ///
+    /// Filters: --state (requested, discovered, evaluated, submitted, confirmed, finalized,
+    /// failed, skipped; repeatable), --market-address, --since / --until (unix seconds or
+    /// RFC 3339, on the round's last update), --limit.
+    List {
+        #[command(flatten)]
+        config: BaseConfigArgs,
+        /// Only rounds in this state (repeatable).
+        #[arg(long = "state", value_name = "STATE")]
+        states: Vec<String>,
+        /// Only rounds updated at or after this time (unix seconds or RFC 3339).
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Only rounds updated before this time (unix seconds or RFC 3339).
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
+        /// At most this many rounds.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Print JSON (one array) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show one stored round: state, request, submission and its transcript.
     Show {
         #[command(flatten)]
@@ -358,6 +382,99 @@ pub async fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Resul
             "without a transcript (not exported): market(s) {}",
             skipped.join(", ")
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A time given as unix seconds or RFC 3339, in unix seconds.
+fn parse_time(s: &str) -> anyhow::Result<u64> {
+    if let Ok(n) = s.trim().parse::<u64>() {
+        return Ok(n);
+    }
+    let t = time::OffsetDateTime::parse(s.trim(), &time::format_description::well_known::Rfc3339)
+        .with_context(|| {
+        format!("{s:?} is neither unix seconds nor an RFC 3339 time (e.g. 2026-11-26T12:00:00Z)")
+    })?;
+    u64::try_from(t.unix_timestamp()).context("a time before 1970")
+}
+
+fn rfc3339(secs: u64) -> String {
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| secs.to_string())
+}
+
+/// `cresolver rounds list`.
+pub async fn rounds_list(
+    config: &BaseConfigArgs,
+    states: &[String],
+    since: Option<&str>,
+    until: Option<&str>,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let wanted: Vec<cresolver_store::RoundState> = states
+        .iter()
+        .map(|s| {
+            s.trim().parse::<cresolver_store::RoundState>().ok().with_context(|| {
+                format!("unknown state {s:?}: use requested, discovered, evaluated, submitted, confirmed, finalized, failed or skipped")
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let since = since.map(parse_time).transpose()?;
+    let until = until.map(parse_time).transpose()?;
+    let cfg = config.load()?;
+    let store = open_store(&cfg).await?;
+    let mut out = Vec::new();
+    let mut before = None;
+    'pages: loop {
+        let (page, next) = store.list_summaries(200, before).await?;
+        for r in page {
+            if since.is_some_and(|t| r.updated_at < t) {
+                // newest first: nothing older can match
+                break 'pages;
+            }
+            let keep = (wanted.is_empty() || wanted.contains(&r.state))
+                && cfg.chain.market_address.is_none_or(|m| m == r.market)
+                && until.is_none_or(|t| r.updated_at < t);
+            if keep {
+                out.push(r);
+                if out.len() >= limit {
+                    break 'pages;
+                }
+            }
+        }
+        match next {
+            Some(n) => before = Some(n),
+            None => break,
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<12} {:<10} {:>7} {:<20} {:<25} REASON",
+        "MARKET ID", "STATE", "ATTEMPT", "WORKFLOW", "UPDATED"
+    );
+    for r in &out {
+        println!(
+            "{:<12} {:<10} {:>7} {:<20} {:<25} {}",
+            r.market_id,
+            r.state.as_str(),
+            r.attempt,
+            r.workflow,
+            rfc3339(r.updated_at),
+            r.reason.as_deref().unwrap_or("")
+        );
+    }
+    if out.is_empty() {
+        eprintln!("no stored round matches");
     }
     Ok(ExitCode::SUCCESS)
 }
