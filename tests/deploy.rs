@@ -109,6 +109,18 @@ async fn the_rules_and_the_dashboard_query_metrics_the_node_exports() {
     node.stop().await;
     let have = exported(&exposition);
     assert!(have.contains("cresolver_rounds_total"), "{exposition}");
+    // every family the running node exports is in the metrics reference
+    let reference = std::fs::read_to_string("docs/reference/metrics.md").unwrap();
+    for name in &have {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        assert!(
+            reference.contains(&format!("`{family}`")),
+            "{family} is exported by the node but not in docs/reference/metrics.md"
+        );
+    }
 
     let rules = std::fs::read_to_string(RULES).unwrap();
     let dashboard: serde_json::Value =
