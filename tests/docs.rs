@@ -593,3 +593,24 @@ fn every_command_line_in_the_docs_parses() {
         "commands in the docs that the CLI does not know: {failed:?}"
     );
 }
+
+#[test]
+fn the_http_reference_lists_every_route() {
+    let doc = read("docs/reference/http-api.md");
+    for file in ["crates/node/src/api.rs", "crates/node/src/status.rs"] {
+        let src = read(file);
+        for call in src.split(".route(\"").skip(1) {
+            let call = call.lines().next().unwrap_or("");
+            let path = call.split('"').next().unwrap_or("");
+            let method = if call.contains("post(") {
+                "POST"
+            } else {
+                "GET"
+            };
+            assert!(
+                doc.contains(&format!("`{method} {path}")),
+                "{method} {path} ({file}) is not in docs/reference/http-api.md"
+            );
+        }
+    }
+}
