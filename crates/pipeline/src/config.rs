@@ -33,6 +33,8 @@ pub struct NodeConfig {
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreCfg {
+    /// Empty: the embedded SQLite file in `node.data_dir`; `postgres://user:password@host/db`
+    /// (with `?sslmode=verify-full` for TLS): a database shared by a cluster.
     pub url: String,
     /// This node's name in the cluster (lease holder). Empty: the host name and a random
     /// suffix, new at every start. A fixed name lets a restarted node take back its own
@@ -96,6 +98,7 @@ pub struct ProtocolsCfg {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FactagoraCfg {
+    /// Speak Factagora BYOA to the workers whose registration names it.
     pub enabled: bool,
     /// Env var holding the bearer token sent to Factagora webhooks (unset: no header).
     pub token_env: String,
@@ -117,6 +120,7 @@ impl Default for FactagoraCfg {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RoundtableCfg {
+    /// Speak round-table to the workers whose registration names it.
     pub enabled: bool,
     /// Env var holding the bearer key sent to round-table agents (unset: no header).
     pub api_key_env: String,
@@ -138,6 +142,7 @@ impl Default for RoundtableCfg {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChorusCfg {
+    /// Speak Chorus to the workers whose registration names it.
     pub enabled: bool,
     /// Skill of the resolve job.
     pub skill: String,
@@ -166,6 +171,7 @@ impl Default for ChorusCfg {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgoraCfg {
+    /// Speak Agora to the workers whose registration names it.
     pub enabled: bool,
     /// Env var holding the node's Ed25519 seed (32 bytes, hex) — its did:key identity.
     pub key_env: String,
@@ -222,6 +228,7 @@ pub struct ChainCfg {
     /// `chain::finality::default_finality_depth`). A confirmed resolution is watched
     /// until its block is final, and re-sent if a reorg removes it before then.
     pub finality_depth: Option<u64>,
+    /// How often the watcher polls for new logs and the endpoints are probed, in ms.
     pub poll_interval_ms: u64,
     /// Largest eth_getLogs range; halved on "range too large" errors.
     pub max_block_range: u64,
@@ -280,6 +287,7 @@ pub fn is_dev_chain(chain_id: u64) -> bool {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeCfg {
+    /// Where the node keeps its SQLite store (and a DON member its `don.sqlite`).
     pub data_dir: PathBuf,
     /// Workflow files to run (the first one drives rounds of the configured market).
     pub workflows: Vec<PathBuf>,
@@ -386,8 +394,11 @@ impl Default for SubmitTargets {
 pub struct DiscoveryCfg {
     /// Allow worker endpoints on loopback/private/link-local addresses (demo and tests only).
     pub allow_private_endpoints: bool,
+    /// The gateway `ipfs://` token URIs are fetched through.
     pub ipfs_gateway: String,
+    /// How long fetching one registration file may take, in ms.
     pub fetch_timeout_ms: u64,
+    /// The largest registration file read.
     pub max_metadata_bytes: usize,
 }
 

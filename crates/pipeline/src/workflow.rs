@@ -58,9 +58,13 @@ impl Default for Trigger {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ResolveStageCfg {
+    /// How long a worker has to answer the resolve call, in ms.
     pub timeout_ms: u64,
+    /// The largest answer body read from a worker; a larger one is the typed failure `too_large`.
     pub max_body_bytes: usize,
+    /// Retries of a worker call whose connection failed (not of one that answered).
     pub connect_retries: usize,
+    /// Pause before such a retry, in ms.
     pub retry_backoff_ms: u64,
     /// Worker calls in flight at once, across every round of the engine.
     pub concurrency: usize,
@@ -81,6 +85,7 @@ impl Default for ResolveStageCfg {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuorumCfg {
+    /// Answers needed: `bft` (ceil(2n/3) of the registered workers), `majority`, `all`, or a number.
     pub rule: QuorumRule,
     /// After quorum is met, wait at most this long for the rest; 0 waits for every
     /// worker up to the stage timeout.
@@ -99,13 +104,18 @@ impl Default for QuorumCfg {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChallengeCfg {
+    /// Challenge every responder with the others' answers (`POST /a2a/challenge`).
     pub enabled: bool,
     /// After the tally, put the outcome to a ratifying vote of the workers whose protocol
     /// has one (round-table `/vote`); dissent is recorded in the transcript, not counted.
     pub ratify: bool,
+    /// How long a worker has to defend its answer, in ms.
     pub timeout_ms: u64,
+    /// The largest defence body read from a worker.
     pub max_body_bytes: usize,
+    /// The challenge texts sent when the responders disagree (templates).
     pub disagreement: Vec<String>,
+    /// The challenge texts sent when they all agree (templates).
     pub unanimity: Vec<String>,
 }
 
@@ -143,7 +153,9 @@ pub enum EvaluatorKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct EvaluatorCfg {
+    /// `rubric` (offline, deterministic) or `llm` (an OpenAI-compatible API).
     pub kind: EvaluatorKind,
+    /// What the LLM evaluator falls back to after its retries: `rubric`, `neutral` or `fail`.
     pub fallback: Fallback,
     pub llm: Option<LlmCfg>,
 }
@@ -186,12 +198,15 @@ impl Default for LlmCfg {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct TallyCfg {
+    /// The resolution when the weighted vote ties: `yes` (as the reference), `no`, or `fail`.
     pub tie: TieRule,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct SubmitCfg {
+    /// `direct` (`resolveMarket` from the node's key) or `report` (a CRE report through the
+    /// forwarder to the receiver).
     pub mode: SubmitMode,
     pub report: ReportCfg,
 }
@@ -202,7 +217,9 @@ pub struct SubmitCfg {
 pub struct ReportCfg {
     /// Defaults to the workflow's name.
     pub workflow_name: Option<String>,
+    /// The workflow id the report's metadata carries.
     pub workflow_id: B256,
+    /// The workflow owner the report's metadata carries (a receiver may check it).
     pub workflow_owner: Address,
 }
 
