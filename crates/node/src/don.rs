@@ -184,8 +184,8 @@ fn unix_now() -> u32 {
 
 /// The transcript's view of an agreement: every member's observation (or missing), the
 /// set, the report, its signers.
-fn don_record(don: &Don, own: &Observation, agreed: &Agreed) -> serde_json::Value {
-    let members: Vec<serde_json::Value> = don
+fn don_record(don: &Don, own: &Observation, agreed: &Agreed) -> DonRecord {
+    let members = don
         .members()
         .iter()
         .map(|m| {
@@ -193,29 +193,30 @@ fn don_record(don: &Don, own: &Observation, agreed: &Agreed) -> serde_json::Valu
                 .observations
                 .iter()
                 .find(|o| o.observation.observer == *m);
-            json!({
-                "member": m,
-                "in_set": obs.is_some(),
-                "observation": obs.map(|o| &o.observation),
-            })
+            DonMemberRecord {
+                member: *m,
+                in_set: obs.is_some(),
+                observation: obs.map(|o| o.observation.clone()),
+            }
         })
         .collect();
-    json!({
-        "execution_id": agreed.execution_id,
-        "member": don.address(),
-        "own_observation": own,
-        "members": members,
-        "set": agreed.observers(),
-        "attempt": agreed.attempt,
-        "round": agreed.attempt,
-        "leader": agreed.leader,
-        "precommits": agreed.commits.iter().map(|c| c.voter).collect::<Vec<_>>(),
-        "report": agreed.report,
-        "report_context": agreed.context,
-        "digest": agreed.digest,
-        "signers": agreed.signers,
-        "recomputed": agreed.recomputed,
-    })
+    DonRecord {
+        execution_id: agreed.execution_id,
+        member: don.address(),
+        own_observation: own.clone(),
+        members,
+        set: agreed.observers(),
+        attempt: agreed.attempt,
+        round: Some(agreed.attempt),
+        leader: agreed.leader,
+        precommits: agreed.commits.iter().map(|c| c.voter).collect(),
+        report: agreed.report.clone(),
+        report_context: agreed.context.clone(),
+        digest: agreed.digest,
+        signers: agreed.signers.clone(),
+        recomputed: agreed.recomputed,
+        transmitter: None,
+    }
 }
 
 impl Node {
@@ -490,7 +491,7 @@ impl Node {
                 }
             };
             if let Some(d) = transcript.don.as_mut() {
-                d["transmitter"] = json!(don.address());
+                d.transmitter = Some(don.address());
             }
             transcript.submission = Some(SubmissionRecord::from(&prepared));
             self.save_transcript(market, market_id, &transcript).await?;
@@ -519,10 +520,10 @@ impl Node {
     ) -> Result<(), Step> {
         self.metrics.don_event("transmission", "succeeded");
         if let Some(d) = t.don.as_mut() {
-            d["transmitter"] = json!(by);
+            d.transmitter = Some(by);
         }
         let confirmation = ConfirmationRecord {
-            status: "confirmed".into(),
+            status: ConfirmationStatus::Confirmed,
             tx_hash: None,
             block_number: None,
             resolution: None,
@@ -566,12 +567,7 @@ impl Node {
         else {
             return Ok(None);
         };
-        let Some(execution_id) = t
-            .don
-            .as_ref()
-            .and_then(|d| d["execution_id"].as_str())
-            .and_then(|s| s.parse::<B256>().ok())
-        else {
+        let Some(execution_id) = t.don.as_ref().map(|d| d.execution_id) else {
             return Ok(None);
         };
         let report_id = FixedBytes::<2>(p.submitter.metadata().report_id.0);

@@ -439,7 +439,7 @@ impl Node {
                             p,
                             market_id,
                             ConfirmationRecord {
-                                status: "skipped".into(),
+                                status: ConfirmationStatus::Skipped,
                                 tx_hash: None,
                                 block_number: None,
                                 resolution: None,
@@ -570,7 +570,7 @@ impl Node {
                     p,
                     market_id,
                     ConfirmationRecord {
-                        status: "confirmed".into(),
+                        status: ConfirmationStatus::Confirmed,
                         tx_hash: Some(tx_hash),
                         block_number: Some(block_number),
                         resolution: Some(resolution),
@@ -611,7 +611,7 @@ impl Node {
                     p,
                     market_id,
                     ConfirmationRecord {
-                        status: "failed".into(),
+                        status: ConfirmationStatus::Failed,
                         tx_hash: Some(tx),
                         block_number: None,
                         resolution: None,

@@ -48,7 +48,8 @@ use tokio::sync::{Semaphore, mpsc};
 
 use cresolver_pipeline::transcript::TRANSCRIPT_VERSION;
 use cresolver_pipeline::transcript::{
-    ConfirmationRecord, RequestRecord, SubmissionRecord, Transcript,
+    ConfirmationRecord, ConfirmationStatus, DonMemberRecord, DonRecord, RequestRecord,
+    SubmissionRecord, Transcript,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -230,23 +230,23 @@ pub fn round_view(
 /// A DON round at a glance: which members' observations made the set (and which were
 /// missing), the consensus round and leader that proposed it, the members whose
 /// precommits decided it (its commit certificate), the signers and the transmitter.
-fn don_view(d: &Value) -> Value {
-    let members = d["members"].as_array().cloned().unwrap_or_default();
-    let missing: Vec<Value> = members
+fn don_view(d: &cresolver_pipeline::transcript::DonRecord) -> Value {
+    let missing: Vec<_> = d
+        .members
         .iter()
-        .filter(|m| m["in_set"] != Value::Bool(true))
-        .map(|m| m["member"].clone())
+        .filter(|m| !m.in_set)
+        .map(|m| m.member)
         .collect();
     json!({
-        "members": members.len(),
-        "set": d["set"],
+        "members": d.members.len(),
+        "set": d.set,
         "missing": missing,
-        "leader": d["leader"],
-        "attempt": d["attempt"],
-        "round": d.get("round").cloned().unwrap_or_else(|| d["attempt"].clone()),
-        "precommits": d.get("precommits").cloned().unwrap_or(Value::Null),
-        "signers": d["signers"],
-        "transmitter": d["transmitter"],
+        "leader": d.leader,
+        "attempt": d.attempt,
+        "round": d.round.unwrap_or(d.attempt),
+        "precommits": d.precommits,
+        "signers": d.signers,
+        "transmitter": d.transmitter,
     })
 }
 

@@ -47,9 +47,88 @@ pub struct Transcript {
     pub round: Option<RoundInfo>,
     /// A DON member's round: its own observation, every member's (or that it was
     /// missing), the set the report was built from, the agreed report, its signers and
-    /// the transmitter (see `node::don`).
+    /// the transmitter (see `cresolver_node::don`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub don: Option<serde_json::Value>,
+    pub don: Option<DonRecord>,
+}
+
+/// A DON member's round, as its transcript records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DonRecord {
+    /// The execution id (the forwarder's `workflowExecutionId`).
+    pub execution_id: B256,
+    /// This member's signer address.
+    pub member: Address,
+    /// This member's own observation.
+    pub own_observation: cresolver_core::don::Observation,
+    /// Every member, in configuration order, with its observation if it is in the set.
+    pub members: Vec<DonMemberRecord>,
+    /// The observers of the decided set.
+    pub set: Vec<Address>,
+    /// The consensus round that decided the set (`round` below, kept for older readers).
+    pub attempt: u32,
+    /// The consensus round that decided the set (absent in older transcripts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
+    /// The leader of that round.
+    pub leader: Address,
+    /// The members whose precommits decided the set (its commit certificate).
+    #[serde(default)]
+    pub precommits: Vec<Address>,
+    /// The agreed raw report.
+    pub report: Bytes,
+    /// The report context the signatures cover.
+    pub report_context: Bytes,
+    /// The forwarder digest.
+    pub digest: B256,
+    /// The f+1 signers of the agreed report.
+    pub signers: Vec<Address>,
+    /// This member rebuilt the report from the set itself.
+    pub recomputed: bool,
+    /// The member whose transmission delivered (or is delivering) the report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transmitter: Option<Address>,
+}
+
+/// One member in a [`DonRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DonMemberRecord {
+    /// The member's signer address.
+    pub member: Address,
+    /// Whether its observation is in the decided set.
+    pub in_set: bool,
+    /// Its observation, when in the set.
+    pub observation: Option<cresolver_core::don::Observation>,
+}
+
+/// How a round's submission ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfirmationStatus {
+    /// The market was resolved by our transaction (or, in a DON, by the report this
+    /// member agreed, delivered by a member).
+    Confirmed,
+    /// The transaction was mined and did not resolve the market.
+    Failed,
+    /// The market was resolved by someone else; no transaction of ours to name.
+    Skipped,
+}
+
+impl ConfirmationStatus {
+    /// The status as transcripts write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfirmationStatus::Confirmed => "confirmed",
+            ConfirmationStatus::Failed => "failed",
+            ConfirmationStatus::Skipped => "skipped",
+        }
+    }
+}
+
+impl std::fmt::Display for ConfirmationStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The request that started the round.
@@ -97,7 +176,7 @@ impl From<&cresolver_submit::Prepared> for SubmissionRecord {
 pub struct ConfirmationRecord {
     /// `confirmed` (the market was resolved by our transaction), `failed`, or `skipped`
     /// (resolved by someone else; no transaction of ours to name).
-    pub status: String,
+    pub status: ConfirmationStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_hash: Option<B256>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
