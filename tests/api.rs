@@ -3,7 +3,7 @@
 use alloy::primitives::{Address, U256};
 use cresolver_metrics::Metrics;
 use cresolver_node::api::serve;
-use cresolver_node::http::{ApiState, ManualTrigger};
+use cresolver_node::http::{ApiState, ManualTrigger, NodeHealth};
 use cresolver_store::{RoundStore, SqliteStore, Store};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
@@ -57,7 +57,11 @@ async fn start(token: Option<&str>) -> Server {
         token: token.map(Into::into),
         market: MARKET,
         started: Instant::now(),
-        health: Arc::new(RwLock::new(json!({ "chain_id": 31337, "last_block": 12 }))),
+        health: Arc::new(RwLock::new(NodeHealth {
+            chain_id: Some(31337),
+            last_processed_block: Some(12),
+            ..NodeHealth::default()
+        })),
         chain: None,
         stop: tokio_util::sync::CancellationToken::new(),
         don: None,
@@ -86,7 +90,7 @@ async fn health_reports_status_version_and_extra_fields() {
     assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
     assert!(body["uptime_s"].is_u64(), "{body}");
     assert_eq!(body["chain_id"], 31337);
-    assert_eq!(body["last_block"], 12);
+    assert_eq!(body["last_processed_block"], 12);
     let (status, body) = s.get("/health/live").await;
     assert_eq!((status, body), (200, json!({"status": "live"})));
     // no chain attached: ready as far as the store goes
@@ -367,7 +371,7 @@ async fn serve_stops_on_shutdown() {
         token: None,
         market: MARKET,
         started: Instant::now(),
-        health: Arc::new(RwLock::new(Value::Null)),
+        health: Arc::new(RwLock::new(NodeHealth::default())),
         chain: None,
         stop: tokio_util::sync::CancellationToken::new(),
         don: None,

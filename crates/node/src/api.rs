@@ -83,8 +83,8 @@ async fn health(State(s): State<ApiState>) -> Response {
     let mut body = serde_json::Map::new();
     {
         let extra = s.health.read().unwrap_or_else(|p| p.into_inner());
-        if let Value::Object(fields) = &*extra {
-            body.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Ok(Value::Object(fields)) = serde_json::to_value(&*extra) {
+            body.extend(fields);
         }
     }
     // The fixed fields win over extra fields of the same name.

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cresolver_metrics::Metrics;
 use cresolver_store::RoundStore;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -28,9 +28,9 @@ pub struct ApiState {
     /// The node's market contract.
     pub market: Address,
     pub started: Instant,
-    /// Extra health fields the node keeps current (chain id, last block, …), merged into
-    /// `/health`. Must be a JSON object to be merged; anything else is ignored.
-    pub health: Arc<RwLock<Value>>,
+    /// What the node keeps current for `/health` (chain id, markets, the last processed
+    /// block, a cluster's lease counts).
+    pub health: Arc<RwLock<NodeHealth>>,
     /// The chain as the node's head probe sees it (`None`: no chain, e.g. tests of the API alone).
     pub chain: Option<Arc<cresolver_chain::health::ChainHealth>>,
     /// Cancelled when the node stops: ends the status page's event streams, so that the
@@ -38,6 +38,40 @@ pub struct ApiState {
     pub stop: tokio_util::sync::CancellationToken,
     /// This node's DON membership, when it is a member: `/status/don` shows its consensus.
     pub don: Option<Arc<cresolver_don::Don>>,
+}
+
+/// The node's part of `GET /health`, kept current by the node.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct NodeHealth {
+    /// The chain id the node serves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chain_id: Option<u64>,
+    /// The market contracts the node's workflows watch.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub markets: Vec<String>,
+    /// The last block the watcher has fully processed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_processed_block: Option<u64>,
+    /// A cluster node's lease counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterHealth>,
+}
+
+/// A cluster node's view of its leases, in `/health`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClusterHealth {
+    /// This node's id in the cluster.
+    pub node_id: String,
+    /// The lease length, in seconds.
+    pub lease_secs: u64,
+    /// Rounds this node holds the lease of now.
+    pub leases_held: u64,
+    /// Leases claimed since the start.
+    pub leases_claimed: u64,
+    /// Rounds taken over after another node's lease expired.
+    pub takeovers: u64,
+    /// Leases lost.
+    pub leases_lost: u64,
 }
 
 /// A JSON `{"error": message}` answer.

@@ -39,7 +39,6 @@ use cresolver_submit::txm::fees::FeePolicy;
 use cresolver_submit::txm::{TxError, TxManager, TxOutcome, TxmConfig};
 use cresolver_submit::{Confirmed, SubmitError, Submitter};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -121,7 +120,7 @@ pub struct Node {
     /// round is driven once more when its drive ends.
     in_flight: Mutex<HashMap<(Address, U256), bool>>,
     retries: Mutex<HashMap<(Address, U256), u32>>,
-    health: Arc<std::sync::RwLock<serde_json::Value>>,
+    health: Arc<std::sync::RwLock<crate::http::NodeHealth>>,
     /// The chain as the head probe sees it (`/health`, `/health/ready`, chain metrics).
     pub chain_health: Arc<cresolver_chain::health::ChainHealth>,
     /// The newest head (probe and push subscription): wakes the watcher and the txm.
@@ -232,7 +231,11 @@ impl Node {
         ));
         // discovery's metadata fetches: the same address policy as worker calls
         let http = discovery.net_policy().http_client();
-        let health = json!({"chain_id": chain_id, "markets": pipelines.iter().map(|p| p.market.to_string()).collect::<Vec<_>>()});
+        let health = crate::http::NodeHealth {
+            chain_id: Some(chain_id),
+            markets: pipelines.iter().map(|p| p.market.to_string()).collect(),
+            ..Default::default()
+        };
         Ok(Arc::new(Self {
             rounds: Arc::new(Semaphore::new(cfg.node.max_concurrent_rounds)),
             cfg,

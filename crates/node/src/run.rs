@@ -31,13 +31,13 @@ impl Node {
             self.metrics.set_leases_held(held);
             if let Ok(mut h) = self.health.write() {
                 let counts = self.metrics.lease_counts();
-                h["cluster"] = json!({
-                    "node_id": self.store.node_id(),
-                    "lease_secs": self.store.lease_duration().as_secs(),
-                    "leases_held": held,
-                    "leases_claimed": counts[0].1,
-                    "takeovers": counts[1].1,
-                    "leases_lost": counts[2].1,
+                h.cluster = Some(crate::http::ClusterHealth {
+                    node_id: self.store.node_id().to_string(),
+                    lease_secs: self.store.lease_duration().as_secs(),
+                    leases_held: held,
+                    leases_claimed: counts[0].1,
+                    takeovers: counts[1].1,
+                    leases_lost: counts[2].1,
                 });
             }
             let busy = self
@@ -158,7 +158,7 @@ impl Node {
                             m.set_last_processed_block(to);
                             ch.processed(to);
                             if let Ok(mut h) = h.write() {
-                                h["last_processed_block"] = json!(to);
+                                h.last_processed_block = Some(to);
                             }
                         }
                     })

@@ -327,12 +327,7 @@ async fn page(s: &ApiState, cursor: Option<i64>, cache: &mut ViewCache) -> Resul
         rounds.push(view);
     }
     *cache = fresh;
-    let chain_id = s
-        .health
-        .read()
-        .map(|h| h.get("chain_id").cloned())
-        .ok()
-        .flatten();
+    let chain_id = s.health.read().ok().and_then(|h| h.chain_id);
     let (head, lag, status) = match &s.chain {
         Some(c) => {
             let a = c.assess();
