@@ -460,3 +460,66 @@ async fn sigterm_stops_a_member_mid_agreement_and_it_resumes_on_restart() {
     dn.wait_resolved(FAULT_BOUND).await;
     dn.assert_resolved_once(&[0, 1, 2, 3]).await;
 }
+
+/// A proxy in front of one member's endpoint: while `storm` holds, it drops half the
+/// messages and delays the rest by up to 400 ms (out of order); healed, it forwards all.
+async fn storm_proxy(listen: u16, to: u16, storm: Arc<std::sync::atomic::AtomicBool>) {
+    let l = tokio::net::TcpListener::bind(("127.0.0.1", listen))
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let app = axum::Router::new().fallback(
+        move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+            let (http, storm) = (http.clone(), storm.clone());
+            async move {
+                if storm.load(Ordering::SeqCst) {
+                    let (drop_it, delay) = {
+                        use rand::Rng;
+                        let mut rng = rand::thread_rng();
+                        (rng.gen_bool(0.5), rng.gen_range(0..400u64))
+                    };
+                    if drop_it {
+                        return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+                    }
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
+                let mut req = http
+                    .post(format!("http://127.0.0.1:{to}{}", wire::PATH))
+                    .body(body.to_vec());
+                for (k, v) in &headers {
+                    if k.as_str().starts_with("x-") || k.as_str() == "content-type" {
+                        req = req.header(k.clone(), v.clone());
+                    }
+                }
+                match req.send().await {
+                    Ok(r) => axum::http::StatusCode::from_u16(r.status().as_u16())
+                        .unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
+                    Err(_) => axum::http::StatusCode::BAD_GATEWAY,
+                }
+            }
+        },
+    );
+    tokio::spawn(async move { axum::serve(l, app).await });
+}
+
+#[tokio::test]
+async fn messages_dropped_delayed_and_reordered_then_healed_deliver_one_report() {
+    let (s, _) = counted_market().await;
+    let mut dn = Dn::new(s, 4, 1, None).await;
+    let storm = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    for i in 0..4 {
+        let listen = free_port();
+        dn.listen[i] = Some(listen);
+        let port = dn.cfg.members[i].url.port().unwrap();
+        storm_proxy(port, listen, storm.clone()).await;
+    }
+    dn.spawn_all();
+    request(&dn).await;
+    // the members observe and run their consensus through the storm for 6 s, then heal
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    storm.store(false, Ordering::SeqCst);
+    let took = dn.wait_resolved(FAULT_BOUND).await;
+    eprintln!("a stormy network, healed after 6 s: resolved {took:?} after the heal");
+    // one delivery, and the same agreed bytes in every member's transcript
+    dn.assert_resolved_once(&[0, 1, 2, 3]).await;
+}

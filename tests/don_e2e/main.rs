@@ -39,6 +39,9 @@ pub struct Dn {
     pub api: Vec<u16>,
     pub cfg: DonConfig,
     pub procs: Vec<Option<tokio::process::Child>>,
+    /// Where each member listens, when that is not its configured URL's port (a proxy in
+    /// front of it holds that port).
+    pub listen: Vec<Option<u16>>,
     wf: PathBuf,
 }
 
@@ -95,6 +98,7 @@ impl Dn {
             api,
             cfg,
             procs: (0..n).map(|_| None).collect(),
+            listen: vec![None; n],
             wf,
         }
     }
@@ -106,7 +110,8 @@ impl Dn {
         cfg.submit.receiver = Some(self.receiver);
         cfg.api.listen = format!("127.0.0.1:{}", self.api[i]);
         let mut d = self.cfg.clone();
-        d.listen = format!("127.0.0.1:{}", d.members[i].url.port().unwrap_or_default());
+        let port = self.listen[i].unwrap_or(d.members[i].url.port().unwrap_or_default());
+        d.listen = format!("127.0.0.1:{port}");
         cfg.don = Some(d);
         let path = self.dirs[i].join("node.toml");
         std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
