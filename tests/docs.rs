@@ -150,6 +150,7 @@ fn rows(
 fn config_reference() -> String {
     use cresolver_pipeline::config::NodeConfig;
     let mut docs = field_docs(&read("crates/pipeline/src/config.rs"));
+    docs.extend(field_docs(&read("crates/pipeline/src/config/protocols.rs")));
     docs.extend(field_docs(&read("crates/don/src/config.rs")));
     let cfg = NodeConfig {
         don: Some(cresolver_don::DonConfig {

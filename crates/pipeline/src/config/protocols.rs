@@ -1,0 +1,118 @@
+//! The `[protocols]` section of the node configuration: which agent protocols the node
+//! speaks besides A2A, and their settings (secrets named by env var, never written here).
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The agent protocols the node speaks besides A2A, and their settings. Every protocol
+/// is on by default: an agent built for another platform can serve as a worker as it is.
+/// Secrets are named by env var, never written here.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProtocolsCfg {
+    pub factagora: FactagoraCfg,
+    pub roundtable: RoundtableCfg,
+    pub chorus: ChorusCfg,
+    pub agora: AgoraCfg,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FactagoraCfg {
+    /// Speak Factagora BYOA to the workers whose registration names it.
+    pub enabled: bool,
+    /// Env var holding the bearer token sent to Factagora webhooks (unset: no header).
+    pub token_env: String,
+    /// The hosts (`host` or `host:port`) the token may be sent to. A worker registers
+    /// its own endpoint on chain: any other host gets the call without the token.
+    pub token_hosts: Vec<String>,
+}
+
+impl Default for FactagoraCfg {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            token_env: "CRESOLVER_FACTAGORA_TOKEN".into(),
+            token_hosts: vec![],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoundtableCfg {
+    /// Speak round-table to the workers whose registration names it.
+    pub enabled: bool,
+    /// Env var holding the bearer key sent to round-table agents (unset: no header).
+    pub api_key_env: String,
+    /// The hosts (`host` or `host:port`) the key may be sent to; any other host gets
+    /// the call without it.
+    pub api_key_hosts: Vec<String>,
+}
+
+impl Default for RoundtableCfg {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            api_key_env: "CRESOLVER_ROUNDTABLE_API_KEY".into(),
+            api_key_hosts: vec![],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChorusCfg {
+    /// Speak Chorus to the workers whose registration names it.
+    pub enabled: bool,
+    /// Skill of the resolve job.
+    pub skill: String,
+    /// Skill of the challenge job; empty: Chorus workers are not challenged.
+    pub challenge_skill: String,
+    /// Budget offered per job, in Chorus credits.
+    pub budget: f64,
+    /// This node's orchestrator id on Chorus (a UUID v4), under which its hiring history
+    /// builds up; empty: drawn once and kept in the node's store (stable across restarts,
+    /// shared by a cluster).
+    pub orchestrator_id: String,
+}
+
+impl Default for ChorusCfg {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            skill: "market_resolve".into(),
+            challenge_skill: "market_challenge".into(),
+            budget: 0.0,
+            orchestrator_id: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgoraCfg {
+    /// Speak Agora to the workers whose registration names it.
+    pub enabled: bool,
+    /// Env var holding the node's Ed25519 seed (32 bytes, hex) — its did:key identity.
+    pub key_env: String,
+    /// Or a file holding it (first line, hex). Neither set: a fresh identity per start
+    /// (logged as a warning with the did).
+    pub key_file: Option<PathBuf>,
+    /// Largest offer price accepted (USD).
+    pub max_cost_usd: f64,
+    /// Long-poll timeout per relay request (seconds, 1-60).
+    pub poll_timeout_secs: u64,
+}
+
+impl Default for AgoraCfg {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            key_env: "CRESOLVER_AGORA_KEY".into(),
+            key_file: None,
+            max_cost_usd: 0.0,
+            poll_timeout_secs: 30,
+        }
+    }
+}
