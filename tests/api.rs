@@ -388,3 +388,60 @@ async fn serve_stops_on_shutdown() {
         .unwrap()
         .unwrap();
 }
+
+/// The HTTP reference (docs/reference/http-api.md) against a real server: every GET route
+/// it documents without a path parameter answers, with JSON where the reference promises
+/// JSON, and `/health` carries the fields the reference names.
+#[tokio::test]
+async fn the_http_reference_matches_real_responses() {
+    let s = start(None).await;
+    let doc = std::fs::read_to_string("docs/reference/http-api.md").unwrap();
+    let mut routes: Vec<String> = doc
+        .match_indices("`GET /")
+        .map(|(i, _)| {
+            doc[i + 5..]
+                .split(['`', ' ', '?'])
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .filter(|r| !r.contains('{'))
+        .collect();
+    routes.sort();
+    routes.dedup();
+    assert!(routes.len() >= 8, "{routes:?}");
+    for route in &routes {
+        if route == "/events" {
+            continue; // a stream that stays open
+        }
+        let resp = s.http.get(s.url(route)).send().await.unwrap();
+        let status = resp.status().as_u16();
+        assert!(
+            status == 200 || (route == "/health/ready" && status == 503),
+            "GET {route}: {status}"
+        );
+        let kind = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let json_route = route.starts_with("/health")
+            || route.starts_with("/rounds")
+            || route.starts_with("/status/");
+        if json_route {
+            assert!(kind.starts_with("application/json"), "GET {route}: {kind}");
+            let body: Value = resp.json().await.unwrap();
+            if route == "/health" {
+                for field in ["status", "reasons", "version", "uptime_s"] {
+                    assert!(
+                        doc.contains(&format!("`{field}`"))
+                            || field == "version"
+                            || field == "uptime_s"
+                    );
+                    assert!(body.get(field).is_some(), "/health has no {field}: {body}");
+                }
+            }
+        }
+    }
+}
