@@ -7,10 +7,11 @@
 //! signature, `eth_call`ed against the forwarder before the delivery — finds at most one
 //! report the forwarder accepts.
 
+use super::faults::request;
 use super::*;
 use alloy::network::TransactionBuilder;
 use alloy::rpc::types::TransactionRequest;
-use cresolver_core::don::{Observation, ObservedAnswer, Position, execution_id};
+use cresolver_core::don::{Observation, ObservedAnswer, Position};
 use cresolver_don::context::set_id;
 use cresolver_don::wire::{self, Body, Envelope, SignedObservation, VoteKind};
 use std::collections::BTreeMap;
@@ -150,15 +151,39 @@ impl Liar {
     }
 }
 
-async fn request(dn: &Dn) -> B256 {
-    let r = dn.s.dev.request_resolution(dn.s.market_id).await.unwrap();
-    let chain = dn.s.dev.provider.get_chain_id().await.unwrap();
-    execution_id(
-        chain,
-        dn.s.dev.contracts.market,
-        dn.s.market_id,
-        r.transaction_hash,
-    )
+/// The request made, the liars (the members that lead `rounds`) listening on their
+/// endpoints, every other member started, and what the honest members observed (once each
+/// has sent its observation to the first liar).
+struct Split {
+    exec: B256,
+    liars: Vec<Liar>,
+    honest: Vec<usize>,
+    addrs: Vec<Address>,
+    seen: BTreeMap<Address, SignedObservation>,
+}
+
+async fn liars_lead(dn: &mut Dn, rounds: &[u32]) -> Split {
+    let exec = request(dn).await;
+    let mut liars = Vec::new();
+    for r in rounds {
+        let i = index_of(dn, dn.cfg.leader(&exec, *r));
+        liars.push(Liar::listen(dn, i).await);
+    }
+    let honest: Vec<usize> = (0..dn.keys.len())
+        .filter(|i| liars.iter().all(|l| l.i != *i))
+        .collect();
+    for &i in &honest {
+        dn.spawn(i, None);
+    }
+    let addrs: Vec<Address> = honest.iter().map(|i| dn.cfg.addresses()[*i]).collect();
+    let seen = liars[0].observations(&addrs).await;
+    Split {
+        exec,
+        liars,
+        honest,
+        addrs,
+        seen,
+    }
 }
 
 fn index_of(dn: &Dn, a: Address) -> usize {
@@ -234,15 +259,14 @@ async fn shop(dn: &Dn, honest: &[usize], liars: &[&PrivateKeySigner]) -> usize {
 async fn an_equivocating_leader_splits_nothing_and_shops_no_second_report() {
     let (s, _) = counted_market().await;
     let mut dn = Dn::new(s, 4, 1, None).await;
-    let exec = request(&dn).await;
-    let li = index_of(&dn, dn.cfg.leader(&exec, 0));
-    let liar = Liar::listen(&dn, li).await;
-    let honest: Vec<usize> = (0..4).filter(|i| *i != li).collect();
-    for &i in &honest {
-        dn.spawn(i, None);
-    }
-    let addrs: Vec<Address> = honest.iter().map(|i| dn.cfg.addresses()[*i]).collect();
-    let seen = liar.observations(&addrs).await;
+    let Split {
+        exec,
+        mut liars,
+        honest,
+        addrs,
+        seen,
+    } = liars_lead(&mut dn, &[0]).await;
+    let liar = liars.remove(0);
     // its own observation: member 0's view, signed as itself
     let mut own = seen[&addrs[0]].observation.clone();
     own.observer = liar.key.address();
@@ -287,25 +311,19 @@ async fn an_equivocating_leader_splits_nothing_and_shops_no_second_report() {
         1,
         "one report the forwarder takes"
     );
-    let _ = liar.i;
 }
 
 #[tokio::test]
 async fn seven_members_two_liars_equivocating() {
     let (s, _) = counted_market().await;
     let mut dn = Dn::new(s, 7, 2, None).await;
-    let exec = request(&dn).await;
-    let (l0, l1) = (
-        index_of(&dn, dn.cfg.leader(&exec, 0)),
-        index_of(&dn, dn.cfg.leader(&exec, 1)),
-    );
-    let liars = [Liar::listen(&dn, l0).await, Liar::listen(&dn, l1).await];
-    let honest: Vec<usize> = (0..7).filter(|i| *i != l0 && *i != l1).collect();
-    for &i in &honest {
-        dn.spawn(i, None);
-    }
-    let addrs: Vec<Address> = honest.iter().map(|i| dn.cfg.addresses()[*i]).collect();
-    let seen = liars[0].observations(&addrs).await;
+    let Split {
+        exec,
+        liars,
+        honest,
+        addrs,
+        seen,
+    } = liars_lead(&mut dn, &[0, 1]).await;
     let own: Vec<SignedObservation> = liars
         .iter()
         .map(|l| {
@@ -350,15 +368,14 @@ async fn a_worker_that_answers_some_members_with_a_liar_leading() {
     )
     .await;
     let mut dn = Dn::new(s, 4, 1, None).await;
-    let exec = request(&dn).await;
-    let li = index_of(&dn, dn.cfg.leader(&exec, 0));
-    let liar = Liar::listen(&dn, li).await;
-    let honest: Vec<usize> = (0..4).filter(|i| *i != li).collect();
-    for &i in &honest {
-        dn.spawn(i, None);
-    }
-    let addrs: Vec<Address> = honest.iter().map(|i| dn.cfg.addresses()[*i]).collect();
-    let seen = liar.observations(&addrs).await;
+    let Split {
+        exec,
+        mut liars,
+        honest,
+        addrs,
+        seen,
+    } = liars_lead(&mut dn, &[0]).await;
+    let liar = liars.remove(0);
     let saw = |a: &Address| seen[a].observation.workers[1].answer.is_some();
     let with: Vec<&Address> = addrs.iter().filter(|a| saw(a)).collect();
     let without: Vec<&Address> = addrs.iter().filter(|a| !saw(a)).collect();

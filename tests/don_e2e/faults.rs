@@ -11,7 +11,7 @@ use cresolver_don::wire::{self, Body, Envelope};
 /// delays of two ranks (2 s each), the rounds themselves and process start-up.
 const FAULT_BOUND: Duration = Duration::from_secs(45);
 
-async fn request(dn: &Dn) -> B256 {
+pub(super) async fn request(dn: &Dn) -> B256 {
     let r = dn.s.dev.request_resolution(dn.s.market_id).await.unwrap();
     let chain = dn.s.dev.provider.get_chain_id().await.unwrap();
     execution_id(

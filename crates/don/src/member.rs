@@ -210,7 +210,7 @@ impl Don {
                 return false;
             }
             match self.s.persist.agreed(&exec) {
-                Ok(Some(a)) => self.s.remember_done(&a),
+                Ok(Some(a)) => self.s.remember_done(&a, []),
                 _ => return false,
             }
         }
@@ -251,7 +251,7 @@ impl Don {
     pub async fn agree(&self, job: Job) -> Result<Agreed, AgreeError> {
         let exec = job.execution_id;
         if let Some(a) = self.s.persist.agreed(&exec)? {
-            self.s.remember_done(&a);
+            self.s.remember_done(&a, []);
             return Ok(a);
         }
         if *self.s.stop.borrow() {
@@ -272,8 +272,8 @@ impl Don {
         let result = crate::instance::Instance::new(&self.s, job, own, slot)
             .run()
             .await;
-        if let Ok(a) = &result {
-            self.s.remember_done(a);
+        // the instance remembered its agreement (with every signature it saw)
+        if result.is_ok() {
             self.s.books.close(&exec);
         }
         result

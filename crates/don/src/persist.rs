@@ -41,8 +41,6 @@ CREATE TABLE IF NOT EXISTS don_own_observations (
     execution_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS don_locks (
     execution_id TEXT PRIMARY KEY, body TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS don_attempts (
-    execution_id TEXT PRIMARY KEY, attempt INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS don_agreements (
     execution_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS don_consensus_log (

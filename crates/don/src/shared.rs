@@ -91,8 +91,14 @@ impl Shared {
         leader_of(&self.members, exec, round)
     }
 
-    /// Keeps a decided execution to answer with (the oldest forgotten past [`DONE_KEPT`]).
-    pub(crate) fn remember_done(&self, a: &Agreed) {
+    /// Keeps a decided execution to answer with (the oldest forgotten past [`DONE_KEPT`]),
+    /// with every valid report signature seen: the agreement's and `more` (a transmitter
+    /// whose f+1 hold one the forwarder refuses picks another).
+    pub(crate) fn remember_done<'s>(
+        &self,
+        a: &Agreed,
+        more: impl IntoIterator<Item = (&'s Address, &'s Bytes)>,
+    ) {
         let own_sig = a
             .signers
             .iter()
@@ -134,6 +140,9 @@ impl Shared {
         });
         entry.reply = reply;
         for (s, sig) in a.signers.iter().zip(&a.signatures) {
+            entry.sigs.entry(*s).or_insert_with(|| sig.clone());
+        }
+        for (s, sig) in more {
             entry.sigs.entry(*s).or_insert_with(|| sig.clone());
         }
         while order.len() > DONE_KEPT {

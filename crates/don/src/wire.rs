@@ -143,16 +143,6 @@ impl Envelope {
             Body::Decided { .. } => "decided",
         }
     }
-
-    /// The consensus round the message belongs to (0 for an observation).
-    pub fn round(&self) -> u32 {
-        match self.body {
-            Body::Observation { .. } => 0,
-            Body::Proposal { round, .. }
-            | Body::Vote { round, .. }
-            | Body::Decided { round, .. } => round,
-        }
-    }
 }
 
 /// Domain tag of a vote signature.
@@ -491,24 +481,9 @@ pub fn check_observation(
     env: &Envelope,
     members: &[Address],
 ) -> Result<(), WireError> {
+    check_binding(o, env, members)?;
     let obs = &o.observation;
     let observer = obs.observer;
-    let unbound = |field| WireError::Unbound { observer, field };
-    if obs.don_id != env.don_id || obs.config_version != env.config_version {
-        return Err(unbound("don"));
-    }
-    if obs.execution_id != env.execution_id {
-        return Err(unbound("execution_id"));
-    }
-    if obs.market != env.market || obs.market_id != env.market_id {
-        return Err(unbound("market"));
-    }
-    if obs.workers.len() > MAX_WORKERS {
-        return Err(WireError::TooMany);
-    }
-    if !members.contains(&observer) {
-        return Err(WireError::NotAMember);
-    }
     if recover(&obs.digest(), &o.signature)? != observer {
         return Err(WireError::Invalid {
             observer,

@@ -165,15 +165,7 @@ impl Instance<'_> {
         };
         let a = self.don.persist.save_agreed(&self.exec(), &a)?;
         // keep every signature seen, for a transmitter whose f+1 hold one the forwarder refuses
-        self.don.remember_done(&a);
-        {
-            let mut done = self.don.done.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(entry) = done.0.get_mut(&self.exec()) {
-                for (s, sig) in &self.sigs {
-                    entry.sigs.entry(*s).or_insert_with(|| sig.clone());
-                }
-            }
-        }
+        self.don.remember_done(&a, &self.sigs);
         self.don.metrics.don_event("agreement", "reached");
         tracing::info!(execution_id = %self.exec(), round = a.attempt, leader = %a.leader, signers = ?a.signers, "DON agreement");
         self.clear_status();

@@ -86,14 +86,7 @@ impl Instance<'_> {
             return self.refuse_from(sender, "proposal", "bad_pol_round");
         }
         let value = SetValue::new(observations);
-        let digest = wire::proposal_digest(
-            self.don.cfg.don_id,
-            self.don.cfg.config_version,
-            &self.exec(),
-            round,
-            pol_round,
-            &value.id,
-        );
+        let digest = self.proposal_digest(round, pol_round, &value.id);
         if wire::recover(&digest, &signature).ok() != Some(sender) {
             return self.refuse_from(sender, "proposal", "bad_proposal_signature");
         }
@@ -141,14 +134,7 @@ impl Instance<'_> {
             }
             None => {}
         }
-        let digest = wire::vote_digest(
-            self.don.cfg.don_id,
-            self.don.cfg.config_version,
-            &self.exec(),
-            kind,
-            round,
-            value.as_ref(),
-        );
+        let digest = self.vote_digest(kind, round, value.as_ref());
         if wire::recover(&digest, &signature).ok() != Some(sender) {
             return self.refuse_from(sender, "vote", "bad_vote_signature");
         }
@@ -238,14 +224,7 @@ impl Instance<'_> {
 
     /// 2f+1 distinct members' valid precommits for `id` in `round`.
     pub(super) fn certified(&self, round: u32, id: &B256, commits: &[CommitVote]) -> bool {
-        let digest = wire::vote_digest(
-            self.don.cfg.don_id,
-            self.don.cfg.config_version,
-            &self.exec(),
-            VoteKind::Precommit,
-            round,
-            Some(id),
-        );
+        let digest = self.vote_digest(VoteKind::Precommit, round, Some(id));
         let mut voters = HashSet::new();
         for c in commits {
             if self.don.members.contains(&c.voter)

@@ -192,6 +192,25 @@ impl<'a> Instance<'a> {
         }
     }
 
+    /// What a vote of this execution signs ([`wire::vote_digest`]).
+    fn vote_digest(&self, kind: VoteKind, round: u32, value: Option<&B256>) -> B256 {
+        let c = &self.don.cfg;
+        wire::vote_digest(c.don_id, c.config_version, &self.exec(), kind, round, value)
+    }
+
+    /// What a proposal of this execution signs ([`wire::proposal_digest`]).
+    fn proposal_digest(&self, round: u32, pol_round: Option<u32>, value: &B256) -> B256 {
+        let c = &self.don.cfg;
+        wire::proposal_digest(
+            c.don_id,
+            c.config_version,
+            &self.exec(),
+            round,
+            pol_round,
+            value,
+        )
+    }
+
     fn timeout_after(&self, t: Timeout) -> Duration {
         let base = self.don.cfg.attempt_timeout_ms.max(1);
         let unit = match t.kind {
@@ -316,14 +335,7 @@ impl<'a> Instance<'a> {
     fn send_proposal(&mut self, p: Proposal) {
         let round = p.round.as_u32().unwrap_or(0);
         let pol_round = p.pol_round.as_u32();
-        let digest = wire::proposal_digest(
-            self.don.cfg.don_id,
-            self.don.cfg.config_version,
-            &self.exec(),
-            round,
-            pol_round,
-            &p.value.id,
-        );
+        let digest = self.proposal_digest(round, pol_round, &p.value.id);
         let Ok(signature) = wire::sign_digest(&self.don.signer, &digest) else {
             tracing::error!("cannot sign a proposal");
             return;
@@ -356,14 +368,7 @@ impl<'a> Instance<'a> {
             NilOrVal::Val(id) => Some(id.0),
             NilOrVal::Nil => None,
         };
-        let digest = wire::vote_digest(
-            self.don.cfg.don_id,
-            self.don.cfg.config_version,
-            &self.exec(),
-            kind,
-            round,
-            value.as_ref(),
-        );
+        let digest = self.vote_digest(kind, round, value.as_ref());
         let Ok(signature) = wire::sign_digest(&self.don.signer, &digest) else {
             tracing::error!("cannot sign a vote");
             return;
