@@ -197,52 +197,77 @@ impl Don {
 
     /// `true` when the message's execution is decided here: the sender gets this member's
     /// decision (at most once per second), and a report signature it carries is kept.
-    /// For a message already checked (the server calls it for a replay too).
     pub fn answer_if_decided(&self, env: &Envelope) -> bool {
         let exec = env.execution_id;
-        let known = {
-            let done = self.s.done.lock().unwrap_or_else(|p| p.into_inner());
-            done.0.contains_key(&exec)
-        };
-        if !known {
-            // read the state file only for an execution with no book open here
-            if self.s.books.is_open(&exec) {
-                return false;
-            }
-            match self.s.persist.agreed(&exec) {
-                Ok(Some(a)) => self.s.remember_done(&a, []),
-                _ => return false,
-            }
+        if !self.knows_decided(&exec) {
+            return false;
         }
-        let reply = {
+        if let Body::Decided {
+            report_signature: Some(sig),
+            ..
+        } = &env.body
+        {
             let mut done = self.s.done.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(d) = done.0.get_mut(&exec) else {
-                return false;
-            };
-            if let Body::Decided {
-                report_signature: Some(sig),
-                ..
-            } = &env.body
+            if let Some(d) = done.0.get_mut(&exec)
                 && wire::recover(&d.digest, sig).ok() == Some(env.sender)
             {
                 d.sigs.entry(env.sender).or_insert_with(|| sig.clone());
             }
-            let last = d.replied.get(&env.sender).copied();
-            // a member that holds f+1 signatures itself needs no answer (two members
-            // answering each other's answers would never stop)
-            if last.is_some_and(|t| t.elapsed() < REPLY_EVERY)
-                || matches!(env.body, Body::Decided { agreed: true, .. })
-            {
+        }
+        let agreed = matches!(env.body, Body::Decided { agreed: true, .. });
+        self.answer_replay(&exec, env.sender, agreed)
+    }
+
+    /// For a message taken before and sent again (the server keeps what it needs of it):
+    /// `true` when its execution is decided here, and its sender then gets this member's
+    /// decision, at most once per second, unless it said it holds f+1 signatures itself
+    /// (`agreed`: two members answering each other's answers would never stop).
+    pub fn answer_replay(&self, exec: &B256, sender: Address, agreed: bool) -> bool {
+        if !self.knows_decided(exec) {
+            return false;
+        }
+        let reply = {
+            let mut done = self.s.done.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(d) = done.0.get_mut(exec) else {
+                return false;
+            };
+            let last = d.replied.get(&sender).copied();
+            if agreed || last.is_some_and(|t| t.elapsed() < REPLY_EVERY) {
                 None
             } else {
-                d.replied.insert(env.sender, Instant::now());
+                d.replied.insert(sender, Instant::now());
                 Some(d.reply.clone())
             }
         };
         if let Some(reply) = reply {
-            self.s.send(reply, Some(env.sender));
+            self.s.send(reply, Some(sender));
         }
         true
+    }
+
+    /// Whether `exec` is decided here: kept in memory, or (for an execution with no book
+    /// open here) stored in the state file.
+    fn knows_decided(&self, exec: &B256) -> bool {
+        if self
+            .s
+            .done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .contains_key(exec)
+        {
+            return true;
+        }
+        if self.s.books.is_open(exec) {
+            return false;
+        }
+        match self.s.persist.agreed(exec) {
+            Ok(Some(a)) => {
+                self.s.remember_done(&a, []);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Runs the agreement of `job`: this member's Tendermint instance for the execution,

@@ -15,7 +15,7 @@ use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -122,19 +122,21 @@ impl<K: Hash + Eq + Clone> Buckets<K> {
 /// no signature and is charged to no bucket (a member cannot drain another member's
 /// rate by replaying its messages).
 struct Seen {
-    set: HashSet<B256>,
+    /// Each message taken, by digest: what a replay of it needs (its execution, its
+    /// sender, whether it says the sender holds f+1 signatures).
+    set: HashMap<B256, (B256, Address, bool)>,
     order: VecDeque<B256>,
 }
 
 impl Seen {
     const CAP: usize = 16_384;
 
-    fn contains(&self, d: &B256) -> bool {
-        self.set.contains(d)
+    fn get(&self, d: &B256) -> Option<(B256, Address, bool)> {
+        self.set.get(d).copied()
     }
 
-    fn insert(&mut self, d: B256) {
-        if self.set.insert(d) {
+    fn insert(&mut self, d: B256, replay: (B256, Address, bool)) {
+        if self.set.insert(d, replay).is_none() {
             self.order.push_back(d);
             if self.order.len() > Self::CAP
                 && let Some(old) = self.order.pop_front()
@@ -161,7 +163,7 @@ pub fn router(don: Arc<Don>) -> Router {
         reading: Reading::default(),
         senders: Buckets::new(PER_MEMBER_PER_SEC),
         seen: Mutex::new(Seen {
-            set: HashSet::new(),
+            set: HashMap::new(),
             order: VecDeque::new(),
         }),
     });
@@ -223,17 +225,16 @@ async fn message(
     };
     drop(reading);
     let digest = alloy::primitives::keccak256(&body);
-    if s.seen
+    let replay = s
+        .seen
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .contains(&digest)
-    {
-        // taken before (its signatures were checked then): nothing more to check or
-        // charge, but a member that asks again about an execution decided here is
+        .get(&digest);
+    if let Some((exec, sender, agreed)) = replay {
+        // taken before (its signatures were checked then): nothing more to check, parse
+        // or charge, but a member that asks again about an execution decided here is
         // answered (a member resends the same bytes until it has what it needs)
-        if let Ok(env) = serde_json::from_slice::<wire::Envelope>(&body) {
-            s.don.answer_if_decided(&env);
-        }
+        s.don.answer_replay(&exec, sender, agreed);
         return (StatusCode::OK, "duplicate");
     }
     let sig = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
@@ -258,6 +259,11 @@ async fn message(
         tracing::debug!(%peer, error = %e, "DON message refused");
         return (StatusCode::FORBIDDEN, "refused");
     }
+    let replay = (
+        env.execution_id,
+        env.sender,
+        matches!(env.body, wire::Body::Decided { agreed: true, .. }),
+    );
     match don.receive(env, body.len()) {
         Ok(()) => {
             // only a message taken is a replay next time: one refused (its book full)
@@ -265,7 +271,7 @@ async fn message(
             s.seen
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(digest);
+                .insert(digest, replay);
             (StatusCode::OK, "ok")
         }
         Err(why) => (StatusCode::CONFLICT, why.as_str()),
