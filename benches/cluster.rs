@@ -12,7 +12,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use alloy::primitives::U256;
 use alloy::providers::Provider;
 use cresolver_devnet::Devnet;
-use cresolver_store::RoundState;
+use cresolver_store::Stage;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -143,7 +143,7 @@ fn main() -> anyhow::Result<()> {
             let holder = loop {
                 let rec = nodes[0].node.store.get(dev.contracts.market, *id).await?;
                 if let Some(r) = rec
-                    && r.state != RoundState::Requested
+                    && r.state != Stage::Requested
                     && let Some(h) = r.holder
                 {
                     break h;

@@ -8,7 +8,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use alloy::providers::Provider;
 use cresolver_devnet::Devnet;
-use cresolver_store::RoundState;
+use cresolver_store::Stage;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -73,7 +73,7 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
                     states.push((r.state.as_str(), ms(t0)));
                 }
             }
-            if r.state == RoundState::Submitted || r.state.is_confirmed() {
+            if r.state == Stage::Submitted || r.state.is_confirmed() {
                 submitted.get_or_insert_with(|| ms(t0));
             }
             if r.state.is_confirmed() {

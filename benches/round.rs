@@ -75,7 +75,7 @@ use cresolver_core::tally::Vote;
 use cresolver_core::{Reputation, TallyWorker};
 use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode};
 use cresolver_evaluate::{EvalInput, EvalWorker, Evaluator, RubricEvaluator};
-use cresolver_pipeline::round::{Engine, RoundInput, RoundStage};
+use cresolver_pipeline::round::{Engine, RoundInput, Stage};
 use cresolver_pipeline::workflow::Workflow;
 use cresolver_workers::challenge::challenges_for;
 use cresolver_workers::fanout::{WorkerSlot, WorkerTarget, resolve_stage};
@@ -174,11 +174,12 @@ type Stages = [Duration; 4];
 /// One `Engine::run` as [`engine_round`], also timing its stages.
 async fn engine_round_staged(engine: &Engine, input: &RoundInput) -> (Duration, Stages) {
     let marks = std::sync::Mutex::new([None::<Instant>; 3]);
-    let observe = |stage: RoundStage| {
+    let observe = |stage: Stage| {
         let i = match stage {
-            RoundStage::Answered => 0,
-            RoundStage::Challenged => 1,
-            RoundStage::Evaluated => 2,
+            Stage::Answered => 0,
+            Stage::Challenged => 1,
+            Stage::Evaluated => 2,
+            _ => return,
         };
         if let Ok(mut m) = marks.lock() {
             m[i] = Some(Instant::now());

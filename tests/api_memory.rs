@@ -7,7 +7,7 @@ mod common;
 use alloy::primitives::U256;
 use common::chain::*;
 use common::node::*;
-use cresolver_store::{RoundState, Store};
+use cresolver_store::{Stage, Store};
 use std::time::{Duration, Instant};
 
 fn status_kib(pid: u32, field: &str) -> u64 {
@@ -39,9 +39,7 @@ async fn listing_300_large_rounds_8_times_at_once_stays_within_50_mib() {
                 "answers": [{ "worker": format!("w{i}"), "evidence": evidence }],
             });
             store.set_outcome(market, id, &transcript).unwrap();
-            store
-                .set_state(market, id, RoundState::Confirmed, None)
-                .unwrap();
+            store.set_state(market, id, Stage::Confirmed, None).unwrap();
         }
     }
     let port = free_port();

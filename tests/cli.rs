@@ -133,7 +133,7 @@ async fn config_check_and_one_shot_resolve_on_anvil() {
 async fn rounds_list_filters_the_stored_rounds() {
     use alloy::primitives::{Address, B256, U256};
     use cresolver_core::request::LogRef;
-    use cresolver_store::{RoundState, RoundStore, SqliteStore, Store};
+    use cresolver_store::{RoundStore, SqliteStore, Stage, Store};
     let dir = common::node::tmpdir("rounds-list");
     let market = Address::repeat_byte(0x11);
     {
@@ -151,12 +151,7 @@ async fn rounds_list_filters_the_stored_rounds() {
                 .unwrap();
         }
         store
-            .set_state(
-                market,
-                U256::from(2u64),
-                RoundState::Failed,
-                Some("no quorum"),
-            )
+            .set_state(market, U256::from(2u64), Stage::Failed, Some("no quorum"))
             .await
             .unwrap();
     }

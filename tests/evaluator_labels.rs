@@ -12,7 +12,7 @@ use cresolver_devnet::agent::DeterminationMode;
 use cresolver_evaluate::Fallback;
 use cresolver_evaluate::llm::{LlmConfig, LlmEvaluator};
 use cresolver_pipeline::round::{
-    Engine, RoundError, RoundInput, RoundProgress, RoundStage, evaluation_input,
+    Engine, RoundError, RoundInput, RoundProgress, Stage, evaluation_input,
 };
 use cresolver_pipeline::workflow::Workflow;
 use cresolver_workers::fanout::WorkerSlot;
@@ -157,14 +157,14 @@ async fn a_round_whose_progress_is_not_stored_stops_before_the_evaluator() {
     let r = engine
         .run_resumable(&input, RoundProgress::default(), &|stage, _| {
             stages.lock().unwrap().push(stage);
-            let stored = stage != RoundStage::Challenged;
+            let stored = stage != Stage::Challenged;
             Box::pin(async move { stored })
         })
         .await;
     assert!(matches!(r, Err(RoundError::NotPersisted)), "{r:?}");
     assert_eq!(
         *stages.lock().unwrap(),
-        vec![RoundStage::Answered, RoundStage::Challenged]
+        vec![Stage::Answered, Stage::Challenged]
     );
     assert!(llm.requests.lock().unwrap().is_empty(), "the LLM was asked");
 }

@@ -13,7 +13,7 @@ use alloy::rpc::types::anvil::ReorgOptions;
 use common::chain::*;
 use common::node::*;
 use common::*;
-use cresolver_store::{NonceRecord, NonceState, RoundRecord, RoundState, Store};
+use cresolver_store::{NonceRecord, NonceState, RoundRecord, Stage, Store};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -174,7 +174,7 @@ async fn resolved_by_a_node(s: &MarketSetup, dir: &Path, wf: &Path) -> (NodeProc
     s.dev.request_resolution(s.market_id).await.unwrap();
     let market = s.dev.contracts.market;
     wait_round(dir, market, s.market_id, "confirmed", |r| {
-        r.state == RoundState::Confirmed
+        r.state == Stage::Confirmed
     })
     .await;
     let n = mined(dir, market, s.market_id);
@@ -227,7 +227,7 @@ async fn a_resolution_reorged_one_deeper_than_confirmations_is_resent_then_final
         market,
         s.market_id,
         "re-confirmed after the reorg",
-        |r| r.state == RoundState::Confirmed && reorgs(r) == 1,
+        |r| r.state == Stage::Confirmed && reorgs(r) == 1,
     )
     .await;
     assert_eq!(r.attempt, 1, "the same attempt, re-sent");
@@ -260,7 +260,7 @@ async fn a_resolution_reorged_one_deeper_than_confirmations_is_resent_then_final
     // the finalized block passes it: final
     s.dev.provider.anvil_mine(Some(70), None).await.unwrap();
     let r = wait_round(&dir, market, s.market_id, "finalized", |r| {
-        r.state == RoundState::Finalized
+        r.state == Stage::Finalized
     })
     .await;
     assert_eq!(finality_status(&r).as_deref(), Some("final"));
@@ -306,7 +306,7 @@ async fn a_restart_between_confirmed_and_final_resumes_the_watch() {
     let (first, after_first) = reorged_while_down(&s, &dir, &wf).await;
     let node = NodeProc::start(&s, &dir, &wf);
     wait_round(&dir, market, s.market_id, "re-confirmed", |r| {
-        r.state == RoundState::Confirmed && reorgs(r) == 1
+        r.state == Stage::Confirmed && reorgs(r) == 1
     })
     .await;
     assert_eq!(mined(&dir, market, s.market_id).mined_tx, first.mined_tx);
@@ -315,7 +315,7 @@ async fn a_restart_between_confirmed_and_final_resumes_the_watch() {
 
     s.dev.provider.anvil_mine(Some(70), None).await.unwrap();
     wait_round(&dir, market, s.market_id, "finalized", |r| {
-        r.state == RoundState::Finalized
+        r.state == Stage::Finalized
     })
     .await;
     node.stop().await;
@@ -326,7 +326,7 @@ async fn a_restart_between_confirmed_and_final_resumes_the_watch() {
     s.dev.provider.anvil_mine(Some(3), None).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let r = round(&dir, market, s.market_id).unwrap();
-    assert_eq!(r.state, RoundState::Finalized);
+    assert_eq!(r.state, Stage::Finalized);
     assert_eq!(nonce(&s, key).await, after_first, "nothing was sent");
     node.stop().await;
 }
@@ -346,7 +346,7 @@ async fn a_market_re_requested_after_its_resolution_was_reorged_away_is_resolved
     let deadline = Instant::now() + Duration::from_secs(60);
     let r = loop {
         let r = round(&dir, market, s.market_id).unwrap();
-        if r.state == RoundState::Confirmed && resolved(&s).await {
+        if r.state == Stage::Confirmed && resolved(&s).await {
             break r;
         }
         assert!(Instant::now() < deadline, "not resolved again: {r:?}");
@@ -393,7 +393,7 @@ async fn a_request_for_a_resolved_market_is_ignored_with_the_reason() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let r = round(&dir, market, s.market_id).unwrap();
-    assert_eq!((r.state, r.attempt), (RoundState::Confirmed, 1));
+    assert_eq!((r.state, r.attempt), (Stage::Confirmed, 1));
     node.stop().await;
 
     // the CLI with no node running: refused with the chain's reason
@@ -425,7 +425,7 @@ async fn a_reorg_below_the_finalized_block_changes_nothing() {
     let (node, first) = resolved_by_a_node(&s, &dir, &wf).await;
     s.dev.provider.anvil_mine(Some(70), None).await.unwrap();
     wait_round(&dir, market, s.market_id, "finalized", |r| {
-        r.state == RoundState::Finalized
+        r.state == Stage::Finalized
     })
     .await;
     let sent = nonce(&s, key).await;
@@ -437,11 +437,7 @@ async fn a_reorg_below_the_finalized_block_changes_nothing() {
     s.dev.provider.anvil_mine(Some(3), None).await.unwrap();
     tokio::time::sleep(Duration::from_millis(2000)).await;
     let r = round(&dir, market, s.market_id).unwrap();
-    assert_eq!(
-        r.state,
-        RoundState::Finalized,
-        "a final round is not reopened"
-    );
+    assert_eq!(r.state, Stage::Finalized, "a final round is not reopened");
     assert!(
         nonce(&s, key).await < sent,
         "the chain forgot it; the node sent nothing"
@@ -484,7 +480,7 @@ async fn a_reorged_resolution_whose_nonce_was_taken_is_signed_anew_while_the_mar
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let r = round(&dir, market, s.market_id).unwrap();
-        if r.state == RoundState::Confirmed && resolved(&s).await {
+        if r.state == Stage::Confirmed && resolved(&s).await {
             break;
         }
         assert!(

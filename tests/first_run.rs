@@ -144,7 +144,7 @@ fn the_demo_runs_for_a_user_without_root_or_the_suites_packages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_runs_a_node_with_only_its_config_and_workflow_files() {
-    use cresolver_store::{RoundState, Store};
+    use cresolver_store::{Stage, Store};
     let s = common::market_with_three_workers().await;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -186,7 +186,7 @@ async fn the_binary_runs_a_node_with_only_its_config_and_workflow_files() {
             .ok()
             .and_then(|st| st.get(market, s.market_id).ok().flatten())
             .map(|r| r.state);
-        if state == Some(RoundState::Confirmed) {
+        if state == Some(Stage::Confirmed) {
             break;
         }
         assert!(

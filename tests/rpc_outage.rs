@@ -17,7 +17,7 @@ use common::node::*;
 use common::proxy::{self, Mode};
 use common::*;
 use cresolver_devnet::agent::DeterminationMode;
-use cresolver_store::RoundState;
+use cresolver_store::Stage;
 use std::time::{Duration, Instant};
 
 async fn setup(extra_markets: usize) -> (MarketSetup, Vec<U256>) {
@@ -35,12 +35,12 @@ async fn all_confirmed(r: &Running, s: &MarketSetup, ids: &[U256], within: Durat
         for id in ids {
             let rep = r.node.report(s.dev.contracts.market, *id).await.unwrap();
             assert!(
-                rep.state == RoundState::Confirmed
+                rep.state == Stage::Confirmed
                     || !rep.state.is_final()
                     || rep.reason.as_deref() == Some("no such round"),
                 "{rep:?}"
             );
-            done &= rep.state == RoundState::Confirmed;
+            done &= rep.state == Stage::Confirmed;
         }
         if done {
             return Instant::now();
@@ -143,7 +143,7 @@ async fn refused_for_60s_markets_requested_meanwhile_resolve_within_5s_of_the_re
                 .await
                 .unwrap()
                 .state,
-            RoundState::Confirmed
+            Stage::Confirmed
         );
     }
     let restored = Instant::now();

@@ -8,8 +8,8 @@ use alloy::primitives::{Address, B256, Bytes, U256};
 use common::pg::Pg;
 use cresolver_core::LogRef;
 use cresolver_store::{
-    AttemptRecord, KeyRef, NonceState, PgSettings, PgStore, RequestDecision, RoundState,
-    RoundStore, SqliteStore, Store, StoreError, TxPayload,
+    AttemptRecord, KeyRef, NonceState, PgSettings, PgStore, RequestDecision, RoundStore,
+    SqliteStore, Stage, Store, StoreError, TxPayload,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,10 +91,10 @@ async fn store_contract(s: &dyn RoundStore) {
     );
     assert_eq!(
         s.record_request(m, id, "wf", &log(2)).await.unwrap(),
-        RequestDecision::AlreadyHandled(RoundState::Requested)
+        RequestDecision::AlreadyHandled(Stage::Requested)
     );
     assert!(s.claim(m, id, true).await.unwrap().is_some());
-    s.set_state(m, id, RoundState::Failed, Some("quorum not met"))
+    s.set_state(m, id, Stage::Failed, Some("quorum not met"))
         .await
         .unwrap();
     s.release(m, id, None).await.unwrap();
@@ -105,14 +105,14 @@ async fn store_contract(s: &dyn RoundStore) {
     let r = s.get(m, id).await.unwrap().unwrap();
     assert_eq!(
         (r.state, r.attempt, r.reason.clone(), r.request_tx),
-        (RoundState::Requested, 2, None, Some(B256::repeat_byte(3)))
+        (Stage::Requested, 2, None, Some(B256::repeat_byte(3)))
     );
     assert_eq!(s.unfinished().await.unwrap().len(), 1);
 
     // progress is kept per attempt
     assert!(s.claim(m, id, true).await.unwrap().is_some());
     let p = serde_json::json!({"resolve": {"x": 1}});
-    s.save_progress(m, id, 2, RoundState::Answered, &p)
+    s.save_progress(m, id, 2, Stage::Answered, &p)
         .await
         .unwrap();
     assert_eq!(s.progress(m, id, 2).await.unwrap(), Some(p));
@@ -122,7 +122,7 @@ async fn store_contract(s: &dyn RoundStore) {
         .await
         .unwrap();
     let r = s.get(m, id).await.unwrap().unwrap();
-    assert_eq!(r.state, RoundState::Answered);
+    assert_eq!(r.state, Stage::Answered);
     assert_eq!(r.request_block, Some(99));
     assert_eq!(r.outcome, Some(serde_json::json!({"version": 2})));
 
@@ -150,7 +150,7 @@ async fn store_contract(s: &dyn RoundStore) {
     );
     assert_eq!(
         s.get(m, U256::from(102)).await.unwrap().unwrap().state,
-        RoundState::Submitted
+        Stage::Submitted
     );
     for seq in 0..3 {
         s.add_attempt(key, m, U256::from(101), &attempt(5, seq))
@@ -299,9 +299,7 @@ async fn finality_contract(s: &dyn RoundStore) {
         )
         .await
         .unwrap();
-        s.set_state(m, id, RoundState::Confirmed, None)
-            .await
-            .unwrap();
+        s.set_state(m, id, Stage::Confirmed, None).await.unwrap();
         s.release(m, id, None).await.unwrap();
     };
     assert_eq!(
@@ -327,7 +325,7 @@ async fn finality_contract(s: &dyn RoundStore) {
     );
     assert_eq!(
         s.manual_request(m, id, "wf").await.unwrap(),
-        RequestDecision::AlreadyHandled(RoundState::Confirmed),
+        RequestDecision::AlreadyHandled(Stage::Confirmed),
         "without the chain's word a done round is left alone"
     );
 
@@ -342,7 +340,7 @@ async fn finality_contract(s: &dyn RoundStore) {
     let r = s.get(m, id).await.unwrap().unwrap();
     assert_eq!(
         (r.state, r.reason.as_deref(), r.outcome, r.attempt),
-        (RoundState::Submitted, Some("reorged"), Some(v2), 1)
+        (Stage::Submitted, Some("reorged"), Some(v2), 1)
     );
     let n = s.pending_nonce_of(key, m, id).await.unwrap().unwrap();
     assert_eq!((n.nonce, n.mined_tx, n.mined_hash), (0, None, None));
@@ -366,7 +364,7 @@ async fn finality_contract(s: &dyn RoundStore) {
     let r = s.get(m, id).await.unwrap().unwrap();
     assert_eq!(
         (r.state, r.outcome.clone()),
-        (RoundState::Finalized, Some(v3.clone()))
+        (Stage::Finalized, Some(v3.clone()))
     );
     assert!(
         s.claim(m, id, true).await.unwrap().is_none(),
@@ -376,7 +374,7 @@ async fn finality_contract(s: &dyn RoundStore) {
     // a new request for it: ignored unless the chain says the market is open
     assert_eq!(
         s.manual_request_judged(m, id, "wf", false).await.unwrap(),
-        RequestDecision::AlreadyHandled(RoundState::Finalized)
+        RequestDecision::AlreadyHandled(Stage::Finalized)
     );
     assert_eq!(
         s.record_request_judged(m, id, "wf", &log(40), true)
@@ -387,22 +385,16 @@ async fn finality_contract(s: &dyn RoundStore) {
     let r = s.get(m, id).await.unwrap().unwrap();
     assert_eq!(
         (r.state, r.attempt, r.outcome, r.submit_tx, r.request_tx),
-        (
-            RoundState::Requested,
-            2,
-            None,
-            None,
-            Some(B256::repeat_byte(40))
-        )
+        (Stage::Requested, 2, None, None, Some(B256::repeat_byte(40)))
     );
     let past = s.past_attempts(m, id).await.unwrap();
     assert_eq!(past.len(), 1);
     assert_eq!(
         (past[0].attempt, past[0].state, past[0].outcome.clone()),
-        (1, RoundState::Finalized, Some(v3))
+        (1, Stage::Finalized, Some(v3))
     );
     assert!(
-        !s.renew_round(m, id, "wf", None, RoundState::Finalized)
+        !s.renew_round(m, id, "wf", None, Stage::Finalized)
             .await
             .unwrap(),
         "a round that left the state is not renewed twice"
@@ -475,9 +467,7 @@ async fn leases_fence_a_node_that_lost_its_round() {
     assert!(b.claim(m, id, true).await.unwrap().is_none(), "held by a");
     assert!(a.renew(m, id).await.unwrap());
     assert!(b.claimable(&[m], 10).await.unwrap().is_empty());
-    a.set_state(m, id, RoundState::Discovered, None)
-        .await
-        .unwrap();
+    a.set_state(m, id, Stage::Discovered, None).await.unwrap();
 
     // a stops renewing (paused); its lease expires; b takes the round over
     tokio::time::sleep(lease + Duration::from_millis(200)).await;
@@ -492,9 +482,7 @@ async fn leases_fence_a_node_that_lost_its_round() {
     let lb = b.claim(m, id, false).await.unwrap().expect("b takes over");
     assert!(lb.term > la.term, "a new term fences the old one");
     assert_eq!(lb.taken_from.as_deref(), Some("node-a"));
-    b.set_state(m, id, RoundState::Answered, None)
-        .await
-        .unwrap();
+    b.set_state(m, id, Stage::Answered, None).await.unwrap();
 
     // a wakes up: every write and every broadcast check is refused, nothing of b's is overwritten
     let key = KeyRef {
@@ -502,8 +490,8 @@ async fn leases_fence_a_node_that_lost_its_round() {
         chain_id: 1,
     };
     let refused = [
-        a.set_state(m, id, RoundState::Failed, Some("stale")).await,
-        a.save_progress(m, id, 1, RoundState::Evaluated, &serde_json::json!({}))
+        a.set_state(m, id, Stage::Failed, Some("stale")).await,
+        a.save_progress(m, id, 1, Stage::Evaluated, &serde_json::json!({}))
             .await,
         a.set_outcome(m, id, &serde_json::json!({"stale": true}))
             .await,
@@ -518,7 +506,7 @@ async fn leases_fence_a_node_that_lost_its_round() {
     assert!(!a.fence_ok(m, id).await.unwrap());
     assert!(!a.renew(m, id).await.unwrap());
     let r = b.get(m, id).await.unwrap().unwrap();
-    assert_eq!(r.state, RoundState::Answered);
+    assert_eq!(r.state, Stage::Answered);
     assert_eq!(r.outcome, None);
     assert_eq!(r.holder.as_deref(), Some("node-b"));
     assert!(b.pending_nonce_of(key, m, id).await.unwrap().is_none());
@@ -537,9 +525,7 @@ async fn leases_fence_a_node_that_lost_its_round() {
     assert!(a.claim(m, id, false).await.unwrap().is_none());
     // an operator's retry (or the node's own) does not wait for the back-off
     assert!(a.claim(m, id, true).await.unwrap().is_some());
-    a.set_state(m, id, RoundState::Confirmed, None)
-        .await
-        .unwrap();
+    a.set_state(m, id, Stage::Confirmed, None).await.unwrap();
     a.release(m, id, None).await.unwrap();
     assert!(
         b.claim(m, id, true).await.unwrap().is_none(),

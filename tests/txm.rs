@@ -13,7 +13,7 @@ use common::chain::*;
 use common::node::*;
 use common::*;
 use cresolver_store::{
-    AttemptRecord, NonceRecord, NonceState, RoundState, RoundStore, SqliteStore, Store,
+    AttemptRecord, NonceRecord, NonceState, RoundStore, SqliteStore, Stage, Store,
 };
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -99,11 +99,7 @@ async fn twenty_markets_requested_in_one_block_resolve_exactly_once_with_contigu
     let mut nonces = BTreeSet::new();
     for id in &ids {
         let report = wait_final(&r.node, s.dev.contracts.market, *id).await;
-        assert_eq!(
-            report.state,
-            RoundState::Confirmed,
-            "market {id}: {report:?}"
-        );
+        assert_eq!(report.state, Stage::Confirmed, "market {id}: {report:?}");
         let h = r
             .node
             .store
@@ -146,7 +142,7 @@ async fn five_markets_requested_while_the_node_is_down_resolve_once_each() {
     let r = start(cfg, s.dev.signers[0].clone()).await;
     for id in &ids {
         let report = wait_final(&r.node, s.dev.contracts.market, *id).await;
-        assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+        assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     }
     r.stop().await;
     assert_eq!(resolved_events(&s).await.len(), 5);
@@ -173,7 +169,7 @@ async fn an_underpriced_attempt_is_replaced_at_the_same_nonce_with_higher_fees()
     s.dev.provider.evm_mine(None).await.unwrap();
     let _miner = Miner::start(&s, Duration::from_millis(250));
     let report = wait_final(&r.node, market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     let h = r.node.store.tx_history(market, s.market_id).await.unwrap();
     assert_eq!(h.len(), 1, "one nonce");
     let attempts = &h[0].1;
@@ -215,7 +211,7 @@ async fn a_dropped_attempt_is_rebroadcast() {
     p.anvil_set_auto_mine(true).await.unwrap();
     p.evm_mine(None).await.unwrap();
     let report = wait_final(&r.node, market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     let h = r.node.store.tx_history(market, s.market_id).await.unwrap();
     assert_eq!(mined_attempt(&h).tx_hash, tx, "the same transaction");
     assert_eq!(h[0].1.len(), 1, "not re-signed");
@@ -241,7 +237,7 @@ async fn crash_at(
     before
 }
 
-async fn wait_final_in(dir: &std::path::Path, market: Address, id: U256) -> RoundState {
+async fn wait_final_in(dir: &std::path::Path, market: Address, id: U256) -> Stage {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(store) = Store::open(&dir.join("data"))
@@ -265,7 +261,7 @@ async fn killed_at_then_restarted(point: &str) {
     let stored = Store::open(&dir.join("data")).unwrap();
     assert_eq!(
         stored.get(market, s.market_id).unwrap().unwrap().state,
-        RoundState::Submitted
+        Stage::Submitted
     );
     let h = stored.tx_history(market, s.market_id).unwrap();
     assert_eq!(h.len(), 1, "one reserved nonce");
@@ -289,7 +285,7 @@ async fn killed_at_then_restarted(point: &str) {
     let mut child = node_process(&s, &dir, &wf, None);
     let st = wait_final_in(&dir, market, s.market_id).await;
     child.kill().await.unwrap();
-    assert_eq!(st, RoundState::Confirmed);
+    assert_eq!(st, Stage::Confirmed);
     assert_eq!(resolved_events(&s).await.len(), 1, "resolved exactly once");
     assert_eq!(
         nonce(&s, s.dev.accounts[0]).await,
@@ -362,7 +358,7 @@ async fn killed_after_persisting_a_replacement_then_restarted_resolves_once() {
     let mut child = node_process(&s, &dir, &wf, None);
     let st = wait_final_in(&dir, market, s.market_id).await;
     child.kill().await.unwrap();
-    assert_eq!(st, RoundState::Confirmed);
+    assert_eq!(st, Stage::Confirmed);
     assert_eq!(resolved_events(&s).await.len(), 1);
     assert_eq!(nonce(&s, s.dev.accounts[0]).await, before + 1);
     let h = store.tx_history(market, s.market_id).await.unwrap();
@@ -412,7 +408,7 @@ async fn a_nonce_used_behind_the_nodes_back_is_recovered_with_a_fresh_nonce() {
     let mut child = node_process(&s, &dir, &wf, None);
     let st = wait_final_in(&dir, market, s.market_id).await;
     child.kill().await.unwrap();
-    assert_eq!(st, RoundState::Confirmed);
+    assert_eq!(st, Stage::Confirmed);
     assert_eq!(resolved_events(&s).await.len(), 1);
     assert_eq!(nonce(&s, resolver).await, before + 2);
     let h = Store::open(&dir.join("data"))
@@ -459,7 +455,7 @@ async fn a_nonce_used_elsewhere_is_lost_only_once_that_is_as_deep_as_a_receipt_m
     let _miner = Miner::start(&s, Duration::from_millis(250));
     let st = wait_final_in(&dir, market, s.market_id).await;
     child.kill().await.unwrap();
-    assert_eq!(st, RoundState::Confirmed);
+    assert_eq!(st, Stage::Confirmed);
     assert_eq!(resolved_events(&s).await.len(), 1);
     assert_eq!(nonce(&s, resolver).await, before + 2);
     let h = Store::open(&dir.join("data"))
@@ -500,7 +496,7 @@ async fn a_resolution_reorged_away_before_it_is_deep_enough_is_resubmitted() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         r.node.report(market, s.market_id).await.unwrap().state,
-        RoundState::Submitted,
+        Stage::Submitted,
         "not confirmed without 2 blocks on top"
     );
     p.anvil_reorg(ReorgOptions {
@@ -515,7 +511,7 @@ async fn a_resolution_reorged_away_before_it_is_deep_enough_is_resubmitted() {
     );
     let _miner = Miner::start(&s, Duration::from_millis(300));
     let report = wait_final(&r.node, market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     let events = resolved_events(&s).await;
     assert_eq!(events.len(), 1, "one MarketResolved on the canonical chain");
     let h = r.node.store.tx_history(market, s.market_id).await.unwrap();
@@ -587,7 +583,7 @@ async fn report_mode_preflight_names_forwarder_reverts_and_sends_nothing() {
     let r = start(cfg, s.dev.signers[7].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Failed);
+    assert_eq!(report.state, Stage::Failed);
     let reason = report.reason.unwrap();
     assert!(
         reason.contains("InvalidConfig") && reason.contains("forwarder"),
@@ -607,7 +603,7 @@ async fn report_mode_preflight_names_forwarder_reverts_and_sends_nothing() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let reason = loop {
         let rep = r.node.report(market, s.market_id).await.unwrap();
-        if rep.state == RoundState::Failed
+        if rep.state == Stage::Failed
             && rep
                 .reason
                 .as_deref()

@@ -328,7 +328,7 @@ async fn a_rewind_never_goes_below_the_start_block() {
 #[tokio::test]
 async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     use alloy::providers::ext::AnvilApi;
-    use cresolver_store::RoundState;
+    use cresolver_store::Stage;
     let s = market_with_n_workers(1).await;
     let market = s.dev.contracts.market;
     let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
@@ -349,14 +349,14 @@ async fn a_request_for_a_done_round_follows_what_the_chain_says() {
         .await
         .unwrap();
     store
-        .set_state(market, s.market_id, RoundState::Finalized, None)
+        .set_state(market, s.market_id, Stage::Finalized, None)
         .await
         .unwrap();
     let second = s.dev.request_resolution(s.market_id).await.unwrap();
     let r = w.scan_once(&tx).await.unwrap();
     assert_eq!((r.logs, r.triggers), (1, 1), "{r:?}");
     let rec = store.get(market, s.market_id).await.unwrap().unwrap();
-    assert_eq!((rec.state, rec.attempt), (RoundState::Requested, 2));
+    assert_eq!((rec.state, rec.attempt), (Stage::Requested, 2));
     assert_eq!(rec.request_tx, Some(second.transaction_hash));
     assert_eq!(
         rec.outcome, None,
@@ -364,13 +364,13 @@ async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     );
     let past = store.past_attempts(market, s.market_id).await.unwrap();
     assert_eq!(past.len(), 1);
-    assert_eq!((past[0].attempt, past[0].state), (1, RoundState::Finalized));
+    assert_eq!((past[0].attempt, past[0].state), (1, Stage::Finalized));
     assert_eq!(past[0].outcome, Some(json!({"old": "transcript"})));
     drain(&mut rx);
 
     // a confirmed round whose market is open on chain: reopened at the submission stage
     store
-        .set_state(market, s.market_id, RoundState::Confirmed, None)
+        .set_state(market, s.market_id, Stage::Confirmed, None)
         .await
         .unwrap();
     s.dev.request_resolution(s.market_id).await.unwrap();
@@ -379,14 +379,14 @@ async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     let rec = store.get(market, s.market_id).await.unwrap().unwrap();
     assert_eq!(
         (rec.state, rec.attempt),
-        (RoundState::Submitted, 2),
+        (Stage::Submitted, 2),
         "the same attempt, back at the submission stage"
     );
     drain(&mut rx);
 
     // the market is resolved in the very block of the request: ignored
     store
-        .set_state(market, s.market_id, RoundState::Skipped, None)
+        .set_state(market, s.market_id, Stage::Skipped, None)
         .await
         .unwrap();
     let p = &s.dev.provider;
@@ -432,6 +432,6 @@ async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     let r = w.scan_once(&tx).await.unwrap();
     assert_eq!((r.logs, r.triggers), (1, 0), "{r:?}");
     let rec = store.get(market, s.market_id).await.unwrap().unwrap();
-    assert_eq!((rec.state, rec.attempt), (RoundState::Skipped, 2));
+    assert_eq!((rec.state, rec.attempt), (Stage::Skipped, 2));
     assert!(drain(&mut rx).is_empty());
 }

@@ -418,10 +418,10 @@ pub async fn rounds_list(
     limit: usize,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let wanted: Vec<cresolver_store::RoundState> = states
+    let wanted: Vec<cresolver_store::Stage> = states
         .iter()
         .map(|s| {
-            s.trim().parse::<cresolver_store::RoundState>().ok().with_context(|| {
+            s.trim().parse::<cresolver_store::Stage>().ok().with_context(|| {
                 format!("unknown state {s:?}: use requested, discovered, evaluated, submitted, confirmed, finalized, failed or skipped")
             })
         })

@@ -11,7 +11,7 @@ use common::chain::*;
 use common::node::*;
 use common::*;
 use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode, FailureMode};
-use cresolver_store::RoundState;
+use cresolver_store::Stage;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,7 +46,7 @@ async fn happy_path_payouts_and_reputation_match_the_tally() {
     let r = start(cfg, s.dev.signers[0].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     assert_eq!(report.resolution, Some(true));
 
     let t = report.transcript.as_ref().unwrap();
@@ -123,7 +123,7 @@ async fn one_of_three_down_meets_quorum_with_weight_zero() {
     .await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     let w = &report
         .transcript
         .as_ref()
@@ -167,7 +167,7 @@ async fn two_of_three_down_fails_with_reason_and_sends_nothing() {
     .await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Failed);
+    assert_eq!(report.state, Stage::Failed);
     let reason = report.reason.unwrap();
     assert!(reason.contains("quorum not met: 1 of 3"), "{reason}");
     assert!(
@@ -204,7 +204,7 @@ async fn broken_registrations_are_discarded_with_reason_and_counted_in_n() {
     .await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     let t = report.transcript.unwrap();
     let disc = t["discovery"].as_array().unwrap();
     assert_eq!(disc.len(), 6);
@@ -246,7 +246,7 @@ async fn loopback_endpoints_refused_without_allow_private() {
     let r = start(cfg, s.dev.signers[0].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Failed);
+    assert_eq!(report.state, Stage::Failed);
     let reason = report.reason.unwrap();
     assert!(reason.contains("endpoint refused"), "{reason}");
     assert!(resolved_events(&s).await.is_empty());
@@ -275,7 +275,7 @@ async fn duplicate_requests_and_requests_while_down_resolve_once() {
     let before = nonce(&s, s.dev.accounts[0]).await;
     let r = start(cfg, s.dev.signers[0].clone()).await;
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     assert_eq!(report.resolution, Some(false));
     // a third request after confirmation changes nothing
     let _ = s.dev.request_resolution(s.market_id).await;
@@ -310,7 +310,7 @@ async fn report_mode_through_forwarder_and_receiver() {
     let r = start(cfg, s.dev.signers[7].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     let events = resolved_events(&s).await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].resolver, s.dev.contracts.receiver);
@@ -336,7 +336,7 @@ async fn unauthorized_key_fails_once_with_decoded_reason() {
     .await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Failed);
+    assert_eq!(report.state, Stage::Failed);
     let reason = report.reason.unwrap();
     assert!(
         reason.contains("Unauthorized") && reason.contains("setAuthorizedResolver"),
@@ -350,7 +350,7 @@ async fn unauthorized_key_fails_once_with_decoded_reason() {
             .await
             .unwrap()
             .state,
-        RoundState::Failed
+        Stage::Failed
     );
     assert_eq!(nonce(&s, outsider).await, 0);
     r.stop().await;
@@ -388,7 +388,7 @@ async fn the_round_reads_and_judges_at_the_request_block() {
     let r = start(cfg, s.dev.signers[0].clone()).await;
     let rep = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
     r.stop().await;
-    assert_eq!(rep.state, RoundState::Confirmed, "{rep:?}");
+    assert_eq!(rep.state, Stage::Confirmed, "{rep:?}");
     let t = rep.transcript.unwrap();
     assert_eq!(
         t["market"]["block"],
@@ -454,7 +454,7 @@ async fn pruned_state_at_the_request_block_is_read_at_the_head_and_judged_at_the
     let r = start(cfg, s.dev.signers[0].clone()).await;
     let rep = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
     r.stop().await;
-    assert_eq!(rep.state, RoundState::Confirmed, "{rep:?}");
+    assert_eq!(rep.state, Stage::Confirmed, "{rep:?}");
     let t = rep.transcript.unwrap();
     assert!(
         t["market"]["block"].as_u64().unwrap() > block,

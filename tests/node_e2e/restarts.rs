@@ -2,11 +2,7 @@
 
 use super::*;
 
-async fn wait_state(
-    dir: &std::path::Path,
-    s: &MarketSetup,
-    want: impl Fn(RoundState) -> bool,
-) -> RoundState {
+async fn wait_state(dir: &std::path::Path, s: &MarketSetup, want: impl Fn(Stage) -> bool) -> Stage {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(store) = cresolver_store::Store::open(&dir.join("data"))
@@ -42,14 +38,14 @@ async fn killed_mid_round_then_restarted_resolves_exactly_once() {
     let wf = workflow_file(&dir, |t| t);
     s.dev.request_resolution(s.market_id).await.unwrap();
     let mut child = node_process(&s, &dir, &wf, None);
-    wait_state(&dir, &s, |st| st == RoundState::Discovered).await;
+    wait_state(&dir, &s, |st| st == Stage::Discovered).await;
     child.kill().await.unwrap();
     assert!(resolved_events(&s).await.is_empty());
 
     let mut child = node_process(&s, &dir, &wf, None);
-    let st = wait_state(&dir, &s, RoundState::is_final).await;
+    let st = wait_state(&dir, &s, Stage::is_final).await;
     child.kill().await.unwrap();
-    assert_eq!(st, RoundState::Confirmed);
+    assert_eq!(st, Stage::Confirmed);
     assert_eq!(resolved_events(&s).await.len(), 1);
 }
 
@@ -82,16 +78,16 @@ async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction()
         .get(s.dev.contracts.market, s.market_id)
         .unwrap()
         .unwrap();
-    assert_eq!(stored.state, RoundState::Submitted);
+    assert_eq!(stored.state, Stage::Submitted);
     assert!(
         resolved_events(&s).await.is_empty(),
         "nothing was broadcast"
     );
 
     let mut child = node_process(&s, &dir, &wf, None);
-    let st = wait_state(&dir, &s, RoundState::is_final).await;
+    let st = wait_state(&dir, &s, Stage::is_final).await;
     child.kill().await.unwrap();
-    assert_eq!(st, RoundState::Confirmed);
+    assert_eq!(st, Stage::Confirmed);
     let events = resolved_events(&s).await;
     assert_eq!(events.len(), 1);
     let done = cresolver_store::Store::open(&dir.join("data"))
@@ -154,7 +150,7 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
             .manual_request(m, s.market_id, "cresolver-resolution")
             .unwrap();
         store
-            .set_state(m, s.market_id, RoundState::Failed, Some("failed earlier"))
+            .set_state(m, s.market_id, Stage::Failed, Some("failed earlier"))
             .unwrap();
     }
     let port = free_port();
@@ -173,7 +169,7 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
         said.contains("requested") && said.contains("when it starts"),
         "{said}"
     );
-    wait_state(&dir, &s, |st| st == RoundState::Requested).await;
+    wait_state(&dir, &s, |st| st == Stage::Requested).await;
     let mut child = node_process_with(
         &s,
         &dir,
@@ -186,8 +182,8 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
         ],
     );
     assert_eq!(
-        wait_state(&dir, &s, RoundState::is_final).await,
-        RoundState::Confirmed
+        wait_state(&dir, &s, Stage::is_final).await,
+        Stage::Confirmed
     );
     assert_eq!(resolved_events(&s).await.len(), 1);
 
@@ -207,7 +203,7 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
             .set_state(
                 s.dev.contracts.market,
                 s.market_id,
-                RoundState::Failed,
+                Stage::Failed,
                 Some("failed again"),
             )
             .unwrap();
@@ -221,9 +217,9 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("runs the round"));
     // the market is resolved already: the node reads that and ends the round skipped,
     // without a second resolution
-    let st = wait_state(&dir, &s, |st| st != RoundState::Failed && st.is_final()).await;
+    let st = wait_state(&dir, &s, |st| st != Stage::Failed && st.is_final()).await;
     child.kill().await.unwrap();
-    assert_eq!(st, RoundState::Skipped);
+    assert_eq!(st, Stage::Skipped);
     assert_eq!(resolved_events(&s).await.len(), 1);
 }
 
@@ -249,7 +245,7 @@ async fn five_thousand_unfinished_rounds_start_and_drain() {
     let r = start(cfg, s.dev.signers[0].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let rep = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(rep.state, RoundState::Confirmed, "{rep:?}");
+    assert_eq!(rep.state, Stage::Confirmed, "{rep:?}");
     // and every resumed round reaches an end (they were run, not dropped)
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -338,9 +334,9 @@ async fn a_round_killed_after_each_stage_resumes_without_asking_again() {
         );
         assert!(resolved_events(&s).await.is_empty());
         let mut child = node_process_with(&s, &dir, &wf, None, &key);
-        let st = wait_state(&dir, &s, RoundState::is_final).await;
+        let st = wait_state(&dir, &s, Stage::is_final).await;
         child.kill().await.unwrap();
-        assert_eq!(st, RoundState::Confirmed, "{point}");
+        assert_eq!(st, Stage::Confirmed, "{point}");
         assert_eq!(resolved_events(&s).await.len(), 1, "{point}");
         for (i, c) in counts.iter().enumerate() {
             let c = c.lock().unwrap();

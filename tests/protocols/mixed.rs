@@ -8,7 +8,7 @@ use crate::common::{agent, agora_peer, behaviour, chorus_peer, factagora_peer, r
 use alloy::primitives::U256;
 use cresolver_devnet::agent::DeterminationMode;
 use cresolver_devnet::{data_uri, registration_json};
-use cresolver_store::RoundState;
+use cresolver_store::Stage;
 use serde_json::{Value, json};
 
 /// A registration whose only worker service is `service` (plus the wallet entry).
@@ -84,7 +84,7 @@ async fn a_mixed_round_resolves_on_chain() {
     let r = start(cfg, s.dev.signers[0].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     // 4 YES (A2A, Factagora, round-table, Agora) against 1 NO (Chorus)
     assert_eq!(report.resolution, Some(true));
 
@@ -197,7 +197,7 @@ async fn the_chorus_orchestrator_id_is_drawn_once_and_kept_across_a_restart() {
     let r = start(node_config(&s, &dir, wf.clone()), s.dev.signers[0].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     r.stop().await;
     let first = ids(0);
     assert!(!first.is_empty());
@@ -211,7 +211,7 @@ async fn the_chorus_orchestrator_id_is_drawn_once_and_kept_across_a_restart() {
     let r = start(node_config(&s, &dir, wf), s.dev.signers[0].clone()).await;
     s.dev.request_resolution(second).await.unwrap();
     let report = wait_final(&r.node, market, second).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     r.stop().await;
     let later = ids(seen);
     assert!(!later.is_empty());

@@ -232,7 +232,7 @@ async fn report_mode_dry_run_then_replay_of_the_forwarded_report() {
     let r = start(cfg, dev.signers[7].clone()).await;
     dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     r.stop().await;
     let file = dir.join("t.json");
     std::fs::write(&file, report.transcript.unwrap().to_string()).unwrap();
@@ -362,7 +362,7 @@ async fn dry_run_at_the_request_block_gives_the_node_s_report() {
     let r = start(cfg, s.dev.signers[0].clone()).await;
     let rep = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
     r.stop().await;
-    assert_eq!(rep.state, RoundState::Confirmed, "{rep:?}");
+    assert_eq!(rep.state, Stage::Confirmed, "{rep:?}");
     let t = rep.transcript.unwrap();
     assert_eq!(
         t["outcome"]["report"], dry["report"],

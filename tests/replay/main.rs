@@ -20,7 +20,7 @@ use common::*;
 use cresolver_devnet::agent::DeterminationMode;
 use cresolver_node::Node;
 use cresolver_pipeline::transcript::Transcript;
-use cresolver_store::RoundState;
+use cresolver_store::Stage;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Output;

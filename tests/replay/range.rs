@@ -130,9 +130,9 @@ async fn a_block_range_replays_resolved_unresolved_and_untranscribed_markets() {
     let r = start(node_config(&s, &dir, wf), dev.signers[0].clone()).await;
     let market = dev.contracts.market;
     for (id, want) in [
-        (s.market_id, RoundState::Confirmed),
-        (m1, RoundState::Confirmed),
-        (m2, RoundState::Failed),
+        (s.market_id, Stage::Confirmed),
+        (m1, Stage::Confirmed),
+        (m2, Stage::Failed),
     ] {
         dev.request_resolution(id).await.unwrap();
         let rep = wait_final(&r.node, market, id).await;

@@ -18,7 +18,7 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
     let r = start(node_config(&s, &dir, wf), s.dev.signers[0].clone()).await;
     let request = s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     r.stop().await;
 
     // the stored transcript has the request and the receipt outcome
@@ -319,7 +319,7 @@ async fn a_changed_tie_rule_is_named_and_flips_a_tied_market() {
         .run_round(s.dev.contracts.market, s.market_id)
         .await
         .unwrap();
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     drop(node);
     let t = report.transcript.unwrap();
     assert_eq!(t["request"], json!({"tx": null, "block": null}));
@@ -434,7 +434,7 @@ async fn an_llm_scored_round_replays_from_the_recorded_reply_without_calling_the
     let r = start(node_config(&s, &dir, wf), s.dev.signers[0].clone()).await;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let report = wait_final(&r.node, s.dev.contracts.market, s.market_id).await;
-    assert_eq!(report.state, RoundState::Confirmed, "{report:?}");
+    assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     r.stop().await;
     let t = report.transcript.unwrap();
     let ev = &t["outcome"]["evaluation"];

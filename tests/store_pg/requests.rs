@@ -50,12 +50,12 @@ async fn watchers_recording_the_same_requests_at_once_take_each_market_once() {
             .filter(|(l, d)| *l == i && *d == RequestDecision::DuplicateLog);
         assert_eq!(shared.count(), 2, "market {i}: {ds:?}");
         assert_eq!(
-            count(&RequestDecision::AlreadyHandled(RoundState::Requested)),
+            count(&RequestDecision::AlreadyHandled(Stage::Requested)),
             1,
             "market {i}: {ds:?}"
         );
         let r = nodes[0].get(m, U256::from(i)).await.unwrap().unwrap();
-        assert_eq!((r.state, r.attempt), (RoundState::Requested, 1));
+        assert_eq!((r.state, r.attempt), (Stage::Requested, 1));
     }
     // both logs of every market are seen, whichever node took them
     for i in 0..markets {
@@ -108,7 +108,7 @@ async fn a_round_inserted_meanwhile_by_another_node_makes_the_request_already_ha
     other.batch_execute("COMMIT").await.unwrap();
     assert_eq!(
         recording.await.unwrap().unwrap(),
-        RequestDecision::AlreadyHandled(RoundState::Requested)
+        RequestDecision::AlreadyHandled(Stage::Requested)
     );
     assert!(node.log_seen(&log(1)).await.unwrap());
     assert_eq!(

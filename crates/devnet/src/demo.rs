@@ -8,7 +8,7 @@ use crate::agent::{AgentBehaviour, DeterminationMode};
 use alloy::primitives::{Address, B256, U256, utils::format_ether, utils::parse_ether};
 use cresolver_node::Node;
 use cresolver_pipeline::config::NodeConfig;
-use cresolver_store::RoundState;
+use cresolver_store::Stage;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,7 @@ pub struct DemoSummary {
     pub market: Address,
     pub market_id: U256,
     pub question: String,
-    pub state: RoundState,
+    pub state: Stage,
     pub reason: Option<String>,
     pub resolution: Option<bool>,
     pub tx_hash: Option<B256>,

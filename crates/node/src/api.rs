@@ -14,7 +14,7 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use cresolver_store::RoundState;
+use cresolver_store::Stage;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -148,7 +148,7 @@ async fn metrics(State(s): State<ApiState>) -> Response {
         Ok(counts) => {
             let counts: Vec<_> = counts.iter().map(|(st, n)| (st.as_str(), *n)).collect();
             s.metrics
-                .set_rounds_by_state(&RoundState::ALL.map(RoundState::as_str), &counts)
+                .set_rounds_by_state(&Stage::ALL.map(Stage::as_str), &counts)
         }
         // Still serve the rest: a scrape should not fail because one gauge is stale.
         Err(e) => tracing::warn!(error = %e, "metrics: cannot count rounds by state"),

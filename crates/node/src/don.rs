@@ -440,7 +440,7 @@ impl Node {
                             .set_state(
                                 market,
                                 market_id,
-                                RoundState::Skipped,
+                                Stage::Skipped,
                                 Some("the market was resolved on chain by another report or resolver"),
                             )
                             .await?;
@@ -531,16 +531,8 @@ impl Node {
             gas_used: None,
             detail: Some(detail),
         };
-        self.finish_transcript(
-            p,
-            market_id,
-            t,
-            confirmation,
-            from,
-            RoundState::Confirmed,
-            None,
-        )
-        .await
+        self.finish_transcript(p, market_id, t, confirmation, from, Stage::Confirmed, None)
+            .await
     }
 
     /// For a DON member whose own transmission was mined without resolving the market:

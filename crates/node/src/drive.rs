@@ -82,7 +82,7 @@ impl Node {
         // stopped, or a store write failed, between the two writes. The round concludes
         // from that receipt, never as "resolved on chain by someone else" (which would
         // leave our resolution unwatched by the finality watch).
-        if rec.state == RoundState::Submitted
+        if rec.state == Stage::Submitted
             && let Some(receipt) = self.mined_receipt_of_round(market, market_id).await?
         {
             tracing::info!(market_id = %market_id, tx = %receipt.transaction_hash, "the round's transaction was mined before the round concluded: concluding it now");
@@ -127,7 +127,7 @@ impl Node {
                     .set_state(
                         market,
                         market_id,
-                        RoundState::Skipped,
+                        Stage::Skipped,
                         Some("the market is already resolved on chain"),
                     )
                     .await?;
@@ -181,9 +181,9 @@ impl Node {
         }
         self.metrics
             .observe_stage("discover", span_started.elapsed().as_secs_f64());
-        if rec.state == RoundState::Requested {
+        if rec.state == Stage::Requested {
             self.store
-                .set_state(market, market_id, RoundState::Discovered, None)
+                .set_state(market, market_id, Stage::Discovered, None)
                 .await?;
         }
         // what an interrupted run of this attempt recorded: its workers and the LLM are
@@ -205,9 +205,9 @@ impl Node {
         let (store, attempt, halted) = (self.store.clone(), rec.attempt, halt.clone());
         let persist = move |stage: RoundStage, progress: &RoundProgress| {
             let (state, point) = match stage {
-                RoundStage::Answered => (RoundState::Answered, "answered"),
-                RoundStage::Challenged => (RoundState::Challenged, "challenged"),
-                RoundStage::Evaluated => (RoundState::Evaluated, "evaluated"),
+                RoundStage::Answered => (Stage::Answered, "answered"),
+                RoundStage::Challenged => (Stage::Challenged, "challenged"),
+                RoundStage::Evaluated => (Stage::Evaluated, "evaluated"),
             };
             let value = serde_json::to_value(progress);
             let (store, halt) = (store.clone(), halted.clone());
@@ -346,7 +346,7 @@ impl Node {
                     .set_state(
                         market,
                         market_id,
-                        RoundState::Skipped,
+                        Stage::Skipped,
                         Some("the market was resolved on chain meanwhile"),
                     )
                     .await?;
@@ -448,7 +448,7 @@ impl Node {
                                 detail: Some(reason.clone()),
                             },
                             txm.key().signer,
-                            RoundState::Skipped,
+                            Stage::Skipped,
                             Some(&reason),
                         )
                         .await?;
@@ -579,7 +579,7 @@ impl Node {
                         detail: None,
                     },
                     receipt.from,
-                    RoundState::Confirmed,
+                    Stage::Confirmed,
                     None,
                 )
                 .await
@@ -600,11 +600,11 @@ impl Node {
                 let resolved = self.resolved_on_chain(p.market, market_id).await?;
                 let (state, reason) = if resolved {
                     (
-                        RoundState::Skipped,
+                        Stage::Skipped,
                         format!("resolved on chain by another transaction; ours: {e}"),
                     )
                 } else {
-                    (RoundState::Failed, e.to_string())
+                    (Stage::Failed, e.to_string())
                 };
                 tracing::warn!(market_id = %market_id, %tx, state = state.as_str(), %reason, "our transaction did not resolve the market");
                 self.record_confirmation(
@@ -653,7 +653,7 @@ impl Node {
         market_id: U256,
         confirmation: ConfirmationRecord,
         from: Address,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), Step> {
         let market = p.market;
@@ -692,7 +692,7 @@ impl Node {
         mut t: Transcript,
         confirmation: ConfirmationRecord,
         from: Address,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), Step> {
         let market = p.market;
@@ -730,7 +730,7 @@ impl Node {
     ) -> Result<(), Step> {
         tracing::warn!(market_id = %market_id, %reason, "round failed");
         self.store
-            .set_state(market, market_id, RoundState::Failed, Some(reason))
+            .set_state(market, market_id, Stage::Failed, Some(reason))
             .await?;
         Ok(())
     }

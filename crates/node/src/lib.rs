@@ -34,7 +34,7 @@ use cresolver_pipeline::round::{Engine, RoundError, RoundProgress, RoundStage};
 use cresolver_pipeline::store_sink::StoreSink;
 use cresolver_pipeline::workflow::Workflow;
 use cresolver_store::TxPayload;
-use cresolver_store::{RoundState, RoundStore, SqliteStore, Store};
+use cresolver_store::{RoundStore, SqliteStore, Stage, Store};
 use cresolver_submit::txm::fees::FeePolicy;
 use cresolver_submit::txm::{TxError, TxManager, TxOutcome, TxmConfig};
 use cresolver_submit::{Confirmed, SubmitError, Submitter};
@@ -92,7 +92,7 @@ pub struct Pipeline {
 pub struct RoundReport {
     pub market: Address,
     pub market_id: U256,
-    pub state: RoundState,
+    pub state: Stage,
     pub reason: Option<String>,
     pub tx_hash: Option<B256>,
     pub resolution: Option<bool>,
@@ -415,7 +415,7 @@ impl Node {
             }
         }
         let r = self.report(market, market_id).await?;
-        if matches!(r.state, RoundState::Failed | RoundState::Skipped) {
+        if matches!(r.state, Stage::Failed | Stage::Skipped) {
             let stage = r.transcript.as_ref().map_or("before evaluation", |t| {
                 if t.get("confirmation").is_some() {
                     "submitted"
@@ -427,7 +427,7 @@ impl Node {
             });
             self.metrics.round_stopped(stage, r.state.as_str());
             let reason = r.reason.as_deref().unwrap_or("");
-            if r.state == RoundState::Failed {
+            if r.state == Stage::Failed {
                 tracing::error!(market_id = %market_id, stage, reason, "round failed");
             } else {
                 tracing::warn!(market_id = %market_id, stage, reason, "round skipped");
@@ -585,7 +585,7 @@ impl Node {
             None => RoundReport {
                 market,
                 market_id,
-                state: RoundState::Failed,
+                state: Stage::Failed,
                 reason: Some("no such round".into()),
                 tx_hash: None,
                 resolution: None,

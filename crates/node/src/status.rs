@@ -257,7 +257,7 @@ fn outcome_view(
     quorum_met: Option<bool>,
     tally: Option<&cresolver_core::TallyOutcome>,
 ) -> Value {
-    use cresolver_store::RoundState as S;
+    use cresolver_store::Stage as S;
     let done = matches!(r.state, S::Confirmed | S::Finalized);
     let on_its_way = matches!(r.state, S::Evaluated | S::Submitted);
     match tally {

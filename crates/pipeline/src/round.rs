@@ -13,6 +13,7 @@ use cresolver_evaluate::{
     EvalError, EvalInput, EvalWorker, Evaluation, Evaluator, LlmConfig, LlmEvaluator,
     RubricEvaluator,
 };
+pub use cresolver_store::Stage;
 use cresolver_workers::fanout::{
     RatifyResult, ResolveStage, WorkerSlot, challenge_stage, ratify_stage, resolve_stage,
 };
@@ -37,15 +38,6 @@ pub struct RoundInput {
     pub workers: Vec<WorkerSlot>,
     /// Reputation per worker, aligned with `workers`.
     pub reputations: Vec<Reputation>,
-}
-
-/// Stages of a round, reported to an observer as they complete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RoundStage {
-    /// The resolve stage met quorum.
-    Answered,
-    Challenged,
-    Evaluated,
 }
 
 /// The stages a round has passed, as the caller persists them (see
@@ -79,18 +71,17 @@ impl RoundProgress {
             && (self.challenges.is_some() || self.evaluation.is_none())
     }
 
-    /// The last stage passed, as a word for logs.
-    pub fn stage(&self) -> &'static str {
-        if self.ratification.is_some() {
-            "ratified"
-        } else if self.evaluation.is_some() {
-            "evaluated"
+    /// The last stage this progress passed (`None`: not even the resolve stage).
+    /// A ratification belongs to the evaluated stage.
+    pub fn stage(&self) -> Option<Stage> {
+        if self.evaluation.is_some() || self.ratification.is_some() {
+            Some(Stage::Evaluated)
         } else if self.challenges.is_some() {
-            "challenged"
+            Some(Stage::Challenged)
         } else if self.resolve.is_some() {
-            "answered"
+            Some(Stage::Answered)
         } else {
-            "none"
+            None
         }
     }
 }
@@ -276,7 +267,7 @@ impl Engine {
     pub async fn run_observed(
         &self,
         input: &RoundInput,
-        observe: &(dyn Fn(RoundStage) + Sync),
+        observe: &(dyn Fn(Stage) + Sync),
     ) -> Result<RoundOutcome, RoundError> {
         self.run_resumable(input, RoundProgress::default(), &|stage, _| {
             observe(stage);
@@ -296,7 +287,7 @@ impl Engine {
         input: &RoundInput,
         mut progress: RoundProgress,
         persist: &(
-             dyn Fn(RoundStage, &RoundProgress) -> futures::future::BoxFuture<'static, bool> + Sync
+             dyn Fn(Stage, &RoundProgress) -> futures::future::BoxFuture<'static, bool> + Sync
          ),
     ) -> Result<RoundOutcome, RoundError> {
         if input.workers.is_empty() {
@@ -357,7 +348,7 @@ impl Engine {
                     return Err(RoundError::QuorumNotMet(Box::new(stage)));
                 }
                 progress.resolve = Some(stage.clone());
-                if !persist(RoundStage::Answered, &progress).await {
+                if !persist(Stage::Answered, &progress).await {
                     return Err(RoundError::NotPersisted);
                 }
                 stage
@@ -379,7 +370,7 @@ impl Engine {
                     vec![None; input.workers.len()]
                 };
                 progress.challenges = Some(c.clone());
-                if !persist(RoundStage::Challenged, &progress).await {
+                if !persist(Stage::Challenged, &progress).await {
                     return Err(RoundError::NotPersisted);
                 }
                 c
@@ -408,7 +399,7 @@ impl Engine {
                 )
                 .await?;
                 progress.evaluation = Some(e.clone());
-                if !persist(RoundStage::Evaluated, &progress).await {
+                if !persist(Stage::Evaluated, &progress).await {
                     return Err(RoundError::NotPersisted);
                 }
                 e
@@ -455,7 +446,7 @@ impl Engine {
                 }
             }
             progress.ratification = Some(votes.clone());
-            if !persist(RoundStage::Evaluated, &progress).await {
+            if !persist(Stage::Evaluated, &progress).await {
                 return Err(RoundError::NotPersisted);
             }
             votes

@@ -233,7 +233,7 @@ pub struct ReorgRecord {
 pub struct RoundInfo {
     pub market: Address,
     pub market_id: U256,
-    /// A [`cresolver_store::RoundState`] name (`confirmed`, `failed`, …).
+    /// A [`cresolver_store::Stage`] name (`confirmed`, `failed`, …).
     pub state: String,
     pub reason: Option<String>,
     pub attempt: u32,

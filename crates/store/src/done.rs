@@ -5,9 +5,7 @@
 //! transition is conditional on the state it leaves, so the nodes of a cluster may all
 //! try and exactly one succeeds. The SQL is shared with the PostgreSQL store.
 
-use super::{
-    KeyRef, MinedAt, RoundState, Store, StoreError, corrupt, now, parse_hash, parse_market,
-};
+use super::{KeyRef, MinedAt, Stage, Store, StoreError, corrupt, now, parse_hash, parse_market};
 use alloy_primitives::{Address, B256, U256};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
@@ -23,7 +21,7 @@ pub(crate) const ARCHIVE_SQL: &str = "INSERT INTO round_attempts (market, market
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PastAttempt {
     pub attempt: u32,
-    pub state: RoundState,
+    pub state: Stage,
     pub reason: Option<String>,
     pub request_tx: Option<B256>,
     pub request_block: Option<u64>,
@@ -60,7 +58,7 @@ impl Store {
         market_id: U256,
         workflow: &str,
         request: Option<(B256, u64)>,
-        from: RoundState,
+        from: Stage,
     ) -> Result<bool, StoreError> {
         self.in_tx(|tx| renew_in(tx, market, market_id, workflow, request, from))
     }
@@ -277,7 +275,7 @@ impl PastRow {
     pub(crate) fn parse(self) -> Result<PastAttempt, StoreError> {
         Ok(PastAttempt {
             attempt: self.attempt as u32,
-            state: RoundState::from_str(&self.state)?,
+            state: Stage::from_str(&self.state)?,
             reason: self.reason,
             request_tx: parse_hash(self.request_tx, "request_tx")?,
             request_block: self.request_block.map(|b| b as u64),
@@ -299,7 +297,7 @@ pub(crate) fn renew_in(
     market_id: U256,
     workflow: &str,
     request: Option<(B256, u64)>,
-    from: RoundState,
+    from: Stage,
 ) -> Result<bool, StoreError> {
     let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
     let current: Option<String> = tx

@@ -8,6 +8,8 @@
 mod done;
 pub mod pg;
 mod round_store;
+mod stage;
+pub use stage::Stage;
 mod txs;
 pub(crate) use done::{
     ARCHIVE_SQL, PAST_SQL, PastRow, WATCHED_SQL, WatchedRow, renew_in, reopen_submission_in,
@@ -23,104 +25,12 @@ use serde::Serialize;
 use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Where a round is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RoundState {
-    Requested,
-    Discovered,
-    Answered,
-    Challenged,
-    Evaluated,
-    /// A nonce is reserved for the round's transaction (see [`txs`]): its attempts may or
-    /// may not have been broadcast or mined; it is not yet `confirmations` deep.
-    Submitted,
-    /// Our transaction resolved the market and is `confirmations` deep; the finality
-    /// watch follows it until its block is final (a reorg before then reopens the round
-    /// at `submitted`).
-    Confirmed,
-    /// Our transaction's block is final (the chain's `finalized` block, or
-    /// `finality_depth` deep): nothing more happens.
-    Finalized,
-    Failed,
-    /// Nothing to do: the market was already resolved by someone else.
-    Skipped,
-}
-
-impl RoundState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RoundState::Requested => "requested",
-            RoundState::Discovered => "discovered",
-            RoundState::Answered => "answered",
-            RoundState::Challenged => "challenged",
-            RoundState::Evaluated => "evaluated",
-            RoundState::Submitted => "submitted",
-            RoundState::Confirmed => "confirmed",
-            RoundState::Finalized => "finalized",
-            RoundState::Failed => "failed",
-            RoundState::Skipped => "skipped",
-        }
-    }
-
-    /// States where the round's drive is over: nothing more happens unless a new request
-    /// reopens the round, or (for `confirmed`) the finality watch sees its transaction
-    /// reorged away.
-    pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            RoundState::Confirmed
-                | RoundState::Finalized
-                | RoundState::Failed
-                | RoundState::Skipped
-        )
-    }
-
-    /// Our transaction resolved the market and is deep enough: `confirmed`, or
-    /// `finalized` once its block is final.
-    pub fn is_confirmed(self) -> bool {
-        matches!(self, RoundState::Confirmed | RoundState::Finalized)
-    }
-
-    /// Done states where the market was (or was found) resolved: a new request is served
-    /// only when the chain says the market is unresolved.
-    pub fn is_resolved(self) -> bool {
-        matches!(
-            self,
-            RoundState::Confirmed | RoundState::Finalized | RoundState::Skipped
-        )
-    }
-
-    pub const ALL: [RoundState; 10] = [
-        RoundState::Requested,
-        RoundState::Discovered,
-        RoundState::Answered,
-        RoundState::Challenged,
-        RoundState::Evaluated,
-        RoundState::Submitted,
-        RoundState::Confirmed,
-        RoundState::Finalized,
-        RoundState::Failed,
-        RoundState::Skipped,
-    ];
-}
-
-impl FromStr for RoundState {
-    type Err = StoreError;
-    fn from_str(s: &str) -> Result<Self, StoreError> {
-        RoundState::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown round state {s:?}")))
-    }
-}
-
 /// A round as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoundRecord {
     pub market: Address,
     pub market_id: U256,
-    pub state: RoundState,
+    pub state: Stage,
     /// 1 for the first round of a market; a new request after a failure adds one.
     pub attempt: u32,
     pub workflow: String,
@@ -153,7 +63,7 @@ pub struct Lease {
 pub struct RoundSummary {
     pub market: Address,
     pub market_id: U256,
-    pub state: RoundState,
+    pub state: Stage,
     pub attempt: u32,
     pub workflow: String,
     pub request_tx: Option<B256>,
@@ -207,7 +117,7 @@ pub enum RequestDecision {
     /// The market already has a round in progress or finished: nothing to do, unless
     /// the round is done (`confirmed`, `finalized`, `skipped`) and the chain says the
     /// market is unresolved (see [`RoundStore::renew_round`]).
-    AlreadyHandled(RoundState),
+    AlreadyHandled(Stage),
 }
 
 impl RequestDecision {

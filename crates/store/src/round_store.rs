@@ -5,7 +5,7 @@
 
 use super::{
     AttemptRecord, KeyRef, Lease, LogRef, MinedAt, NonceRecord, NonceState, PastAttempt,
-    RequestDecision, RoundRecord, RoundState, RoundSummary, Store, StoreError, TxPayload, Watched,
+    RequestDecision, RoundRecord, RoundSummary, Stage, Store, StoreError, TxPayload, Watched,
 };
 use alloy_primitives::{Address, B256, U256};
 use std::sync::Arc;
@@ -68,7 +68,7 @@ pub trait RoundStore: Send + Sync + 'static {
         &self,
         market: Address,
         market_id: U256,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError>;
     async fn save_progress(
@@ -76,7 +76,7 @@ pub trait RoundStore: Send + Sync + 'static {
         market: Address,
         market_id: U256,
         attempt: u32,
-        state: RoundState,
+        state: Stage,
         progress: &serde_json::Value,
     ) -> Result<(), StoreError>;
     async fn progress(
@@ -104,7 +104,7 @@ pub trait RoundStore: Send + Sync + 'static {
         market: Address,
         market_id: U256,
         outcome: &serde_json::Value,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError>;
     async fn get(
@@ -118,7 +118,7 @@ pub trait RoundStore: Send + Sync + 'static {
         before: Option<i64>,
     ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError>;
     async fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError>;
-    async fn count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError>;
+    async fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError>;
     async fn probe_write(&self) -> Result<(), StoreError>;
     async fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError>;
     async fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError>;
@@ -205,7 +205,7 @@ pub trait RoundStore: Send + Sync + 'static {
         market_id: U256,
         workflow: &str,
         request: Option<(B256, u64)>,
-        from: RoundState,
+        from: Stage,
     ) -> Result<bool, StoreError>;
     /// Reopens a `confirmed` round whose transaction left the canonical chain at the
     /// submission stage (its mined nonce pending again, its attempts to be re-sent).
@@ -362,7 +362,7 @@ impl RoundStore for SqliteStore {
         &self,
         market: Address,
         market_id: U256,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         let r = reason.map(str::to_string);
@@ -378,7 +378,7 @@ impl RoundStore for SqliteStore {
         market: Address,
         market_id: U256,
         attempt: u32,
-        state: RoundState,
+        state: Stage,
         progress: &serde_json::Value,
     ) -> Result<(), StoreError> {
         let p = progress.clone();
@@ -415,7 +415,7 @@ impl RoundStore for SqliteStore {
         market: Address,
         market_id: U256,
         outcome: &serde_json::Value,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         let (o, r) = (outcome.to_string(), reason.map(str::to_string));
@@ -444,7 +444,7 @@ impl RoundStore for SqliteStore {
     async fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
         blocking!(self, |s| s.unfinished())
     }
-    async fn count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
+    async fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {
         blocking!(self, |s| s.count_by_state())
     }
     async fn probe_write(&self) -> Result<(), StoreError> {
@@ -550,7 +550,7 @@ impl RoundStore for SqliteStore {
         market_id: U256,
         workflow: &str,
         request: Option<(B256, u64)>,
-        from: RoundState,
+        from: Stage,
     ) -> Result<bool, StoreError> {
         let w = workflow.to_string();
         blocking!(self, |s| s

@@ -51,7 +51,7 @@ impl SummaryRow {
     /// the round is unfinished.
     pub(crate) fn parse(self) -> Result<RoundSummary, StoreError> {
         let (market, market_id) = parse_market(&self.market, &self.market_id)?;
-        let state = RoundState::from_str(&self.state)?;
+        let state = Stage::from_str(&self.state)?;
         let open = !state.is_final();
         Ok(RoundSummary {
             market,
@@ -97,7 +97,7 @@ impl RoundRow {
         Ok(RoundRecord {
             market,
             market_id,
-            state: RoundState::from_str(&self.state)?,
+            state: Stage::from_str(&self.state)?,
             attempt: self.attempt as u32,
             workflow: self.workflow,
             request_tx: parse_hash(self.request_tx, "request_tx")?,

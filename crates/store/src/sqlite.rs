@@ -291,7 +291,7 @@ impl Store {
         &self,
         market: Address,
         market_id: U256,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         let n = self.conn().prepare_cached("UPDATE rounds SET state = ?3, reason = ?4, updated_at = ?5 WHERE market = ?1 AND market_id = ?2")?.execute(params![market.to_string(), market_id.to_string(), state.as_str(), reason, now() as i64],
@@ -306,7 +306,7 @@ impl Store {
         market: Address,
         market_id: U256,
         attempt: u32,
-        state: RoundState,
+        state: Stage,
         progress: &serde_json::Value,
     ) -> Result<(), StoreError> {
         let mut conn = self.conn();
@@ -380,7 +380,7 @@ impl Store {
         market: Address,
         market_id: U256,
         outcome: &str,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         let n = self.conn().prepare_cached("UPDATE rounds SET outcome = ?3, state = ?4, reason = ?5, updated_at = ?6 WHERE market = ?1 AND market_id = ?2")?.execute(params![market.to_string(), market_id.to_string(), outcome, state.as_str(), reason, now() as i64],
@@ -464,13 +464,13 @@ impl Store {
     }
 
     /// Number of rounds per state.
-    pub fn count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
+    pub fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached("SELECT state, COUNT(*) FROM rounds GROUP BY state")?;
         let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
         rows.map(|r| {
             let (s, n) = r?;
-            Ok((RoundState::from_str(&s)?, n as u64))
+            Ok((Stage::from_str(&s)?, n as u64))
         })
         .collect()
     }
@@ -584,11 +584,11 @@ pub(crate) fn upsert_round(
             Ok(RequestDecision::Reopened)
         }
         Some((state, _)) => {
-            let state = RoundState::from_str(&state)?;
+            let state = Stage::from_str(&state)?;
             if !(unresolved_on_chain && state.is_resolved()) {
                 return Ok(RequestDecision::AlreadyHandled(state));
             }
-            if state == RoundState::Confirmed {
+            if state == Stage::Confirmed {
                 reopen_submission_in(tx, market, market_id, RESUBMIT_REASON, None)?;
                 return Ok(RequestDecision::Resubmit);
             }

@@ -35,9 +35,9 @@ fn one_round_per_market_and_log_dedupe() {
     );
     assert_eq!(
         s.record_request(m, id, "wf", &log(2)).unwrap(),
-        RequestDecision::AlreadyHandled(RoundState::Requested)
+        RequestDecision::AlreadyHandled(Stage::Requested)
     );
-    s.set_state(m, id, RoundState::Failed, Some("quorum not met"))
+    s.set_state(m, id, Stage::Failed, Some("quorum not met"))
         .unwrap();
     assert_eq!(
         s.record_request(m, id, "wf", &log(3)).unwrap(),
@@ -46,20 +46,17 @@ fn one_round_per_market_and_log_dedupe() {
     let r = s.get(m, id).unwrap().unwrap();
     assert_eq!(
         (r.state, r.attempt, r.reason.clone()),
-        (RoundState::Requested, 2, None)
+        (Stage::Requested, 2, None)
     );
     assert_eq!(r.request_tx, Some(B256::repeat_byte(3)));
     assert_eq!(s.unfinished().unwrap().len(), 1);
-    s.set_state(m, id, RoundState::Confirmed, None).unwrap();
+    s.set_state(m, id, Stage::Confirmed, None).unwrap();
     assert!(s.unfinished().unwrap().is_empty());
     assert_eq!(
         s.manual_request(m, id, "wf").unwrap(),
-        RequestDecision::AlreadyHandled(RoundState::Confirmed)
+        RequestDecision::AlreadyHandled(Stage::Confirmed)
     );
-    assert_eq!(
-        s.count_by_state().unwrap(),
-        vec![(RoundState::Confirmed, 1)]
-    );
+    assert_eq!(s.count_by_state().unwrap(), vec![(Stage::Confirmed, 1)]);
 }
 
 #[test]
@@ -151,7 +148,7 @@ fn only_the_writes_before_an_effect_are_synced() {
         gas_limit: 1,
     };
     s.claim(m, U256::from(1), "n").unwrap();
-    s.set_state(m, U256::from(1), RoundState::Evaluated, None)
+    s.set_state(m, U256::from(1), Stage::Evaluated, None)
         .unwrap();
     s.set_checkpoint("c", 1, B256::ZERO).unwrap();
     let nonce = s.reserve_nonce(key, 0, &payload).unwrap();

@@ -578,7 +578,7 @@ mod tests {
                 .unwrap()
                 .unwrap()
                 .state,
-            super::super::RoundState::Submitted
+            super::super::Stage::Submitted
         );
         let pending = s.pending_nonces(key).unwrap();
         assert_eq!(

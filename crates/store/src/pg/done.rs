@@ -6,8 +6,8 @@
 use super::{PgStore, col, pg_err, pg_sql};
 use crate::done::sql;
 use crate::{
-    ARCHIVE_SQL, LogRef, PAST_SQL, PastAttempt, PastRow, RoundState, StoreError, WATCHED_SQL,
-    Watched, WatchedRow, now,
+    ARCHIVE_SQL, LogRef, PAST_SQL, PastAttempt, PastRow, Stage, StoreError, WATCHED_SQL, Watched,
+    WatchedRow, now,
 };
 use alloy_primitives::{Address, B256, U256};
 use deadpool_postgres::Transaction;
@@ -36,7 +36,7 @@ pub(super) async fn renew_in(
     market_id: U256,
     workflow: &str,
     request: Option<(B256, u64)>,
-    from: RoundState,
+    from: Stage,
 ) -> Result<bool, StoreError> {
     let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
     let state: Option<String> = tx
@@ -150,7 +150,7 @@ impl PgStore {
         market_id: U256,
         workflow: &str,
         request: Option<(B256, u64)>,
-        from: RoundState,
+        from: Stage,
     ) -> Result<bool, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;

@@ -21,8 +21,8 @@ use super::txs::{
 };
 use super::{
     AttemptRecord, DONE_SQL, KeyRef, Lease, LogRef, MinedAt, NonceRecord, NonceState, PastAttempt,
-    RequestDecision, RoundRecord, RoundRow, RoundState, RoundStore, RoundSummary, SELECT,
-    StoreError, SummaryRow, TxPayload, Watched, corrupt, now, parse_market,
+    RequestDecision, RoundRecord, RoundRow, RoundStore, RoundSummary, SELECT, Stage, StoreError,
+    SummaryRow, TxPayload, Watched, corrupt, now, parse_market,
 };
 use alloy_primitives::{Address, B256, U256};
 use deadpool_postgres::Transaction;
@@ -346,7 +346,7 @@ impl PgStore {
                 Ok(if n == 1 {
                     RequestDecision::New
                 } else {
-                    RequestDecision::AlreadyHandled(RoundState::Requested)
+                    RequestDecision::AlreadyHandled(Stage::Requested)
                 })
             }
             Some(row) => {
@@ -364,11 +364,11 @@ impl PgStore {
                     .map_err(pg_err)?;
                     Ok(RequestDecision::Reopened)
                 } else {
-                    let state = RoundState::from_str(&state)?;
+                    let state = Stage::from_str(&state)?;
                     if !(unresolved_on_chain && state.is_resolved()) {
                         return Ok(RequestDecision::AlreadyHandled(state));
                     }
-                    if state == RoundState::Confirmed {
+                    if state == Stage::Confirmed {
                         reopen_submission_in(tx, market, market_id, super::RESUBMIT_REASON, None)
                             .await?;
                         return Ok(RequestDecision::Resubmit);
@@ -487,7 +487,7 @@ impl RoundStore for PgStore {
         &self,
         market: Address,
         market_id: U256,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         self.rounds_set_state(market, market_id, state, reason)
@@ -499,7 +499,7 @@ impl RoundStore for PgStore {
         market: Address,
         market_id: U256,
         attempt: u32,
-        state: RoundState,
+        state: Stage,
         progress: &serde_json::Value,
     ) -> Result<(), StoreError> {
         self.rounds_save_progress(market, market_id, attempt, state, progress)
@@ -539,7 +539,7 @@ impl RoundStore for PgStore {
         market: Address,
         market_id: U256,
         outcome: &serde_json::Value,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         self.rounds_set_outcome_and_state(market, market_id, outcome, state, reason)
@@ -566,7 +566,7 @@ impl RoundStore for PgStore {
         self.rounds_unfinished().await
     }
 
-    async fn count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
+    async fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {
         self.rounds_count_by_state().await
     }
 
@@ -685,7 +685,7 @@ impl RoundStore for PgStore {
         market_id: U256,
         workflow: &str,
         request: Option<(B256, u64)>,
-        from: RoundState,
+        from: Stage,
     ) -> Result<bool, StoreError> {
         self.done_renew(market, market_id, workflow, request, from)
             .await

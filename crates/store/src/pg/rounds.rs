@@ -51,7 +51,7 @@ impl PgStore {
             .map_err(pg_err)?;
         match (col::<i64>(&fast, 0)?, col::<i64>(&fast, 1)?) {
             (1, 1) => return Ok(RequestDecision::New),
-            (1, _) => return Ok(RequestDecision::AlreadyHandled(RoundState::Requested)),
+            (1, _) => return Ok(RequestDecision::AlreadyHandled(Stage::Requested)),
             _ => {}
         }
         let tx = client.transaction().await.map_err(pg_err)?;
@@ -100,7 +100,7 @@ impl PgStore {
         &self,
         market: Address,
         market_id: U256,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         self.fenced_execute(
@@ -123,7 +123,7 @@ impl PgStore {
         market: Address,
         market_id: U256,
         attempt: u32,
-        state: RoundState,
+        state: Stage,
         progress: &serde_json::Value,
     ) -> Result<(), StoreError> {
         let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
@@ -217,7 +217,7 @@ impl PgStore {
         market: Address,
         market_id: U256,
         outcome: &serde_json::Value,
-        state: RoundState,
+        state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         self.fenced_execute(
@@ -318,7 +318,7 @@ impl PgStore {
         rows.iter().map(read_round).collect()
     }
 
-    pub(super) async fn rounds_count_by_state(&self) -> Result<Vec<(RoundState, u64)>, StoreError> {
+    pub(super) async fn rounds_count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -333,7 +333,7 @@ impl PgStore {
         rows.iter()
             .map(|r| {
                 let s: String = col(r, 0)?;
-                Ok((RoundState::from_str(&s)?, col::<i64>(r, 1)? as u64))
+                Ok((Stage::from_str(&s)?, col::<i64>(r, 1)? as u64))
             })
             .collect()
     }
