@@ -194,7 +194,9 @@ pub async fn rounds_show(
                 "round": cresolver_pipeline::transcript::RoundInfo::from(&rec)
             }),
         };
-        doc["transactions"] = cresolver_pipeline::transcript::transactions_json(&txs);
+        doc["transactions"] = serde_json::to_value(
+            cresolver_pipeline::transcript::TransactionRecord::of_history(&txs),
+        )?;
         if !past.is_empty() {
             doc["previous_attempts"] = serde_json::to_value(&past)?;
         }

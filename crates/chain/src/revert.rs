@@ -114,6 +114,8 @@ fn variant_name(debug: &str) -> String {
         .to_string()
 }
 
+impl std::error::Error for RevertReason {}
+
 impl fmt::Display for RevertReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use ICREsolverMarketErrors as M;

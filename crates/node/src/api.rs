@@ -220,7 +220,10 @@ async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Respon
     match round {
         Ok(Some((round, txs, past))) => {
             let mut v = serde_json::to_value(&round).unwrap_or_default();
-            v["transactions"] = cresolver_pipeline::transcript::transactions_json(&txs);
+            v["transactions"] = serde_json::to_value(
+                cresolver_pipeline::transcript::TransactionRecord::of_history(&txs),
+            )
+            .unwrap_or_default();
             if !past.is_empty() {
                 v["previous_attempts"] = serde_json::to_value(&past).unwrap_or_default();
             }

@@ -9,9 +9,9 @@
 
 pub mod api;
 mod don;
-mod drive;
 pub mod finality;
 pub mod http;
+mod round;
 mod run;
 mod setup;
 pub mod status;
@@ -25,19 +25,17 @@ use alloy::providers::{DynProvider, Provider};
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_chain::discovery::DiscoveryConfig;
 use cresolver_chain::heads::{HeadFeed, PushConfig};
-use cresolver_chain::reader::{ReadError, read_market, resolved_at_head};
 use cresolver_chain::watcher::{Trigger, Watcher};
 use cresolver_metrics::Metrics;
 use cresolver_pipeline::config::{NodeConfig, default_confirmations, is_dev_chain};
-use cresolver_pipeline::live::{LiveContext, LiveError, collect_input};
-use cresolver_pipeline::round::{Engine, RoundError, RoundProgress, RoundStage};
+use cresolver_pipeline::round::Engine;
 use cresolver_pipeline::store_sink::StoreSink;
 use cresolver_pipeline::workflow::Workflow;
-use cresolver_store::TxPayload;
 use cresolver_store::{RoundStore, SqliteStore, Stage, Store};
 use cresolver_submit::txm::fees::FeePolicy;
-use cresolver_submit::txm::{TxError, TxManager, TxOutcome, TxmConfig};
-use cresolver_submit::{Confirmed, SubmitError, Submitter};
+use cresolver_submit::txm::{TxManager, TxmConfig};
+use cresolver_submit::{SubmitError, Submitter};
+use round::{StepError, StepKind};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::future::Future;
@@ -45,11 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc};
 
-use cresolver_pipeline::transcript::TRANSCRIPT_VERSION;
-use cresolver_pipeline::transcript::{
-    ConfirmationRecord, ConfirmationStatus, DonMemberRecord, DonRecord, RequestRecord,
-    SubmissionRecord, Transcript,
-};
+use cresolver_pipeline::transcript::{DonMemberRecord, DonRecord, Transcript};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -382,55 +376,33 @@ impl Node {
         }
         self.metrics
             .observe_stage("round", started.elapsed().as_secs_f64());
-        match result {
-            Ok(()) => {}
-            Err(Step::Transient(reason)) => {
-                // the store may be what is failing: the retry is scheduled regardless
-                let stage = match self.store.get(market, market_id).await {
-                    Ok(r) => r.map_or("requested", |r| r.state.as_str()),
-                    Err(_) => "unknown",
-                };
-                self.metrics.round_stopped(stage, "retry");
-                tracing::warn!(market_id = %market_id, stage, %reason, "round paused on a transient error; will retry");
-                self.schedule_retry(market, market_id);
+        let from = match result {
+            Ok(Some(driven)) => driven.from,
+            Ok(None) => {
+                tracing::debug!(market_id = %market_id, "round held by another node (or final): not run here");
                 return self.report(market, market_id).await;
             }
-            Err(Step::Store(e)) => {
-                // (a full disk, a database locked by another process for longer than
-                // the busy timeout): the round is retried like a transient error, or it
-                // would wait for the next restart
-                self.metrics.round_stopped("unknown", "retry");
-                tracing::error!(market_id = %market_id, error = %e, "the round's store failed; will retry");
-                self.schedule_retry(market, market_id);
-                return Err(NodeError::Store(e));
-            }
-            Err(Step::LeaseLost) => {
+            Err((_, e)) if e.kind() == StepKind::LeaseLost => {
                 self.metrics.lease_event("lost");
                 tracing::warn!(market_id = %market_id, node = self.store.node_id(), "lease lost: another node drives this round now; this node stopped it and wrote nothing more");
                 return self.report(market, market_id).await;
             }
-            Err(Step::NotHeld) => {
-                tracing::debug!(market_id = %market_id, "round held by another node (or final): not run here");
+            Err((stage, e)) => {
+                // the store may be what is failing: the retry is scheduled regardless
+                self.metrics.round_stopped(stage.as_str(), "retry");
+                tracing::warn!(market_id = %market_id, stage = stage.as_str(), reason = %e.reason(), "round paused; will retry");
+                self.schedule_retry(market, market_id);
                 return self.report(market, market_id).await;
             }
-        }
+        };
         let r = self.report(market, market_id).await?;
         if matches!(r.state, Stage::Failed | Stage::Skipped) {
-            let stage = r.transcript.as_ref().map_or("before evaluation", |t| {
-                if t.get("confirmation").is_some() {
-                    "submitted"
-                } else if t.get("outcome").is_some() {
-                    "evaluated"
-                } else {
-                    "discovered"
-                }
-            });
-            self.metrics.round_stopped(stage, r.state.as_str());
+            self.metrics.round_stopped(from.as_str(), r.state.as_str());
             let reason = r.reason.as_deref().unwrap_or("");
             if r.state == Stage::Failed {
-                tracing::error!(market_id = %market_id, stage, reason, "round failed");
+                tracing::error!(market_id = %market_id, stage = from.as_str(), reason, "round failed");
             } else {
-                tracing::warn!(market_id = %market_id, stage, reason, "round skipped");
+                tracing::warn!(market_id = %market_id, stage = from.as_str(), reason, "round skipped");
             }
         }
         if r.state.is_final() {
@@ -446,15 +418,21 @@ impl Node {
     /// Claims the round, drives it while a renewal task keeps the lease, and releases it.
     /// The drive stops at once when the lease is lost (a renewal refused, or not renewed
     /// within the lease: the node then cannot know it still holds it).
-    async fn drive_leased(&self, market: Address, market_id: U256, how: Claim) -> Result<(), Step> {
+    async fn drive_leased(
+        &self,
+        market: Address,
+        market_id: U256,
+        how: Claim,
+    ) -> Result<Option<round::Driven>, (Stage, StepError)> {
         let claimed_at = Instant::now();
-        let lease = match self
+        let claimed = self
             .store
             .claim(market, market_id, how == Claim::Direct)
-            .await?
-        {
-            Some(l) => l,
-            None => return Err(Step::NotHeld),
+            .await;
+        let lease = match claimed {
+            Ok(Some(l)) => l,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err((Stage::Requested, e.into())),
         };
         if self.store.shared() {
             self.metrics.lease_event("claimed");
@@ -478,13 +456,15 @@ impl Node {
             )))
         });
         let result = tokio::select! {
-            r = self.drive(market, market_id, &halt) => r,
-            _ = halt.token.cancelled() => Err(halt.step()),
+            r = self.drive(market, market_id, &halt) => r.map(Some),
+            _ = halt.token.cancelled() => Err((Stage::Requested, halt.step())),
         };
         drop(renewal);
         let retry_after = match &result {
             // the wait of the retry about to be scheduled
-            Err(Step::Transient(_)) => Some(self.backoff(self.retries_of(market, market_id) + 1)),
+            Err((_, e)) if e.kind() == StepKind::Retry => {
+                Some(self.backoff(self.retries_of(market, market_id) + 1))
+            }
             _ => None,
         };
         // Released whatever the outcome: after a lost lease the conditional update
@@ -595,44 +575,8 @@ impl Node {
     }
 }
 
-/// A transaction manager error as a round step.
-fn tx_step(e: TxError) -> Step {
-    match e {
-        TxError::Store(e) => Step::from(e),
-        e => Step::Transient(e.to_string()),
-    }
-}
-
 /// The store key of the node's Chorus `orchestrator_id` when none is configured.
 pub const CHORUS_ORCHESTRATOR_KEY: &str = "chorus.orchestrator_id";
-
-/// How many times a round signs again with a fresh nonce when its nonce was used by
-/// another transaction of the key, before it fails.
-const MAX_FRESH_NONCES: u32 = 3;
-
-enum Step {
-    /// Worth retrying later; the round stays unfinished.
-    Transient(String),
-    Store(cresolver_store::StoreError),
-    /// Another node took the round over: stop, write nothing more.
-    LeaseLost,
-    /// The round could not be claimed: another node holds it, or it is final.
-    NotHeld,
-}
-
-impl From<cresolver_store::StoreError> for Step {
-    fn from(e: cresolver_store::StoreError) -> Self {
-        match e {
-            e if e.is_lease_lost() => Step::LeaseLost,
-            // a shared database that is restarting or unreachable: the round pauses
-            // and is retried (by this node, or by another once the lease expires)
-            cresolver_store::StoreError::Postgres(m) => {
-                Step::Transient(format!("the shared store: {m}"))
-            }
-            e => Step::Store(e),
-        }
-    }
-}
 
 /// Stops a round's drive from outside it: the lease was lost (the token alone), or a
 /// stage could not be persisted (a pause with its reason: the round is retried).
@@ -649,10 +593,10 @@ impl Halt {
     }
 
     /// What the stop means for the round.
-    fn step(&self) -> Step {
+    fn step(&self) -> StepError {
         match self.pause.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some(why) => Step::Transient(why),
-            None => Step::LeaseLost,
+            Some(why) => StepError::retry(why),
+            None => StepError::lease_lost(),
         }
     }
 }

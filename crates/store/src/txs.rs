@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS tx_attempts (
 ";
 
 /// Where a reserved nonce is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NonceState {
     /// Reserved for a payload; attempts may or may not exist yet.

@@ -11,6 +11,7 @@
 //! mined receipt: confirmation is the `MarketResolved` event (and, in report mode,
 //! `ReportProcessed.result`), not the receipt status alone.
 
+pub mod forwarder;
 pub mod txm;
 
 use alloy::network::TransactionBuilder;

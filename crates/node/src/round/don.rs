@@ -1,0 +1,246 @@
+//! The `agree` and `transmit` steps of a DON member's round. After its own round the
+//! member turns the outcome (or its missed quorum) into its signed observation and
+//! agrees on one report with the other members (`cresolver_don`); the agreement goes
+//! into the transcript. It then delivers the report through the KeystoneForwarder: the
+//! leader at once, every other member after its rank's delay while the forwarder says
+//! nobody succeeded (`cresolver_submit::forwarder`). A member whose own transmission
+//! was mined after another member's delivery (and reverted) ends the round confirmed,
+//! delivered by that member.
+
+use super::{Ending, Next, Round, StepError};
+use crate::Node;
+use crate::don::{don_record, observe, observe_failed};
+use alloy::primitives::{Address, Bytes};
+use cresolver_core::Reputation;
+use cresolver_core::don::{Aggregate, execution_id};
+use cresolver_core::report::{ExecutionHeader, build_raw_report};
+use cresolver_don::{Agreed, Job};
+use cresolver_pipeline::transcript::{ConfirmationRecord, ConfirmationStatus, SubmissionRecord};
+use cresolver_store::Stage;
+use cresolver_submit::forwarder::{Delivery, TransmissionState, TransmitError, Transmitted};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A transmission error as a step: fatal ones fail the round, the others are retried.
+fn transmit_step(e: TransmitError) -> StepError {
+    if e.is_fatal() {
+        StepError::fail_with(e)
+    } else {
+        StepError::retry_with(e)
+    }
+}
+
+impl Node {
+    /// Agrees on the round's report with the other members.
+    pub(super) async fn agree(
+        &self,
+        round: &mut Round<'_>,
+        reputations: Vec<Reputation>,
+    ) -> Result<Next, StepError> {
+        let Some(don) = &self.don else {
+            return Err(StepError::fail("the round agrees without a DON membership"));
+        };
+        let (market, market_id) = (round.market(), round.market_id);
+        let Some(request_tx) = round.rec.request_tx else {
+            return Err(StepError::fail(
+                "a DON agrees on on-chain requests only: this round has no ResolutionRequested log (POST /resolve is not agreed by a DON); request the resolution on the market",
+            ));
+        };
+        let Some(transcript) = &round.transcript else {
+            return Err(StepError::fail("the round agrees before it was discovered"));
+        };
+        let dc = don.config().clone();
+        let exec = execution_id(self.chain_id, market, market_id, request_tx);
+        let binding = (dc.don_id, dc.config_version, exec, market, market_id);
+        let own = match (&transcript.outcome, &transcript.resolve) {
+            (Some(outcome), _) => observe(outcome, binding, don.address()),
+            (None, Some(stage)) => observe_failed(stage, binding, don.address()),
+            (None, None) => return Ok(Next::End(Ending::Untouched)),
+        };
+        let (tie, quorum) = (round.p.workflow.tally.tie, round.p.workflow.quorum.rule);
+        let metadata = round.p.submitter.metadata().clone();
+        let build = move |agg: &Aggregate| -> Result<Bytes, String> {
+            let n = agg.workers.len();
+            let answered = agg.workers.iter().filter(|w| w.answer.is_some()).count();
+            if !quorum.is_met(answered, n) {
+                return Err(format!(
+                    "the DON's aggregate has {answered} answered worker(s) of {n}: quorum {quorum} is not met"
+                ));
+            }
+            let t = cresolver_core::tally(market_id, &agg.tally_workers(&reputations), tie)
+                .map_err(|e| e.to_string())?;
+            let header = ExecutionHeader {
+                version: 1,
+                workflow_execution_id: exec,
+                timestamp: agg.timestamp,
+                don_id: dc.don_id,
+                don_config_version: dc.config_version,
+            };
+            Ok(build_raw_report(&header, &metadata, &t.report()))
+        };
+        let job = Job {
+            execution_id: exec,
+            market,
+            market_id,
+            observation: own,
+            workers: transcript
+                .market
+                .workers
+                .iter()
+                .map(|w| w.address)
+                .collect(),
+            build: Arc::new(build),
+        };
+        let started = Instant::now();
+        let agreed = don.agree(job).await.map_err(StepError::retry_with)?;
+        self.metrics
+            .observe_stage("don_agreement", started.elapsed().as_secs_f64());
+        let own = don.own_observation(&exec).ok().flatten();
+        if let (Some(own), Some(t)) = (own, round.transcript.as_mut()) {
+            t.don = Some(don_record(don, &own.observation, &agreed));
+        }
+        self.save_transcript(round).await?;
+        Ok(Next::Transmit(Box::new(agreed)))
+    }
+
+    /// Delivers an agreed report unless the forwarder says someone did.
+    pub(super) async fn transmit(
+        &self,
+        round: &mut Round<'_>,
+        agreed: &Agreed,
+    ) -> Result<Next, StepError> {
+        let (Some(don), Some(txm)) = (&self.don, &self.txm) else {
+            return Err(StepError::retry("no DON membership or transaction manager"));
+        };
+        let Some(snapshot) = round.transcript.as_ref().map(|t| t.market.clone()) else {
+            return Err(StepError::fail(
+                "the round transmits before it was discovered",
+            ));
+        };
+        let market_id = round.market_id;
+        let rank = don.transmit_rank(agreed);
+        let wait = Duration::from_millis(don.config().transmit_delay_ms).saturating_mul(rank);
+        if rank > 0 {
+            tracing::info!(market_id = %market_id, rank, wait_ms = wait.as_millis() as u64, "agreed: another member transmits first; this one transmits only if the forwarder has not seen the report by then");
+        }
+        // the agreed f+1 signatures first, then any other signature held
+        let signatures = || {
+            let mut pool: Vec<(Address, Bytes)> = agreed
+                .signers
+                .iter()
+                .copied()
+                .zip(agreed.signatures.iter().cloned())
+                .collect();
+            for (a, sig) in don.signatures(&agreed.execution_id, &agreed.digest) {
+                if !pool.iter().any(|(b, _)| *b == a) {
+                    pool.push((a, sig));
+                }
+            }
+            pool
+        };
+        let delivery = Delivery {
+            execution_id: agreed.execution_id,
+            raw: agreed.report.clone(),
+            context: agreed.context.clone(),
+            need: usize::from(don.config().f) + 1,
+            turn: Instant::now() + wait,
+            signatures: &signatures,
+        };
+        let transmitted = round
+            .p
+            .submitter
+            .transmit(&snapshot, market_id, &delivery, &self.metrics)
+            .await;
+        match transmitted {
+            Ok(Transmitted::Delivered(by)) => {
+                tracing::info!(market_id = %market_id, transmitter = %by, "the forwarder delivered the DON's report");
+                let detail = format!("delivered through the forwarder by member {by}");
+                // (a call of ours in the transcript is one this member signed)
+                Ok(self.delivered(round, by, txm.key().signer, detail))
+            }
+            Ok(Transmitted::ResolvedElsewhere) => Ok(Ending::skipped(
+                "the market was resolved on chain by another report or resolver",
+            )),
+            Ok(Transmitted::Send(prepared)) => {
+                if let Some(t) = round.transcript.as_mut() {
+                    if let Some(d) = t.don.as_mut() {
+                        d.transmitter = Some(don.address());
+                    }
+                    t.submission = Some(SubmissionRecord::from(&*prepared));
+                }
+                self.save_transcript(round).await?;
+                tracing::info!(market_id = %market_id, rank, "transmitting the DON's report");
+                self.metrics.don_event("transmission", "sent");
+                self.send(round, txm, &prepared, None).await
+            }
+            Err(e) => {
+                if matches!(e, TransmitError::InvalidReceiver(_)) {
+                    self.metrics.don_event("transmission", "invalid_receiver");
+                }
+                Err(transmit_step(e))
+            }
+        }
+    }
+
+    /// Ends a member's round as delivered through the forwarder by member `by` (its
+    /// transmission state is SUCCEEDED): the transcript names `by` as the transmitter,
+    /// and its call, if any, was signed by `from`.
+    pub(super) fn delivered(
+        &self,
+        round: &mut Round<'_>,
+        by: Address,
+        from: Address,
+        detail: String,
+    ) -> Next {
+        self.metrics.don_event("transmission", "succeeded");
+        if let Some(d) = round.transcript.as_mut().and_then(|t| t.don.as_mut()) {
+            d.transmitter = Some(by);
+        }
+        Next::End(Ending::Confirmed {
+            confirmation: ConfirmationRecord {
+                status: ConfirmationStatus::Confirmed,
+                tx_hash: None,
+                block_number: None,
+                resolution: None,
+                resolver: round
+                    .p
+                    .submitter
+                    .report_route()
+                    .map(|(_, receiver)| receiver),
+                gas_used: None,
+                detail: Some(detail),
+            },
+            from,
+            stage: Stage::Confirmed,
+            reason: None,
+        })
+    }
+
+    /// For a DON member whose own transmission was mined without resolving the market:
+    /// the member that delivered the DON's agreed report instead, when the forwarder
+    /// says the round's report was delivered (two members' transmissions raced, and the
+    /// other landed first). `None` for a node that is not a member, a round without an
+    /// agreement in its transcript, or a report the forwarder has not seen delivered.
+    pub(super) async fn delivered_by_another_member(
+        &self,
+        round: &Round<'_>,
+    ) -> Result<Option<Address>, StepError> {
+        if self.don.is_none() {
+            return Ok(None);
+        }
+        let Some(execution_id) = round
+            .transcript
+            .as_ref()
+            .and_then(|t| t.don.as_ref())
+            .map(|d| d.execution_id)
+        else {
+            return Ok(None);
+        };
+        let t = match round.p.submitter.transmission(execution_id).await {
+            Ok(t) => t,
+            Err(TransmitError::NoRoute) => return Ok(None),
+            Err(e) => return Err(StepError::retry_with(e)),
+        };
+        Ok((t.state == TransmissionState::Succeeded).then_some(t.transmitter))
+    }
+}

@@ -1,0 +1,245 @@
+//! How the node drives one round it holds, as a typed state machine: each step is a
+//! function of the round so far that returns the [`Next`] step, or a [`StepError`] whose
+//! kind says whether the round is retried, fails, or stops because another node holds
+//! it. Every step persists what it changed before its side effect; the transcript is
+//! carried through the steps by value and written, never read back, to decide.
+//!
+//! ```text
+//! resume ─► read ─► discover ─► run ─┬─► submit ───────────────┬─► follow ─► conclude ─► end
+//!                                    └─► agree ─► transmit ────┘
+//! ```
+//!
+//! A restarted round resumes at `follow` (a nonce it reserved), at `conclude` (a
+//! transaction mined before it concluded) or at `read`; the engine skips the worker
+//! stages its stored progress has passed.
+
+mod don;
+mod error;
+mod follow;
+mod read;
+mod resume;
+mod run;
+mod submit;
+
+pub use error::{StepError, StepKind};
+
+use crate::{Halt, Node, Pipeline};
+use alloy::primitives::{Address, U256};
+use alloy::rpc::types::TransactionReceipt;
+use cresolver_core::Reputation;
+use cresolver_don::Agreed;
+use cresolver_pipeline::round::{RoundInput, RoundOutcome};
+use cresolver_pipeline::transcript::{ConfirmationRecord, Transcript};
+use cresolver_store::{RoundRecord, Stage};
+use tracing::Instrument;
+
+/// A span around one step of a round (target `cresolver::step`, fields `step` and
+/// `market_id`): a debug log shows it, and `cargo bench --bench node` takes each step's
+/// time, and when a round concluded, from it.
+pub(crate) fn step(name: &'static str, market_id: U256) -> tracing::Span {
+    tracing::debug_span!(target: "cresolver::step", "step", step = name, market_id = %market_id)
+}
+
+/// The step a round takes next, with what it needs from the step before.
+pub(crate) enum Next {
+    /// Read the market at the request block.
+    Read,
+    /// Find the workers' endpoints of the market read (at `block`, judged at its time).
+    Discover(Box<read::Read>),
+    /// Ask the workers, challenge and evaluate them (the engine).
+    Run(Box<RoundInput>),
+    /// Send the outcome on this node's key.
+    Submit(Box<RoundOutcome>),
+    /// Agree on one report with the other DON members (reputations of the input).
+    Agree(Vec<Reputation>),
+    /// Deliver the agreed report through the forwarder.
+    Transmit(Box<Agreed>),
+    /// Follow the round's reserved nonce until it is mined deep enough.
+    Follow(u64),
+    /// Conclude from the receipt of the round's mined transaction.
+    Conclude(Box<TransactionReceipt>),
+    /// The round ends.
+    End(Ending),
+}
+
+/// How a round ends.
+pub(crate) enum Ending {
+    /// In `stage` (skipped, failed) with its reason; the transcript stays as stored.
+    At { stage: Stage, reason: String },
+    /// With the chain's word on the round's transaction: the transcript gets the
+    /// confirmation and every transaction attempt, written together with `stage`.
+    Confirmed {
+        confirmation: ConfirmationRecord,
+        /// The key that signed the round's call.
+        from: Address,
+        stage: Stage,
+        reason: Option<String>,
+    },
+    /// Nothing to write: the round was final or gone when the drive began.
+    Untouched,
+}
+
+impl Ending {
+    /// Ends skipped for `reason`.
+    pub(crate) fn skipped(reason: impl Into<String>) -> Next {
+        Next::End(Ending::At {
+            stage: Stage::Skipped,
+            reason: reason.into(),
+        })
+    }
+}
+
+/// A round as its drive carries it from step to step.
+pub(crate) struct Round<'a> {
+    pub p: &'a Pipeline,
+    pub market_id: U256,
+    /// The round as stored when the drive began.
+    pub rec: RoundRecord,
+    /// The stage last persisted (the `stage` label of a round that stops).
+    pub stage: Stage,
+    /// Stops the drive from outside (a lost lease, a progress that cannot be stored).
+    pub halt: &'a Halt,
+    /// The transcript so far: built at discovery, or the stored one of a round that
+    /// resumes after its outcome; written by the steps that change it.
+    pub transcript: Option<Transcript>,
+    /// How many times the round signed again at a fresh nonce in this drive.
+    pub fresh_nonces: u32,
+}
+
+impl Round<'_> {
+    /// The market the round is of.
+    pub fn market(&self) -> Address {
+        self.p.market
+    }
+}
+
+/// How a drive ended, for the round's metrics and logs.
+pub(crate) struct Driven {
+    /// The last stage the round had persisted before it ended (or stopped).
+    pub from: Stage,
+}
+
+impl Node {
+    /// Drives a held round from its stored state to an end or a persisted stop.
+    pub(crate) async fn drive(
+        &self,
+        market: Address,
+        market_id: U256,
+        halt: &Halt,
+    ) -> Result<Driven, (Stage, StepError)> {
+        let Some(p) = self.pipeline(market) else {
+            self.fail(market, market_id, "no workflow watches this market")
+                .await
+                .map_err(|e| (Stage::Requested, e))?;
+            return Ok(Driven {
+                from: Stage::Requested,
+            });
+        };
+        let rec = match self.store.get(market, market_id).await {
+            Ok(Some(r)) if !r.state.is_final() => r,
+            Ok(Some(r)) => return Ok(Driven { from: r.state }),
+            Ok(None) => {
+                return Ok(Driven {
+                    from: Stage::Requested,
+                });
+            }
+            Err(e) => return Err((Stage::Requested, e.into())),
+        };
+        let mut round = Round {
+            p,
+            market_id,
+            stage: rec.state,
+            rec,
+            halt,
+            transcript: None,
+            fresh_nonces: 0,
+        };
+        let mut result = self.resume(&mut round).await;
+        loop {
+            let next = match result {
+                Ok(n) => n,
+                Err(e) if e.is_fatal() => Next::End(Ending::At {
+                    stage: Stage::Failed,
+                    reason: e.reason(),
+                }),
+                Err(e) => return Err((round.stage, e)),
+            };
+            result = match next {
+                Next::Read => self.read(&mut round).await,
+                Next::Discover(read) => self.discover(&mut round, *read).await,
+                Next::Run(input) => self.run_engine(&mut round, *input).await,
+                Next::Submit(outcome) => self.submit(&mut round, *outcome).await,
+                Next::Agree(reputations) => self.agree(&mut round, reputations).await,
+                Next::Transmit(agreed) => self.transmit(&mut round, &agreed).await,
+                Next::Follow(nonce) => self.follow(&mut round, nonce).await,
+                Next::Conclude(receipt) => {
+                    self.conclude(&mut round, &receipt)
+                        .instrument(step("conclude", market_id))
+                        .await
+                }
+                Next::End(ending) => {
+                    return match self.end(&mut round, ending).await {
+                        Ok(()) => Ok(Driven { from: round.stage }),
+                        Err(e) => Err((round.stage, e)),
+                    };
+                }
+            };
+        }
+    }
+
+    /// Writes how a round ended.
+    async fn end(&self, round: &mut Round<'_>, ending: Ending) -> Result<(), StepError> {
+        let (market, market_id) = (round.market(), round.market_id);
+        match ending {
+            Ending::Untouched => Ok(()),
+            Ending::At { stage, reason } => {
+                if stage == Stage::Failed {
+                    tracing::warn!(market_id = %market_id, %reason, "round failed");
+                }
+                self.store
+                    .set_state(market, market_id, stage, Some(&reason))
+                    .await?;
+                Ok(())
+            }
+            Ending::Confirmed {
+                confirmation,
+                from,
+                stage,
+                reason,
+            } => {
+                let Some(t) = round.transcript.take() else {
+                    self.store
+                        .set_state(market, market_id, stage, reason.as_deref())
+                        .await?;
+                    return Ok(());
+                };
+                self.finish_transcript(round, t, confirmation, from, stage, reason.as_deref())
+                    .await
+            }
+        }
+    }
+
+    /// Fails a round outside a drive's steps (no workflow watches its market).
+    async fn fail(&self, market: Address, market_id: U256, reason: &str) -> Result<(), StepError> {
+        tracing::warn!(market_id = %market_id, %reason, "round failed");
+        self.store
+            .set_state(market, market_id, Stage::Failed, Some(reason))
+            .await?;
+        Ok(())
+    }
+
+    /// Stores the round's transcript as it is now (written by serde; see
+    /// `cresolver_pipeline::transcript`).
+    pub(crate) async fn save_transcript(&self, round: &Round<'_>) -> Result<(), StepError> {
+        let Some(t) = &round.transcript else {
+            return Ok(());
+        };
+        let v = serde_json::to_value(t)
+            .map_err(|e| StepError::retry_from("cannot encode the transcript", e))?;
+        self.store
+            .set_outcome(round.market(), round.market_id, &v)
+            .instrument(step("save_transcript", round.market_id))
+            .await?;
+        Ok(())
+    }
+}
