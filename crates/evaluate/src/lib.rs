@@ -21,8 +21,11 @@ pub use rubric::RubricEvaluator;
 pub struct EvalWorker {
     /// Opaque label used in prompts (`W1`, `W2`, …) instead of the address.
     pub label: String,
+    /// The worker's on-chain address (never shown to the model).
     pub address: Address,
+    /// The worker's validated resolve answer.
     pub answer: ResolveAnswer,
+    /// The challenge texts the worker was asked to defend its answer against.
     pub challenges: Vec<String>,
     /// Responses matched to `challenges` by position (possibly fewer).
     pub responses: Vec<String>,
@@ -31,8 +34,11 @@ pub struct EvalWorker {
 /// Everything an evaluator may look at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalInput {
+    /// The market whose round is evaluated.
     pub market_id: u64,
+    /// The market's question, as the workers received it.
     pub question: String,
+    /// The valid responders, in the order their scores are returned.
     pub workers: Vec<EvalWorker>,
     /// Unix seconds the round is judged at (the request's block time), for timeliness.
     pub reference_time: u64,
@@ -41,6 +47,7 @@ pub struct EvalInput {
 /// Scores for each input worker, in input order, each 0–100 and whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evaluation {
+    /// One score set per input worker, in input order.
     pub scores: Vec<Dimensions>,
     /// Which evaluator produced the scores: `llm`, `rubric` or `neutral`.
     pub evaluator: String,
@@ -65,10 +72,14 @@ pub struct Evaluation {
     pub notes: Vec<String>,
 }
 
+/// Why an evaluator produced no scores.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EvalError {
+    /// The LLM could not score and the fallback policy fails the round; holds the reason.
     #[error("evaluation failed and the fallback policy is `fail`: {0}")]
     Failed(String),
+    /// The evaluator cannot run as configured (a bad endpoint, a recorded round that
+    /// cannot be replayed); holds what is wrong.
     #[error("evaluator misconfigured: {0}")]
     Config(String),
 }
@@ -88,7 +99,9 @@ pub enum Fallback {
 
 /// An evaluator of a round's responders.
 pub trait Evaluator: Send + Sync {
+    /// A short name (`llm`, `rubric`) for logs and transcripts.
     fn name(&self) -> &'static str;
+    /// Scores every worker of `input`, or says why it cannot.
     fn evaluate<'a>(&'a self, input: &'a EvalInput)
     -> BoxFuture<'a, Result<Evaluation, EvalError>>;
 }

@@ -22,18 +22,24 @@ use url::Url;
 pub struct LlmConfig {
     /// e.g. `https://api.openai.com/v1`; `/chat/completions` is appended.
     pub base_url: Url,
+    /// The model name sent in the request (`model`).
     pub model: String,
     /// The API key, read from the env var the workflow names: a secret (its `Debug`
     /// shows `[REDACTED]`), sent only to `base_url`.
     pub api_key: Option<secrecy::SecretString>,
+    /// Budget of one attempt (one HTTP call, the reply read included).
     pub timeout: Duration,
     /// Extra attempts after a failed one.
     pub retries: u32,
+    /// Wait before the first retry; it doubles after each one.
     pub retry_backoff: Duration,
+    /// The completion's token limit (`max_tokens`).
     pub max_tokens: u32,
+    /// Largest reply body read, in bytes; a longer one fails the attempt.
     pub max_reply_bytes: usize,
     /// Characters of worker text the prompt may carry (see [`user_prompt`]).
     pub max_prompt_chars: usize,
+    /// What to do when no attempt produced valid scores.
     pub fallback: Fallback,
 }
 
@@ -64,6 +70,8 @@ Return ONLY raw JSON, no markdown fences, no extra text, with every worker exact
 {"workers":[{"workerId":"W1","resolutionQuality":0,"sourceQuality":0,"analysisDepth":0,"reasoningClarity":0,"evidenceStrength":0,"biasAwareness":0,"timeliness":0,"collaboration":0}]}"#;
 
 impl LlmEvaluator {
+    /// An evaluator over `http`, with its own client limits taken from `cfg` (no
+    /// connect retries of its own: a failed attempt is retried as a whole).
     pub fn new(cfg: LlmConfig, http: reqwest::Client) -> Self {
         let limits = StageLimits {
             timeout: cfg.timeout,

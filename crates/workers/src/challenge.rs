@@ -10,12 +10,15 @@ use cresolver_core::jsmath::js_round;
 /// Placeholders a template may use.
 pub const PLACEHOLDERS: [&str; 4] = ["determination", "opposite", "confidence_pct", "question"];
 
-/// The reference workflow's texts (the defaults of the workflow file).
+/// The reference workflow's texts (the defaults of the workflow file): those put to a
+/// worker that disagrees with another responder.
 pub const DEFAULT_DISAGREEMENT: [&str; 3] = [
     "Other workers reached the opposite conclusion. What specific evidence makes you confident that the answer is {determination}?",
     "Your confidence is {confidence_pct}%. What would need to change for you to reverse your determination?",
     "Identify the weakest point in your analysis and defend it.",
 ];
+/// The reference workflow's texts put to a worker that no other responder disagrees
+/// with.
 pub const DEFAULT_UNANIMITY: [&str; 3] = [
     "All workers agree with your determination. Play devil's advocate \u{2014} what's the strongest argument for the opposite conclusion?",
     "What assumptions in your analysis could be wrong?",
@@ -25,7 +28,9 @@ pub const DEFAULT_UNANIMITY: [&str; 3] = [
 /// Challenge templates of a workflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChallengeTemplates {
+    /// Put to a worker whose position differs from another valid responder's.
     pub disagreement: Vec<String>,
+    /// Put to a worker when no other valid responder's position differs from its own.
     pub unanimity: Vec<String>,
 }
 

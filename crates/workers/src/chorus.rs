@@ -130,6 +130,7 @@ impl ChorusProtocol {
         Self { settings }
     }
 
+    /// The settings in use (the budget as sent).
     pub fn settings(&self) -> &ChorusSettings {
         &self.settings
     }

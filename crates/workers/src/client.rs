@@ -19,7 +19,9 @@ use url::Url;
 /// One HTTP call: a JSON POST (or a GET when `body` is `None`).
 #[derive(Debug, Clone)]
 pub struct HttpCall {
+    /// Where the call goes.
     pub url: Url,
+    /// The JSON body to POST; `None` sends a GET.
     pub body: Option<Bytes>,
     /// Extra headers (e.g. a bearer token for protocols that need one).
     pub headers: Vec<(String, String)>,
@@ -28,7 +30,9 @@ pub struct HttpCall {
 /// A successful (2xx) reply with its body, read within the bound.
 #[derive(Debug, Clone)]
 pub struct HttpReply {
+    /// The HTTP status code (2xx).
     pub status: u16,
+    /// The body, at most the stage's `max_body_bytes`.
     pub body: Bytes,
 }
 
@@ -256,6 +260,7 @@ impl StageClient {
             .unwrap_or_else(|_| reqwest::Client::new())
     }
 
+    /// The limits this client applies to each call.
     pub fn limits(&self) -> StageLimits {
         self.limits
     }

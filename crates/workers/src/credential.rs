@@ -51,6 +51,7 @@ impl Credential {
         }
     }
 
+    /// Whether a (non-blank) secret is configured.
     pub fn is_set(&self) -> bool {
         self.secret.is_some()
     }

@@ -21,13 +21,16 @@ use url::Url;
 /// Where and how to reach a discovered worker.
 #[derive(Debug, Clone)]
 pub struct WorkerTarget {
+    /// The worker's endpoint (base URL, webhook or relay, as its protocol reads it).
     pub endpoint: Url,
+    /// The protocol the worker speaks.
     pub protocol: Arc<dyn WorkerProtocol>,
 }
 
 /// One registered worker of the market, in registration order.
 #[derive(Debug, Clone)]
 pub struct WorkerSlot {
+    /// The worker's registered address.
     pub address: Address,
     /// `Err(reason)` when discovery discarded the worker.
     pub target: Result<WorkerTarget, String>,
@@ -36,12 +39,16 @@ pub struct WorkerSlot {
 /// What one worker's resolve call produced.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ResolveResult {
+    /// The worker's registered address.
     pub address: Address,
+    /// Its validated answer, or why there is none.
     pub outcome: Result<ResolveAnswer, WorkerFailure>,
+    /// How long the call took (milliseconds; 0 for a worker not called or cut off).
     pub elapsed_ms: u64,
 }
 
 impl ResolveResult {
+    /// The answer, when the call produced a valid one.
     pub fn answer(&self) -> Option<&ResolveAnswer> {
         self.outcome.as_ref().ok()
     }
@@ -50,10 +57,15 @@ impl ResolveResult {
 /// The resolve stage's results, in slot order, and the quorum verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ResolveStage {
+    /// One result per registered worker, in slot order.
     pub results: Vec<ResolveResult>,
+    /// Workers registered for the market (discarded ones included): the quorum's n.
     pub registered: usize,
+    /// Valid answers the quorum rule requires of `registered`.
     pub required: usize,
+    /// Valid answers received.
     pub valid: usize,
+    /// Whether `valid` meets the quorum rule.
     pub quorum_met: bool,
 }
 
@@ -222,8 +234,11 @@ pub async fn challenge_stage(
 /// One worker's ratifying vote: its label, and the vote or why there is none.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct RatifyResult {
+    /// The worker's registered address.
     pub address: Address,
+    /// The label the worker was shown under in this vote.
     pub label: String,
+    /// Its vote, or why there is none.
     pub outcome: Result<Ratification, WorkerFailure>,
 }
 

@@ -19,6 +19,7 @@ pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Resolves a host name to addresses.
 pub trait Lookup: Send + Sync + 'static {
+    /// The addresses of `host`, each with `port`.
     fn lookup(
         &self,
         host: String,
@@ -55,6 +56,7 @@ impl Lookup for SystemLookup {
 pub struct NetPolicy {
     /// Let calls reach non-public addresses (local tests and demos only).
     pub allow_private: bool,
+    /// The resolver whose answers are checked.
     pub lookup: Arc<dyn Lookup>,
 }
 
@@ -132,10 +134,22 @@ impl NetPolicy {
 /// Why a host's addresses were refused.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum AddressRefused {
+    /// The host resolves to an address that is not public.
     #[error("`{host}` resolves to non-public address {ip} (refused at connect time)")]
-    NonPublic { host: String, ip: String },
+    NonPublic {
+        /// The host name looked up.
+        host: String,
+        /// The refused address.
+        ip: String,
+    },
+    /// The host name could not be resolved.
     #[error("cannot resolve `{host}`: {detail}")]
-    Unresolved { host: String, detail: String },
+    Unresolved {
+        /// The host name looked up.
+        host: String,
+        /// Why the lookup failed.
+        detail: String,
+    },
 }
 
 /// The resolver hook of the HTTP client (see the module doc).

@@ -20,10 +20,14 @@ pub const MAX_RESPONSE_BYTES: usize = 32 * 1024;
 /// `POST /a2a/resolve` request body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolveRequest {
+    /// The market being resolved.
     pub market_id: u64,
+    /// The market's question.
     pub question: String,
+    /// The market's deadline (Unix seconds), when it has one.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub deadline: Option<u64>,
+    /// Extra context the market gives for its question, if any.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub context: Option<String>,
 }
@@ -33,8 +37,13 @@ pub struct ResolveRequest {
 pub struct ResolveAnswer {
     /// YES (`true`) or NO. Meaningless when `abstain` is set (adapters write `false`).
     pub determination: bool,
+    /// The worker's confidence in its determination, 0–1.
     pub confidence: f64,
+    /// The worker's evidence and reasoning, free text (at most
+    /// [`MAX_EVIDENCE_BYTES`]).
     pub evidence: String,
+    /// The sources it cites (at most [`MAX_SOURCES`], each at most
+    /// [`MAX_SOURCE_BYTES`]).
     pub sources: Vec<String>,
     /// The worker took no position (Factagora's `NEUTRAL`): it is challenged, scored and
     /// rewarded like any responder, but its vote weighs nothing. Never set by A2A.
@@ -143,6 +152,7 @@ impl ResolveAnswer {
 /// opaque label (`W1`, `W2`, …) the evaluator sees: never an address or endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerAnswer {
+    /// The peer's opaque label (`W1`, `W2`, …).
     pub label: String,
     /// Shared: every other worker of the round gets the same answer as a peer.
     pub answer: std::sync::Arc<ResolveAnswer>,
@@ -153,8 +163,9 @@ pub struct PeerAnswer {
 pub struct ChallengeRequest<'a> {
     /// The round's question (as sent in the resolve stage).
     pub request: &'a ResolveRequest,
-    /// This worker's label and its own resolve answer.
+    /// This worker's label.
     pub label: &'a str,
+    /// This worker's own resolve answer.
     pub own: &'a ResolveAnswer,
     /// The challenge texts rendered from the workflow's templates. Protocols without free
     /// text challenges (Factagora, round-table) send `peers` instead and say in the
@@ -167,21 +178,25 @@ pub struct ChallengeRequest<'a> {
 /// The round's synthesis, put to a ratifying vote after the tally.
 #[derive(Debug, Clone, Copy)]
 pub struct RatifyRequest<'a> {
+    /// The round's question (as sent in the resolve stage).
     pub request: &'a ResolveRequest,
     /// The tallied outcome.
     pub resolution: bool,
-    /// The answers that voted with the outcome, and those that did not (abstentions
-    /// included), as [`PeerAnswer`]s.
+    /// The answers that voted with the outcome, as [`PeerAnswer`]s.
     pub majority: &'a [PeerAnswer],
+    /// The answers that did not (abstentions included).
     pub minority: &'a [PeerAnswer],
 }
 
 /// A worker's ratifying vote on the synthesis; dissent is recorded, never counted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ratification {
+    /// Whether the worker approves the synthesis.
     pub approve: bool,
+    /// Conditions the worker attaches to its vote.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<String>,
+    /// Why the worker dissents, when it does and says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dissent_reason: Option<String>,
 }
@@ -190,8 +205,11 @@ pub struct Ratification {
 /// position; a short or failed defence keeps what arrived and records why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChallengeOutcome {
+    /// What the worker was asked.
     pub challenges: Vec<String>,
+    /// Its responses, matched to `challenges` by position (possibly fewer).
     pub responses: Vec<String>,
+    /// Why the defence is missing or incomplete, if it is.
     pub failure: Option<WorkerFailure>,
 }
 
@@ -199,41 +217,90 @@ pub struct ChallengeOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum WorkerFailure {
+    /// The stage's budget ran out before a complete reply.
     #[error("timed out after {after_ms} ms")]
-    Timeout { after_ms: u64 },
+    Timeout {
+        /// The budget that ran out (milliseconds).
+        after_ms: u64,
+    },
+    /// No connection to the endpoint could be made.
     #[error("connection failed: {detail}")]
-    Connect { detail: String },
+    Connect {
+        /// The connect error, with its causes.
+        detail: String,
+    },
     /// The endpoint's name resolved to an address the node's policy refuses (loopback,
     /// private, metadata…) when the connection was made (see `workers::netguard`).
     #[error("refused at connect time: {detail}")]
-    Refused { detail: String },
+    Refused {
+        /// The host and the refused address.
+        detail: String,
+    },
+    /// The endpoint answered with a status other than 2xx.
     #[error("HTTP status {status}: {excerpt}")]
-    HttpStatus { status: u16, excerpt: String },
+    HttpStatus {
+        /// The HTTP status code.
+        status: u16,
+        /// The start of the reply body (at most 200 characters).
+        excerpt: String,
+    },
+    /// The reply is not JSON.
     #[error("invalid JSON: {detail}")]
-    InvalidJson { detail: String },
+    InvalidJson {
+        /// The parser's error.
+        detail: String,
+    },
+    /// The reply is JSON but breaks the protocol's schema.
     #[error("schema violation: {detail}")]
-    Schema { detail: String },
+    Schema {
+        /// Which field breaks which rule.
+        detail: String,
+    },
+    /// The reply body is larger than the stage allows.
     #[error("response body exceeds {limit} bytes")]
-    Oversize { limit: usize },
+    Oversize {
+        /// The stage's bound on a body (bytes).
+        limit: usize,
+    },
+    /// The call could not be made or finished for another reason (a bad endpoint, a
+    /// body that cannot be sent, a transport error after connecting).
     #[error("request failed: {detail}")]
-    Request { detail: String },
+    Request {
+        /// What went wrong.
+        detail: String,
+    },
+    /// The call was still running when quorum was met and the grace period ended.
     #[error("not awaited: quorum was met and the grace period ended")]
     CutAfterQuorum,
+    /// Discovery discarded the worker, so it was never called.
     #[error("not called: {reason}")]
-    NotDiscovered { reason: String },
+    NotDiscovered {
+        /// Why discovery discarded it.
+        reason: String,
+    },
     /// The worker answered with an explicit failure of its protocol (Chorus `FAILURE`,
     /// a Factagora error body, an Agora `ERROR`, a declined job).
     #[error("worker declined ({code}): {detail}")]
-    Rejected { code: String, detail: String },
+    Rejected {
+        /// The protocol's error code, as the worker sent it.
+        code: String,
+        /// The worker's message.
+        detail: String,
+    },
     /// Signed messages failed verification (bad signature, stale timestamp, replayed id,
     /// out-of-order message) and no valid answer arrived.
     #[error("rejected message: {detail}")]
-    Envelope { detail: String },
+    Envelope {
+        /// The reasons the messages were rejected.
+        detail: String,
+    },
     /// The last of several attempts failed (a protocol that retries, as Factagora's
     /// platform does): every earlier attempt is listed.
     #[error("{last} (the last of {} attempts; earlier: {})", attempts.len() + 1, attempts.join("; "))]
     Retried {
+        /// Each earlier attempt's failure, in order.
         attempts: Vec<String>,
+        /// The last attempt's failure.
         last: Box<WorkerFailure>,
     },
 }

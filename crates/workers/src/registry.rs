@@ -34,6 +34,7 @@ pub fn lenient_protocol<'de, D: serde::Deserializer<'de>>(
 }
 
 impl ProtocolKind {
+    /// Every protocol a worker can speak.
     pub const ALL: [ProtocolKind; 5] = [
         ProtocolKind::A2a,
         ProtocolKind::Factagora,

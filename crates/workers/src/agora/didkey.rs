@@ -15,16 +15,22 @@ pub const MAX_DID_LEN: usize = 128;
 /// Why a string is not an Ed25519 `did:key`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DidKeyError {
+    /// It does not start with [`DID_KEY_PREFIX`].
     #[error("not a did:key with base58btc multibase (must start with `did:key:z`)")]
     Prefix,
+    /// Longer than [`MAX_DID_LEN`]; holds its length in bytes.
     #[error("did:key is {0} characters; the limit is {MAX_DID_LEN}")]
     TooLong(usize),
+    /// The part after the prefix is not base58btc; holds the decoder's reason.
     #[error("did:key is not valid base58btc: {0}")]
     Base58(String),
+    /// The decoded bytes do not start with [`ED25519_MULTICODEC`].
     #[error("did:key multicodec prefix is not 0xed01 (Ed25519)")]
     Codec,
+    /// The key after the multicodec prefix is not 32 bytes; holds its length in bytes.
     #[error("did:key holds a {0}-byte key; Ed25519 keys are 32 bytes")]
     KeyLength(usize),
+    /// The 32 bytes are not a point of the Ed25519 curve.
     #[error("did:key holds bytes that are not an Ed25519 public key")]
     InvalidPoint,
 }

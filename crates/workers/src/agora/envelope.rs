@@ -20,30 +20,41 @@ pub const VERSION: &str = "1.0";
 pub const TS_WINDOW_MS: i64 = 5 * 60 * 1000;
 /// Largest envelope accepted (bytes of its canonical form).
 pub const MAX_ENVELOPE_BYTES: usize = 256 * 1024;
-/// Bounds of the envelope's short string fields (bytes).
+/// Bounds of the envelope's short string fields (bytes): `id` and `thread.id`.
 pub const MAX_ID_BYTES: usize = 128;
+/// Longest `ts` accepted (bytes).
 pub const MAX_TS_BYTES: usize = 64;
+/// Longest `sender.name` accepted (bytes).
 pub const MAX_NAME_BYTES: usize = 256;
+/// Longest `sender.url` accepted (bytes).
 pub const MAX_URL_BYTES: usize = 2048;
 /// A base64url Ed25519 signature is 86 characters (88 padded).
 pub const MAX_SIG_CHARS: usize = 90;
-/// Default and upper bound of `meta.ttl` (seconds).
+/// Default of `meta.ttl` (seconds).
 pub const DEFAULT_TTL_SECS: u64 = 300;
+/// Upper bound of `meta.ttl` (seconds): a longer one counts as this long.
 pub const MAX_TTL_SECS: u64 = 86_400;
 
 /// The message types of Agora v1.0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum MessageType {
+    /// The client asks an agent for work (opens a thread).
     Request,
+    /// The agent offers to do the requested work, at a price.
     Offer,
+    /// The client takes an offer.
     Accept,
+    /// The agent delivers the work's output.
     Result,
+    /// Either side ends the thread with a failure.
     Error,
+    /// The client withdraws its request.
     Cancel,
 }
 
 impl MessageType {
+    /// The wire name (`REQUEST`, `OFFER`, …).
     pub fn as_str(self) -> &'static str {
         match self {
             MessageType::Request => "REQUEST",
@@ -62,29 +73,41 @@ impl std::fmt::Display for MessageType {
     }
 }
 
+/// Who sent an envelope (`sender`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sender {
+    /// The sender's Ed25519 `did:key`, which the signature must verify against.
     pub id: String,
+    /// A display name, if the sender gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Where the sender can be reached, if it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
 }
 
+/// Whom an envelope is addressed to (`recipient`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recipient {
+    /// The recipient's `did:key`.
     pub id: String,
 }
 
+/// The thread an envelope belongs to (`thread`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadRef {
+    /// The thread id, chosen by the client that opened it.
     pub id: String,
 }
 
+/// Delivery metadata of an envelope (`meta`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Meta {
+    /// How long the message stays valid after its `ts` (seconds; at most
+    /// [`MAX_TTL_SECS`] counts).
     #[serde(default = "default_ttl")]
     pub ttl: u64,
+    /// Relay hop count (this node sends 0).
     #[serde(default)]
     pub hop: u64,
 }
@@ -97,15 +120,24 @@ fn default_ttl() -> u64 {
 /// is read into.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Envelope {
+    /// The protocol version ([`VERSION`]).
     pub version: String,
+    /// The message id, unique per sender (replays are told by it).
     pub id: String,
+    /// When the message was sent, RFC 3339.
     pub ts: String,
+    /// The message type (`type`).
     #[serde(rename = "type")]
     pub kind: MessageType,
+    /// Who sent it.
     pub sender: Sender,
+    /// Whom it is for.
     pub recipient: Recipient,
+    /// The type-specific content (a REQUEST's intent and params, an OFFER's price, …).
     pub payload: Value,
+    /// The thread it belongs to.
     pub thread: ThreadRef,
+    /// Its time to live and hop count.
     pub meta: Meta,
 }
 
@@ -153,6 +185,7 @@ pub fn decode_b64url(s: &str) -> Option<Vec<u8>> {
 /// A received envelope that passed [`verify`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verified {
+    /// The envelope as received, without `sig`.
     pub envelope: Envelope,
     /// `ts` in Unix milliseconds.
     pub ts_ms: i64,
@@ -164,32 +197,47 @@ pub struct Verified {
 /// Why a received envelope was dropped. The `Display` text names the check.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Rejection {
+    /// Not an envelope: not an object, a field missing or of the wrong type, a bound
+    /// broken; holds what is wrong.
     #[error("malformed envelope: {0}")]
     Malformed(String),
+    /// The canonical form is over [`MAX_ENVELOPE_BYTES`]; holds its size in bytes.
     #[error("envelope is {0} bytes; the limit is {MAX_ENVELOPE_BYTES}")]
     Oversize(usize),
+    /// A `version` other than [`VERSION`]; holds it (clipped).
     #[error("unsupported version {0:?} (expected \"1.0\")")]
     Version(String),
+    /// `sender.id` is not an Ed25519 `did:key`; holds why.
     #[error("sender id is not an Ed25519 did:key: {0}")]
     SenderDid(String),
+    /// `sig` is missing, badly encoded or does not verify; holds which.
     #[error("bad signature: {0}")]
     Signature(String),
+    /// `ts` is not RFC 3339 or lies outside the ±5 min window; holds which.
     #[error("stale timestamp: {0}")]
     Timestamp(String),
+    /// `ts` plus `meta.ttl` has passed.
     #[error("expired message: {0}")]
     Expired(String),
+    /// Sent by someone other than the agent the thread is with.
     #[error("wrong sender: {0}")]
     WrongSender(String),
+    /// Addressed to someone other than this node.
     #[error("wrong recipient: {0}")]
     WrongRecipient(String),
+    /// Belongs to another thread than the one being negotiated.
     #[error("wrong thread: {0}")]
     WrongThread(String),
+    /// A different message under an id already seen; holds the id (clipped).
     #[error("replayed id {0:?}: a different message already used it")]
     ReplayedId(String),
+    /// The replay cache has no room, so the id cannot be tracked.
     #[error("replay cache full: message ids cannot be tracked, message refused")]
     ReplayCacheFull,
+    /// A message the thread's state does not allow (see [`super::thread`]).
     #[error("out-of-order message: {0}")]
     OutOfState(String),
+    /// A message whose `payload.request_id` is not the id of the thread's REQUEST.
     #[error("request_id mismatch: {0}")]
     RequestId(String),
 }

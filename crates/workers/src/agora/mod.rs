@@ -75,6 +75,7 @@ impl Default for AgoraSettings {
 }
 
 impl AgoraSettings {
+    /// Checks every setting against its bounds; `Err` names the first one outside them.
     pub fn validate(&self) -> Result<(), String> {
         for (name, intent) in [
             ("intent_resolve", &self.intent_resolve),
@@ -196,6 +197,7 @@ impl AgoraNode {
         self.did.clone()
     }
 
+    /// The settings the node was made with.
     pub fn settings(&self) -> &AgoraSettings {
         &self.settings
     }
@@ -267,10 +269,12 @@ impl AgoraProtocol {
         })
     }
 
+    /// The `did:key` of the agent this worker addresses.
     pub fn agent_did(&self) -> &str {
         &self.agent_did
     }
 
+    /// The node this worker speaks as.
     pub fn node(&self) -> &Arc<AgoraNode> {
         &self.node
     }

@@ -287,25 +287,8 @@ impl<'a> Negotiation<'a> {
             Err(r) => return self.reject(r),
         };
         let env = &verified.envelope;
-        if env.sender.id != self.ask.agent_did {
-            return self.reject(Rejection::WrongSender(format!(
-                "{} is not the agent {}",
-                clip(&env.sender.id, 64),
-                self.ask.agent_did
-            )));
-        }
-        if env.recipient.id != self.node_did {
-            return self.reject(Rejection::WrongRecipient(format!(
-                "{} is not this node",
-                clip(&env.recipient.id, 64)
-            )));
-        }
-        if env.thread.id != self.thread_id {
-            return self.reject(Rejection::WrongThread(format!(
-                "{} is not {}",
-                clip(&env.thread.id, 64),
-                self.thread_id
-            )));
+        if let Err(r) = self.check_route(env) {
+            return self.reject(r);
         }
         match self.ask.node.remember(&env.id, verified.digest, now) {
             ReplayVerdict::Fresh => {}
@@ -355,8 +338,45 @@ impl<'a> Negotiation<'a> {
                     .await;
             }
         };
-        let env = verified.envelope;
-        match kind {
+        self.act_on(verified.envelope, next, now).await
+    }
+
+    /// Checks that an authenticated envelope is for this negotiation: sent by the agent,
+    /// to this node, in this thread. `Err` names the first check it fails.
+    fn check_route(&self, env: &Envelope) -> Result<(), Rejection> {
+        if env.sender.id != self.ask.agent_did {
+            return Err(Rejection::WrongSender(format!(
+                "{} is not the agent {}",
+                clip(&env.sender.id, 64),
+                self.ask.agent_did
+            )));
+        }
+        if env.recipient.id != self.node_did {
+            return Err(Rejection::WrongRecipient(format!(
+                "{} is not this node",
+                clip(&env.recipient.id, 64)
+            )));
+        }
+        if env.thread.id != self.thread_id {
+            return Err(Rejection::WrongThread(format!(
+                "{} is not {}",
+                clip(&env.thread.id, 64),
+                self.thread_id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Acts on an agent's message that passed every check, `next` being the thread
+    /// state it leads to: an OFFER is considered, a RESULT's output checked and
+    /// delivered (or refused), an ERROR ends the negotiation with the agent's failure.
+    async fn act_on(
+        &mut self,
+        env: Envelope,
+        next: ThreadState,
+        now: i64,
+    ) -> Result<Option<Delivered>, WorkerFailure> {
+        match env.kind {
             MessageType::Offer => {
                 self.consider_offer(&env, now).await?;
                 Ok(None)
@@ -380,7 +400,7 @@ impl<'a> Negotiation<'a> {
                 self.state = next;
                 Err(error_failure(&env.payload))
             }
-            // Client messages are refused by the state machine above.
+            // Client messages are refused by the state machine in `handle`.
             MessageType::Request | MessageType::Accept | MessageType::Cancel => Ok(None),
         }
     }

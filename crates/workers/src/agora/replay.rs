@@ -31,6 +31,8 @@ pub enum ReplayVerdict {
     Full,
 }
 
+/// The message ids seen, each with its message's digest and the time it may be
+/// forgotten (see the module doc).
 #[derive(Debug)]
 pub struct ReplayCache {
     entries: HashMap<String, ([u8; 32], i64)>,
@@ -40,6 +42,8 @@ pub struct ReplayCache {
 }
 
 impl ReplayCache {
+    /// An empty cache of at most `capacity` ids (at least 1), each kept `retain_ms`
+    /// milliseconds.
     pub fn new(capacity: usize, retain_ms: i64) -> Self {
         Self {
             entries: HashMap::new(),
@@ -49,10 +53,12 @@ impl ReplayCache {
         }
     }
 
+    /// How many ids are remembered.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether no id is remembered.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -9,16 +9,23 @@
 
 use super::envelope::MessageType;
 
+/// Where a thread stands (the spec's thread states).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThreadState {
+    /// Nothing sent yet.
     Open,
+    /// The REQUEST is out; offers may arrive.
     Pending,
+    /// An offer was accepted; the RESULT is awaited.
     Active,
+    /// The RESULT arrived.
     Completed,
+    /// Ended by an ERROR or a CANCEL.
     Error,
 }
 
 impl ThreadState {
+    /// The spec's name (`OPEN`, `PENDING`, …).
     pub fn as_str(self) -> &'static str {
         match self {
             ThreadState::Open => "OPEN",
@@ -29,6 +36,7 @@ impl ThreadState {
         }
     }
 
+    /// Whether the thread has ended (no message may follow).
     pub fn is_terminal(self) -> bool {
         matches!(self, ThreadState::Completed | ThreadState::Error)
     }

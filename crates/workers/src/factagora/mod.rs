@@ -109,6 +109,7 @@ pub struct FactagoraProtocol {
 }
 
 impl FactagoraProtocol {
+    /// A worker adapter with `settings`' token, sent only to its allowed hosts.
     pub fn new(settings: FactagoraSettings) -> Self {
         Self {
             token: crate::credential::Credential::new(

@@ -7,12 +7,16 @@ use super::*;
 /// `YES`, `NO` or `NEUTRAL`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Position {
+    /// The question resolves YES.
     Yes,
+    /// The question resolves NO.
     No,
+    /// No position: an abstention.
     Neutral,
 }
 
 impl Position {
+    /// The wire form (`YES`, `NO`, `NEUTRAL`).
     pub fn as_str(self) -> &'static str {
         match self {
             Position::Yes => "YES",
@@ -25,33 +29,52 @@ impl Position {
 /// One `reactCycle.actions` entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Action {
+    /// What kind of action (`type`: `web_search`, `api_call`, …; others are noted).
     pub kind: String,
+    /// What the agent asked or looked up.
     pub query: String,
+    /// What it found.
     pub result: String,
+    /// Where the result came from, if given (becomes a source of the answer).
     pub source: Option<String>,
 }
 
 /// One `reactCycle.evidence` entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EvidenceItem {
+    /// `type`: `link`, `data` or `citation` (others are noted).
     pub kind: String,
+    /// A short title of the evidence.
     pub title: String,
+    /// Where it can be checked, if given (becomes a source of the answer).
     pub url: Option<String>,
+    /// What it shows, if given.
     pub description: Option<String>,
+    /// The agent's estimate of its reliability, 0–1; `None` when absent or out of range.
     pub reliability: Option<f64>,
 }
 
 /// A validated `AgentResponse`, with the soft warnings found while validating it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentResponse {
+    /// The agent's position.
     pub position: Position,
+    /// Its confidence in the position, 0–1.
     pub confidence: f64,
+    /// `reactCycle.initialThought`: the first take on the question.
     pub initial_thought: String,
+    /// `reactCycle.actions`: what the agent did to investigate.
     pub actions: Vec<Action>,
+    /// `reactCycle.observations`: what it observed (blank ones left out).
     pub observations: Vec<String>,
+    /// `reactCycle.synthesisThought`: its conclusion from the observations.
     pub synthesis_thought: String,
+    /// `reactCycle.evidence`: the evidence it cites.
     pub evidence: Vec<EvidenceItem>,
+    /// A summary of its reasoning, if given (at most [`MAX_REASONING_CHARS`]
+    /// characters).
     pub reasoning: Option<String>,
+    /// The limitations it names in its own analysis.
     pub limitations: Vec<String>,
     /// Soft quality warnings (never a rejection).
     pub notes: Vec<String>,
@@ -65,24 +88,67 @@ pub fn validate_agent_response(v: &Value) -> Result<AgentResponse, WorkerFailure
         .as_object()
         .ok_or_else(|| WorkerFailure::schema("response is not a JSON object"))?;
     let mut notes = Vec::new();
-
-    let position = match obj.get("position") {
-        Some(Value::String(s)) => match s.as_str() {
-            "YES" => Position::Yes,
-            "NO" => Position::No,
-            "NEUTRAL" => Position::Neutral,
-            other => {
-                return Err(WorkerFailure::schema(format!(
-                    "`position` must be exactly \"YES\", \"NO\" or \"NEUTRAL\" \
-                     (case-sensitive), got {:?}",
-                    clip_chars(other, ECHO_CHARS)
-                )));
-            }
-        },
-        Some(other) => return Err(wrong_type("position", "a string", other)),
-        None => return Err(missing("position")),
+    let position = position_of(obj)?;
+    let confidence = confidence_of(obj)?;
+    let cycle = match obj.get("reactCycle") {
+        Some(Value::Object(m)) => m,
+        Some(other) => return Err(wrong_type("reactCycle", "an object", other)),
+        None => return Err(missing("reactCycle")),
     };
+    let initial_thought = thought(cycle, "initialThought")?;
+    let actions = actions_of(cycle, &mut notes)?;
+    let observations = observations_of(cycle, &mut notes)?;
+    let synthesis_thought = thought(cycle, "synthesisThought")?;
+    let evidence_raw = bounded_array(cycle, "evidence", "reactCycle.evidence", MAX_EVIDENCE_ITEMS)?;
+    let mut evidence = Vec::with_capacity(evidence_raw.len());
+    for (i, item) in evidence_raw.iter().enumerate() {
+        let path = format!("reactCycle.evidence[{i}]");
+        evidence.push(evidence_item(&path, item, &mut notes)?);
+    }
+    let reasoning = reasoning_of(obj)?;
+    let limitations = limitations_of(obj)?;
+    quality_notes(
+        confidence,
+        &actions,
+        &synthesis_thought,
+        &evidence,
+        &mut notes,
+    );
 
+    Ok(AgentResponse {
+        position,
+        confidence,
+        initial_thought,
+        actions,
+        observations,
+        synthesis_thought,
+        evidence,
+        reasoning,
+        limitations,
+        notes,
+    })
+}
+
+/// The required `position`: exactly `YES`, `NO` or `NEUTRAL`.
+fn position_of(obj: &Map<String, Value>) -> Result<Position, WorkerFailure> {
+    match obj.get("position") {
+        Some(Value::String(s)) => match s.as_str() {
+            "YES" => Ok(Position::Yes),
+            "NO" => Ok(Position::No),
+            "NEUTRAL" => Ok(Position::Neutral),
+            other => Err(WorkerFailure::schema(format!(
+                "`position` must be exactly \"YES\", \"NO\" or \"NEUTRAL\" \
+                 (case-sensitive), got {:?}",
+                clip_chars(other, ECHO_CHARS)
+            ))),
+        },
+        Some(other) => Err(wrong_type("position", "a string", other)),
+        None => Err(missing("position")),
+    }
+}
+
+/// The required `confidence`: a number in [0, 1].
+fn confidence_of(obj: &Map<String, Value>) -> Result<f64, WorkerFailure> {
     let confidence = match obj.get("confidence") {
         Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
         Some(other) => return Err(wrong_type("confidence", "a number", other)),
@@ -93,15 +159,15 @@ pub fn validate_agent_response(v: &Value) -> Result<AgentResponse, WorkerFailure
             "`confidence` = {confidence} is outside [0.0, 1.0]"
         )));
     }
+    Ok(confidence)
+}
 
-    let cycle = match obj.get("reactCycle") {
-        Some(Value::Object(m)) => m,
-        Some(other) => return Err(wrong_type("reactCycle", "an object", other)),
-        None => return Err(missing("reactCycle")),
-    };
-
-    let initial_thought = thought(cycle, "initialThought")?;
-
+/// `reactCycle.actions`: 1..=[`MAX_ACTIONS`] objects with a `type`, `query` and
+/// `result`; a `type` the spec does not name is noted.
+fn actions_of(
+    cycle: &Map<String, Value>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Action>, WorkerFailure> {
     let actions_raw = bounded_array(cycle, "actions", "reactCycle.actions", MAX_ACTIONS)?;
     let mut actions = Vec::with_capacity(actions_raw.len());
     for (i, item) in actions_raw.iter().enumerate() {
@@ -125,7 +191,15 @@ pub fn validate_agent_response(v: &Value) -> Result<AgentResponse, WorkerFailure
         // `timestamp` is optional and unused; only its type is checked.
         optional_text(m, "timestamp", &path)?;
     }
+    Ok(actions)
+}
 
+/// `reactCycle.observations`: 1..=[`MAX_OBSERVATIONS`] strings; blank ones are noted
+/// and left out.
+fn observations_of(
+    cycle: &Map<String, Value>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<String>, WorkerFailure> {
     let observations_raw = bounded_array(
         cycle,
         "observations",
@@ -146,63 +220,68 @@ pub fn validate_agent_response(v: &Value) -> Result<AgentResponse, WorkerFailure
     if observations.is_empty() {
         notes.push("every observation is empty".into());
     }
+    Ok(observations)
+}
 
-    let synthesis_thought = thought(cycle, "synthesisThought")?;
-
-    let evidence_raw = bounded_array(cycle, "evidence", "reactCycle.evidence", MAX_EVIDENCE_ITEMS)?;
-    let mut evidence = Vec::with_capacity(evidence_raw.len());
-    for (i, item) in evidence_raw.iter().enumerate() {
-        let path = format!("reactCycle.evidence[{i}]");
-        let m = item
-            .as_object()
-            .ok_or_else(|| wrong_type(&path, "an object", item))?;
-        let kind = required_text(m, "type", &path)?;
-        if !EVIDENCE_TYPES.contains(&kind.as_str()) {
+/// One `reactCycle.evidence` entry at `path`: an unknown `type`, an over-long
+/// `description` and a `reliability` outside [0, 1] (then ignored) are noted.
+fn evidence_item(
+    path: &str,
+    item: &Value,
+    notes: &mut Vec<String>,
+) -> Result<EvidenceItem, WorkerFailure> {
+    let m = item
+        .as_object()
+        .ok_or_else(|| wrong_type(path, "an object", item))?;
+    let kind = required_text(m, "type", path)?;
+    if !EVIDENCE_TYPES.contains(&kind.as_str()) {
+        notes.push(format!(
+            "`{path}.type` {:?} is not link, data or citation",
+            clip_chars(&kind, ECHO_CHARS)
+        ));
+    }
+    let title = required_text(m, "title", path)?;
+    let url = optional_text(m, "url", path)?;
+    let description = optional_text(m, "description", path)?;
+    if let Some(d) = &description {
+        let n = d.chars().count();
+        if n > MAX_DESCRIPTION_CHARS {
             notes.push(format!(
-                "`{path}.type` {:?} is not link, data or citation",
-                clip_chars(&kind, ECHO_CHARS)
+                "`{path}.description` is {n} characters (the spec recommends at most \
+                 {MAX_DESCRIPTION_CHARS})"
             ));
         }
-        let title = required_text(m, "title", &path)?;
-        let url = optional_text(m, "url", &path)?;
-        let description = optional_text(m, "description", &path)?;
-        if let Some(d) = &description {
-            let n = d.chars().count();
-            if n > MAX_DESCRIPTION_CHARS {
-                notes.push(format!(
-                    "`{path}.description` is {n} characters (the spec recommends at most \
-                     {MAX_DESCRIPTION_CHARS})"
-                ));
-            }
-        }
-        let reliability = match m.get("reliability") {
-            None | Some(Value::Null) => None,
-            Some(Value::Number(n)) => match n.as_f64() {
-                Some(r) if r.is_finite() && (0.0..=1.0).contains(&r) => Some(r),
-                _ => {
-                    notes.push(format!(
-                        "`{path}.reliability` = {n} is outside [0, 1]; ignored"
-                    ));
-                    None
-                }
-            },
-            Some(other) => {
-                return Err(wrong_type(
-                    &format!("{path}.reliability"),
-                    "a number",
-                    other,
-                ));
-            }
-        };
-        evidence.push(EvidenceItem {
-            kind,
-            title,
-            url,
-            description,
-            reliability,
-        });
     }
+    let reliability = match m.get("reliability") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(r) if r.is_finite() && (0.0..=1.0).contains(&r) => Some(r),
+            _ => {
+                notes.push(format!(
+                    "`{path}.reliability` = {n} is outside [0, 1]; ignored"
+                ));
+                None
+            }
+        },
+        Some(other) => {
+            return Err(wrong_type(
+                &format!("{path}.reliability"),
+                "a number",
+                other,
+            ));
+        }
+    };
+    Ok(EvidenceItem {
+        kind,
+        title,
+        url,
+        description,
+        reliability,
+    })
+}
 
+/// The optional `reasoning`: at most [`MAX_REASONING_CHARS`] characters.
+fn reasoning_of(obj: &Map<String, Value>) -> Result<Option<String>, WorkerFailure> {
     let reasoning = optional_text(obj, "reasoning", "")?;
     if let Some(r) = &reasoning {
         let n = r.chars().count();
@@ -212,9 +291,13 @@ pub fn validate_agent_response(v: &Value) -> Result<AgentResponse, WorkerFailure
             )));
         }
     }
+    Ok(reasoning)
+}
 
-    let limitations = match obj.get("limitations") {
-        None | Some(Value::Null) => vec![],
+/// The optional `limitations`: an array of strings (`null` counts as none).
+fn limitations_of(obj: &Map<String, Value>) -> Result<Vec<String>, WorkerFailure> {
+    match obj.get("limitations") {
+        None | Some(Value::Null) => Ok(vec![]),
         Some(Value::Array(items)) => {
             let mut out = Vec::with_capacity(items.len().min(MAX_LIMITATIONS));
             for (i, item) in items.iter().enumerate() {
@@ -225,12 +308,22 @@ pub fn validate_agent_response(v: &Value) -> Result<AgentResponse, WorkerFailure
                     }
                 }
             }
-            out
+            Ok(out)
         }
-        Some(other) => return Err(wrong_type("limitations", "an array of strings", other)),
-    };
+        Some(other) => Err(wrong_type("limitations", "an array of strings", other)),
+    }
+}
 
-    // The spec's soft quality checks.
+/// The spec's soft quality checks of a valid response, added to `notes`: high
+/// confidence without high-reliability evidence, few evidence items, no web search, a
+/// brief synthesis.
+fn quality_notes(
+    confidence: f64,
+    actions: &[Action],
+    synthesis_thought: &str,
+    evidence: &[EvidenceItem],
+    notes: &mut Vec<String>,
+) {
     if confidence > HIGH_CONFIDENCE
         && !evidence
             .iter()
@@ -257,19 +350,6 @@ pub fn validate_agent_response(v: &Value) -> Result<AgentResponse, WorkerFailure
              {BRIEF_SYNTHESIS_CHARS})"
         ));
     }
-
-    Ok(AgentResponse {
-        position,
-        confidence,
-        initial_thought,
-        actions,
-        observations,
-        synthesis_thought,
-        evidence,
-        reasoning,
-        limitations,
-        notes,
-    })
 }
 
 impl AgentResponse {

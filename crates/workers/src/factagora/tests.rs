@@ -59,16 +59,37 @@ fn neutral_abstains() {
     assert_eq!(a.position(), "NEUTRAL");
 }
 
-#[test]
-fn every_validation_rule_names_its_field() {
-    let long = "x".repeat(2001);
-    let cases: Vec<(&str, Value, &str)> = vec![
+/// A value put in place of a good response's field, breaking one rule: where (a JSON
+/// pointer), the value, and what the error must say.
+type Violation = (&'static str, Value, &'static str);
+
+/// Violations of the rules of the top-level fields.
+fn top_level_violations() -> Vec<Violation> {
+    vec![
         ("/position", json!("yes"), "`position` must be exactly"),
         ("/position", json!(1), "`position` must be a string"),
         ("/confidence", json!(1.01), "`confidence` = 1.01 is outside"),
         ("/confidence", json!(-0.5), "outside [0.0, 1.0]"),
         ("/confidence", json!("0.5"), "`confidence` must be a number"),
         ("/reactCycle", json!([]), "`reactCycle` must be an object"),
+        (
+            "/reasoning",
+            json!("r".repeat(1001)),
+            "`reasoning` is 1001 characters; at most 1000",
+        ),
+        ("/reasoning", json!(["r"]), "`reasoning` must be a string"),
+        (
+            "/limitations",
+            json!("none"),
+            "`limitations` must be an array of strings",
+        ),
+    ]
+}
+
+/// Violations of the rules inside `reactCycle`.
+fn react_cycle_violations() -> Vec<Violation> {
+    let long = "x".repeat(2001);
+    vec![
         (
             "/reactCycle/initialThought",
             json!("short"),
@@ -157,18 +178,14 @@ fn every_validation_rule_names_its_field() {
             json!(5),
             "`reactCycle.evidence[1].url` must be a string",
         ),
-        (
-            "/reasoning",
-            json!("r".repeat(1001)),
-            "`reasoning` is 1001 characters; at most 1000",
-        ),
-        ("/reasoning", json!(["r"]), "`reasoning` must be a string"),
-        (
-            "/limitations",
-            json!("none"),
-            "`limitations` must be an array of strings",
-        ),
-    ];
+    ]
+}
+
+#[test]
+fn every_validation_rule_names_its_field() {
+    let cases = top_level_violations()
+        .into_iter()
+        .chain(react_cycle_violations());
     for (pointer, value, needle) in cases {
         let mut v = good();
         *v.pointer_mut(pointer).unwrap() = value;

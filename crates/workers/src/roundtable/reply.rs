@@ -491,6 +491,9 @@ pub(super) fn sources_and_level_notes(
 // ---------------------------------------------------------------------------------
 // The resolve answer
 
+/// The resolve answer of an agent: its `/vote` on the proposition as the determination,
+/// its analysis and vote composed into the evidence text, the references of its level
+/// tags as the sources; `notes` (what the calls noticed) follow the agent's name.
 pub(super) fn compose_answer(
     analysis: &Analysis,
     vote: &Vote,
@@ -512,7 +515,30 @@ pub(super) fn compose_answer(
             quote(&analysis.agent_name)
         ));
     }
-    let confidence = match analysis.confidence {
+    let confidence = overall_confidence(analysis, &mut notes);
+    let mut text = analysis_text(analysis);
+    push_vote_text(&mut text, vote, proposition, &mut notes);
+    let before = text.len();
+    if truncate_bytes(&mut text, MAX_EVIDENCE_BYTES) {
+        notes.push(format!(
+            "evidence text cut from {before} to {MAX_EVIDENCE_BYTES} bytes"
+        ));
+    }
+    let sources = sources_and_level_notes(&analysis.observations, &mut notes);
+    let mut answer = validate_resolve_answer(&json!({
+        "determination": vote.approve,
+        "confidence": confidence,
+        "evidence": text,
+        "sources": sources,
+    }))?;
+    answer.notes = notes;
+    Ok(answer)
+}
+
+/// The analysis' overall confidence; when it gives none, the mean of its observations'
+/// confidences, else 0.5 (either noted).
+fn overall_confidence(analysis: &Analysis, notes: &mut Vec<String>) -> f64 {
+    match analysis.confidence {
         Some(c) => c,
         None => {
             let given: Vec<f64> = analysis
@@ -531,8 +557,12 @@ pub(super) fn compose_answer(
                 given.iter().sum::<f64>() / given.len() as f64
             }
         }
-    };
+    }
+}
 
+/// The analysis as readable text: each finding with its severity, confidence and
+/// evidence, then the recommendations with their priority and rationale.
+fn analysis_text(analysis: &Analysis) -> String {
     let mut text = String::from("Findings:\n");
     for (i, o) in analysis.observations.iter().enumerate() {
         text.push_str(&format!(
@@ -577,6 +607,12 @@ pub(super) fn compose_answer(
             text.push_str(&format!("- {r}\n"));
         }
     }
+    text
+}
+
+/// Appends the vote on `proposition` to `text`: approved or dissented, its conditions
+/// and its dissent reason (noted when it comes with an approval).
+fn push_vote_text(text: &mut String, vote: &Vote, proposition: &str, notes: &mut Vec<String>) {
     text.push_str(&format!(
         "\nVote on the proposition {proposition:?}: {}.\n",
         if vote.approve {
@@ -597,19 +633,4 @@ pub(super) fn compose_answer(
         }
         text.push_str(&format!("Dissent reason: {}\n", reason.trim()));
     }
-    let before = text.len();
-    if truncate_bytes(&mut text, MAX_EVIDENCE_BYTES) {
-        notes.push(format!(
-            "evidence text cut from {before} to {MAX_EVIDENCE_BYTES} bytes"
-        ));
-    }
-    let sources = sources_and_level_notes(&analysis.observations, &mut notes);
-    let mut answer = validate_resolve_answer(&json!({
-        "determination": vote.approve,
-        "confidence": confidence,
-        "evidence": text,
-        "sources": sources,
-    }))?;
-    answer.notes = notes;
-    Ok(answer)
 }
