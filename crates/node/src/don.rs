@@ -8,6 +8,45 @@ use cresolver_core::don::{Observation, ObservedAnswer, Position, WorkerObservati
 use cresolver_don::{Agreed, Don};
 use cresolver_submit::SubmitMode;
 
+/// Why a node cannot be the DON member its config names.
+#[derive(Debug, thiserror::Error)]
+pub enum DonSetupError {
+    /// The node has no signing key.
+    #[error(
+        "a DON member signs with its own key: set [signer] (the env var, a key file or a keystore)"
+    )]
+    NoSigner,
+    /// `[don]` is inconsistent, or does not list this node's key.
+    #[error(transparent)]
+    Config(#[from] cresolver_don::DonConfigError),
+    /// The node runs on a shared (PostgreSQL) store.
+    #[error(
+        "a DON member keeps its own state: leave store.url empty (the embedded SQLite file); a PostgreSQL cluster cannot be one member"
+    )]
+    SharedStore,
+    /// A workflow submits directly instead of through the forwarder.
+    #[error(
+        "workflow {0:?} submits directly: a DON delivers through the KeystoneForwarder; set [submit] mode = \"report\" in the workflow and submit.forwarder / submit.receiver in the node config"
+    )]
+    DirectSubmission(String),
+    /// The data dir cannot be created.
+    #[error("cannot create {path}: {error}")]
+    DataDir {
+        /// The data dir.
+        path: std::path::PathBuf,
+        /// The operating system's refusal.
+        error: std::io::Error,
+    },
+    /// The member's consensus log cannot be opened.
+    #[error("{path}: {error}")]
+    Log {
+        /// The log's file.
+        path: std::path::PathBuf,
+        /// What opening it met.
+        error: cresolver_don::persist::PersistError,
+    },
+}
+
 /// The DON member of a node config, checked: a key that is a member, report mode
 /// everywhere, and the embedded store.
 pub(super) fn member(
@@ -16,42 +55,29 @@ pub(super) fn member(
     pipelines: &[Pipeline],
     shared_store: bool,
     metrics: Arc<Metrics>,
-) -> Result<Option<Arc<Don>>, NodeError> {
+) -> Result<Option<Arc<Don>>, DonSetupError> {
     let Some(dc) = &cfg.don else {
         return Ok(None);
     };
-    let signer = signer.ok_or_else(|| {
-        NodeError::Don(
-            "a DON member signs with its own key: set [signer] (the env var, a key file or a keystore)"
-                .into(),
-        )
-    })?;
-    dc.validate(signer.address())
-        .map_err(|e| NodeError::Don(e.to_string()))?;
+    let signer = signer.ok_or(DonSetupError::NoSigner)?;
+    dc.validate(signer.address())?;
     if shared_store {
-        return Err(NodeError::Don(
-            "a DON member keeps its own state: leave store.url empty (the embedded SQLite file); a PostgreSQL cluster cannot be one member".into(),
-        ));
+        return Err(DonSetupError::SharedStore);
     }
-    for p in pipelines {
-        if p.submitter.mode() != SubmitMode::Report {
-            return Err(NodeError::Don(format!(
-                "workflow {:?} submits directly: a DON delivers through the KeystoneForwarder; set [submit] mode = \"report\" in the workflow and submit.forwarder / submit.receiver in the node config",
-                p.workflow.name
-            )));
-        }
+    if let Some(p) = pipelines
+        .iter()
+        .find(|p| p.submitter.mode() != SubmitMode::Report)
+    {
+        return Err(DonSetupError::DirectSubmission(p.workflow.name.clone()));
     }
-    std::fs::create_dir_all(&cfg.node.data_dir).map_err(|e| {
-        NodeError::Don(format!(
-            "cannot create {}: {e}",
-            cfg.node.data_dir.display()
-        ))
+    std::fs::create_dir_all(&cfg.node.data_dir).map_err(|error| DonSetupError::DataDir {
+        path: cfg.node.data_dir.clone(),
+        error,
     })?;
     let path = cfg.node.data_dir.join("don.sqlite");
     let persist = cresolver_don::persist::Persist::open(&path)
-        .map_err(|e| NodeError::Don(format!("{}: {e}", path.display())))?;
-    let don = Don::new(dc.clone(), signer, persist, metrics)
-        .map_err(|e| NodeError::Don(e.to_string()))?;
+        .map_err(|error| DonSetupError::Log { path, error })?;
+    let don = Don::new(dc.clone(), signer, persist, metrics)?;
     tracing::info!(member = %don.address(), members = dc.members.len(), f = dc.f, don_id = dc.don_id, config_version = dc.config_version, "this node is a DON member");
     Ok(Some(Arc::new(don)))
 }

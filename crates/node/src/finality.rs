@@ -38,12 +38,15 @@ enum Verdict {
 pub struct Pass {
     /// `confirmed` rounds looked at.
     pub watched: usize,
+    /// Rounds marked `finalized` this pass.
     pub finalized: Vec<(Address, U256)>,
     /// Rounds reopened at the submission stage (their drive must run again).
     pub reopened: Vec<(Address, U256)>,
+    /// The final block the pass judged by (`None`: not known this pass).
     pub at: Option<Finalized>,
 }
 
+/// The finality watch of a node: see the module doc.
 pub struct FinalityWatch {
     provider: DynProvider,
     store: Arc<dyn RoundStore>,
@@ -53,6 +56,8 @@ pub struct FinalityWatch {
 }
 
 impl FinalityWatch {
+    /// A watch over `store`'s confirmed rounds; `depth` stands in for the `finalized`
+    /// tag where the endpoint does not serve it.
     pub fn new(
         provider: DynProvider,
         store: Arc<dyn RoundStore>,

@@ -14,19 +14,24 @@ use tokio::sync::mpsc;
 /// A request, made over HTTP, to resolve a market of the node's market contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ManualTrigger {
+    /// The market to resolve.
     pub market_id: U256,
 }
 
 /// What the handlers share.
 #[derive(Clone)]
 pub struct ApiState {
+    /// The round store the read endpoints answer from.
     pub store: Arc<dyn RoundStore>,
+    /// The registry `GET /metrics` renders.
     pub metrics: Arc<Metrics>,
+    /// Where `POST /resolve` sends its requests (the node judges them).
     pub trigger: mpsc::Sender<ManualTrigger>,
     /// Bearer token for `POST /resolve`; `None` disables the endpoint.
     pub token: Option<secrecy::SecretString>,
     /// The node's market contract.
     pub market: Address,
+    /// When the API started (`/health`'s `uptime_s`).
     pub started: Instant,
     /// What the node keeps current for `/health` (chain id, markets, the last processed
     /// block, a cluster's lease counts).

@@ -16,6 +16,7 @@ mod run;
 mod setup;
 pub mod status;
 pub use cresolver_pipeline::stages::{discovery_config, protocol_set, submitter_config};
+pub use don::DonSetupError;
 pub use setup::{open_store, txm_config};
 
 use crate::http::{ApiState, ManualTrigger};
@@ -25,6 +26,7 @@ use alloy::providers::{DynProvider, Provider};
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_chain::discovery::DiscoveryConfig;
 use cresolver_chain::heads::{HeadFeed, PushConfig};
+use cresolver_chain::reader::ReadError;
 use cresolver_chain::watcher::{Trigger, Watcher};
 use cresolver_metrics::Metrics;
 use cresolver_pipeline::config::{NodeConfig, default_confirmations, is_dev_chain};
@@ -45,62 +47,109 @@ use tokio::sync::{Semaphore, mpsc};
 
 use cresolver_pipeline::transcript::{DonMemberRecord, DonRecord, Transcript};
 
+/// Why the node could not start, or could not serve a request.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
+    /// The node's configuration is invalid.
     #[error(transparent)]
     Config(#[from] cresolver_pipeline::config::ConfigError),
+    /// A workflow file is invalid.
     #[error(transparent)]
     Workflow(#[from] cresolver_pipeline::workflow::WorkflowError),
+    /// A workflow's engine cannot be built (its evaluator, its worker clients).
     #[error(transparent)]
     Engine(#[from] cresolver_pipeline::round::EngineError),
+    /// No RPC endpoint could be used.
     #[error(transparent)]
     Connect(#[from] cresolver_chain::ConnectError),
+    /// The round store failed.
     #[error(transparent)]
     Store(#[from] cresolver_store::StoreError),
+    /// A workflow's submitter cannot be built.
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    /// The RPC serves another chain than the config names.
     #[error("RPC chain id is {actual} but the config expects {expected}")]
-    ChainId { expected: u64, actual: u64 },
+    ChainId {
+        /// `chain.chain_id` of the config.
+        expected: u64,
+        /// The endpoint's `eth_chainId`.
+        actual: u64,
+    },
+    /// Two workflows watch one market contract.
     #[error("workflows {0} and {1} both watch market {2}: give each its own [trigger].address")]
     SameMarket(String, String, Address),
+    /// A manual request could not be judged against the chain.
     #[error("cannot read market {market_id} on chain to judge the request: {error} (try again)")]
-    Judge { market_id: U256, error: String },
+    Judge {
+        /// The market asked for.
+        market_id: U256,
+        /// What the read met.
+        error: ReadError,
+    },
+    /// The node's DON membership (`[don]`) cannot be set up.
     #[error("[don]: {0}")]
-    Don(String),
+    Don(#[from] don::DonSetupError),
+    /// An HTTP listener cannot be bound.
     #[error(
-        "cannot listen on {addr} for the HTTP API: {error} (is another node running? set api.listen to a free address, or empty to disable)"
+        "cannot listen on {addr} for the HTTP API: {error}{what} (is another node running? set api.listen to a free address, or empty to disable)"
     )]
-    Listen { addr: String, error: String },
+    Listen {
+        /// The address asked for.
+        addr: String,
+        /// The operating system's refusal.
+        error: std::io::Error,
+        /// Which listener, when it is not the API's (`""` for the API).
+        what: &'static str,
+    },
 }
 
 /// One workflow bound to its market.
 pub struct Pipeline {
+    /// The workflow (its quorum, challenge, evaluator, tally and submission settings).
     pub workflow: Workflow,
+    /// The market contract it watches and resolves.
     pub market: Address,
+    /// The round engine built from the workflow.
     pub engine: Engine,
+    /// How its outcomes reach the chain.
     pub submitter: Submitter,
 }
 
 /// A round's result as the operator sees it.
 #[derive(Debug, Clone, Serialize)]
 pub struct RoundReport {
+    /// The market contract.
     pub market: Address,
+    /// The market's id.
     pub market_id: U256,
+    /// The round's stage.
     pub state: Stage,
+    /// Why it failed or was skipped (or paused).
     pub reason: Option<String>,
+    /// The round's submitted transaction, if any.
     pub tx_hash: Option<B256>,
+    /// The outcome the round reached (`true`: YES).
     pub resolution: Option<bool>,
     /// The stored transcript, when the round got that far.
     pub transcript: Option<serde_json::Value>,
 }
 
+/// A resolver node: its config, chain, store, workflows and the state of its rounds.
 pub struct Node {
+    /// The node's configuration.
     pub cfg: NodeConfig,
+    /// The RPC pool's provider.
     pub provider: DynProvider,
+    /// The chain's id, as the endpoint reported it.
     pub chain_id: u64,
+    /// The round store (SQLite, or a PostgreSQL cluster's).
     pub store: Arc<dyn RoundStore>,
+    /// The node's metrics registry.
     pub metrics: Arc<Metrics>,
+    /// One per workflow, each on its own market.
     pub pipelines: Vec<Pipeline>,
+    /// How workers' endpoints are found and which addresses may be called.
     pub discovery: DiscoveryConfig,
     /// The transaction manager of the node's signing key (`None`: no key, no submission).
     pub txm: Option<Arc<TxManager>>,
@@ -156,33 +205,9 @@ impl Node {
         }
         let discovery = discovery_config(&cfg)?;
         let don_signer = signer.clone();
-        let default_market = cfg.chain.market_address;
         let from = signer.as_ref().map(|s| s.address()).unwrap_or_default();
         let wallet = signer.map(EthereumWallet::from);
-        let mut pipelines = Vec::new();
-        let mut seen: HashMap<Address, String> = HashMap::new();
-        for path in &cfg.node.workflows {
-            let workflow = Workflow::load(path)?;
-            let market = match workflow.trigger.address.or(default_market) {
-                Some(m) => m,
-                None => cfg.market()?,
-            };
-            if let Some(other) = seen.insert(market, workflow.name.clone()) {
-                return Err(NodeError::SameMarket(other, workflow.name.clone(), market));
-            }
-            let submitter = Submitter::new(
-                provider.clone(),
-                from,
-                submitter_config(&cfg, &workflow, market),
-            )?;
-            let engine = Engine::new(workflow.clone(), &discovery.net_policy())?;
-            pipelines.push(Pipeline {
-                workflow,
-                market,
-                engine,
-                submitter,
-            });
-        }
+        let pipelines = load_pipelines(&cfg, &provider, from, &discovery)?;
         let metrics = Arc::new(Metrics::new());
         let don = don::member(
             &cfg,
@@ -206,23 +231,7 @@ impl Node {
                 .with_heads(heads.subscribe()),
             )
         });
-        let chain_health = Arc::new(cresolver_chain::health::ChainHealth::new(
-            cresolver_chain::health::HealthLimits {
-                confirmations: cfg
-                    .chain
-                    .confirmations
-                    .unwrap_or(default_confirmations(chain_id)),
-                max_head_age: cfg
-                    .chain
-                    .max_head_age_secs
-                    .or((!is_dev_chain(chain_id)).then_some(60))
-                    .map(Duration::from_secs),
-                max_lag_blocks: cfg.chain.max_lag_blocks,
-            },
-            pool,
-            heads.clone(),
-            metrics.clone(),
-        ));
+        let chain_health = chain_health(&cfg, chain_id, pool, heads.clone(), metrics.clone());
         // discovery's metadata fetches: the same address policy as worker calls
         let http = discovery.net_policy().http_client();
         let health = crate::http::NodeHealth {
@@ -300,12 +309,7 @@ impl Node {
                     tracing::info!(market_id = %market_id, reason = %why, "manual resolution request ignored: the market is resolved on chain");
                     return Ok(None);
                 }
-                Err(e) => {
-                    return Err(NodeError::Judge {
-                        market_id,
-                        error: e.to_string(),
-                    });
-                }
+                Err(error) => return Err(NodeError::Judge { market_id, error }),
             }
         } else {
             false
@@ -573,6 +577,69 @@ impl Node {
             },
         })
     }
+}
+
+/// Loads every workflow of the config, each bound to its market (two workflows on one
+/// market are refused) with its engine and submitter.
+fn load_pipelines(
+    cfg: &NodeConfig,
+    provider: &DynProvider,
+    from: Address,
+    discovery: &DiscoveryConfig,
+) -> Result<Vec<Pipeline>, NodeError> {
+    let default_market = cfg.chain.market_address;
+    let mut pipelines = Vec::new();
+    let mut seen: HashMap<Address, String> = HashMap::new();
+    for path in &cfg.node.workflows {
+        let workflow = Workflow::load(path)?;
+        let market = match workflow.trigger.address.or(default_market) {
+            Some(m) => m,
+            None => cfg.market()?,
+        };
+        if let Some(other) = seen.insert(market, workflow.name.clone()) {
+            return Err(NodeError::SameMarket(other, workflow.name.clone(), market));
+        }
+        let submitter = Submitter::new(
+            provider.clone(),
+            from,
+            submitter_config(cfg, &workflow, market),
+        )?;
+        let engine = Engine::new(workflow.clone(), &discovery.net_policy())?;
+        pipelines.push(Pipeline {
+            workflow,
+            market,
+            engine,
+            submitter,
+        });
+    }
+    Ok(pipelines)
+}
+
+/// The chain's health as the head probe judges it, with the config's limits.
+fn chain_health(
+    cfg: &NodeConfig,
+    chain_id: u64,
+    pool: Arc<cresolver_chain::pool::RpcPool>,
+    heads: HeadFeed,
+    metrics: Arc<Metrics>,
+) -> Arc<cresolver_chain::health::ChainHealth> {
+    Arc::new(cresolver_chain::health::ChainHealth::new(
+        cresolver_chain::health::HealthLimits {
+            confirmations: cfg
+                .chain
+                .confirmations
+                .unwrap_or(default_confirmations(chain_id)),
+            max_head_age: cfg
+                .chain
+                .max_head_age_secs
+                .or((!is_dev_chain(chain_id)).then_some(60))
+                .map(Duration::from_secs),
+            max_lag_blocks: cfg.chain.max_lag_blocks,
+        },
+        pool,
+        heads,
+        metrics.clone(),
+    ))
 }
 
 /// The store key of the node's Chorus `orchestrator_id` when none is configured.

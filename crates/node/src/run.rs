@@ -98,231 +98,50 @@ impl Node {
     ) -> Result<(), NodeError> {
         // one shutdown mechanism: the node's cancellation token, which every task watches,
         // and its task tracker, which the drain below waits on
-        let stop_rx = self.cancel.clone();
         let (trig_tx, trig_rx) = mpsc::channel::<Trigger>(1024);
-        let tasks = &self.tracker;
-
-        // Unfinished rounds are fed to the dispatcher by a task of their own: the channel
-        // holds 1024, and the dispatcher only starts draining it below.
-        // A shared store: the claim loop below finds every round a node may drive,
-        // this node's unfinished ones included (once their leases expire).
-        let unfinished = if self.store.shared() {
-            Vec::new()
-        } else {
-            self.store.unfinished().await?
-        };
-        if !unfinished.is_empty() {
-            tracing::info!(rounds = unfinished.len(), "resuming unfinished rounds");
-            let (tx, stop) = (trig_tx.clone(), stop_rx.clone());
-            tasks.spawn(async move {
-                for rec in unfinished {
-                    tracing::debug!(market_id = %rec.market_id, state = rec.state.as_str(), "resuming unfinished round");
-                    let t = Trigger {
-                        market: rec.market,
-                        market_id: rec.market_id,
-                        question: String::new(),
-                        log: None,
-                    };
-                    tokio::select! {
-                        sent = tx.send(t) => if sent.is_err() { return },
-                        _ = stop.cancelled() => return,
-                    }
-                }
-            });
-        }
-
-        let dev = is_dev_chain(self.chain_id);
-        let head = self.provider.get_block_number().await.unwrap_or(0);
-        for p in &self.pipelines {
-            let start = self.start_block(p, dev, head).await?;
-            let wcfg = self
-                .cfg
-                .watcher_config(p.market, &p.workflow.name, self.chain_id, start);
-            let watcher = Watcher::new(
-                self.provider.clone(),
-                StoreSink::shared(self.store.clone()),
-                wcfg,
-            );
-            let (tx, rx, m, h, ch, wake) = (
-                trig_tx.clone(),
-                stop_rx.clone(),
-                self.metrics.clone(),
-                self.health.clone(),
-                self.chain_health.clone(),
-                self.heads.subscribe(),
-            );
-            tasks.spawn(async move {
-                watcher
-                    .run(tx, rx, Some(wake), move |r| {
-                        if let Some(to) = r.to {
-                            m.set_last_processed_block(to);
-                            ch.processed(to);
-                            if let Ok(mut h) = h.write() {
-                                h.last_processed_block = Some(to);
-                            }
-                        }
-                    })
-                    .await
-            });
-        }
-
-        {
-            let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(50, 1_000));
-            let (ch, m, rx) = (
-                self.chain_health.clone(),
-                self.metrics.clone(),
-                stop_rx.clone(),
-            );
-            tasks.spawn(async move { ch.run(m, every, rx).await });
-        }
-        // A push subscription on the first websocket endpoint wakes the watcher and the
-        // transaction manager at every new head; it is rebuilt for as long as the node runs.
-        if let Some(url) = self
-            .cfg
-            .rpc_urls()
-            .into_iter()
-            .find(|u| u.starts_with("ws"))
-        {
-            let cfg = PushConfig {
-                pool: self.cfg.pool_config(),
-                max_backoff: self.cfg.max_backoff(),
-                stall_after: Duration::from_millis(self.cfg.chain.poll_interval_ms)
-                    .saturating_mul(3)
-                    .max(Duration::from_secs(2)),
-            };
-            let (feed, rx) = (self.heads.clone(), stop_rx.clone());
-            tasks.spawn(async move { cresolver_chain::heads::run_push(url, cfg, feed, rx).await });
-        }
-
+        self.resume_unfinished(trig_tx.clone()).await?;
+        self.spawn_watchers(&trig_tx).await?;
+        self.spawn_chain_tasks();
         // the finality watch: confirmed rounds until final; the rounds it reopens (a
         // reorg removed their resolution) go to the dispatcher like the claim loop's
         let (reopen_tx, reopen_rx) = mpsc::channel::<(Address, U256)>(256);
-        {
-            let depth = self.cfg.chain.finality_depth.unwrap_or(
-                cresolver_chain::finality::default_finality_depth(self.chain_id),
-            );
-            let watch = finality::FinalityWatch::new(
-                self.provider.clone(),
-                self.store.clone(),
-                self.metrics.clone(),
-                depth,
-            );
-            let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 5_000));
-            let (rx, wake) = (stop_rx.clone(), self.heads.subscribe());
-            tasks.spawn(async move { watch.run(reopen_tx, rx, wake, every).await });
-        }
-
+        self.spawn_finality(reopen_tx);
         let (claim_tx, claim_rx) = mpsc::channel::<(Address, U256)>(256);
         if self.store.shared() {
-            let (node, rx) = (self.clone(), stop_rx.clone());
-            tasks.spawn(async move { node.claim_loop(claim_tx, rx).await });
+            let (node, rx) = (self.clone(), self.cancel.clone());
+            self.tracker
+                .spawn(async move { node.claim_loop(claim_tx, rx).await });
         } else {
             drop(claim_tx);
         }
-
-        let (api_tx, mut api_rx) = mpsc::channel::<ManualTrigger>(64);
-        if let Some(don) = &self.don {
-            let addr = don.config().listen.clone();
-            let listener =
-                tokio::net::TcpListener::bind(&addr)
-                    .await
-                    .map_err(|e| NodeError::Listen {
-                        addr: addr.clone(),
-                        error: format!("{e} (this is [don].listen, the member endpoint)"),
-                    })?;
-            tracing::info!(%addr, "DON member endpoint listening");
-            let (d, rx) = (don.clone(), stop_rx.clone());
-            tasks.spawn(async move {
-                let stop = async move {
-                    let _ = rx.cancelled().await;
-                };
-                if let Err(e) = cresolver_don::server::serve(listener, d, stop).await {
-                    tracing::error!(error = %e, "the DON member endpoint stopped");
-                }
-            });
-        }
-        if !self.cfg.api.listen.trim().is_empty() {
-            let addr = self.cfg.api.listen.clone();
-            let listener =
-                tokio::net::TcpListener::bind(&addr)
-                    .await
-                    .map_err(|e| NodeError::Listen {
-                        addr: addr.clone(),
-                        error: e.to_string(),
-                    })?;
-            let token = std::env::var(&self.cfg.api.token_env)
-                .ok()
-                .filter(|t| !t.is_empty())
-                .map(secrecy::SecretString::from);
-            tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or(addr), trigger_enabled = token.is_some(), "HTTP API listening");
-            let state = ApiState {
-                store: self.store.clone(),
-                metrics: self.metrics.clone(),
-                trigger: api_tx.clone(),
-                token,
-                market: self.pipelines[0].market,
-                started: Instant::now(),
-                health: self.health.clone(),
-                chain: Some(self.chain_health.clone()),
-                stop: self.cancel.clone(),
-                don: self.don.clone(),
-            };
-            let rx = stop_rx.clone();
-            tasks.spawn(async move {
-                let _ = crate::api::serve(listener, state, async move {
-                    let _ = rx.cancelled().await;
-                })
-                .await;
-            });
-        }
-        drop(api_tx);
+        self.spawn_don_endpoint().await?;
+        let (api_tx, api_rx) = mpsc::channel::<ManualTrigger>(64);
+        self.spawn_api(api_tx).await?;
 
         // The sources above feed one dispatcher: watcher triggers and resumed rounds,
         // rounds the finality watch reopened, manual requests (judged first), and a
         // shared store's claims.
         let (jobs_tx, jobs_rx) = mpsc::channel::<RoundJob>(1024);
+        let (tasks, stop) = (&self.tracker, &self.cancel);
         forward(
             tasks,
-            stop_rx.clone(),
+            stop.clone(),
             trig_rx,
             jobs_tx.clone(),
             |t: Trigger| RoundJob::Local(t.market, t.market_id),
         );
         forward(
             tasks,
-            stop_rx.clone(),
+            stop.clone(),
             reopen_rx,
             jobs_tx.clone(),
             |(m, id)| RoundJob::Local(m, id),
         );
-        forward(
-            tasks,
-            stop_rx.clone(),
-            claim_rx,
-            jobs_tx.clone(),
-            |(m, id)| RoundJob::Claimed(m, id),
-        );
-        {
-            let (node, jobs) = (self.clone(), jobs_tx.clone());
-            tasks.spawn(async move {
-                while let Some(m) = api_rx.recv().await {
-                    match node.request(m.market_id).await {
-                        Ok(Some(t)) => {
-                            if jobs
-                                .send(RoundJob::Local(t.market, t.market_id))
-                                .await
-                                .is_err()
-                            {
-                                return;
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(e) => tracing::error!(error = %e, "manual request failed"),
-                    }
-                }
-            });
-        }
-        drop((jobs_tx, trig_tx));
+        forward(tasks, stop.clone(), claim_rx, jobs_tx.clone(), |(m, id)| {
+            RoundJob::Claimed(m, id)
+        });
+        self.spawn_manual_requests(api_rx, jobs_tx);
+        drop(trig_tx);
         let node = self.clone();
         let rounds = dispatch(jobs_rx, Concurrency::Unbounded, shutdown, move |job| {
             let node = node.clone();
@@ -337,14 +156,234 @@ impl Node {
             }
         })
         .await;
+        self.shut_down(rounds, drain).await;
+        Ok(())
+    }
+
+    /// Feeds the unfinished rounds of the embedded store to the dispatcher, from a task
+    /// of their own (the channel holds 1024, and the dispatcher only starts draining it
+    /// once every source runs). A shared store's claim loop finds every round a node may
+    /// drive instead, this node's unfinished ones included (once their leases expire).
+    async fn resume_unfinished(&self, tx: mpsc::Sender<Trigger>) -> Result<(), NodeError> {
+        if self.store.shared() {
+            return Ok(());
+        }
+        let unfinished = self.store.unfinished().await?;
+        if unfinished.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(rounds = unfinished.len(), "resuming unfinished rounds");
+        let stop = self.cancel.clone();
+        self.tracker.spawn(async move {
+            for rec in unfinished {
+                tracing::debug!(market_id = %rec.market_id, state = rec.state.as_str(), "resuming unfinished round");
+                let t = Trigger {
+                    market: rec.market,
+                    market_id: rec.market_id,
+                    question: String::new(),
+                    log: None,
+                };
+                tokio::select! {
+                    sent = tx.send(t) => if sent.is_err() { return },
+                    _ = stop.cancelled() => return,
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// One watcher per workflow, from its start block, sending its triggers to `tx` and
+    /// keeping the processed block in the metrics, the chain health and `/health`.
+    async fn spawn_watchers(&self, tx: &mpsc::Sender<Trigger>) -> Result<(), NodeError> {
+        let dev = is_dev_chain(self.chain_id);
+        let head = self.provider.get_block_number().await.unwrap_or(0);
+        for p in &self.pipelines {
+            let start = self.start_block(p, dev, head).await?;
+            let wcfg = self
+                .cfg
+                .watcher_config(p.market, &p.workflow.name, self.chain_id, start);
+            let watcher = Watcher::new(
+                self.provider.clone(),
+                StoreSink::shared(self.store.clone()),
+                wcfg,
+            );
+            let (tx, rx, m, h, ch, wake) = (
+                tx.clone(),
+                self.cancel.clone(),
+                self.metrics.clone(),
+                self.health.clone(),
+                self.chain_health.clone(),
+                self.heads.subscribe(),
+            );
+            self.tracker.spawn(async move {
+                watcher
+                    .run(tx, rx, Some(wake), move |r| {
+                        if let Some(to) = r.to {
+                            m.set_last_processed_block(to);
+                            ch.processed(to);
+                            if let Ok(mut h) = h.write() {
+                                h.last_processed_block = Some(to);
+                            }
+                        }
+                    })
+                    .await
+            });
+        }
+        Ok(())
+    }
+
+    /// The head probe, and a push subscription on the first websocket endpoint that
+    /// wakes the watcher and the transaction manager at every new head (rebuilt for as
+    /// long as the node runs).
+    fn spawn_chain_tasks(&self) {
+        let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(50, 1_000));
+        let (ch, m, rx) = (
+            self.chain_health.clone(),
+            self.metrics.clone(),
+            self.cancel.clone(),
+        );
+        self.tracker
+            .spawn(async move { ch.run(m, every, rx).await });
+        let Some(url) = self
+            .cfg
+            .rpc_urls()
+            .into_iter()
+            .find(|u| u.starts_with("ws"))
+        else {
+            return;
+        };
+        let cfg = PushConfig {
+            pool: self.cfg.pool_config(),
+            max_backoff: self.cfg.max_backoff(),
+            stall_after: Duration::from_millis(self.cfg.chain.poll_interval_ms)
+                .saturating_mul(3)
+                .max(Duration::from_secs(2)),
+        };
+        let (feed, rx) = (self.heads.clone(), self.cancel.clone());
+        self.tracker
+            .spawn(async move { cresolver_chain::heads::run_push(url, cfg, feed, rx).await });
+    }
+
+    /// The finality watch, sending the rounds it reopens to `reopen`.
+    fn spawn_finality(&self, reopen: mpsc::Sender<(Address, U256)>) {
+        let depth = self.cfg.chain.finality_depth.unwrap_or(
+            cresolver_chain::finality::default_finality_depth(self.chain_id),
+        );
+        let watch = finality::FinalityWatch::new(
+            self.provider.clone(),
+            self.store.clone(),
+            self.metrics.clone(),
+            depth,
+        );
+        let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 5_000));
+        let (rx, wake) = (self.cancel.clone(), self.heads.subscribe());
+        self.tracker
+            .spawn(async move { watch.run(reopen, rx, wake, every).await });
+    }
+
+    /// A DON member's endpoint for the other members (`[don].listen`).
+    async fn spawn_don_endpoint(&self) -> Result<(), NodeError> {
+        let Some(don) = &self.don else {
+            return Ok(());
+        };
+        let addr = don.config().listen.clone();
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|error| NodeError::Listen {
+                addr: addr.clone(),
+                error,
+                what: " (this is [don].listen, the member endpoint)",
+            })?;
+        tracing::info!(%addr, "DON member endpoint listening");
+        let (d, rx) = (don.clone(), self.cancel.clone());
+        self.tracker.spawn(async move {
+            let stop = async move {
+                let _ = rx.cancelled().await;
+            };
+            if let Err(e) = cresolver_don::server::serve(listener, d, stop).await {
+                tracing::error!(error = %e, "the DON member endpoint stopped");
+            }
+        });
+        Ok(())
+    }
+
+    /// The HTTP API (`api.listen`; empty: none), whose manual triggers go to `trigger`.
+    async fn spawn_api(&self, trigger: mpsc::Sender<ManualTrigger>) -> Result<(), NodeError> {
+        if self.cfg.api.listen.trim().is_empty() {
+            return Ok(());
+        }
+        let addr = self.cfg.api.listen.clone();
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|error| NodeError::Listen {
+                addr: addr.clone(),
+                error,
+                what: "",
+            })?;
+        let token = std::env::var(&self.cfg.api.token_env)
+            .ok()
+            .filter(|t| !t.is_empty())
+            .map(secrecy::SecretString::from);
+        tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or(addr), trigger_enabled = token.is_some(), "HTTP API listening");
+        let state = ApiState {
+            store: self.store.clone(),
+            metrics: self.metrics.clone(),
+            trigger,
+            token,
+            market: self.pipelines[0].market,
+            started: Instant::now(),
+            health: self.health.clone(),
+            chain: Some(self.chain_health.clone()),
+            stop: self.cancel.clone(),
+            don: self.don.clone(),
+        };
+        let rx = self.cancel.clone();
+        self.tracker.spawn(async move {
+            let _ = crate::api::serve(listener, state, async move {
+                let _ = rx.cancelled().await;
+            })
+            .await;
+        });
+        Ok(())
+    }
+
+    /// Judges each manual request of the API and hands the rounds it starts to `jobs`.
+    fn spawn_manual_requests(
+        self: &Arc<Self>,
+        mut requests: mpsc::Receiver<ManualTrigger>,
+        jobs: mpsc::Sender<RoundJob>,
+    ) {
+        let node = self.clone();
+        self.tracker.spawn(async move {
+            while let Some(m) = requests.recv().await {
+                match node.request(m.market_id).await {
+                    Ok(Some(t)) => {
+                        if jobs
+                            .send(RoundJob::Local(t.market, t.market_id))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::error!(error = %e, "manual request failed"),
+                }
+            }
+        });
+    }
+
+    /// The orderly end: every task is told to stop, DON agreements end (what they voted
+    /// and signed is persisted), and in-flight rounds get up to `drain` to reach a
+    /// persisted state.
+    async fn shut_down(&self, rounds: cresolver_pipeline::dispatch::InFlight, drain: Duration) {
         tracing::info!(
             in_flight = rounds.len(),
             "shutting down: letting in-flight rounds reach a persisted state"
         );
         self.cancel.cancel();
         if let Some(don) = &self.don {
-            // agreements end now (what they voted and signed is persisted) rather than
-            // running their rounds out
+            // agreements end now rather than running their rounds out
             don.stop();
         }
         self.tracker.close();
@@ -364,7 +403,6 @@ impl Node {
                 "some tasks did not stop within the drain bound"
             );
         }
-        Ok(())
     }
 }
 

@@ -108,30 +108,13 @@ fn short(s: String, max: usize) -> String {
     cresolver_store::truncate(s, max)
 }
 
-/// A round as the status page shows it: its state and reason, the quorum, each worker's
-/// answer, confidence, three scores, weight or failure (with its evidence when
-/// `detail`), the resolution, the transactions and the confirmation.
-pub fn round_view(
-    r: &RoundRecord,
-    txs: &[(NonceRecord, Vec<AttemptRecord>)],
-    detail: bool,
-) -> Value {
-    let transcript = r
-        .outcome
-        .as_ref()
-        .and_then(|o| Transcript::deserialize(o).ok());
-    let stage = transcript.as_ref().and_then(|t| {
-        t.outcome
-            .as_ref()
-            .map(|o| &o.resolve)
-            .or(t.resolve.as_ref())
-    });
-    let tally = transcript
-        .as_ref()
-        .and_then(|t| t.outcome.as_ref())
-        .map(|o| &o.tally);
-    // what resolveMarket pays each worker, from the market read at the request block
-    let payouts: Vec<(alloy::primitives::Address, U256)> = match (tally, transcript.as_ref()) {
+/// What `resolveMarket` pays each worker of `tally`, from the market read at the
+/// request block (empty without a tally).
+fn payouts(
+    tally: Option<&cresolver_core::TallyOutcome>,
+    transcript: Option<&Transcript>,
+) -> Vec<(alloy::primitives::Address, U256)> {
+    match (tally, transcript) {
         (Some(t), Some(tr)) => {
             let stakes: Vec<U256> = t
                 .workers
@@ -149,10 +132,18 @@ pub fn round_view(
                 .unwrap_or_default()
         }
         _ => Vec::new(),
-    };
-    let workers: Vec<Value> = stage
-        .map(|st| {
-            st.results
+    }
+}
+
+/// Each worker of the resolve stage as the status page shows it: its answer or
+/// failure, its scores, weight and payout (its evidence and sources when `detail`).
+fn workers_view(
+    st: &cresolver_workers::fanout::ResolveStage,
+    tally: Option<&cresolver_core::TallyOutcome>,
+    payouts: &[(alloy::primitives::Address, U256)],
+    detail: bool,
+) -> Vec<Value> {
+    st.results
                 .iter()
                 .map(|res| {
                     let tallied = tally.and_then(|t| t.workers.iter().find(|w| w.address == res.address));
@@ -181,7 +172,33 @@ pub fn round_view(
                     w
                 })
                 .collect()
-        })
+}
+
+/// A round as the status page shows it: its state and reason, the quorum, each worker's
+/// answer, confidence, three scores, weight or failure (with its evidence when
+/// `detail`), the resolution, the transactions and the confirmation.
+pub fn round_view(
+    r: &RoundRecord,
+    txs: &[(NonceRecord, Vec<AttemptRecord>)],
+    detail: bool,
+) -> Value {
+    let transcript = r
+        .outcome
+        .as_ref()
+        .and_then(|o| Transcript::deserialize(o).ok());
+    let stage = transcript.as_ref().and_then(|t| {
+        t.outcome
+            .as_ref()
+            .map(|o| &o.resolve)
+            .or(t.resolve.as_ref())
+    });
+    let tally = transcript
+        .as_ref()
+        .and_then(|t| t.outcome.as_ref())
+        .map(|o| &o.tally);
+    let payouts = payouts(tally, transcript.as_ref());
+    let workers = stage
+        .map(|st| workers_view(st, tally, &payouts, detail))
         .unwrap_or_default();
     let transactions: Vec<Value> = txs
         .iter()

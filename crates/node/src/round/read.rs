@@ -70,8 +70,8 @@ impl Node {
 
     /// The round's one judging point: the request's block. A manual request has no
     /// request log; it is judged at the head block of its first run, which is kept for
-    /// every resume.
-    async fn judging_block(&self, round: &mut Round<'_>) -> Result<u64, StepError> {
+    /// every resume (the transcript of that first run records no request block).
+    async fn judging_block(&self, round: &Round<'_>) -> Result<u64, StepError> {
         if let Some(b) = round.rec.request_block {
             return Ok(b);
         }
@@ -83,7 +83,6 @@ impl Node {
         self.store
             .set_request_block(round.market(), round.market_id, head)
             .await?;
-        round.rec.request_block = Some(head);
         tracing::info!(market_id = %round.market_id, block = head, "manual request: judged at this block from now on");
         Ok(head)
     }

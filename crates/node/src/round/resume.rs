@@ -43,11 +43,7 @@ impl Node {
 
     /// The round's pending nonces: its own key's is followed; another key's is waited
     /// for (see [`Self::foreign`]).
-    async fn pending(
-        &self,
-        round: &Round<'_>,
-        txm: &TxManager,
-    ) -> Result<Option<Next>, StepError> {
+    async fn pending(&self, round: &Round<'_>, txm: &TxManager) -> Result<Option<Next>, StepError> {
         let (market, market_id) = (round.market(), round.market_id);
         // A nonce is reserved for this round: follow it, never sign a second payload.
         // (The round's pending reservations under every key, read once.)
