@@ -2,6 +2,7 @@
 //! attempts of done rounds and node settings, with the SQL the SQLite store runs (its
 //! `?n` placeholders as `$n`). Like there, nothing here is fenced by a lease: each
 //! change is conditional on the state it leaves (and `renew_in` locks the row first).
+//! [`PgStore`]'s [`Finality`] and [`Settings`].
 
 use super::{Finality, PgStore, Settings, col, pg_err, pg_sql};
 use crate::done::sql;

@@ -1,6 +1,7 @@
 //! Leases with fencing on PostgreSQL: a node claims an unfinished round with one
 //! conditional `UPDATE` that bumps its term, renews it while it works, and releases it
-//! with a back-off; lease times are the database's clock.
+//! with a back-off; lease times are the database's clock. [`PgStore`]'s [`Leases`] and
+//! [`Fence`].
 
 use super::*;
 

@@ -1,6 +1,6 @@
 //! Rounds on PostgreSQL: requests (de-duplicated by their log), states, progress,
 //! outcomes, listings and the watcher's checkpoints; every write for a round is fenced by
-//! its lease.
+//! its lease. [`PgStore`]'s [`Requests`], [`Checkpoints`], [`Rounds`] and [`Overview`].
 
 use super::*;
 

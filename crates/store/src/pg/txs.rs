@@ -1,6 +1,6 @@
 //! The transaction manager's nonces and attempts on PostgreSQL: a nonce is reserved under
 //! the key's row lock, so nodes sharing a signing key never take the same one; every
-//! write is fenced by the round's lease.
+//! write is fenced by the round's lease. [`PgStore`]'s [`Nonces`] and [`RoundTxs`].
 
 use super::*;
 
