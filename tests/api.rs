@@ -4,7 +4,7 @@ use alloy::primitives::{Address, U256};
 use cresolver_metrics::Metrics;
 use cresolver_node::api::serve;
 use cresolver_node::http::{ApiState, ManualTrigger, NodeHealth};
-use cresolver_store::{RoundStore, SqliteStore, Store};
+use cresolver_store::{Nonces, Requests, SqliteStore, Store};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};

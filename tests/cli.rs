@@ -133,7 +133,7 @@ async fn config_check_and_one_shot_resolve_on_anvil() {
 async fn rounds_list_filters_the_stored_rounds() {
     use alloy::primitives::{Address, B256, U256};
     use cresolver_core::request::LogRef;
-    use cresolver_store::{RoundStore, SqliteStore, Stage, Store};
+    use cresolver_store::{Requests, Rounds, SqliteStore, Stage, Store};
     let dir = common::node::tmpdir("rounds-list");
     let market = Address::repeat_byte(0x11);
     {

@@ -8,8 +8,9 @@ use alloy::primitives::{Address, B256, Bytes, U256};
 use common::pg::Pg;
 use cresolver_core::LogRef;
 use cresolver_store::{
-    AttemptRecord, KeyRef, NonceState, PgSettings, PgStore, RequestDecision, RoundStore,
-    SqliteStore, Stage, Store, StoreError, TxPayload,
+    AttemptRecord, Fence, KeyRef, Leases, NonceState, Nonces, Overview, PgSettings, PgStore,
+    RequestDecision, Requests, RoundStore, Rounds, Settings, SqliteStore, Stage, Store, StoreError,
+    TxPayload,
 };
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,7 +13,7 @@ use common::chain::*;
 use common::node::*;
 use common::*;
 use cresolver_store::{
-    AttemptRecord, NonceRecord, NonceState, RoundStore, SqliteStore, Stage, Store,
+    AttemptRecord, NonceRecord, NonceState, RoundStore, RoundTxs, SqliteStore, Stage, Store,
 };
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -11,7 +11,7 @@ use axum::extract::State;
 use common::chain::*;
 use cresolver_chain::watcher::{Trigger, Watcher, WatcherConfig};
 use cresolver_pipeline::store_sink::StoreSink;
-use cresolver_store::{RoundStore, SqliteStore, Store};
+use cresolver_store::{Checkpoints, Finality, Rounds, SqliteStore, Store};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -20,14 +20,21 @@ pub(crate) const ARCHIVE_SQL: &str = "INSERT INTO round_attempts (market, market
 /// A round's earlier attempt, kept when a new request started another one.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PastAttempt {
+    /// Its number: 1 for the market's first attempt.
     pub attempt: u32,
+    /// The state it ended in.
     pub state: Stage,
+    /// Why it ended there, when a reason was recorded.
     pub reason: Option<String>,
+    /// The transaction of the request log that started it (`None`: a manual request).
     pub request_tx: Option<B256>,
+    /// The block it was judged at.
     pub request_block: Option<u64>,
+    /// Its newest submission transaction, when it signed one.
     pub submit_tx: Option<B256>,
     /// Its transcript, when it got that far.
     pub outcome: Option<serde_json::Value>,
+    /// When the next attempt replaced it, in unix seconds.
     pub ended_at: u64,
 }
 
@@ -35,8 +42,11 @@ pub struct PastAttempt {
 /// holds it, the nonce whose mined attempt resolved the market.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watched {
+    /// The market contract.
     pub market: Address,
+    /// The market's id in its contract.
     pub market_id: U256,
+    /// The round's current attempt.
     pub attempt: u32,
     /// The key and nonce of the mined transaction, with where it was mined.
     pub mined: Option<(KeyRef, u64, MinedAt)>,

@@ -16,7 +16,10 @@ pub(crate) use done::{
 };
 pub use done::{PastAttempt, RESUBMIT_REASON, Watched};
 pub use pg::{PgSettings, PgStore};
-pub use round_store::{RoundStore, SqliteStore};
+pub use round_store::{
+    Checkpoints, Fence, Finality, Leases, Nonces, Overview, Requests, RoundStore, RoundTxs, Rounds,
+    Settings, SqliteStore, TxStore,
+};
 pub use txs::{AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, TxPayload};
 
 use alloy_primitives::{Address, B256, Bytes, U256};
@@ -28,21 +31,33 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// A round as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoundRecord {
+    /// The market contract.
     pub market: Address,
+    /// The market's id in its contract.
     pub market_id: U256,
+    /// Where the round is.
     pub state: Stage,
     /// 1 for the first round of a market; a new request after a failure adds one.
     pub attempt: u32,
+    /// The name of the workflow that runs the round.
     pub workflow: String,
+    /// The transaction of the request log that started it (`None`: a manual request).
     pub request_tx: Option<B256>,
+    /// The block the round is judged at: its request log's, or for a manual request
+    /// the head at its first run.
     pub request_block: Option<u64>,
+    /// Why the round is in its state (a failure, a skip, a reopening).
     pub reason: Option<String>,
+    /// Its newest signed submission transaction.
     pub submit_tx: Option<B256>,
+    /// That transaction's signed bytes.
     #[serde(skip)]
     pub raw_tx: Option<Bytes>,
     /// The round's outcome/transcript as JSON, once evaluated.
     pub outcome: Option<serde_json::Value>,
+    /// When the round was first recorded, in unix seconds.
     pub created_at: u64,
+    /// When the round last changed, in unix seconds.
     pub updated_at: u64,
     /// The node that holds the round's lease (drives it), while it is unfinished.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -53,6 +68,7 @@ pub struct RoundRecord {
 /// of the round is checked against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
+    /// The round's term at this claim: one more than at the claim before.
     pub term: u64,
     /// The node that held the round before, when its lease expired (a takeover).
     pub taken_from: Option<String>,
@@ -61,16 +77,27 @@ pub struct Lease {
 /// A round without its transcript: what `GET /rounds` lists.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoundSummary {
+    /// The market contract.
     pub market: Address,
+    /// The market's id in its contract.
     pub market_id: U256,
+    /// Where the round is.
     pub state: Stage,
+    /// 1 for the first round of a market; a new request after a failure adds one.
     pub attempt: u32,
+    /// The name of the workflow that runs the round.
     pub workflow: String,
+    /// The transaction of the request log that started it (`None`: a manual request).
     pub request_tx: Option<B256>,
+    /// The block the round is judged at.
     pub request_block: Option<u64>,
+    /// Why the round is in its state, cut to [`SUMMARY_REASON_BYTES`].
     pub reason: Option<String>,
+    /// Its newest signed submission transaction.
     pub submit_tx: Option<B256>,
+    /// When the round was first recorded, in unix seconds.
     pub created_at: u64,
+    /// When the round last changed, in unix seconds.
     pub updated_at: u64,
     /// The node driving the round (unfinished rounds of a cluster, or of this node).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,6 +114,8 @@ pub struct RoundSummary {
 /// Longest reason a summary carries.
 pub const SUMMARY_REASON_BYTES: usize = 512;
 
+/// `s` cut to at most `max` bytes at a character boundary, with `…` appended when it
+/// was cut.
 pub fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut cut = max;
@@ -116,7 +145,7 @@ pub enum RequestDecision {
     Resubmit,
     /// The market already has a round in progress or finished: nothing to do, unless
     /// the round is done (`confirmed`, `finalized`, `skipped`) and the chain says the
-    /// market is unresolved (see [`RoundStore::renew_round`]).
+    /// market is unresolved (see [`Finality::renew_round`]).
     AlreadyHandled(Stage),
 }
 
@@ -133,27 +162,42 @@ impl RequestDecision {
     }
 }
 
+/// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The data directory of the SQLite store cannot be created.
     #[error("cannot create data dir {path}: {source}")]
     DataDir {
+        /// The directory.
         path: String,
+        /// Why it cannot be created.
         source: std::io::Error,
     },
+    /// SQLite refused a statement or the database file.
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A stored value does not parse (what it is, and why).
     #[error("database holds unexpected data: {0}")]
     Corrupt(String),
+    /// A write for a round that the store does not hold.
     #[error("no round for market {0} / {1}")]
     NoRound(Address, U256),
+    /// The blocking task that ran a SQLite call panicked or was cancelled.
     #[error("store task failed: {0}")]
     Task(String),
+    /// PostgreSQL refused a statement, or the connection pool failed.
     #[error("PostgreSQL: {0}")]
     Postgres(String),
+    /// The PostgreSQL store cannot connect, or the server is unfit.
     #[error(
         "cannot use the database at {url}: {error} (check store.url, and that the server runs and accepts this user)"
     )]
-    Connect { url: String, error: String },
+    Connect {
+        /// The connection URL, without its password.
+        url: String,
+        /// What went wrong.
+        error: String,
+    },
     /// This node no longer holds the round (another node claimed it): nothing was written.
     #[error("the lease of market {0} / {1} was lost to another node: this node stops the round")]
     LeaseLost(Address, U256),

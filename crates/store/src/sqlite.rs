@@ -388,6 +388,7 @@ impl Store {
         touched(n, market, market_id)
     }
 
+    /// The round of a market, if there is one.
     pub fn get(&self, market: Address, market_id: U256) -> Result<Option<RoundRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt =
@@ -489,6 +490,7 @@ impl Store {
         })
     }
 
+    /// The block number and hash stored under `key`, if any.
     pub fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
         let conn = self.conn();
         let row: Option<(i64, String)> = conn
@@ -505,6 +507,7 @@ impl Store {
         .transpose()
     }
 
+    /// Stores `block` and its `hash` under `key`, replacing what was there.
     pub fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
         self.conn()
             .prepare_cached(SET_CHECKPOINT)?

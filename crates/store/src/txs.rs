@@ -39,6 +39,7 @@ pub enum NonceState {
 }
 
 impl NonceState {
+    /// The state's name as stored and shown (`pending`, `mined`, `lost`).
     pub fn as_str(self) -> &'static str {
         match self {
             NonceState::Pending => "pending",
@@ -57,60 +58,85 @@ impl NonceState {
 /// A signing key on a chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KeyRef {
+    /// The key's address.
     pub signer: Address,
+    /// The chain it signs for.
     pub chain_id: u64,
 }
 
 /// What a nonce was reserved for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TxPayload {
+    /// The market contract of the round the transaction resolves.
     pub market: Address,
+    /// The market's id in its contract.
     pub market_id: U256,
+    /// The contract the transaction calls.
     pub to: Address,
+    /// The transaction's input.
     pub calldata: Bytes,
+    /// The gas limit every attempt is signed with, in gas units.
     pub gas_limit: u64,
 }
 
 /// A reserved nonce.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NonceRecord {
+    /// The nonce.
     pub nonce: u64,
+    /// Where it is: pending, mined or lost.
     pub state: NonceState,
+    /// What it was reserved for.
     #[serde(flatten)]
     pub payload: TxPayload,
+    /// Our attempt that was mined at it.
     pub mined_tx: Option<B256>,
+    /// The block that attempt is in.
     pub mined_block: Option<u64>,
     /// The hash of the block the mined attempt is in (how the finality watch tells that
     /// block is still canonical; `None` for nonces mined before this was recorded).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mined_hash: Option<B256>,
+    /// Why it ended as it did (a lost nonce says what took it).
     pub detail: Option<String>,
+    /// When it was reserved, in unix seconds.
     pub created_at: u64,
+    /// When it last changed, in unix seconds.
     pub updated_at: u64,
 }
 
 /// Where one of our attempts was mined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MinedAt {
+    /// The attempt's transaction hash.
     pub tx: B256,
+    /// The number of the block it is in.
     pub block: u64,
+    /// The hash of that block.
     pub block_hash: B256,
 }
 
 /// One signed attempt at a nonce.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AttemptRecord {
+    /// The nonce it is signed at.
     pub nonce: u64,
     /// 0 for the first attempt, +1 for each replacement.
     pub seq: u32,
+    /// Its transaction hash.
     pub tx_hash: B256,
+    /// The signed transaction, as broadcast (EIP-2718 bytes).
     #[serde(skip)]
     pub raw: Bytes,
+    /// Its EIP-1559 max fee, in wei per gas.
     pub max_fee_per_gas: u128,
+    /// Its EIP-1559 priority fee (tip), in wei per gas.
     pub max_priority_fee_per_gas: u128,
+    /// Its gas limit, in gas units.
     pub gas_limit: u64,
     /// The chain head when it was first broadcast (`None`: stored, not yet sent).
     pub sent_block: Option<u64>,
+    /// When it was signed, in unix seconds.
     pub created_at: u64,
 }
 

@@ -32,19 +32,32 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum SubmitMode {
+    /// `resolveMarket(...)` sent to the market from the node's key.
     #[default]
     Direct,
+    /// A report sent to the forwarder, which calls the receiver's `onReport`.
     Report,
 }
 
+/// Why a submission cannot go ahead, or did not resolve the market.
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
+    /// The market is resolved already: there is nothing to submit.
     #[error("market {market_id} is already resolved on chain")]
-    AlreadyResolved { market_id: U256 },
+    AlreadyResolved {
+        /// The market's id in its contract.
+        market_id: U256,
+    },
+    /// A worker's agent has the market as its operator, so every submission reverts.
     #[error(
         "worker {worker} (agent {agent_id}) has approved the market as operator of its agent: the reputation registry refuses the market's feedback (\"Self-feedback not allowed\") and resolveMarket would revert for every worker; the worker must revoke the approval"
     )]
-    OperatorBlocks { worker: Address, agent_id: U256 },
+    OperatorBlocks {
+        /// The worker's address.
+        worker: Address,
+        /// Its agent's id in the identity registry.
+        agent_id: U256,
+    },
     /// A pre-flight call reverted: the decoded reason, and which call (`""` for the
     /// executing call, `"forwarder report(): "` for the forwarder's).
     #[error("simulation reverted: {during}{reason}")]
@@ -54,14 +67,28 @@ pub enum SubmitError {
         /// Which call reverted, as a prefix of the message.
         during: &'static str,
     },
+    /// The node's submission settings do not fit the call (what is missing).
     #[error("submission misconfigured: {0}")]
     Config(String),
+    /// The chain's RPC failed.
     #[error("RPC error: {0}")]
     Rpc(String),
+    /// The transaction has no receipt after the wait.
     #[error("transaction {tx} not mined within {secs} s")]
-    NoReceipt { tx: B256, secs: u64 },
+    NoReceipt {
+        /// The transaction's hash.
+        tx: B256,
+        /// How long it was waited for, in seconds.
+        secs: u64,
+    },
+    /// The transaction is mined but its receipt does not show the market resolved.
     #[error("transaction {tx} mined but did not resolve the market: {detail}")]
-    NotConfirmed { tx: B256, detail: String },
+    NotConfirmed {
+        /// The transaction's hash.
+        tx: B256,
+        /// What the receipt lacks.
+        detail: String,
+    },
 }
 
 impl SubmitError {
@@ -75,40 +102,57 @@ impl SubmitError {
 /// exactly f+1 signatures (65 bytes `r ‖ s ‖ v`, v = 0 or 1).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct SignedReport {
+    /// The raw report (metadata header and body).
     pub raw: Bytes,
+    /// The report context the members signed along with it.
     pub context: Bytes,
+    /// Exactly f+1 signatures, 65 bytes each.
     pub signatures: Vec<Bytes>,
 }
 
 /// A transaction ready to sign.
 #[derive(Debug, Clone, Serialize)]
 pub struct Prepared {
+    /// The address that signs and sends it.
     pub from: Address,
+    /// The contract it calls: the market (direct) or the forwarder (report).
     pub to: Address,
+    /// Its input.
     pub calldata: Bytes,
+    /// The gas the chain estimated for it, in gas units.
     pub gas_estimate: u64,
+    /// The estimate with the configured margin: the limit it is signed with, in gas
+    /// units.
     pub gas_limit: u64,
+    /// How it reaches the market.
     pub mode: SubmitMode,
 }
 
 /// What a simulation of the submission said (see [`Submitter::simulate`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct Simulation {
-    /// The transaction that would be sent.
+    /// The address the transaction would be sent from.
     pub from: Address,
+    /// The contract the transaction would call.
     pub to: Address,
+    /// The transaction's input.
     pub calldata: Bytes,
-    /// The call that executes the resolution (report mode: the forwarder calling the receiver).
+    /// The caller of the call that executes the resolution (report mode: the
+    /// forwarder calling the receiver).
     pub executes_from: Address,
+    /// The contract of the call that executes the resolution.
     pub executes_to: Address,
     /// Whether a state override was applied.
     pub state_override: bool,
     /// The call ran without reverting.
     pub success: bool,
+    /// The decoded revert, when the call reverted.
     pub revert: Option<SimulatedRevert>,
     /// Neither success nor a revert: the RPC failed.
     pub rpc_error: Option<String>,
+    /// The gas the submission needs, in gas units, when the call succeeded.
     pub gas_estimate: Option<u64>,
+    /// The estimate with the configured margin, in gas units.
     pub gas_limit: Option<u64>,
 }
 
@@ -117,30 +161,45 @@ pub struct Simulation {
 pub struct SimulatedRevert {
     /// The error's name (`Unauthorized`, …).
     pub name: String,
+    /// The revert as text, with its arguments (prefixed `forwarder report(): ` when the
+    /// forwarder's own call reverted).
     pub reason: String,
 }
 
 /// Proof that the market was resolved by our transaction.
 #[derive(Debug, Clone, Serialize)]
 pub struct Confirmed {
+    /// Our transaction's hash.
     pub tx_hash: B256,
+    /// The block it is in.
     pub block_number: u64,
+    /// The resolution the market recorded (`MarketResolved`).
     pub resolution: bool,
+    /// The resolver the market recorded.
     pub resolver: Address,
+    /// The gas the transaction used, in gas units.
     pub gas_used: u64,
 }
 
 /// Where and how to submit.
 #[derive(Debug, Clone)]
 pub struct SubmitterConfig {
+    /// The market contract.
     pub market: Address,
+    /// How the result reaches the market.
     pub mode: SubmitMode,
+    /// The forwarder a report is sent to (report mode).
     pub forwarder: Option<Address>,
+    /// The receiver the forwarder calls (report mode).
     pub receiver: Option<Address>,
+    /// The metadata of every report (workflow id, name, owner, report id).
     pub metadata: ReportMetadata,
+    /// The margin added to a gas estimate for the gas limit, in percent.
     pub gas_margin_percent: u64,
 }
 
+/// Checks, simulates and builds a market's submission, and reads its receipt; signing
+/// and sending are the transaction manager's.
 pub struct Submitter {
     provider: DynProvider,
     from: Address,
@@ -172,6 +231,7 @@ impl Submitter {
         })
     }
 
+    /// The address that signs (or that a simulation runs as).
     pub fn from(&self) -> Address {
         self.from
     }
@@ -490,6 +550,7 @@ impl Submitter {
         }
     }
 
+    /// How the result reaches the market.
     pub fn mode(&self) -> SubmitMode {
         self.cfg.mode
     }

@@ -2,8 +2,9 @@
 //! attempts of done rounds and node settings, with the SQL the SQLite store runs (its
 //! `?n` placeholders as `$n`). Like there, nothing here is fenced by a lease: each
 //! change is conditional on the state it leaves (and `renew_in` locks the row first).
+//! [`PgStore`]'s [`Finality`] and [`Settings`].
 
-use super::{PgStore, col, pg_err, pg_sql};
+use super::{Finality, PgStore, Settings, col, pg_err, pg_sql};
 use crate::done::sql;
 use crate::{
     ARCHIVE_SQL, LogRef, PAST_SQL, PastAttempt, PastRow, Stage, StoreError, WATCHED_SQL, Watched,
@@ -29,7 +30,7 @@ pub(super) async fn archive_in(
     Ok(())
 }
 
-/// [`crate::RoundStore::renew_round`] inside a transaction.
+/// [`Finality::renew_round`] inside a transaction.
 pub(super) async fn renew_in(
     tx: &Transaction<'_>,
     market: Address,
@@ -74,7 +75,7 @@ pub(super) async fn renew_in(
     Ok(true)
 }
 
-/// [`crate::RoundStore::reopen_submission`] inside a transaction.
+/// [`Finality::reopen_submission`] inside a transaction.
 pub(super) async fn reopen_submission_in(
     tx: &Transaction<'_>,
     market: Address,
@@ -288,5 +289,58 @@ impl PgStore {
             .await
             .map_err(pg_err)?;
         col(&row, 0)
+    }
+}
+
+#[async_trait::async_trait]
+impl Finality for PgStore {
+    async fn renew_round(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        request: Option<(B256, u64)>,
+        from: Stage,
+    ) -> Result<bool, StoreError> {
+        self.done_renew(market, market_id, workflow, request, from)
+            .await
+    }
+
+    async fn reopen_submission(
+        &self,
+        market: Address,
+        market_id: U256,
+        reason: &str,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        self.done_reopen(market, market_id, reason, outcome).await
+    }
+
+    async fn set_finalized(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: Option<&serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        self.done_finalize(market, market_id, outcome).await
+    }
+
+    async fn awaiting_finality(&self, limit: usize) -> Result<Vec<Watched>, StoreError> {
+        self.done_watched(limit).await
+    }
+
+    async fn past_attempts(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<PastAttempt>, StoreError> {
+        self.done_past(market, market_id).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Settings for PgStore {
+    async fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
+        self.done_setting(key, candidate).await
     }
 }

@@ -1,6 +1,7 @@
 //! Leases with fencing on PostgreSQL: a node claims an unfinished round with one
 //! conditional `UPDATE` that bumps its term, renews it while it works, and releases it
-//! with a back-off; lease times are the database's clock.
+//! with a back-off; lease times are the database's clock. [`PgStore`]'s [`Leases`] and
+//! [`Fence`].
 
 use super::*;
 
@@ -178,5 +179,61 @@ impl PgStore {
             self.forget(market, market_id);
         }
         Ok(row.is_some())
+    }
+}
+
+#[async_trait::async_trait]
+impl Leases for PgStore {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    fn lease_duration(&self) -> Duration {
+        self.lease
+    }
+
+    async fn claim(
+        &self,
+        market: Address,
+        market_id: U256,
+        ignore_backoff: bool,
+    ) -> Result<Option<Lease>, StoreError> {
+        self.lease_claim(market, market_id, ignore_backoff).await
+    }
+
+    async fn renew(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
+        self.lease_renew(market, market_id).await
+    }
+
+    async fn release(
+        &self,
+        market: Address,
+        market_id: U256,
+        retry_after: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.lease_release(market, market_id, retry_after).await
+    }
+
+    async fn claimable(
+        &self,
+        markets: &[Address],
+        limit: usize,
+    ) -> Result<Vec<(Address, U256)>, StoreError> {
+        self.lease_claimable(markets, limit).await
+    }
+
+    fn held(&self) -> usize {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+#[async_trait::async_trait]
+impl Fence for PgStore {
+    async fn fence_ok(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
+        self.lease_fence_ok(market, market_id).await
     }
 }

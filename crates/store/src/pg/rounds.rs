@@ -1,6 +1,6 @@
 //! Rounds on PostgreSQL: requests (de-duplicated by their log), states, progress,
 //! outcomes, listings and the watcher's checkpoints; every write for a round is fenced by
-//! its lease.
+//! its lease. [`PgStore`]'s [`Requests`], [`Checkpoints`], [`Rounds`] and [`Overview`].
 
 use super::*;
 
@@ -381,5 +381,144 @@ impl PgStore {
             .await
             .map_err(pg_err)?;
         Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Requests for PgStore {
+    async fn record_request_judged(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        log: &LogRef,
+        unresolved_on_chain: bool,
+    ) -> Result<RequestDecision, StoreError> {
+        self.rounds_record_request_judged(market, market_id, workflow, log, unresolved_on_chain)
+            .await
+    }
+
+    async fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
+        self.done_log_seen(log).await
+    }
+
+    async fn manual_request_judged(
+        &self,
+        market: Address,
+        market_id: U256,
+        workflow: &str,
+        unresolved_on_chain: bool,
+    ) -> Result<RequestDecision, StoreError> {
+        self.rounds_manual_request_judged(market, market_id, workflow, unresolved_on_chain)
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Checkpoints for PgStore {
+    async fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
+        self.rounds_checkpoint(key).await
+    }
+
+    async fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
+        self.rounds_set_checkpoint(key, block, hash).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Rounds for PgStore {
+    async fn set_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        state: Stage,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.rounds_set_state(market, market_id, state, reason)
+            .await
+    }
+
+    async fn save_progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+        state: Stage,
+        progress: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.rounds_save_progress(market, market_id, attempt, state, progress)
+            .await
+    }
+
+    async fn progress(
+        &self,
+        market: Address,
+        market_id: U256,
+        attempt: u32,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        self.rounds_progress(market, market_id, attempt).await
+    }
+
+    async fn set_request_block(
+        &self,
+        market: Address,
+        market_id: U256,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        self.rounds_set_request_block(market, market_id, block)
+            .await
+    }
+
+    async fn set_outcome(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.rounds_set_outcome(market, market_id, outcome).await
+    }
+
+    async fn set_outcome_and_state(
+        &self,
+        market: Address,
+        market_id: U256,
+        outcome: &serde_json::Value,
+        state: Stage,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.rounds_set_outcome_and_state(market, market_id, outcome, state, reason)
+            .await
+    }
+
+    async fn get(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<RoundRecord>, StoreError> {
+        self.rounds_get(market, market_id).await
+    }
+
+    async fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
+        self.rounds_unfinished().await
+    }
+}
+
+#[async_trait::async_trait]
+impl Overview for PgStore {
+    async fn list_summaries(
+        &self,
+        limit: usize,
+        before: Option<i64>,
+    ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
+        self.rounds_list_summaries(limit, before).await
+    }
+
+    async fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {
+        self.rounds_count_by_state().await
+    }
+
+    async fn probe_write(&self) -> Result<(), StoreError> {
+        self.set_checkpoint(&format!("health:probe:{}", self.node), now(), B256::ZERO)
+            .await
     }
 }

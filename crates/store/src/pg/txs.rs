@@ -1,6 +1,6 @@
 //! The transaction manager's nonces and attempts on PostgreSQL: a nonce is reserved under
 //! the key's row lock, so nodes sharing a signing key never take the same one; every
-//! write is fenced by the round's lease.
+//! write is fenced by the round's lease. [`PgStore`]'s [`Nonces`] and [`RoundTxs`].
 
 use super::*;
 
@@ -459,5 +459,108 @@ impl PgStore {
         market_id: U256,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
         self.round_nonces(market, market_id, true).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Nonces for PgStore {
+    async fn reserve_nonce(
+        &self,
+        key: KeyRef,
+        chain_pending: u64,
+        payload: &TxPayload,
+    ) -> Result<u64, StoreError> {
+        self.txs_reserve_nonce(key, chain_pending, payload).await
+    }
+
+    async fn add_attempt(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+        a: &AttemptRecord,
+    ) -> Result<(), StoreError> {
+        self.txs_add_attempt(key, market, market_id, a).await
+    }
+
+    async fn mark_attempt_sent(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+        nonce: u64,
+        seq: u32,
+        block: u64,
+    ) -> Result<(), StoreError> {
+        self.txs_mark_attempt_sent(key, market, market_id, nonce, seq, block)
+            .await
+    }
+
+    async fn finish_nonce(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+        state: NonceState,
+        mined: Option<MinedAt>,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.txs_finish_nonce(key, nonce, state, mined, detail)
+            .await
+    }
+
+    async fn pending_nonce_of(
+        &self,
+        key: KeyRef,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Option<NonceRecord>, StoreError> {
+        self.txs_pending_nonce_of(key, market, market_id).await
+    }
+
+    async fn nonce_record(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<Option<NonceRecord>, StoreError> {
+        self.txs_nonce_record(key, nonce).await
+    }
+
+    async fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError> {
+        self.txs_pending_nonces(key).await
+    }
+
+    async fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError> {
+        self.txs_attempts(key, nonce).await
+    }
+
+    async fn nonce_with_attempts(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<(Option<NonceRecord>, Vec<AttemptRecord>), StoreError> {
+        self.txs_nonce_with_attempts(key, nonce).await
+    }
+
+    async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
+        self.txs_highest_nonce(key).await
+    }
+}
+
+#[async_trait::async_trait]
+impl RoundTxs for PgStore {
+    async fn tx_history(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
+        self.txs_tx_history(market, market_id).await
+    }
+
+    async fn pending_nonces_of_round(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        self.txs_pending_nonces_of_round(market, market_id).await
     }
 }

@@ -8,7 +8,9 @@ use serde::Serialize;
 /// EIP-1559 fees of one attempt, in wei per gas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Fees {
+    /// The most paid per gas, base fee and tip together, in wei.
     pub max_fee_per_gas: u128,
+    /// The tip to the block's producer per gas, in wei.
     pub max_priority_fee_per_gas: u128,
 }
 
@@ -30,7 +32,10 @@ pub enum BumpReason {
     /// Its max fee is below the next block's base fee: it cannot be mined.
     Underpriced,
     /// Not mined after `blocks` blocks.
-    NotMined { blocks: u64 },
+    NotMined {
+        /// How many blocks it has waited since its broadcast.
+        blocks: u64,
+    },
     /// A node refused it as underpriced when it was broadcast.
     Refused,
 }
@@ -38,6 +43,7 @@ pub enum BumpReason {
 /// What the policy decides for a replacement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bump {
+    /// Replace the attempt with one signed at these fees.
     Replace(Fees),
     /// The cap leaves no room for a replacement the network would accept.
     AtCap,

@@ -17,16 +17,17 @@
 mod backlog;
 mod chain;
 pub mod fees;
+mod follow;
 mod foreign;
 
 use alloy::eips::{BlockNumberOrTag, Encodable2718};
 use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
-use alloy::primitives::{Address, B256};
+use alloy::primitives::Address;
 use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
 use cresolver_metrics::Metrics;
-use cresolver_store::{AttemptRecord, KeyRef, NonceState, RoundStore, StoreError, TxPayload};
-use fees::{Bump, BumpReason, FeePolicy, Fees};
+use cresolver_store::{AttemptRecord, KeyRef, NonceState, StoreError, TxPayload, TxStore};
+use fees::{FeePolicy, Fees};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,7 @@ pub struct TxmConfig {
     /// Blocks that must be on top of the receipt's block (as the watcher counts them for
     /// requests: 0 takes the receipt as it is).
     pub confirmations: u64,
+    /// How attempts are priced and when they are replaced.
     pub fees: FeePolicy,
     /// How often a pending nonce is looked at.
     pub poll_interval: Duration,
@@ -49,42 +51,66 @@ pub struct TxmConfig {
 pub enum TxOutcome {
     /// One of our attempts is mined, `confirmations` deep and canonical.
     Mined {
+        /// The nonce.
         nonce: u64,
+        /// Our attempt that was mined.
         attempt: AttemptRecord,
+        /// Its receipt.
         receipt: Box<TransactionReceipt>,
     },
     /// The chain used the nonce for a transaction that is none of our attempts (the key
     /// signed elsewhere). Nothing of ours can be mined at it any more.
-    Lost { nonce: u64 },
+    Lost {
+        /// The nonce.
+        nonce: u64,
+    },
 }
 
 /// What became of a nonce another key reserved (see [`TxManager::check_foreign`]).
 #[derive(Debug, Clone)]
 pub enum Foreign {
+    /// One of its attempts is mined deep enough on the canonical chain (its receipt);
+    /// the reservation is closed.
     Mined(Box<TransactionReceipt>),
+    /// That key's nonce was used by a transaction that is none of its attempts.
     Lost,
+    /// Neither yet: its newest attempt was re-broadcast, or waits for confirmations.
     Pending,
 }
 
+/// Why the transaction manager could not submit or follow a nonce.
 #[derive(Debug, thiserror::Error)]
 pub enum TxError {
+    /// The store failed (or this node lost the round's lease).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The chain's RPC failed.
     #[error("RPC error: {0}")]
     Rpc(String),
+    /// The wallet could not sign the transaction.
     #[error("cannot sign: {0}")]
     Sign(String),
+    /// The nonce followed has no reservation in the store.
     #[error("nonce {0} of the signing key is not reserved in the store")]
     UnknownNonce(u64),
+    /// The nonce is not mined deep enough within the wait bound, or its first attempt
+    /// cannot be priced under the fee cap.
     #[error(
         "nonce {nonce} not mined {deep} after {secs} s ({attempts} attempt(s), last max fee {max_fee_gwei} gwei{why}); it stays reserved and is followed again"
     )]
     Stuck {
+        /// The nonce.
         nonce: u64,
+        /// How long it was followed, in seconds.
         secs: u64,
+        /// How many attempts were signed at it.
         attempts: usize,
+        /// The newest attempt's max fee (the fee cap when nothing was signed), in gwei
+        /// with three decimals.
         max_fee_gwei: String,
+        /// How deep it had to be (`with N block(s) on top`), or that nothing was signed.
         deep: String,
+        /// Why, when there is more to say (starts with `: `), else empty.
         why: String,
     },
 }
@@ -177,12 +203,13 @@ pub struct ChainView {
     fees: Fees,
 }
 
+/// The transaction manager of one signing key on one chain (see the module's doc).
 pub struct TxManager {
     provider: DynProvider,
     wallet: EthereumWallet,
     key: KeyRef,
     signer_label: String,
-    store: Arc<dyn RoundStore>,
+    store: Arc<dyn TxStore>,
     cfg: TxmConfig,
     metrics: Arc<Metrics>,
     /// Serializes reservation, signing and storing of this key's attempts.
@@ -199,12 +226,14 @@ pub struct TxManager {
 }
 
 impl TxManager {
+    /// A manager of `signer`'s transactions on chain `chain_id`, signed with `wallet`,
+    /// sent through `provider`, its nonces and attempts kept in `store`.
     pub fn new(
         provider: DynProvider,
         wallet: EthereumWallet,
         signer: Address,
         chain_id: u64,
-        store: Arc<dyn RoundStore>,
+        store: Arc<dyn TxStore>,
         cfg: TxmConfig,
         metrics: Arc<Metrics>,
     ) -> Self {
@@ -238,6 +267,7 @@ impl TxManager {
         })
     }
 
+    /// The signing key and chain this manager owns.
     pub fn key(&self) -> KeyRef {
         self.key
     }
@@ -485,17 +515,7 @@ impl TxManager {
     /// canonical chain, or the chain used the nonce otherwise; replaces, re-broadcasts
     /// and re-signs along the way. Returns [`TxError::Stuck`] after `wait_bound`.
     pub async fn drive(&self, nonce: u64) -> Result<TxOutcome, TxError> {
-        let started = Instant::now();
-        let need = self.cfg.confirmations;
-        // when the chain's count first passed our nonce with none of our attempts found
-        let mut lost_since: Option<Instant> = None;
-        // (attempt, block) where we last saw one of our attempts included
-        let mut included: Option<(B256, u64)> = None;
-        let mut last_head: Option<u64> = None;
-        let mut wake = self.head_waker();
-        let mut last_pool_check = Instant::now();
-        let mut force_bump = false;
-        let mut at_cap_logged = false;
+        let mut follow = follow::Follow::new(self, nonce);
         loop {
             // the nonce and its attempts read together (one round trip on PostgreSQL);
             // an attempt stored between the two reads is seen at the next look
@@ -512,179 +532,14 @@ impl TxManager {
                 }
                 continue;
             }
-            // A look that will look for a receipt (the first, or one woken by a new
-            // head) reads the head and the receipts together (one round trip). With no
-            // confirmations to wait for, the newest block's hash goes with them: a
-            // receipt in that block needs no second read to know its block is canonical
-            // (with confirmations, the receipt's block is never the newest when closed).
-            let newer = wake.as_ref().map(|rx| *rx.borrow());
-            let (head, prefetched, latest) = if last_head.is_none() || newer > last_head {
-                let latest = async {
-                    match need {
-                        0 => self.latest_block().await.ok().flatten(),
-                        _ => None,
-                    }
-                };
-                let (h, m, l) =
-                    tokio::join!(self.head(false), self.mined_attempt(&attempts), latest);
-                (h?, Some(m?), l)
-            } else {
-                (self.head(false).await?, None, None)
-            };
-            let new_head = last_head != Some(head.number);
-            last_head = Some(head.number);
-            if new_head || included.is_some() || rec.state == NonceState::Mined {
-                let mined = match prefetched {
-                    Some(m) => m,
-                    None => self.mined_attempt(&attempts).await?,
-                };
-                if let Some((a, r)) = mined {
-                    let block = r.block_number.unwrap_or(head.number);
-                    if included.map(|(_, b)| b) != Some(block) {
-                        tracing::info!(market_id = %rec.payload.market_id, nonce, tx = %a.tx_hash, block, need, "transaction included; waiting for confirmations");
-                        included = Some((a.tx_hash, block));
-                    }
-                    lost_since = None;
-                    // (a block that changed under us is looked at again at the next head)
-                    if head.number >= block.saturating_add(need)
-                        && self
-                            .close_if_canonical(self.key, nonce, a.tx_hash, block, &r, latest)
-                            .await?
-                    {
-                        self.metrics.tx_event(&self.signer_label, "mined");
-                        self.refresh_backlog();
-                        return Ok(TxOutcome::Mined {
-                            nonce,
-                            attempt: a,
-                            receipt: Box::new(r),
-                        });
-                    }
-                    self.wait(started, nonce, &attempts, &mut wake).await?;
-                    continue;
+            match follow.turn(&rec, &attempts).await? {
+                follow::Step::Done(outcome) => return Ok(outcome),
+                follow::Step::Wait => {
+                    self.wait(follow.started, nonce, &attempts, &mut follow.wake)
+                        .await?
                 }
-                if let Some((tx, block)) = included.take() {
-                    tracing::warn!(market_id = %rec.payload.market_id, nonce, %tx, block, "reorg: our transaction is no longer on the canonical chain; re-broadcasting it");
-                    self.metrics.tx_event(&self.signer_label, "reorged");
-                    if let Some(a) = attempts.iter().find(|a| a.tx_hash == tx) {
-                        self.metrics.tx_attempt(&self.signer_label, "rebroadcast");
-                        let _ = self.broadcast(&rec.payload, a, head.number).await?;
-                    }
-                }
-                // Not mined: has the chain used the nonce for something else?
-                let mined_count = self.deep_count(self.key.signer, head.number).await?;
-                if mined_count > nonce {
-                    // One of ours may have been mined between the two reads, or its
-                    // receipt may not be indexed yet (a node updates the account's
-                    // count before its receipts, a load balancer mixes backends): look
-                    // the attempts up by hash, and declare the nonce lost only when
-                    // that holds for a grace period.
-                    if self.mined_attempt(&attempts).await?.is_some()
-                        || self.any_attempt_in_a_block(&attempts).await?
-                    {
-                        last_head = None;
-                        self.wait(started, nonce, &attempts, &mut wake).await?;
-                        continue;
-                    }
-                    let since = *lost_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() < self.lost_grace() {
-                        last_head = None;
-                        self.wait(started, nonce, &attempts, &mut wake).await?;
-                        continue;
-                    }
-                    let detail = format!(
-                        "the chain used nonce {nonce} for a transaction that is none of our {} attempt(s)",
-                        attempts.len()
-                    );
-                    tracing::warn!(market_id = %rec.payload.market_id, nonce, "{detail}");
-                    self.store
-                        .finish_nonce(self.key, nonce, NonceState::Lost, None, Some(&detail))
-                        .await?;
-                    self.metrics.tx_event(&self.signer_label, "lost");
-                    self.refresh_backlog();
-                    return Ok(TxOutcome::Lost { nonce });
-                }
-                lost_since = None;
-                self.refresh_backlog();
+                follow::Step::Again => {}
             }
-            let Some(newest) = attempts.last() else {
-                continue;
-            };
-            let current = Fees {
-                max_fee_per_gas: newest.max_fee_per_gas,
-                max_priority_fee_per_gas: newest.max_priority_fee_per_gas,
-            };
-            let Some(sent_block) = newest.sent_block else {
-                // stored, never accepted by a node (a crash, or a refused broadcast)
-                match self.broadcast(&rec.payload, newest, head.number).await? {
-                    Sent::Underpriced(_) => force_bump = true,
-                    Sent::NonceTooLow => last_head = None,
-                    _ => {}
-                }
-                self.wait(started, nonce, &attempts, &mut wake).await?;
-                continue;
-            };
-            let reason = if force_bump {
-                Some(BumpReason::Refused)
-            } else {
-                fees::needs_bump(
-                    current,
-                    head.next_base_fee,
-                    sent_block,
-                    head.number,
-                    &self.cfg.fees,
-                )
-            };
-            if let Some(reason) = reason {
-                force_bump = false;
-                let _guard = self.lock.lock().await;
-                let estimate = self.estimate().await?;
-                match fees::bump(current, estimate, head.next_base_fee, &self.cfg.fees) {
-                    Bump::Replace(f) => {
-                        let a = self.sign(nonce, newest.seq + 1, &rec.payload, f).await?;
-                        self.store
-                            .add_attempt(self.key, rec.payload.market, rec.payload.market_id, &a)
-                            .await?;
-                        crash_point("replaced");
-                        self.metrics.tx_attempt(&self.signer_label, "replacement");
-                        let sent = self.broadcast(&rec.payload, &a, head.number).await?;
-                        tracing::warn!(market_id = %rec.payload.market_id, nonce, ?reason, replaces = %newest.tx_hash, tx = %a.tx_hash,
-                            max_fee_gwei = %gwei(f.max_fee_per_gas), tip_gwei = %gwei(f.max_priority_fee_per_gas),
-                            next_base_fee_gwei = %gwei(head.next_base_fee), result = ?sent, "transaction replaced with higher fees");
-                        if matches!(sent, Sent::Underpriced(_)) {
-                            force_bump = true;
-                        }
-                        last_head = None;
-                        continue;
-                    }
-                    Bump::AtCap => {
-                        if !at_cap_logged {
-                            tracing::error!(market_id = %rec.payload.market_id, nonce, max_fee_gwei = %gwei(current.max_fee_per_gas),
-                                next_base_fee_gwei = %gwei(head.next_base_fee), "cannot replace the transaction: the fee cap (submit.max_fee_per_gas_gwei) is reached");
-                            at_cap_logged = true;
-                        }
-                    }
-                }
-            } else if last_pool_check.elapsed()
-                >= self.cfg.poll_interval.max(Duration::from_secs(1))
-            {
-                last_pool_check = Instant::now();
-                let known = self
-                    .provider
-                    .get_transaction_by_hash(newest.tx_hash)
-                    .await
-                    .map_err(|e| TxError::Rpc(format!("eth_getTransactionByHash: {e}")))?;
-                if known.is_none() {
-                    tracing::warn!(market_id = %rec.payload.market_id, nonce, tx = %newest.tx_hash, "transaction dropped from the pool; re-broadcasting it");
-                    self.metrics.tx_attempt(&self.signer_label, "rebroadcast");
-                    match self.broadcast(&rec.payload, newest, head.number).await? {
-                        Sent::Underpriced(_) => force_bump = true,
-                        Sent::NonceTooLow => last_head = None,
-                        _ => {}
-                    }
-                    continue;
-                }
-            }
-            self.wait(started, nonce, &attempts, &mut wake).await?;
         }
     }
 
