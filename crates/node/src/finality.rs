@@ -14,7 +14,7 @@ use cresolver_chain::finality::{Finalized, canonical_hash, finalized};
 use cresolver_chain::reader::resolved_at;
 use cresolver_metrics::Metrics;
 use cresolver_pipeline::transcript::{FinalityRecord, ReorgRecord, Transcript};
-use cresolver_store::{RoundStore, Watched};
+use cresolver_store::{FinalityStore, Watched};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +49,7 @@ pub struct Pass {
 /// The finality watch of a node: see the module doc.
 pub struct FinalityWatch {
     provider: DynProvider,
-    store: Arc<dyn RoundStore>,
+    store: Arc<dyn FinalityStore>,
     metrics: Arc<Metrics>,
     /// Used where the endpoint does not serve the `finalized` tag.
     depth: u64,
@@ -60,7 +60,7 @@ impl FinalityWatch {
     /// tag where the endpoint does not serve it.
     pub fn new(
         provider: DynProvider,
-        store: Arc<dyn RoundStore>,
+        store: Arc<dyn FinalityStore>,
         metrics: Arc<Metrics>,
         depth: u64,
     ) -> Self {

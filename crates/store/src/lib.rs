@@ -17,8 +17,8 @@ pub(crate) use done::{
 pub use done::{PastAttempt, RESUBMIT_REASON, Watched};
 pub use pg::{PgSettings, PgStore};
 pub use round_store::{
-    Checkpoints, Fence, Finality, Leases, Nonces, Overview, Requests, RoundStore, RoundTxs, Rounds,
-    Settings, SqliteStore, TxStore,
+    Checkpoints, Fence, Finality, FinalityStore, Leases, Nonces, Overview, Requests, RoundStore,
+    RoundTxs, Rounds, Settings, SqliteStore, TxStore,
 };
 pub use txs::{AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, TxPayload};
 

@@ -33,6 +33,12 @@ pub trait TxStore: Nonces + Fence {}
 
 impl<T: Nonces + Fence> TxStore for T {}
 
+/// What the finality watch uses: the done rounds' transitions ([`Finality`]) and a
+/// round's stored record ([`Rounds`]).
+pub trait FinalityStore: Finality + Rounds {}
+
+impl<T: Finality + Rounds> FinalityStore for T {}
+
 /// Every store operation the node, the watcher, the transaction manager and the API
 /// use: all the capability traits together. Implemented for every type that implements
 /// them all; a caller that holds an `Arc<dyn RoundStore>` hands each component the
@@ -45,7 +51,7 @@ pub trait RoundStore:
     + TxStore
     + RoundTxs
     + Leases
-    + Finality
+    + FinalityStore
     + Settings
     + 'static
 {
@@ -59,7 +65,7 @@ impl<T> RoundStore for T where
         + TxStore
         + RoundTxs
         + Leases
-        + Finality
+        + FinalityStore
         + Settings
         + 'static
 {
