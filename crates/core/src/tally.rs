@@ -146,13 +146,13 @@ impl OnchainScores {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Reputation {
-    /// The average `resQuality` of the worker's past rounds.
+    /// The worker's average `resQuality` over the resolutions it was scored in.
     pub res_quality: f64,
-    /// The average `srcQuality` of the worker's past rounds.
+    /// The worker's average `srcQuality` over the resolutions it was scored in.
     pub src_quality: f64,
-    /// The average `analysisDepth` of the worker's past rounds.
+    /// The worker's average `analysisDepth` over the resolutions it was scored in.
     pub analysis_depth: f64,
-    /// How many rounds the averages cover (0: no history).
+    /// How many resolutions the averages cover (0: no history).
     pub count: u64,
 }
 
