@@ -20,6 +20,7 @@ pub struct DeadlineLayer {
 }
 
 impl DeadlineLayer {
+    /// A layer that ends each request after `timeout`.
     pub fn new(timeout: Duration) -> Self {
         Self { timeout }
     }
@@ -35,6 +36,8 @@ impl<S> Layer<S> for DeadlineLayer {
     }
 }
 
+/// The service a [`DeadlineLayer`] wraps around `S`: each call fails with
+/// [`DEADLINE_TEXT`] when `S` has not answered within the timeout.
 #[derive(Debug, Clone)]
 pub struct DeadlineService<S> {
     inner: S,

@@ -21,7 +21,9 @@ pub enum FinalitySource {
 /// The newest final block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Finalized {
+    /// Its block number.
     pub number: u64,
+    /// How it was found.
     pub source: FinalitySource,
     /// The head it was read with.
     pub head: u64,

@@ -27,6 +27,7 @@ impl Default for HeadFeed {
 }
 
 impl HeadFeed {
+    /// A feed at head 0, with no receiver yet.
     pub fn new() -> Self {
         Self {
             tx: watch::channel(0).0,
@@ -61,10 +62,12 @@ impl HeadFeed {
         self.tx.send_modify(|_| {});
     }
 
+    /// The newest head recorded (0 before the first).
     pub fn latest(&self) -> u64 {
         *self.tx.borrow()
     }
 
+    /// A receiver that wakes on every new head and on [`HeadFeed::wake`].
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.tx.subscribe()
     }
@@ -73,6 +76,8 @@ impl HeadFeed {
 /// Settings of the push subscription.
 #[derive(Debug, Clone)]
 pub struct PushConfig {
+    /// The pool's settings: the subscription uses its request timeout and websocket
+    /// retries.
     pub pool: super::pool::PoolConfig,
     /// Longest pause between two attempts to rebuild the subscription.
     pub max_backoff: Duration,

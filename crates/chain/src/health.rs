@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Readiness thresholds.
 #[derive(Debug, Clone)]
 pub struct HealthLimits {
+    /// Blocks below the newest head the watcher is meant to trail (its safe head).
     pub confirmations: u64,
     /// Not ready when the newest head is older (None: not checked, e.g. a dev chain).
     pub max_head_age: Option<Duration>,
@@ -39,9 +40,13 @@ pub struct Assessment {
     pub status: &'static str,
     /// Whether the node can do its work (what `/health/ready` answers).
     pub ready: bool,
+    /// Why the status is not `ok` or the node not ready, one sentence each.
     pub reasons: Vec<String>,
+    /// The newest head any endpoint reported.
     pub head: Option<u64>,
+    /// That head's age in seconds (now minus its timestamp).
     pub head_age_s: Option<u64>,
+    /// How many blocks the watcher trails the safe head (the head less `confirmations`).
     pub lag_blocks: Option<u64>,
 }
 
@@ -127,6 +132,8 @@ pub fn verdict(
 }
 
 impl ChainHealth {
+    /// The view of `pool`'s endpoints, publishing heads to `feed`; the pool reports its
+    /// calls to `metrics` from now on.
     pub fn new(
         limits: HealthLimits,
         pool: Arc<RpcPool>,

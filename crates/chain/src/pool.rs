@@ -63,6 +63,7 @@ pub struct EndpointView {
     pub in_service: bool,
     /// Reads go to this endpoint now (the first one in service).
     pub reads: bool,
+    /// The newest head it reported to its probe.
     pub head: Option<u64>,
     /// Timestamp of that head's block.
     #[serde(skip)]
@@ -73,6 +74,7 @@ pub struct EndpointView {
     pub reason: Option<String>,
     /// Last call or probe latency.
     pub latency_ms: Option<u64>,
+    /// When it last answered a call or probe.
     #[serde(skip)]
     pub last_ok: Option<Instant>,
 }

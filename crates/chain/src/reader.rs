@@ -28,9 +28,11 @@ pub const MAX_REPUTATION_AVERAGE: u64 = 100;
 /// One registered worker of a market.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct WorkerInfo {
+    /// The worker's address.
     pub address: Address,
     /// `workerAgentIds(marketId, worker)`; 0 is a valid id in the reference registry.
     pub agent_id: U256,
+    /// `stakes(marketId, worker)`: what the worker staked to join, in wei.
     pub stake: U256,
     /// `getReputation(worker)`, validated to averages in [0, 100].
     pub reputation: Reputation,
@@ -43,14 +45,23 @@ pub struct WorkerInfo {
 /// A market as read at one block.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct MarketSnapshot {
+    /// The market contract.
     pub market: Address,
+    /// The market's id on that contract.
     pub market_id: U256,
+    /// The question the market asks.
     pub question: String,
+    /// The reward shared among the workers, in wei.
     pub reward_pool: U256,
+    /// The market's deadline (unix seconds).
     pub deadline: U256,
+    /// Who created the market.
     pub creator: Address,
+    /// Whether the market is resolved.
     pub resolved: bool,
+    /// The outcome once resolved (`true`: YES); `false` while unresolved.
     pub resolution: bool,
+    /// The ERC-8004 identity registry the market's workers are registered in.
     pub identity_registry: Address,
     /// In registration (join) order.
     pub workers: Vec<WorkerInfo>,
@@ -58,12 +69,17 @@ pub struct MarketSnapshot {
     pub block: u64,
 }
 
+/// Why a read failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
+    /// The market contract has no market of that id.
     #[error("market {0} does not exist")]
     MarketDoesNotExist(U256),
+    /// The node could not answer (transport error, missing state, …).
     #[error("RPC error: {0}")]
     Rpc(String),
+    /// The chain answered with data that is not what a CREsolver market returns, or a
+    /// call reverted.
     #[error("invalid chain data: {0}")]
     Invalid(String),
 }
@@ -139,42 +155,42 @@ pub async fn read_market(
         block: BlockId::number(block),
         multicall,
     };
-
-    // Round 1: the market's terms, its workers and its identity registry.
-    let round1 = reader
-        .batch(vec![
-            Call::new(
-                market,
-                ICREsolverMarket::getMarketCall {
-                    marketId: market_id,
-                },
-            ),
-            Call::new(
-                market,
-                ICREsolverMarket::getMarketWorkersCall {
-                    marketId: market_id,
-                },
-            ),
-            Call::new(market, ICREsolverMarket::identityRegistryCall {}),
-        ])
+    let terms = reader.market_terms(market, market_id).await?;
+    let mut workers = reader
+        .worker_data(market, market_id, &terms.workers)
         .await?;
-    let [r_market, r_workers, r_identity]: [Outcome; 3] = round1
-        .try_into()
-        .map_err(|_| ReadError::Invalid("round 1 returned the wrong number of results".into()))?;
+    reader
+        .mark_operators(market, market_id, terms.identity_registry, &mut workers)
+        .await;
+    let t = terms.market;
+    Ok(MarketSnapshot {
+        market,
+        market_id,
+        question: t.question,
+        reward_pool: t.rewardPool,
+        deadline: t.deadline,
+        creator: t.creator,
+        resolved: t.resolved,
+        resolution: t.resolution,
+        identity_registry: terms.identity_registry,
+        workers,
+        block,
+    })
+}
 
-    let terms = match r_market {
-        Err(CallFailure::Reverted(RevertReason::Market(
-            ICREsolverMarket::ICREsolverMarketErrors::MarketDoesNotExist(_),
-        ))) => return Err(ReadError::MarketDoesNotExist(market_id)),
-        other => required::<ICREsolverMarket::getMarketCall>("getMarket", other)?,
-    };
-    if terms.deadline.is_zero() {
-        return Err(ReadError::MarketDoesNotExist(market_id));
-    }
-    let addresses =
-        required::<ICREsolverMarket::getMarketWorkersCall>("getMarketWorkers", r_workers)?;
-    let identity_registry =
-        required::<ICREsolverMarket::identityRegistryCall>("identityRegistry", r_identity)?;
+/// What the first round of reads returns: the market's terms, its workers and its
+/// identity registry.
+struct MarketTerms {
+    /// `getMarket(marketId)`.
+    market: <ICREsolverMarket::getMarketCall as SolCall>::Return,
+    /// `getMarketWorkers(marketId)`, checked by [`check_worker_list`].
+    workers: Vec<Address>,
+    /// `identityRegistry()`.
+    identity_registry: Address,
+}
+
+/// Refuses a worker list longer than [`MAX_WORKERS`] or naming a worker twice.
+fn check_worker_list(market_id: U256, addresses: &[Address]) -> Result<(), ReadError> {
     if addresses.len() > MAX_WORKERS {
         return Err(ReadError::Invalid(format!(
             "market {market_id} lists {} workers (at most {MAX_WORKERS})",
@@ -187,110 +203,28 @@ pub async fn read_market(
             "market {market_id} lists worker {dup} twice"
         )));
     }
+    Ok(())
+}
 
-    // Round 2: per worker, its agent id, stake and reputation.
-    let mut calls = Vec::with_capacity(addresses.len() * 3);
-    for &w in &addresses {
-        calls.push(Call::new(
+/// The three calls of one worker in round 2: its agent id, stake and reputation.
+fn worker_calls(market: Address, market_id: U256, worker: Address) -> [Call; 3] {
+    [
+        Call::new(
             market,
             ICREsolverMarket::workerAgentIdsCall {
                 marketId: market_id,
-                worker: w,
+                worker,
             },
-        ));
-        calls.push(Call::new(
+        ),
+        Call::new(
             market,
             ICREsolverMarket::stakesCall {
                 marketId: market_id,
-                worker: w,
+                worker,
             },
-        ));
-        calls.push(Call::new(
-            market,
-            ICREsolverMarket::getReputationCall { worker: w },
-        ));
-    }
-    let round2 = if calls.is_empty() {
-        Vec::new()
-    } else {
-        reader.batch(calls).await?
-    };
-    if round2.len() != addresses.len() * 3 {
-        return Err(ReadError::Invalid(
-            "round 2 returned the wrong number of results".into(),
-        ));
-    }
-    let mut workers = Vec::with_capacity(addresses.len());
-    let mut results = round2.into_iter();
-    for &address in &addresses {
-        let (Some(r_id), Some(r_stake), Some(r_rep)) =
-            (results.next(), results.next(), results.next())
-        else {
-            return Err(ReadError::Invalid("round 2 ended early".into()));
-        };
-        let agent_id = required::<ICREsolverMarket::workerAgentIdsCall>("workerAgentIds", r_id)?;
-        let stake = required::<ICREsolverMarket::stakesCall>("stakes", r_stake)?;
-        let rep = required::<ICREsolverMarket::getReputationCall>("getReputation", r_rep)?;
-        let reputation = reputation(address, &rep)?;
-        workers.push(WorkerInfo {
-            address,
-            agent_id,
-            stake,
-            reputation,
-            market_is_operator: false,
-        });
-    }
-
-    // Round 3: is the market an operator of each worker's agent? A failure counts as no.
-    if !workers.is_empty() && !identity_registry.is_zero() {
-        let calls = workers
-            .iter()
-            .map(|w| {
-                Call::new(
-                    identity_registry,
-                    IIdentityRegistry::isAuthorizedOrOwnerCall {
-                        spender: market,
-                        agentId: w.agent_id,
-                    },
-                )
-            })
-            .collect();
-        match reader.batch(calls).await {
-            Ok(flags) => {
-                for (w, flag) in workers.iter_mut().zip(flags) {
-                    w.market_is_operator = flag
-                        .ok()
-                        .and_then(|b| {
-                            IIdentityRegistry::isAuthorizedOrOwnerCall::abi_decode_returns_validate(
-                                &b,
-                            )
-                            .ok()
-                        })
-                        .unwrap_or(false);
-                }
-            }
-            Err(e) => tracing::warn!(
-                market = %market,
-                market_id = %market_id,
-                error = %e,
-                "isAuthorizedOrOwner checks failed; assuming the market operates no agent"
-            ),
-        }
-    }
-
-    Ok(MarketSnapshot {
-        market,
-        market_id,
-        question: terms.question,
-        reward_pool: terms.rewardPool,
-        deadline: terms.deadline,
-        creator: terms.creator,
-        resolved: terms.resolved,
-        resolution: terms.resolution,
-        identity_registry,
-        workers,
-        block,
-    })
+        ),
+        Call::new(market, ICREsolverMarket::getReputationCall { worker }),
+    ]
 }
 
 /// Validates `getReputation`'s averages (untrusted) into the tally's [`Reputation`].
@@ -374,6 +308,150 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
+    /// Round 1: the market's terms, its workers and its identity registry. A market that
+    /// does not exist (a `MarketDoesNotExist` revert, or a zero deadline) is
+    /// [`ReadError::MarketDoesNotExist`].
+    async fn market_terms(
+        &self,
+        market: Address,
+        market_id: U256,
+    ) -> Result<MarketTerms, ReadError> {
+        let round1 = self
+            .batch(vec![
+                Call::new(
+                    market,
+                    ICREsolverMarket::getMarketCall {
+                        marketId: market_id,
+                    },
+                ),
+                Call::new(
+                    market,
+                    ICREsolverMarket::getMarketWorkersCall {
+                        marketId: market_id,
+                    },
+                ),
+                Call::new(market, ICREsolverMarket::identityRegistryCall {}),
+            ])
+            .await?;
+        let [r_market, r_workers, r_identity]: [Outcome; 3] = round1.try_into().map_err(|_| {
+            ReadError::Invalid("round 1 returned the wrong number of results".into())
+        })?;
+
+        let terms = match r_market {
+            Err(CallFailure::Reverted(RevertReason::Market(
+                ICREsolverMarket::ICREsolverMarketErrors::MarketDoesNotExist(_),
+            ))) => return Err(ReadError::MarketDoesNotExist(market_id)),
+            other => required::<ICREsolverMarket::getMarketCall>("getMarket", other)?,
+        };
+        if terms.deadline.is_zero() {
+            return Err(ReadError::MarketDoesNotExist(market_id));
+        }
+        let addresses =
+            required::<ICREsolverMarket::getMarketWorkersCall>("getMarketWorkers", r_workers)?;
+        let identity_registry =
+            required::<ICREsolverMarket::identityRegistryCall>("identityRegistry", r_identity)?;
+        check_worker_list(market_id, &addresses)?;
+        Ok(MarketTerms {
+            market: terms,
+            workers: addresses,
+            identity_registry,
+        })
+    }
+
+    /// Round 2: per worker, its agent id, stake and validated reputation, in the order
+    /// of `addresses` (`market_is_operator` is left `false` for round 3).
+    async fn worker_data(
+        &self,
+        market: Address,
+        market_id: U256,
+        addresses: &[Address],
+    ) -> Result<Vec<WorkerInfo>, ReadError> {
+        let calls: Vec<Call> = addresses
+            .iter()
+            .flat_map(|&w| worker_calls(market, market_id, w))
+            .collect();
+        let round2 = if calls.is_empty() {
+            Vec::new()
+        } else {
+            self.batch(calls).await?
+        };
+        if round2.len() != addresses.len() * 3 {
+            return Err(ReadError::Invalid(
+                "round 2 returned the wrong number of results".into(),
+            ));
+        }
+        let mut workers = Vec::with_capacity(addresses.len());
+        let mut results = round2.into_iter();
+        for &address in addresses {
+            let (Some(r_id), Some(r_stake), Some(r_rep)) =
+                (results.next(), results.next(), results.next())
+            else {
+                return Err(ReadError::Invalid("round 2 ended early".into()));
+            };
+            let agent_id =
+                required::<ICREsolverMarket::workerAgentIdsCall>("workerAgentIds", r_id)?;
+            let stake = required::<ICREsolverMarket::stakesCall>("stakes", r_stake)?;
+            let rep = required::<ICREsolverMarket::getReputationCall>("getReputation", r_rep)?;
+            let reputation = reputation(address, &rep)?;
+            workers.push(WorkerInfo {
+                address,
+                agent_id,
+                stake,
+                reputation,
+                market_is_operator: false,
+            });
+        }
+        Ok(workers)
+    }
+
+    /// Round 3: sets `market_is_operator` of each worker whose agent the market contract
+    /// may operate. A failed check counts as no; a failed batch is logged and leaves
+    /// every flag `false`.
+    async fn mark_operators(
+        &self,
+        market: Address,
+        market_id: U256,
+        identity_registry: Address,
+        workers: &mut [WorkerInfo],
+    ) {
+        if workers.is_empty() || identity_registry.is_zero() {
+            return;
+        }
+        let calls = workers
+            .iter()
+            .map(|w| {
+                Call::new(
+                    identity_registry,
+                    IIdentityRegistry::isAuthorizedOrOwnerCall {
+                        spender: market,
+                        agentId: w.agent_id,
+                    },
+                )
+            })
+            .collect();
+        match self.batch(calls).await {
+            Ok(flags) => {
+                for (w, flag) in workers.iter_mut().zip(flags) {
+                    w.market_is_operator = flag
+                        .ok()
+                        .and_then(|b| {
+                            IIdentityRegistry::isAuthorizedOrOwnerCall::abi_decode_returns_validate(
+                                &b,
+                            )
+                            .ok()
+                        })
+                        .unwrap_or(false);
+                }
+            }
+            Err(e) => tracing::warn!(
+                market = %market,
+                market_id = %market_id,
+                error = %e,
+                "isAuthorizedOrOwner checks failed; assuming the market operates no agent"
+            ),
+        }
+    }
+
     /// One result per call, in order. Only a failure of the batch itself (the
     /// `aggregate3` call) is an error here; single failures are per-call outcomes.
     async fn batch(&self, calls: Vec<Call>) -> Result<Vec<Outcome>, ReadError> {

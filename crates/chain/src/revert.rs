@@ -14,7 +14,9 @@ use std::fmt;
 /// A decoded revert.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RevertReason {
+    /// A custom error of the CREsolver market.
     Market(ICREsolverMarketErrors),
+    /// A custom error of the CRE receiver.
     Receiver(CREReceiverErrors),
     /// A forwarder's `report(...)` errors (shared by the production KeystoneForwarder, the
     /// test forwarders and `IKeystoneForwarder`).
@@ -23,6 +25,7 @@ pub enum RevertReason {
     /// `FaultToleranceMustBePositive`, `ExcessSigners`, `InsufficientSigners`); its report
     /// errors decode as [`RevertReason::Forwarder`].
     ForwarderConfig(KeystoneForwarderErrors),
+    /// A custom error of the ERC-8004 identity registry.
     Identity(IIdentityRegistryErrors),
     /// `Error(string)` (`require` with a message).
     Message(String),

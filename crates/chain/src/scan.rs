@@ -54,6 +54,7 @@ pub struct LogScanner {
 }
 
 impl LogScanner {
+    /// A scanner starting at chunks of `max_range` blocks (at least 1).
     pub fn new(max_range: u64) -> Self {
         let max_range = max_range.max(1);
         Self {

@@ -33,20 +33,31 @@ use tracing::Instrument;
 /// A recorded trigger that starts (or restarts) a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trigger {
+    /// The market contract.
     pub market: Address,
+    /// The market's id on that contract.
     pub market_id: U256,
+    /// The question the request carried (empty for a round resumed from the store).
     pub question: String,
+    /// The `ResolutionRequested` log that asked for the round; `None` for a round resumed
+    /// from the store.
     pub log: Option<LogRef>,
 }
 
+/// What the watcher scans and how.
 #[derive(Debug, Clone)]
 pub struct WatcherConfig {
+    /// The market contract whose `ResolutionRequested` logs are scanned.
     pub market: Address,
+    /// The workflow the requests are recorded for (part of the checkpoint's key).
     pub workflow: String,
+    /// Blocks below the head a log must be before it is acted on.
     pub confirmations: u64,
     /// First block when there is no checkpoint, and the floor of every scan and rewind.
     pub start_block: u64,
+    /// Time between two scans.
     pub poll_interval: Duration,
+    /// Largest block range of one `eth_getLogs` call.
     pub max_range: u64,
     /// Blocks to rescan when the checkpoint's block hash changed.
     pub reorg_window: u64,
@@ -54,10 +65,13 @@ pub struct WatcherConfig {
     pub max_backoff: Duration,
 }
 
+/// Why a scan stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
+    /// A call to the chain failed.
     #[error("RPC error: {0}")]
     Rpc(String),
+    /// The sink could not record or answer.
     #[error("cannot record what was seen: {0}")]
     Sink(#[from] SinkError),
 }
@@ -71,9 +85,13 @@ pub struct SinkError(pub String);
 /// A `ResolutionRequested` log the watcher saw, with the chain's word on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeenRequest<'a> {
+    /// The market contract.
     pub market: Address,
+    /// The market's id on that contract.
     pub market_id: U256,
+    /// The watcher's workflow.
     pub workflow: &'a str,
+    /// The log's identity and position.
     pub log: &'a LogRef,
     /// Only meaningful for a market whose round is done: the chain says the market is
     /// unresolved at the request's block and at the head.
@@ -111,16 +129,24 @@ pub trait WatchSink: Send + Sync {
 /// What one scan did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanReport {
+    /// The first block of the scan.
     pub from: u64,
+    /// The last block scanned and acknowledged; `None` when the scan reached none.
     pub to: Option<u64>,
+    /// The chain head when the scan began.
     pub head: u64,
+    /// `ResolutionRequested` logs fetched.
     pub logs: usize,
+    /// Triggers sent to start a round.
     pub triggers: usize,
+    /// Where the scan rewound to after the checkpoint's block hash changed.
     pub rewound_to: Option<u64>,
     /// The range size in use at the end (after any halving).
     pub range: u64,
 }
 
+/// Scans a market's `ResolutionRequested` logs into a [`WatchSink`] (see the module
+/// documentation).
 pub struct Watcher {
     provider: DynProvider,
     sink: Arc<dyn WatchSink>,
@@ -166,6 +192,8 @@ pub async fn judge_request(
 }
 
 impl Watcher {
+    /// A watcher of `cfg.market` reading through `provider`, resuming from `sink`'s
+    /// checkpoint.
     pub fn new(provider: DynProvider, sink: Arc<dyn WatchSink>, cfg: WatcherConfig) -> Self {
         let scanner = LogScanner::new(cfg.max_range);
         Self {

@@ -37,17 +37,25 @@ pub fn encode_report(
 /// A decoded report body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
+    /// The market the report resolves.
     pub market_id: U256,
+    /// Every registered worker, in registration order.
     pub workers: Vec<Address>,
+    /// Each worker's reward weight, in the order of `workers`.
     pub weights: Vec<U256>,
+    /// The 3 on-chain scores of each worker in turn (`res, src, depth` per worker), each 0–100.
     pub dim_scores: Vec<u8>,
+    /// The market's outcome: `true` for YES.
     pub resolution: bool,
 }
 
+/// Why report bytes cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// The body is not a valid ABI encoding of the report tuple.
     #[error("report bytes do not decode as (uint256,address[],uint256[],uint8[],bool): {0}")]
     Decode(String),
+    /// The `rawReport` is shorter than the forwarder's 109-byte header.
     #[error("rawReport is {0} bytes; the forwarder layout needs at least 109")]
     TooShort(usize),
 }
@@ -69,10 +77,13 @@ pub fn decode_report(bytes: &[u8]) -> Result<Report, ReportError> {
 /// The identity a report is delivered under (the 64-byte metadata the receiver sees).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportMetadata {
+    /// The workflow's id.
     pub workflow_id: B256,
     /// 10 bytes: ASCII of the first 10 hex characters of sha256(workflow name).
     pub workflow_name: FixedBytes<10>,
+    /// The address that owns the workflow.
     pub workflow_owner: Address,
+    /// The report's id, which tells the receiver what kind of report it is.
     pub report_id: FixedBytes<2>,
 }
 
@@ -110,10 +121,15 @@ pub fn workflow_name_bytes(name: &str) -> FixedBytes<10> {
 /// The forwarder header fields that are not part of the receiver's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionHeader {
+    /// The `rawReport` layout version (1).
     pub version: u8,
+    /// The id of the workflow execution that produced the report.
     pub workflow_execution_id: B256,
+    /// When the report was made (unix seconds).
     pub timestamp: u32,
+    /// The DON that signed the report.
     pub don_id: u32,
+    /// The version of that DON's configuration.
     pub don_config_version: u32,
 }
 

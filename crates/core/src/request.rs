@@ -7,8 +7,12 @@ use alloy_primitives::B256;
 /// A trigger log's identity and position.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogRef {
+    /// The hash of the transaction that emitted the log.
     pub tx_hash: B256,
+    /// The log's index in its block.
     pub log_index: u64,
+    /// The number of the block holding the log.
     pub block_number: u64,
+    /// The hash of that block.
     pub block_hash: B256,
 }

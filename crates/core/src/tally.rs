@@ -12,13 +12,21 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Dimensions {
+    /// Whether the determination follows from the evidence and the confidence is calibrated (weight 20).
     pub resolution_quality: f64,
+    /// The diversity, reliability and relevance of the cited sources (weight 15).
     pub source_quality: f64,
+    /// The thoroughness, nuance and detail of the evidence (weight 15).
     pub analysis_depth: f64,
+    /// The structure, flow and coherence of the arguments (weight 15).
     pub reasoning_clarity: f64,
+    /// The factual backing and verifiability of the claims (weight 10).
     pub evidence_strength: f64,
+    /// Acknowledged uncertainty and counterarguments addressed (weight 10).
     pub bias_awareness: f64,
+    /// The recency of the sources and data (weight 10).
     pub timeliness: f64,
+    /// The quality of the worker's answers to its challenge questions (weight 5).
     pub collaboration: f64,
 }
 
@@ -42,6 +50,7 @@ impl Dimensions {
         Self::from_array([v; 8])
     }
 
+    /// The 8 scores in the order of [`Self::NAMES`].
     pub fn to_array(&self) -> [f64; 8] {
         [
             self.resolution_quality,
@@ -55,6 +64,7 @@ impl Dimensions {
         ]
     }
 
+    /// The dimensions from 8 scores in the order of [`Self::NAMES`].
     pub fn from_array(a: [f64; 8]) -> Self {
         Self {
             resolution_quality: a[0],
@@ -112,8 +122,11 @@ fn to_score(v: f64) -> u8 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct OnchainScores {
+    /// `resQuality`: resolution quality, reasoning clarity and evidence strength.
     pub res_quality: u8,
+    /// `srcQuality`: source quality and timeliness.
     pub src_quality: u8,
+    /// `analysisDepth`: analysis depth, bias awareness and collaboration.
     pub analysis_depth: u8,
 }
 
@@ -133,9 +146,13 @@ impl OnchainScores {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Reputation {
+    /// The worker's average `resQuality` over the resolutions it was scored in.
     pub res_quality: f64,
+    /// The worker's average `srcQuality` over the resolutions it was scored in.
     pub src_quality: f64,
+    /// The worker's average `analysisDepth` over the resolutions it was scored in.
     pub analysis_depth: f64,
+    /// How many resolutions the averages cover (0: no history).
     pub count: u64,
 }
 
@@ -176,7 +193,9 @@ impl fmt::Display for TieRule {
 /// What a worker voted, if it gave a valid resolve response.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Vote {
+    /// The side the worker took: `true` for YES.
     pub determination: bool,
+    /// The worker's stated confidence, in [0, 1].
     pub confidence: f64,
     /// Responded without taking a position: scored and rewarded (with the 50
     /// multiplier, as it did not vote with the outcome), but no vote weight.
@@ -186,11 +205,13 @@ pub struct Vote {
 /// One registered worker as the tally sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TallyWorker {
+    /// The worker's address.
     pub address: Address,
     /// `None` for a worker that gave no valid resolve response.
     pub vote: Option<Vote>,
     /// The evaluator's 8 scores (ignored for non-responders).
     pub scores: Dimensions,
+    /// The worker's on-chain reputation, which scales its vote and reward weight.
     pub reputation: Reputation,
 }
 
@@ -198,14 +219,24 @@ pub struct TallyWorker {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerResult {
+    /// The worker's address.
     pub address: Address,
+    /// Whether it gave a valid resolve response.
     pub responded: bool,
+    /// The side it voted (`true`: YES); `None` when it abstained or did not respond.
     pub determination: Option<bool>,
+    /// Its 3 on-chain scores ((0, 0, 0) for a non-responder).
     pub scores: OnchainScores,
+    /// `round((res + src + depth) / 3)` of its on-chain scores.
     pub quality: f64,
+    /// Its reputation factor ([`Reputation::factor`]).
     pub reputation_factor: f64,
+    /// `quality * reputation_factor`, or 0 when it abstained or did not respond.
     pub vote_weight: f64,
+    /// Whether its vote matched the resolution.
     pub voted_with_outcome: bool,
+    /// Its reward weight: `round(quality * multiplier * reputation_factor)`, the
+    /// multiplier 200 with the outcome and 50 otherwise (0 for a non-responder).
     pub weight: u64,
 }
 
@@ -213,11 +244,17 @@ pub struct WorkerResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TallyOutcome {
+    /// The market the tally resolves.
     pub market_id: U256,
+    /// The outcome: `true` for YES.
     pub resolution: bool,
+    /// The summed vote weight of the YES votes.
     pub yes_weight: f64,
+    /// The summed vote weight of the NO votes.
     pub no_weight: f64,
+    /// Whether the two weights were equal (the tie rule decided the outcome).
     pub tie: bool,
+    /// Every registered worker, in registration order.
     pub workers: Vec<WorkerResult>,
 }
 
@@ -255,9 +292,11 @@ impl TallyOutcome {
         )
     }
 
+    /// The workers' addresses, in the tally's worker order.
     pub fn addresses(&self) -> Vec<Address> {
         self.workers.iter().map(|w| w.address).collect()
     }
+    /// The workers' reward weights, in the tally's worker order.
     pub fn weights(&self) -> Vec<U256> {
         self.workers.iter().map(|w| U256::from(w.weight)).collect()
     }
@@ -286,32 +325,57 @@ impl TallyOutcome {
     }
 }
 
+/// Why a tally has no outcome.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TallyError {
+    /// No worker gave a valid resolve response.
     #[error("no worker gave a valid response: nothing to tally")]
     NoResponders,
+    /// The vote is tied and the tie rule is [`TieRule::Fail`].
     #[error("the vote is tied ({weight} each side) and the workflow's tie rule is `fail`")]
-    Tie { weight: f64 },
+    Tie {
+        /// The vote weight on each side.
+        weight: f64,
+    },
+    /// Every reward weight is 0, so `resolveMarket` would revert.
     #[error(
         "every responding worker has reward weight 0 (quality scores all 0): the market would revert with ZeroTotalWeight"
     )]
     ZeroTotalWeight,
+    /// A responder's dimension score is not a number in [0, 100].
     #[error("worker {address}: {field} = {value} is outside [0, 100]")]
     ScoreOutOfRange {
+        /// The worker's address.
         address: Address,
+        /// The dimension's JSON name (one of [`Dimensions::NAMES`]).
         field: &'static str,
+        /// The score given.
         value: f64,
     },
+    /// A responder's confidence is not a number in [0, 1].
     #[error("worker {address}: confidence {value} is not a number in [0, 1]")]
-    BadConfidence { address: Address, value: f64 },
+    BadConfidence {
+        /// The worker's address.
+        address: Address,
+        /// The confidence given.
+        value: f64,
+    },
+    /// A reputation average is negative or not finite.
     #[error("worker {address}: reputation {field} = {value} is not a finite number >= 0")]
     BadReputation {
+        /// The worker's address.
         address: Address,
+        /// The average's on-chain name (`resQuality`, `srcQuality`, `analysisDepth`).
         field: &'static str,
+        /// The average given.
         value: f64,
     },
+    /// A worker appears twice in the list.
     #[error("worker {address} is listed twice")]
-    DuplicateWorker { address: Address },
+    DuplicateWorker {
+        /// The worker's address.
+        address: Address,
+    },
 }
 
 /// Runs the tally over the registered workers, in registration order.

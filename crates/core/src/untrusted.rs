@@ -22,6 +22,8 @@ pub enum Flag {
 }
 
 impl Flag {
+    /// A short phrase naming what was found, with the matched pattern where there is one
+    /// (``instruction-like text (`ignore all`)``), for notes and rejection reasons.
     pub fn describe(self) -> String {
         match self {
             Flag::Instruction(p) => format!("instruction-like text (`{p}`)"),

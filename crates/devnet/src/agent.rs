@@ -21,7 +21,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum DeterminationMode {
+    /// Always YES.
     Yes,
+    /// Always NO.
     No,
     /// From a hash of the question (the reference agent's mock mode).
     Hash,
@@ -48,12 +50,15 @@ pub enum FailureMode {
 /// The agent's behaviour.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentBehaviour {
+    /// The agent's name (in its agent card, `/health` and the text of its answers).
     pub name: String,
+    /// How it decides YES/NO.
     pub determination: DeterminationMode,
     /// Fixed confidence; `None` derives it from the question hash.
     pub confidence: Option<f64>,
     /// Delay before each answer.
     pub latency: Duration,
+    /// The misbehaviour it shows, if any.
     pub failure: Option<FailureMode>,
 }
 

@@ -3,10 +3,10 @@
 //! registrations, creates a market, joins, requests resolution, runs the node until
 //! `MarketResolved`, and summarises. Everything it started is stopped at the end.
 
-use crate::Devnet;
 use crate::agent::{AgentBehaviour, DeterminationMode};
+use crate::{Devnet, RegisteredAgent};
 use alloy::primitives::{Address, B256, U256, utils::format_ether, utils::parse_ether};
-use cresolver_node::Node;
+use cresolver_node::{Node, RoundReport};
 use cresolver_pipeline::config::NodeConfig;
 use cresolver_store::Stage;
 use serde::Serialize;
@@ -15,9 +15,12 @@ use std::time::{Duration, Instant};
 /// The default workflow file, built in so the demo runs from any directory.
 pub const DEFAULT_WORKFLOW: &str = include_str!("../../../workflows/cresolver-resolution.toml");
 
+/// What the demo runs.
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
+    /// How many reference workers join the market (1 to 10).
     pub workers: usize,
+    /// The market's question.
     pub question: String,
     /// Print progress lines to stderr.
     pub progress: bool,
@@ -33,33 +36,53 @@ impl Default for DemoOptions {
     }
 }
 
+/// One worker of the demo, as the summary shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoWorker {
+    /// The worker's address (its agent's owner).
     pub address: Address,
+    /// Its agent id in the identity registry.
     pub agent_id: U256,
+    /// Where its reference agent listens.
     pub endpoint: String,
+    /// The side it answered (`true`: YES), when it answered.
     pub determination: Option<bool>,
+    /// The confidence it answered with, in [0, 1].
     pub confidence: Option<f64>,
+    /// Why its answer was refused, when it was.
     pub failure: Option<String>,
     /// (resQuality, srcQuality, analysisDepth)
     pub scores: [u8; 3],
+    /// Its reward weight from the tally.
     pub weight: String,
     /// Reward plus returned stake credited on chain, in ETH.
     pub payout_eth: String,
 }
 
+/// What the demo did, for printing ([`render`]) or as JSON.
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoSummary {
+    /// The devnet's chain id.
     pub chain_id: u64,
+    /// The market contract.
     pub market: Address,
+    /// The market the demo created.
     pub market_id: U256,
+    /// Its question.
     pub question: String,
+    /// The round's final state.
     pub state: Stage,
+    /// Why the round ended in that state, when the node says.
     pub reason: Option<String>,
+    /// The outcome (`true`: YES), once resolved.
     pub resolution: Option<bool>,
+    /// The resolving transaction.
     pub tx_hash: Option<B256>,
+    /// The market's reward pool, in ETH.
     pub reward_pool_eth: String,
+    /// Every worker, in joining order.
     pub workers: Vec<DemoWorker>,
+    /// How long the demo took, in seconds.
     pub seconds: f64,
 }
 
@@ -88,11 +111,69 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoSummary> {
         ),
     );
 
-    let mut endpoints = Vec::new();
-    let mut agents = Vec::new();
     let reward = parse_ether("1")?;
     let stake = parse_ether("0.01")?;
     let market_id = dev.create_market(&opts.question, reward, 86_400).await?;
+    let (endpoints, agents) = start_workers(&dev, &opts, market_id, stake).await?;
+
+    let dir = std::env::temp_dir().join(format!(
+        "cresolver-demo-{}-{}",
+        std::process::id(),
+        dev.anvil.port()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let cfg = node_config(&dev, &dir)?;
+    let node = Node::build(cfg, dev.signers.first().cloned()).await?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = tokio::spawn(node.clone().run(
+        async move {
+            let _ = stop_rx.await;
+        },
+        Duration::from_secs(10),
+    ));
+
+    say(
+        opts.progress,
+        "requesting resolution; the node takes it from here",
+    );
+    dev.request_resolution(market_id).await?;
+    let market = dev.contracts.market;
+    let report = wait_for_final(&node, market, market_id, opts.progress).await?;
+    let _ = stop_tx.send(());
+    let _ = runner.await;
+
+    let workers = demo_workers(&dev, &report, &agents, &endpoints).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let chain_id = dev.chain_id;
+    // what polls the chain stops before the chain does (no error after a success)
+    drop(node);
+    dev.stop().await;
+    Ok(DemoSummary {
+        chain_id,
+        market,
+        market_id,
+        question: opts.question,
+        state: report.state,
+        reason: report.reason,
+        resolution: report.resolution,
+        tx_hash: report.tx_hash,
+        reward_pool_eth: format_ether(reward),
+        workers,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Starts `opts.workers` reference agents with a spread of opinions, registers each in
+/// the identity registry (owned by dev account `i + 1`) and joins it to the market with
+/// `stake`. Returns their endpoints and agents, in joining order.
+async fn start_workers(
+    dev: &Devnet,
+    opts: &DemoOptions,
+    market_id: U256,
+    stake: U256,
+) -> anyhow::Result<(Vec<String>, Vec<RegisteredAgent>)> {
+    let mut endpoints = Vec::new();
+    let mut agents = Vec::new();
     for i in 0..opts.workers {
         // A spread of opinions so the vote and the weights are interesting.
         let (det, conf) = match i % 3 {
@@ -124,13 +205,13 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoSummary> {
         endpoints.push(url);
         agents.push(agent);
     }
+    Ok((endpoints, agents))
+}
 
-    let dir = std::env::temp_dir().join(format!(
-        "cresolver-demo-{}-{}",
-        std::process::id(),
-        dev.anvil.port()
-    ));
-    std::fs::create_dir_all(&dir)?;
+/// The demo node's configuration: the devnet's chain and contracts, a fast poll, the
+/// built-in workflow written to `dir`, its data under `dir`, private endpoints allowed
+/// (the agents listen on 127.0.0.1) and no HTTP API.
+fn node_config(dev: &Devnet, dir: &std::path::Path) -> anyhow::Result<NodeConfig> {
     let wf_path = dir.join("cresolver-resolution.toml");
     std::fs::write(&wf_path, DEFAULT_WORKFLOW)?;
     let mut cfg = NodeConfig::default();
@@ -142,31 +223,27 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoSummary> {
     cfg.node.workflows = vec![wf_path];
     cfg.discovery.allow_private_endpoints = true;
     cfg.api.listen = String::new();
-    let node = Node::build(cfg, dev.signers.first().cloned()).await?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let runner = tokio::spawn(node.clone().run(
-        async move {
-            let _ = stop_rx.await;
-        },
-        Duration::from_secs(10),
-    ));
+    Ok(cfg)
+}
 
-    say(
-        opts.progress,
-        "requesting resolution; the node takes it from here",
-    );
-    dev.request_resolution(market_id).await?;
-    let market = dev.contracts.market;
+/// Polls the node's report of the round every 100 ms until its state is final, saying
+/// each new state; an error after 120 s.
+async fn wait_for_final(
+    node: &Node,
+    market: Address,
+    market_id: U256,
+    progress: bool,
+) -> anyhow::Result<RoundReport> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut last = None;
-    let report = loop {
+    loop {
         let r = node.report(market, market_id).await?;
         if last != Some(r.state) && r.reason.as_deref() != Some("no such round") {
-            say(opts.progress, &format!("round state: {}", r.state.as_str()));
+            say(progress, &format!("round state: {}", r.state.as_str()));
             last = Some(r.state);
         }
         if r.state.is_final() && r.reason.as_deref() != Some("no such round") {
-            break r;
+            return Ok(r);
         }
         anyhow::ensure!(
             Instant::now() < deadline,
@@ -174,10 +251,18 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoSummary> {
             r.state.as_str()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let _ = stop_tx.send(());
-    let _ = runner.await;
+    }
+}
 
+/// Each worker's line of the summary: its answer and failure from the round's
+/// transcript, its scores and weight from the tally, and what the market credited its
+/// owner.
+async fn demo_workers(
+    dev: &Devnet,
+    report: &RoundReport,
+    agents: &[RegisteredAgent],
+    endpoints: &[String],
+) -> Vec<DemoWorker> {
     let m = dev.market();
     let outcome = report
         .transcript
@@ -212,25 +297,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoSummary> {
             payout_eth: format_ether(balance),
         });
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    let chain_id = dev.chain_id;
-    // what polls the chain stops before the chain does (no error after a success)
-    drop(m);
-    drop(node);
-    dev.stop().await;
-    Ok(DemoSummary {
-        chain_id,
-        market,
-        market_id,
-        question: opts.question,
-        state: report.state,
-        reason: report.reason,
-        resolution: report.resolution,
-        tx_hash: report.tx_hash,
-        reward_pool_eth: format_ether(reward),
-        workers,
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    workers
 }
 
 /// A readable summary.

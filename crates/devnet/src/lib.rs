@@ -25,16 +25,26 @@ use std::time::Duration;
 /// The anvil version `scripts/install-tools.sh` installs.
 pub const ANVIL_VERSION: &str = "1.7.1";
 
+/// Why the devnet could not start or do what it was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum DevnetError {
+    /// No anvil binary at the path given or looked up.
     #[error(
         "anvil not found at {0}: run `scripts/install-tools.sh --demo` in the checkout (no root needed), or set ANVIL_BIN to an anvil {ANVIL_VERSION} binary"
     )]
     AnvilMissing(PathBuf),
+    /// The anvil process did not start or reported no dev accounts.
     #[error("anvil did not start: {0}")]
     AnvilStart(String),
+    /// A deployment or transaction failed.
     #[error("{what} failed: {detail}")]
-    Chain { what: String, detail: String },
+    Chain {
+        /// What was being done (`deploying CREsolverMarket`, `register`, …).
+        what: String,
+        /// The decoded revert reason, or the error.
+        detail: String,
+    },
+    /// Any other failure of the set-up (a missing receipt or event, …).
     #[error("{0}")]
     Setup(String),
 }
@@ -78,11 +88,17 @@ pub fn anvil_path() -> Result<PathBuf, DevnetError> {
 /// Addresses of a deployment.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Deployment {
+    /// The ERC-8004 identity registry.
     pub identity: Address,
+    /// The ERC-8004 reputation registry.
     pub reputation: Address,
+    /// The CREsolver market.
     pub market: Address,
+    /// The test forwarder (it checks no signatures).
     pub forwarder: Address,
+    /// The CRE receiver, which takes reports from the forwarder and resolves markets.
     pub receiver: Address,
+    /// Multicall3, for batched reads.
     pub multicall: Address,
 }
 
@@ -94,16 +110,22 @@ pub struct Devnet {
     pub provider: DynProvider,
     /// The dev accounts; `accounts[0]` deployed everything (owner, authorized resolver).
     pub accounts: Vec<Address>,
+    /// The dev accounts' keys, in the order of `accounts`.
     pub signers: Vec<PrivateKeySigner>,
+    /// Where the contracts are deployed.
     pub contracts: Deployment,
+    /// The chain id anvil reports.
     pub chain_id: u64,
 }
 
 /// An agent registered in the identity registry.
 #[derive(Debug, Clone)]
 pub struct RegisteredAgent {
+    /// The agent id the registry assigned.
     pub agent_id: U256,
+    /// The account that owns the agent.
     pub owner: Address,
+    /// The token URI it was registered with (empty for none).
     pub uri: String,
 }
 
@@ -183,6 +205,7 @@ impl Devnet {
         Ok(dev)
     }
 
+    /// The HTTP endpoint of the anvil.
     pub fn rpc_url(&self) -> String {
         self.anvil.endpoint()
     }
@@ -192,10 +215,12 @@ impl Devnet {
         self.anvil.ws_endpoint()
     }
 
+    /// The market contract, through the devnet's provider.
     pub fn market(&self) -> ICREsolverMarket::ICREsolverMarketInstance<DynProvider> {
         ICREsolverMarket::new(self.contracts.market, self.provider.clone())
     }
 
+    /// The identity registry, through the devnet's provider.
     pub fn identity(&self) -> IIdentityRegistry::IIdentityRegistryInstance<DynProvider> {
         IIdentityRegistry::new(self.contracts.identity, self.provider.clone())
     }

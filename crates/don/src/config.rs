@@ -68,32 +68,53 @@ fn default_max_attempts() -> u32 {
 /// The most signers the KeystoneForwarder accepts.
 pub const MAX_MEMBERS: usize = 31;
 
+/// Why the `[don]` section fails its start-up checks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DonConfigError {
+    /// `f` is 0.
     #[error(
         "[don] f = 0: the KeystoneForwarder needs f >= 1 (set f, and the forwarder's config, to at least 1)"
     )]
     ZeroF,
+    /// Fewer than 3f+1 members.
     #[error(
         "[don] has {n} members for f = {f}: a DON needs at least 3f+1 = {need} (add members or lower f, here and in the forwarder's setConfig)"
     )]
-    TooFew { n: usize, f: u8, need: usize },
+    TooFew {
+        /// Members listed.
+        n: usize,
+        /// Faulty members tolerated.
+        f: u8,
+        /// Members needed: 3f+1.
+        need: usize,
+    },
+    /// More than [`MAX_MEMBERS`] members.
     #[error("[don] has {n} members: the KeystoneForwarder accepts at most {MAX_MEMBERS} signers")]
-    TooMany { n: usize },
+    TooMany {
+        /// Members listed.
+        n: usize,
+    },
+    /// A member's address is listed twice.
     #[error("[don] lists member {0} twice: every member appears once, with its own key")]
     Duplicate(Address),
+    /// A member's address is the zero address.
     #[error("[don] lists the zero address as a member")]
     ZeroAddress,
+    /// Two members share an endpoint URL.
     #[error("[don] lists the endpoint {0} for two members: each member listens on its own")]
     DuplicateUrl(String),
+    /// This node's signer is not among the members.
     #[error(
         "this node's signer {0} is not one of [don].members: use the member's own key ([signer]) or add its address to members on every node (and to the forwarder's config)"
     )]
     NotAMember(Address),
+    /// `listen` is not a socket address (`host:port`).
     #[error("[don].listen {0:?} is not host:port")]
     Listen(String),
+    /// A member's URL is neither `http` nor `https`.
     #[error("[don] member url {0} is not http(s)")]
     Scheme(String),
+    /// A timer or the round limit (named) is 0 or above its maximum (given).
     #[error("[don].{0} must be above 0 and at most {1}")]
     Timer(&'static str, u64),
 }

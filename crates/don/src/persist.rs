@@ -13,10 +13,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 use std::sync::Mutex;
 
+/// Why the state file could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum PersistError {
+    /// SQLite failed.
     #[error("DON state database: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// A stored row does not decode (or a value does not encode) as JSON.
     #[error("DON state database holds unreadable JSON: {0}")]
     Json(#[from] serde_json::Error),
 }
@@ -24,13 +27,19 @@ pub enum PersistError {
 /// The one report this member signed for an execution.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Lock {
+    /// The forwarder's digest of the report, which the signature signs.
     pub digest: B256,
+    /// The raw report built from the decided set.
     pub report: Bytes,
+    /// This member's signature of `digest`.
     pub signature: Bytes,
+    /// The decided set of signed observations the report was built from.
     pub observations: Vec<SignedObservation>,
+    /// The consensus round that decided the set.
     pub attempt: u32,
 }
 
+/// The member's state file (see the module documentation); one connection, shared.
 pub struct Persist {
     conn: Mutex<Connection>,
 }
@@ -53,6 +62,7 @@ CREATE TABLE IF NOT EXISTS don_consensus_log (
 pub const MAX_LOG_ENTRIES: usize = 4_096;
 
 impl Persist {
+    /// Opens (or creates) the state file at `path` and its tables.
     pub fn open(path: &Path) -> Result<Self, PersistError> {
         let conn = Connection::open(path)?;
         conn.execute_batch(SCHEMA)?;
@@ -61,6 +71,7 @@ impl Persist {
         })
     }
 
+    /// A state database in memory, lost when dropped (for tests).
     pub fn in_memory() -> Result<Self, PersistError> {
         let conn = Connection::open_in_memory()?;
         conn.execute_batch(SCHEMA)?;
@@ -124,6 +135,7 @@ impl Persist {
         self.put_once("don_own_observations", exec, o)
     }
 
+    /// The report this member signed for `exec`, if it signed one.
     pub fn lock(&self, exec: &B256) -> Result<Option<Lock>, PersistError> {
         self.get("don_locks", exec)
     }

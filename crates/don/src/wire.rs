@@ -210,40 +210,71 @@ pub fn proposal_digest(
 /// Why a message or a signature was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
+    /// The message or the report it carries is over its size bound.
     #[error("message over {MAX_MESSAGE_BYTES} bytes, or a report over {MAX_REPORT_BYTES}")]
     TooLarge,
+    /// The message's signature header is missing or malformed.
     #[error("no {SIGNATURE_HEADER} header, or not 0x + 65 bytes hex")]
     NoSignature,
+    /// A signature has the wrong shape.
     #[error(
         "a signature is not 65 bytes r ‖ s ‖ v (v = 0 or 1 for a report signature), or has a high s"
     )]
     BadSignature,
+    /// The signer, the sender or an observer is not a member of this DON.
     #[error("the signature does not recover to a member")]
     NotAMember,
+    /// The message is signed by another member than the sender it names.
     #[error("signed by {signer}, but the message names {named}")]
-    WrongSender { signer: Address, named: Address },
+    WrongSender {
+        /// The member the signature recovers to.
+        signer: Address,
+        /// The sender the message names.
+        named: Address,
+    },
+    /// The body does not parse as a DON message.
     #[error("the message is not JSON of a DON message: {0}")]
     Json(String),
+    /// The message is bound to another DON or configuration version.
     #[error(
         "bound to don {don_id} version {config_version}, this DON is {ours_id} version {ours_version}"
     )]
     OtherDon {
+        /// The DON id the message names.
         don_id: u32,
+        /// The configuration version the message names.
         config_version: u32,
+        /// This DON's id.
         ours_id: u32,
+        /// This DON's configuration version.
         ours_version: u32,
     },
+    /// A carried observation does not match its message's DON, execution, market or
+    /// sender.
     #[error("observation of {observer} does not match its message: {field} differs")]
     Unbound {
+        /// The member that made the observation.
         observer: Address,
+        /// What differs (`don`, `execution_id`, `market`, `observer`).
         field: &'static str,
     },
+    /// A carried observation's signature is not its observer's, or a value is out of
+    /// range.
     #[error("observation of {observer}: {detail}")]
-    Invalid { observer: Address, detail: String },
+    Invalid {
+        /// The member that made the observation.
+        observer: Address,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A set holds two observations of one member.
     #[error("the set holds two observations of {0}")]
     DuplicateObserver(Address),
+    /// A message carries more observations, or an observation more workers, than the
+    /// bounds allow.
     #[error("too many observations or workers in one message")]
     TooMany,
+    /// This member's key could not sign.
     #[error("could not sign: {0}")]
     Sign(String),
 }

@@ -73,28 +73,12 @@ fn new_stage_histogram() -> Histogram {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    rounds: Family<OutcomeLabels, Counter>,
-    worker_calls: Family<WorkerCallLabels, Counter>,
-    stage_duration: Family<StageLabels, Histogram, fn() -> Histogram>,
-    last_processed_block: U64Gauge,
-    head_lag: U64Gauge,
-    rounds_by_state: Family<StateLabels, U64Gauge>,
-    tx_attempts: Family<TxLabels, Counter>,
-    tx_events: Family<TxLabels, Counter>,
-    tx_stuck: Family<SignerLabels, U64Gauge>,
-    tx_nonce_gap: Family<SignerLabels, U64Gauge>,
-    rpc_up: Family<EndpointLabels, U64Gauge>,
-    rpc_head: Family<EndpointLabels, U64Gauge>,
-    rpc_in_service: Family<EndpointLabels, U64Gauge>,
-    rpc_errors: Family<EndpointKindLabels, Counter>,
-    rpc_latency: Family<EndpointLabels, Histogram, fn() -> Histogram>,
-    chain_head: U64Gauge,
-    head_age: U64Gauge,
-    rounds_stopped: Family<ReasonLabels, Counter>,
-    leases_held: U64Gauge,
-    lease_events: Family<LeaseLabels, Counter>,
-    finality_events: Family<LeaseLabels, Counter>,
-    don_events: Family<DonLabels, Counter>,
+    round: RoundSeries,
+    watch: WatchSeries,
+    tx: TxSeries,
+    rpc: RpcSeries,
+    lifecycle: LifecycleSeries,
+    don: DonSeries,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -119,15 +103,18 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
+/// The series of finished rounds: their outcomes, their worker calls and how long their
+/// stages took.
+#[derive(Debug)]
+struct RoundSeries {
+    rounds: Family<OutcomeLabels, Counter>,
+    worker_calls: Family<WorkerCallLabels, Counter>,
+    stage_duration: Family<StageLabels, Histogram, fn() -> Histogram>,
 }
 
-impl Metrics {
-    pub fn new() -> Self {
-        let mut registry = Registry::default();
+impl RoundSeries {
+    /// Registers the round series, with every final outcome at zero.
+    fn register(registry: &mut Registry) -> Self {
         let rounds = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "cresolver_rounds",
@@ -148,6 +135,32 @@ impl Metrics {
             Unit::Seconds,
             stage_duration.clone(),
         );
+        // Expose the common series from the start, so rates and dashboards see zeros
+        // rather than missing data.
+        for outcome in ["confirmed", "failed", "skipped"] {
+            let _ = rounds.get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            });
+        }
+        Self {
+            rounds,
+            worker_calls,
+            stage_duration,
+        }
+    }
+}
+
+/// The watcher's progress through the chain and the store's rounds by state.
+#[derive(Debug)]
+struct WatchSeries {
+    last_processed_block: U64Gauge,
+    head_lag: U64Gauge,
+    rounds_by_state: Family<StateLabels, U64Gauge>,
+}
+
+impl WatchSeries {
+    /// Registers the watcher's and the store's gauges.
+    fn register(registry: &mut Registry) -> Self {
         let last_processed_block = U64Gauge::default();
         registry.register(
             "cresolver_last_processed_block",
@@ -166,64 +179,106 @@ impl Metrics {
             "Rounds in the store, by state",
             rounds_by_state.clone(),
         );
+        Self {
+            last_processed_block,
+            head_lag,
+            rounds_by_state,
+        }
+    }
+}
 
-        let tx_attempts = Family::<TxLabels, Counter>::default();
+/// The transaction manager's series, per signing key.
+#[derive(Debug)]
+struct TxSeries {
+    attempts: Family<TxLabels, Counter>,
+    events: Family<TxLabels, Counter>,
+    oldest_pending: Family<SignerLabels, U64Gauge>,
+    nonce_gap: Family<SignerLabels, U64Gauge>,
+}
+
+impl TxSeries {
+    /// Registers the transaction series.
+    fn register(registry: &mut Registry) -> Self {
+        let attempts = Family::<TxLabels, Counter>::default();
         registry.register(
             "cresolver_tx_attempts",
             "Transactions signed and broadcast, by signing key and kind (first, replacement, rebroadcast)",
-            tx_attempts.clone(),
+            attempts.clone(),
         );
-        let tx_events = Family::<TxLabels, Counter>::default();
+        let events = Family::<TxLabels, Counter>::default();
         registry.register(
             "cresolver_tx_events",
             "Transaction outcomes, by signing key and kind (mined, lost: the nonce was used by another transaction, reorged)",
-            tx_events.clone(),
+            events.clone(),
         );
-        let tx_stuck = Family::<SignerLabels, U64Gauge>::default();
+        let oldest_pending = Family::<SignerLabels, U64Gauge>::default();
         registry.register_with_unit(
             "cresolver_tx_oldest_pending",
             "Age of the oldest reserved nonce of a signing key that is not yet mined and deep enough",
             Unit::Seconds,
-            tx_stuck.clone(),
+            oldest_pending.clone(),
         );
-        let tx_nonce_gap = Family::<SignerLabels, U64Gauge>::default();
+        let nonce_gap = Family::<SignerLabels, U64Gauge>::default();
         registry.register(
             "cresolver_tx_nonce_gap",
             "Nonces a signing key has reserved beyond the chain's mined transaction count",
-            tx_nonce_gap.clone(),
+            nonce_gap.clone(),
         );
+        Self {
+            attempts,
+            events,
+            oldest_pending,
+            nonce_gap,
+        }
+    }
+}
 
-        let rpc_up = Family::<EndpointLabels, U64Gauge>::default();
+/// The chain's series: each RPC endpoint's health and the newest head any of them reported.
+#[derive(Debug)]
+struct RpcSeries {
+    up: Family<EndpointLabels, U64Gauge>,
+    head: Family<EndpointLabels, U64Gauge>,
+    in_service: Family<EndpointLabels, U64Gauge>,
+    errors: Family<EndpointKindLabels, Counter>,
+    latency: Family<EndpointLabels, Histogram, fn() -> Histogram>,
+    chain_head: U64Gauge,
+    head_age: U64Gauge,
+}
+
+impl RpcSeries {
+    /// Registers the per-endpoint series, then the chain head's.
+    fn register(registry: &mut Registry) -> Self {
+        let up = Family::<EndpointLabels, U64Gauge>::default();
         registry.register(
             "cresolver_rpc_up",
             "Whether the RPC endpoint answered the last head probe (1) or not (0)",
-            rpc_up.clone(),
+            up.clone(),
         );
-        let rpc_head = Family::<EndpointLabels, U64Gauge>::default();
+        let head = Family::<EndpointLabels, U64Gauge>::default();
         registry.register(
             "cresolver_rpc_head",
             "The newest head an RPC endpoint reported to its probe",
-            rpc_head.clone(),
+            head.clone(),
         );
-        let rpc_in_service = Family::<EndpointLabels, U64Gauge>::default();
+        let in_service = Family::<EndpointLabels, U64Gauge>::default();
         registry.register(
             "cresolver_rpc_in_service",
             "Whether reads and broadcasts use the RPC endpoint now (answers, and within the lag limit of the best head)",
-            rpc_in_service.clone(),
+            in_service.clone(),
         );
-        let rpc_errors = Family::<EndpointKindLabels, Counter>::default();
+        let errors = Family::<EndpointKindLabels, Counter>::default();
         registry.register(
             "cresolver_rpc_errors",
             "Failed calls and head probes of an RPC endpoint, by kind (timeout, connect, rate_limited, other)",
-            rpc_errors.clone(),
+            errors.clone(),
         );
-        let rpc_latency: Family<EndpointLabels, Histogram, fn() -> Histogram> =
+        let latency: Family<EndpointLabels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(new_stage_histogram);
         registry.register_with_unit(
             "cresolver_rpc_latency",
             "Latency of the head probe of an RPC endpoint",
             Unit::Seconds,
-            rpc_latency.clone(),
+            latency.clone(),
         );
         let chain_head = U64Gauge::default();
         registry.register(
@@ -238,6 +293,31 @@ impl Metrics {
             Unit::Seconds,
             head_age.clone(),
         );
+        Self {
+            up,
+            head,
+            in_service,
+            errors,
+            latency,
+            chain_head,
+            head_age,
+        }
+    }
+}
+
+/// What happened to rounds on their way to a final resolution: where they stopped, the
+/// leases this node holds on them, and the finality watch of confirmed ones.
+#[derive(Debug)]
+struct LifecycleSeries {
+    rounds_stopped: Family<ReasonLabels, Counter>,
+    leases_held: U64Gauge,
+    lease_events: Family<LeaseLabels, Counter>,
+    finality_events: Family<LeaseLabels, Counter>,
+}
+
+impl LifecycleSeries {
+    /// Registers the lifecycle series, with every lease and finality event at zero.
+    fn register(registry: &mut Registry) -> Self {
         let rounds_stopped = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "cresolver_rounds_stopped",
@@ -268,12 +348,29 @@ impl Metrics {
         for event in ["finalized", "reorged"] {
             let _ = finality_events.get_or_create(&LeaseLabels { event });
         }
+        Self {
+            rounds_stopped,
+            leases_held,
+            lease_events,
+            finality_events,
+        }
+    }
+}
 
-        let don_events = Family::<DonLabels, Counter>::default();
+/// A DON member's consensus events.
+#[derive(Debug)]
+struct DonSeries {
+    events: Family<DonLabels, Counter>,
+}
+
+impl DonSeries {
+    /// Registers the DON's event counter, with its common events at zero.
+    fn register(registry: &mut Registry) -> Self {
+        let events = Family::<DonLabels, Counter>::default();
         registry.register(
             "cresolver_don_events",
             "A DON member's consensus: observation_received (a member's signed observation, detail own/peer), agreement (a decided set and f+1 signatures on its report), leader_change (a round ended undecided and the next member leads; detail timeout, or equivocation when this member saw the round's leader propose two sets), equivocation_seen (detail proposal/vote: a member sent two different ones for one round; the second is dropped), message_refused (detail: why a peer's message was dropped, e.g. source_rate, member_rate, bad_signature, not_the_leader, invalid_set, bad_commit_certificate, book_full), transmission (detail: the forwarder's transmission state this member saw or caused)",
-            don_events.clone(),
+            events.clone(),
         );
         for (event, detail) in [
             ("observation_received", "own"),
@@ -284,67 +381,66 @@ impl Metrics {
             ("equivocation_seen", "proposal"),
             ("equivocation_seen", "vote"),
         ] {
-            let _ = don_events.get_or_create(&DonLabels { event, detail });
+            let _ = events.get_or_create(&DonLabels { event, detail });
         }
+        Self { events }
+    }
+}
 
-        // Expose the common series from the start, so rates and dashboards see zeros
-        // rather than missing data.
-        for outcome in ["confirmed", "failed", "skipped"] {
-            let _ = rounds.get_or_create(&OutcomeLabels {
-                outcome: outcome.to_string(),
-            });
-        }
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every series registered, the common label sets at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let round = RoundSeries::register(&mut registry);
+        let watch = WatchSeries::register(&mut registry);
+        let tx = TxSeries::register(&mut registry);
+        let rpc = RpcSeries::register(&mut registry);
+        let lifecycle = LifecycleSeries::register(&mut registry);
+        let don = DonSeries::register(&mut registry);
         Self {
             registry,
-            rounds,
-            worker_calls,
-            stage_duration,
-            last_processed_block,
-            head_lag,
-            rounds_by_state,
-            tx_attempts,
-            tx_events,
-            tx_stuck,
-            tx_nonce_gap,
-            rpc_up,
-            rpc_head,
-            rpc_in_service,
-            rpc_errors,
-            rpc_latency,
-            chain_head,
-            head_age,
-            rounds_stopped,
-            leases_held,
-            lease_events,
-            finality_events,
-            don_events,
+            round,
+            watch,
+            tx,
+            rpc,
+            lifecycle,
+            don,
         }
     }
 
     /// Counts a DON event (see `cresolver_don_events`).
     pub fn don_event(&self, event: &'static str, detail: &'static str) {
-        self.don_events
+        self.don
+            .events
             .get_or_create(&DonLabels { event, detail })
             .inc();
     }
 
     /// Counts a finality event of a confirmed round: `finalized` or `reorged`.
     pub fn finality_event(&self, event: &'static str) {
-        self.finality_events
+        self.lifecycle
+            .finality_events
             .get_or_create(&LeaseLabels { event })
             .inc();
     }
 
     /// Counts a lease event: `claimed`, `takeover` or `lost`.
     pub fn lease_event(&self, event: &'static str) {
-        self.lease_events
+        self.lifecycle
+            .lease_events
             .get_or_create(&LeaseLabels { event })
             .inc();
     }
 
     /// How many rounds this node holds now.
     pub fn set_leases_held(&self, n: u64) {
-        self.leases_held.set(n);
+        self.lifecycle.leases_held.set(n);
     }
 
     /// The lease counters (`/health`): claimed, takeover, lost.
@@ -352,39 +448,49 @@ impl Metrics {
         ["claimed", "takeover", "lost"].map(|event| {
             (
                 event,
-                self.lease_events
+                self.lifecycle
+                    .lease_events
                     .get_or_create(&LeaseLabels { event })
                     .get(),
             )
         })
     }
 
+    /// Records whether `endpoint` answered its last head probe.
     pub fn rpc_up(&self, endpoint: &str, up: bool) {
-        self.rpc_up
+        self.rpc
+            .up
             .get_or_create(&EndpointLabels {
                 endpoint: endpoint.to_string(),
             })
             .set(u64::from(up));
     }
 
+    /// Records the newest head `endpoint` reported to its probe.
     pub fn rpc_head(&self, endpoint: &str, head: u64) {
-        self.rpc_head
+        self.rpc
+            .head
             .get_or_create(&EndpointLabels {
                 endpoint: endpoint.to_string(),
             })
             .set(head);
     }
 
+    /// Records whether reads and broadcasts use `endpoint` now.
     pub fn rpc_in_service(&self, endpoint: &str, in_service: bool) {
-        self.rpc_in_service
+        self.rpc
+            .in_service
             .get_or_create(&EndpointLabels {
                 endpoint: endpoint.to_string(),
             })
             .set(u64::from(in_service));
     }
 
+    /// Counts a failed call or head probe of `endpoint`: `timeout`, `connect`,
+    /// `rate_limited` or `other`.
     pub fn rpc_error(&self, endpoint: &str, kind: &'static str) {
-        self.rpc_errors
+        self.rpc
+            .errors
             .get_or_create(&EndpointKindLabels {
                 endpoint: endpoint.to_string(),
                 kind,
@@ -392,33 +498,39 @@ impl Metrics {
             .inc();
     }
 
+    /// Records how long a head probe of `endpoint` took, in seconds.
     pub fn rpc_latency(&self, endpoint: &str, secs: f64) {
-        self.rpc_latency
+        self.rpc
+            .latency
             .get_or_create(&EndpointLabels {
                 endpoint: endpoint.to_string(),
             })
             .observe(secs);
     }
 
+    /// The newest head any endpoint reported (a block number).
     pub fn set_chain_head(&self, n: u64) {
-        self.chain_head.set(n);
+        self.rpc.chain_head.set(n);
     }
 
+    /// The age of the newest head, in seconds: now minus its timestamp.
     pub fn set_head_age(&self, secs: u64) {
-        self.head_age.set(secs);
+        self.rpc.head_age.set(secs);
     }
 
     /// Counts a round that stopped short of `confirmed`: the `stage` it was in and
     /// `reason` (`failed`, `skipped`, `retry`).
     pub fn round_stopped(&self, stage: &'static str, reason: &'static str) {
-        self.rounds_stopped
+        self.lifecycle
+            .rounds_stopped
             .get_or_create(&ReasonLabels { stage, reason })
             .inc();
     }
 
     /// Counts a signed transaction of `signer`: `first`, `replacement` or `rebroadcast`.
     pub fn tx_attempt(&self, signer: &str, kind: &'static str) {
-        self.tx_attempts
+        self.tx
+            .attempts
             .get_or_create(&TxLabels {
                 signer: signer.to_string(),
                 kind,
@@ -428,7 +540,8 @@ impl Metrics {
 
     /// Counts a transaction outcome of `signer`: `mined`, `lost` or `reorged`.
     pub fn tx_event(&self, signer: &str, kind: &'static str) {
-        self.tx_events
+        self.tx
+            .events
             .get_or_create(&TxLabels {
                 signer: signer.to_string(),
                 kind,
@@ -441,13 +554,17 @@ impl Metrics {
         let l = SignerLabels {
             signer: signer.to_string(),
         };
-        self.tx_stuck.get_or_create(&l).set(oldest_pending_secs);
-        self.tx_nonce_gap.get_or_create(&l).set(nonce_gap);
+        self.tx
+            .oldest_pending
+            .get_or_create(&l)
+            .set(oldest_pending_secs);
+        self.tx.nonce_gap.get_or_create(&l).set(nonce_gap);
     }
 
     /// Counts a finished round (`confirmed`, `failed`, `skipped`, …).
     pub fn round_finished(&self, outcome: &str) {
-        self.rounds
+        self.round
+            .rounds
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_string(),
             })
@@ -457,7 +574,8 @@ impl Metrics {
     /// Counts one worker call of `stage` (`resolve`, `challenge`) that ended in `outcome`
     /// (`ok` or a [`cresolver_workers::WorkerFailure::kind`] label).
     pub fn worker_call(&self, stage: &str, outcome: &str) {
-        self.worker_calls
+        self.round
+            .worker_calls
             .get_or_create(&WorkerCallLabels {
                 stage: stage.to_string(),
                 outcome: outcome.to_string(),
@@ -468,19 +586,22 @@ impl Metrics {
     /// Records how long a stage (`discover`, `resolve`, `challenge`, `evaluate`,
     /// `submit`, or `round` for the whole round) took.
     pub fn observe_stage(&self, stage: &str, seconds: f64) {
-        self.stage_duration
+        self.round
+            .stage_duration
             .get_or_create(&StageLabels {
                 stage: stage.to_string(),
             })
             .observe(seconds);
     }
 
+    /// The last block the watcher has fully processed.
     pub fn set_last_processed_block(&self, n: u64) {
-        self.last_processed_block.set(n);
+        self.watch.last_processed_block.set(n);
     }
 
+    /// How many blocks the watcher is behind the chain head.
     pub fn set_head_lag(&self, blocks: u64) {
-        self.head_lag.set(blocks);
+        self.watch.head_lag.set(blocks);
     }
 
     /// Sets the rounds-by-state gauge from the store's counts. `all` names every state
@@ -493,7 +614,8 @@ impl Metrics {
                 .filter(|(s, _)| *s == state)
                 .map(|(_, n)| *n)
                 .sum();
-            self.rounds_by_state
+            self.watch
+                .rounds_by_state
                 .get_or_create(&StateLabels { state })
                 .set(n);
         }

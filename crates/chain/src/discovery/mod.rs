@@ -94,24 +94,46 @@ impl DiscoveryConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DiscardReason {
+    /// The identity registry's `tokenURI(agentId)` call failed: it reverted, the node
+    /// refused it, no contract answered or its return data did not decode.
     #[error("tokenURI call failed: {detail}")]
-    TokenUriCallFailed { detail: String },
+    TokenUriCallFailed {
+        /// The revert reason or RPC error.
+        detail: String,
+    },
+    /// `tokenURI` returned an empty string.
     #[error("agent has no token URI")]
     NoTokenUri,
+    /// The registration file could not be fetched (bad URL or scheme, refused host, HTTP
+    /// error, redirect, timeout, too large).
     #[error("fetching the registration file failed: {detail}")]
-    FetchFailed { detail: String },
+    FetchFailed {
+        /// What went wrong.
+        detail: String,
+    },
+    /// The registration file is not a readable registration (a malformed `data:` URI,
+    /// not a JSON object, a field of the wrong type, an Agora service without a `did`).
     #[error("invalid registration file: {detail}")]
-    InvalidMetadata { detail: String },
+    InvalidMetadata {
+        /// What is wrong with it.
+        detail: String,
+    },
     /// No service with an endpoint in a protocol this node speaks (the serde tag keeps
     /// its historic name).
     #[error(
         "registration has no worker service endpoint (A2A, Factagora, round-table, Chorus or Agora)"
     )]
     NoA2aEndpoint,
+    /// The registration's `active` is `false`.
     #[error("registration is marked inactive")]
     Inactive,
+    /// The chosen service's endpoint is not a URL the node may call (see
+    /// [`validate_endpoint`]).
     #[error("endpoint refused: {detail}")]
-    RefusedEndpoint { detail: String },
+    RefusedEndpoint {
+        /// Why it was refused.
+        detail: String,
+    },
 }
 
 fn fetch_failed(detail: impl Into<String>) -> DiscardReason {
@@ -135,10 +157,13 @@ fn refused(detail: impl Into<String>) -> DiscardReason {
 /// The outcome of discovery for one registered worker (also what a transcript records).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct DiscoveredWorker {
+    /// The worker's address.
     pub address: Address,
+    /// Its agent id in the identity registry.
     pub agent_id: U256,
     /// The registration's `name`, when the file could be read.
     pub name: Option<String>,
+    /// The validated endpoint the round calls, or why the worker was discarded.
     pub endpoint: Result<Url, DiscardReason>,
     /// The protocol of the chosen service, when one was chosen.
     #[serde(
@@ -154,7 +179,9 @@ pub struct DiscoveredWorker {
 /// A registration file (ERC-8004 registration-v1), read leniently.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Registration {
+    /// `name`, trimmed; `None` when absent or empty.
     pub name: Option<String>,
+    /// `description`, trimmed; `None` when absent or empty.
     pub description: Option<String>,
     /// `active`; `true` when absent.
     pub active: bool,
@@ -165,8 +192,12 @@ pub struct Registration {
 /// One entry of a registration's `services`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Service {
+    /// `name`, trimmed (`A2A`, `MCP`, …).
     pub name: String,
+    /// `endpoint`, trimmed, when present.
     pub endpoint: Option<String>,
+    /// `protocol`, trimmed, when present and not empty; names the protocol in place of
+    /// `name`.
     pub protocol: Option<String>,
     /// The agent's decentralised identifier (`did:key:…`), used by Agora services.
     pub did: Option<String>,
@@ -175,8 +206,11 @@ pub struct Service {
 /// The service a worker is called through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerService {
+    /// The protocol the worker is called in.
     pub kind: ProtocolKind,
+    /// The service's endpoint, not yet validated.
     pub endpoint: String,
+    /// The service's `did`, when it has one.
     pub did: Option<String>,
 }
 

@@ -42,16 +42,22 @@ use serde::{Deserialize, Serialize};
 /// which execution and which market it observed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Binding {
+    /// The DON the observation was made for.
     pub don_id: u32,
+    /// The version of the DON's configuration (its member set and `f`).
     pub config_version: u32,
+    /// The round's execution id (see [`super::execution_id`]).
     pub execution_id: B256,
+    /// The market contract the round resolves a market of.
     pub market: Address,
+    /// The market's id on that contract.
     pub market_id: U256,
 }
 
 /// One registered worker, as the set of observations agrees on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AggregatedWorker {
+    /// The worker's address.
     pub address: Address,
     /// The number of observations in the set holding a valid answer from it.
     pub answered_by: usize,
@@ -78,19 +84,39 @@ pub struct Aggregate {
 /// (binding, then worker list, then ranges).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AggregateError {
+    /// The set holds fewer than `2f + 1` observations.
     #[error("{have} observations, at least {need} (2f + 1) are needed")]
-    TooFew { have: usize, need: usize },
+    TooFew {
+        /// Observations in the set.
+        have: usize,
+        /// Observations needed: `2f + 1`.
+        need: usize,
+    },
+    /// Two observations of the set come from the same observer.
     #[error("observer {0} appears more than once in the set")]
     DuplicateObserver(Address),
+    /// An observation is bound to another DON, configuration, execution or market.
     #[error("the observation of {observer} is bound to another {field}")]
     Unbound {
+        /// The member that made the observation.
         observer: Address,
+        /// The [`Binding`] field that differs (`don_id`, `market`, …).
         field: &'static str,
     },
+    /// An observation does not list exactly the registered workers in registration order.
     #[error("the observation of {observer} does not list exactly the registered workers, in order")]
-    WorkerList { observer: Address },
+    WorkerList {
+        /// The member that made the observation.
+        observer: Address,
+    },
+    /// An observation fails [`Observation::check_ranges`].
     #[error("the observation of {observer} has a value out of range: {detail}")]
-    Range { observer: Address, detail: String },
+    Range {
+        /// The member that made the observation.
+        observer: Address,
+        /// What is out of range, as `check_ranges` words it.
+        detail: String,
+    },
 }
 
 /// Aggregates a set of observations of one round.

@@ -19,7 +19,9 @@ pub const OBSERVATION_DOMAIN: &[u8] = b"cresolver-don-observation-v1";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Position {
+    /// Answered that the market resolves YES.
     Yes,
+    /// Answered that the market resolves NO.
     No,
     /// Answered without taking a side (counts as a responder with no vote weight).
     Abstain,
@@ -29,6 +31,7 @@ pub enum Position {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerObservation {
+    /// The worker's address.
     pub address: Address,
     /// `Some` when the worker gave this member a valid answer.
     pub answer: Option<ObservedAnswer>,
@@ -41,6 +44,7 @@ pub struct WorkerObservation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObservedAnswer {
+    /// The side the worker took.
     pub position: Position,
     /// Confidence in parts per million (0..=1_000_000).
     pub confidence_ppm: u32,
@@ -52,11 +56,17 @@ pub struct ObservedAnswer {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Observation {
+    /// The DON the observation was made for.
     pub don_id: u32,
+    /// The version of the DON's configuration it was made under.
     pub config_version: u32,
+    /// The round's execution id (see [`execution_id`]).
     pub execution_id: B256,
+    /// The market contract of the round.
     pub market: Address,
+    /// The market's id on that contract.
     pub market_id: U256,
+    /// The member that made (and signs) the observation.
     pub observer: Address,
     /// The member's clock when it made the observation (unix seconds).
     pub timestamp: u32,

@@ -189,6 +189,62 @@ async fn a_leader_that_proposes_a_different_set_to_each_member_decides_nothing_a
     }
 }
 
+/// A "decision" of `set` at round 0 from the liar, whose commit certificate holds the
+/// liar's own precommit twice and a precommit of `forged_voter` that the liar signed.
+fn forged_decision(
+    net: &Net,
+    liar: &Liar,
+    set: &[SignedObservation],
+    precommit: &B256,
+    forged_voter: Address,
+) -> Envelope {
+    net.envelope(
+        liar.addr(),
+        Body::Decided {
+            round: 0,
+            observations: set.to_vec(),
+            commits: vec![
+                CommitVote {
+                    voter: liar.addr(),
+                    signature: wire::sign_digest(&liar.key, precommit).expect("signs"),
+                },
+                CommitVote {
+                    voter: liar.addr(),
+                    signature: wire::sign_digest(&liar.key, precommit).expect("signs"),
+                },
+                CommitVote {
+                    voter: forged_voter,
+                    signature: wire::sign_digest(&liar.key, precommit).expect("signs"),
+                },
+            ],
+            report_signature: None,
+            agreed: false,
+        },
+    )
+}
+
+/// Asserts that the aggregate's timestamp, and the position and scores of the first two
+/// workers (answered on every honest member), lie between what the honest members saw.
+fn assert_bracketed_by_honest(agg: &Aggregate, honest_obs: &[(usize, Observation)]) {
+    let stamps: Vec<u32> = honest_obs.iter().map(|(_, o)| o.timestamp).collect();
+    assert!(
+        (*stamps.iter().min().unwrap()..=*stamps.iter().max().unwrap()).contains(&agg.timestamp)
+    );
+    for w in 0..2 {
+        let seen: Vec<ObservedAnswer> = honest_obs
+            .iter()
+            .map(|(_, o)| o.workers[w].answer.unwrap())
+            .collect();
+        let got = agg.workers[w].answer.expect("answered");
+        assert_eq!(got.position, seen[0].position, "the honest position holds");
+        for k in 0..3 {
+            let s = seen.iter().map(|a| a.scores[k]);
+            let range = s.clone().min().unwrap()..=s.max().unwrap();
+            assert!(range.contains(&got.scores[k]), "worker {w} score {k}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_member_cannot_put_a_set_forward_through_any_message_kind() {
     let mut net = Net::new(4, 1).await;
@@ -239,29 +295,7 @@ async fn a_member_cannot_put_a_set_forward_through_any_message_kind() {
             liar.tell(net, *to, &liar.vote(net, 0, VoteKind::Precommit, &set))
                 .await;
             // a "decision" with its own precommit counted three times and a forged one
-            let decided = net.envelope(
-                liar.addr(),
-                Body::Decided {
-                    round: 0,
-                    observations: set.clone(),
-                    commits: vec![
-                        CommitVote {
-                            voter: liar.addr(),
-                            signature: wire::sign_digest(&liar.key, &precommit).expect("signs"),
-                        },
-                        CommitVote {
-                            voter: liar.addr(),
-                            signature: wire::sign_digest(&liar.key, &precommit).expect("signs"),
-                        },
-                        CommitVote {
-                            voter: net.addr(honest[0]),
-                            signature: wire::sign_digest(&liar.key, &precommit).expect("signs"),
-                        },
-                    ],
-                    report_signature: None,
-                    agreed: false,
-                },
-            );
+            let decided = forged_decision(net, &liar, &set, &precommit, net.addr(honest[0]));
             liar.tell(net, *to, &decided).await;
         }
     })
@@ -279,23 +313,7 @@ async fn a_member_cannot_put_a_set_forward_through_any_message_kind() {
         vec![agreed[0].digest]
     );
     // whatever the set, every value lies between what honest members saw
-    let stamps: Vec<u32> = honest_obs.iter().map(|(_, o)| o.timestamp).collect();
-    assert!(
-        (*stamps.iter().min().unwrap()..=*stamps.iter().max().unwrap()).contains(&agg.timestamp)
-    );
-    for w in 0..2 {
-        let seen: Vec<ObservedAnswer> = honest_obs
-            .iter()
-            .map(|(_, o)| o.workers[w].answer.unwrap())
-            .collect();
-        let got = agg.workers[w].answer.expect("answered");
-        assert_eq!(got.position, seen[0].position, "the honest position holds");
-        for k in 0..3 {
-            let s = seen.iter().map(|a| a.scores[k]);
-            let range = s.clone().min().unwrap()..=s.max().unwrap();
-            assert!(range.contains(&got.scores[k]), "worker {w} score {k}");
-        }
-    }
+    assert_bracketed_by_honest(&agg, &honest_obs);
     // the members saw and refused the proposal of a non-leader and the forged decision
     let refused = |why| {
         dons.iter()
