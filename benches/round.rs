@@ -313,9 +313,8 @@ async fn sequential_round(
         .map(|((slot, answer), s)| TallyWorker {
             address: slot.address,
             vote: answer.as_ref().map(|a| Vote {
-                determination: a.determination,
+                position: a.position(),
                 confidence: a.confidence,
-                abstain: a.abstain,
             }),
             scores: s.unwrap_or_default(),
             reputation: Reputation::default(),

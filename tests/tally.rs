@@ -2,6 +2,7 @@
 //! arithmetic), property tests, and the `cresolver tally` audit command.
 
 use alloy::primitives::{Address, U256};
+use cresolver_core::Position;
 use cresolver_core::tally::Vote;
 use cresolver_core::{
     Dimensions, Reputation, TallyError, TallyWorker, TieRule, decode_report, tally,
@@ -19,9 +20,8 @@ fn w(i: u8, vote: Option<bool>, scores: Dimensions, rep: Reputation) -> TallyWor
     TallyWorker {
         address: Address::repeat_byte(i),
         vote: vote.map(|d| Vote {
-            determination: d,
+            position: Position::from_answer(d, false),
             confidence: 0.7,
-            abstain: false,
         }),
         scores,
         reputation: rep,

@@ -2,6 +2,7 @@
 //! as the engine, and prints the resolution, weights, packed scores and report bytes.
 
 use alloy::primitives::{Address, U256};
+use cresolver_core::Position;
 use cresolver_core::tally::Vote;
 use cresolver_core::{Dimensions, Reputation, TallyError, TallyWorker, TieRule, tally};
 use serde::Deserialize;
@@ -83,9 +84,8 @@ pub fn run(text: &str) -> Result<Value, TallyInputError> {
                 });
             }
             Some(Vote {
-                determination,
+                position: Position::from_answer(determination, w.abstain),
                 confidence,
-                abstain: w.abstain,
             })
         } else {
             None

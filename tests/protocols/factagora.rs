@@ -115,10 +115,10 @@ async fn no_is_a_determination_and_neutral_an_abstention() {
     let neutral = factagora_peer::spawn(None, B::Reply(good_response("NEUTRAL", 0.5))).await;
     let a = resolve(&no.url, None).await.unwrap();
     assert!(!a.determination && !a.abstain);
-    assert_eq!(a.position(), "NO");
+    assert_eq!(a.position(), cresolver_core::Position::No);
     let a = resolve(&neutral.url, None).await.unwrap();
     assert!(a.abstain && !a.determination);
-    assert_eq!(a.position(), "NEUTRAL");
+    assert_eq!(a.position(), cresolver_core::Position::Abstain);
     assert!(
         a.evidence
             .starts_with("Position: NEUTRAL (confidence 0.50)")

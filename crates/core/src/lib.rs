@@ -5,12 +5,14 @@
 
 pub mod don;
 pub mod jsmath;
+pub mod position;
 pub mod quorum;
 pub mod report;
 pub mod request;
 pub mod tally;
 pub mod untrusted;
 
+pub use position::Position;
 pub use quorum::QuorumRule;
 pub use report::{ReportError, decode_report, encode_report};
 pub use request::LogRef;

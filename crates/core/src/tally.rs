@@ -4,6 +4,7 @@
 //! registration order — non-responders with weight 0 and scores (0,0,0).
 
 use super::jsmath::js_round;
+use crate::Position;
 use alloy_primitives::{Address, U256};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -193,13 +194,11 @@ impl fmt::Display for TieRule {
 /// What a worker voted, if it gave a valid resolve response.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Vote {
-    /// The side the worker took: `true` for YES.
-    pub determination: bool,
+    /// The worker's position. An abstention is scored and rewarded (with the 50
+    /// multiplier, as it did not vote with the outcome), but has no vote weight.
+    pub position: Position,
     /// The worker's stated confidence, in [0, 1].
     pub confidence: f64,
-    /// Responded without taking a position: scored and rewarded (with the 50
-    /// multiplier, as it did not vote with the outcome), but no vote weight.
-    pub abstain: bool,
 }
 
 /// One registered worker as the tally sees it.
@@ -394,17 +393,20 @@ pub fn tally(
             Some(v) => {
                 let scores = w.scores.reduce();
                 let quality = scores.quality();
-                let vote_weight = if v.abstain { 0.0 } else { quality * rep };
-                if v.abstain {
-                } else if v.determination {
-                    yes += vote_weight;
+                let vote_weight = if v.position.is_abstain() {
+                    0.0
                 } else {
-                    no += vote_weight;
+                    quality * rep
+                };
+                match v.position {
+                    Position::Yes => yes += vote_weight,
+                    Position::No => no += vote_weight,
+                    Position::Abstain => {}
                 }
                 rows.push(WorkerResult {
                     address: w.address,
                     responded: true,
-                    determination: (!v.abstain).then_some(v.determination),
+                    determination: v.position.side(),
                     scores,
                     quality,
                     reputation_factor: rep,

@@ -595,9 +595,8 @@ pub fn decide(
         .map(|((r, s), rep)| TallyWorker {
             address: r.address,
             vote: r.answer().map(|a| Vote {
-                determination: a.determination,
+                position: a.position(),
                 confidence: a.confidence,
-                abstain: a.abstain,
             }),
             scores: s.unwrap_or_default(),
             reputation: *rep,

@@ -59,6 +59,13 @@ pub struct ResolveAnswer {
     pub cuts: Vec<ListCut>,
 }
 
+impl ResolveAnswer {
+    /// The answer's position (its wire `determination` and `abstain` together).
+    pub fn position(&self) -> cresolver_core::Position {
+        cresolver_core::Position::from_answer(self.determination, self.abstain)
+    }
+}
+
 /// A list field of an answer that was longer than its bound: kept, cut to the bound.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListCut {
@@ -137,14 +144,13 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-impl ResolveAnswer {
-    /// `YES`, `NO`, or `NEUTRAL` for an abstention.
-    pub fn position(&self) -> &'static str {
-        match (self.abstain, self.determination) {
-            (true, _) => "NEUTRAL",
-            (false, true) => "YES",
-            (false, false) => "NO",
-        }
+/// A position as the neighbouring protocols write it: `YES`, `NO`, or `NEUTRAL` for an
+/// abstention.
+pub fn wire_word(p: cresolver_core::Position) -> &'static str {
+    match p {
+        cresolver_core::Position::Yes => "YES",
+        cresolver_core::Position::No => "NO",
+        cresolver_core::Position::Abstain => "NEUTRAL",
     }
 }
 

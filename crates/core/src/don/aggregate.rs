@@ -274,9 +274,8 @@ impl Aggregate {
     /// [`Dimensions::reduce`] gives them back exactly: `res` → resolutionQuality,
     /// reasoningClarity, evidenceStrength; `src` → sourceQuality, timeliness; `depth` →
     /// analysisDepth, biasAwareness, collaboration (each group's weighted mean of equal
-    /// integers is that integer, exactly, in f64). Its vote: `Yes` → determination true,
-    /// `No` → false, `Abstain` → `abstain: true` (determination false); confidence =
-    /// `ppm / 1e6`. An unanswered worker has no vote and default dimensions.
+    /// integers is that integer, exactly, in f64). Its vote takes the aggregated
+    /// position; confidence = `ppm / 1e6`. An unanswered worker has no vote and default dimensions.
     /// `reputations` is in worker order; a missing one is the default (no history).
     pub fn tally_workers(&self, reputations: &[Reputation]) -> Vec<TallyWorker> {
         self.workers
@@ -298,9 +297,8 @@ impl Aggregate {
                             collaboration: depth,
                         };
                         let vote = Vote {
-                            determination: a.position == Position::Yes,
+                            position: a.position,
                             confidence: f64::from(a.confidence_ppm) / 1e6,
-                            abstain: a.position == Position::Abstain,
                         };
                         (Some(vote), scores)
                     }
@@ -617,19 +615,18 @@ mod tests {
         let t = a.tally_workers(&[rep, rep]);
         assert_eq!(t.len(), 4);
         let votes: Vec<_> = t.iter().map(|t| t.vote).collect();
-        let v = |determination, confidence, abstain| {
+        let v = |position, confidence| {
             Some(Vote {
-                determination,
+                position,
                 confidence,
-                abstain,
             })
         };
         assert_eq!(
             votes,
             vec![
-                v(true, 0.25, false),
-                v(false, 1.0, false),
-                v(false, 0.0, true),
+                v(Position::Yes, 0.25),
+                v(Position::No, 1.0),
+                v(Position::Abstain, 0.0),
                 None
             ]
         );

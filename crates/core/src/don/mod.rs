@@ -15,17 +15,7 @@ pub use aggregate::{Aggregate, AggregateError, AggregatedWorker, Binding, aggreg
 /// Domain tag of an observation digest (so that no other signed message can pass as one).
 pub const OBSERVATION_DOMAIN: &[u8] = b"cresolver-don-observation-v1";
 
-/// What one member saw one worker do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Position {
-    /// Answered that the market resolves YES.
-    Yes,
-    /// Answered that the market resolves NO.
-    No,
-    /// Answered without taking a side (counts as a responder with no vote weight).
-    Abstain,
-}
+pub use crate::Position;
 
 /// One registered worker, as one member observed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -400,7 +400,7 @@ impl WorkerProtocol for AgoraProtocol {
                 .map(|p| {
                     json!({
                         "label": p.label,
-                        "position": p.answer.position(),
+                        "position": crate::protocol::wire_word(p.answer.position()),
                         "confidence": p.answer.confidence,
                         "evidence": p.answer.evidence,
                     })
@@ -413,7 +413,7 @@ impl WorkerProtocol for AgoraProtocol {
                 "peers": peers,
                 "own": {
                     "label": request.label,
-                    "position": request.own.position(),
+                    "position": crate::protocol::wire_word(request.own.position()),
                     "confidence": request.own.confidence,
                 },
             });

@@ -284,7 +284,7 @@ pub fn prediction_request(
 fn existing_argument(peer: &PeerAnswer) -> Value {
     json!({
         "agentName": peer.label,
-        "position": peer.answer.position(),
+        "position": crate::protocol::wire_word(peer.answer.position()),
         "confidence": peer.answer.confidence,
         "reasoning": clip_chars(&peer.answer.evidence, PEER_REASONING_CHARS),
     })
@@ -303,7 +303,7 @@ fn describe_round_two(peers: &[PeerAnswer]) -> String {
             format!(
                 "{} {} {}%",
                 p.label,
-                p.answer.position(),
+                crate::protocol::wire_word(p.answer.position()),
                 (p.answer.confidence * 100.0).round()
             )
         })

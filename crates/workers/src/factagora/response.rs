@@ -3,28 +3,7 @@
 //! notes, never rejections.
 
 use super::*;
-
-/// `YES`, `NO` or `NEUTRAL`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Position {
-    /// The question resolves YES.
-    Yes,
-    /// The question resolves NO.
-    No,
-    /// No position: an abstention.
-    Neutral,
-}
-
-impl Position {
-    /// The wire form (`YES`, `NO`, `NEUTRAL`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Position::Yes => "YES",
-            Position::No => "NO",
-            Position::Neutral => "NEUTRAL",
-        }
-    }
-}
+pub use cresolver_core::Position;
 
 /// One `reactCycle.actions` entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,7 +114,7 @@ fn position_of(obj: &Map<String, Value>) -> Result<Position, WorkerFailure> {
         Some(Value::String(s)) => match s.as_str() {
             "YES" => Ok(Position::Yes),
             "NO" => Ok(Position::No),
-            "NEUTRAL" => Ok(Position::Neutral),
+            "NEUTRAL" => Ok(Position::Abstain),
             other => Err(WorkerFailure::schema(format!(
                 "`position` must be exactly \"YES\", \"NO\" or \"NEUTRAL\" \
                  (case-sensitive), got {:?}",
@@ -373,7 +352,7 @@ impl AgentResponse {
             "evidence": evidence,
             "sources": sources,
         }))?;
-        answer.abstain = self.position == Position::Neutral;
+        answer.abstain = self.position == Position::Abstain;
         answer.notes = notes;
         answer.cuts.extend(cuts);
         Ok(answer)
@@ -385,7 +364,7 @@ impl AgentResponse {
         let _ = writeln!(
             s,
             "Position: {} (confidence {:.2})",
-            self.position.as_str(),
+            crate::protocol::wire_word(self.position),
             self.confidence
         );
         if let Some(r) = self.reasoning.as_deref().filter(|r| !r.trim().is_empty()) {
@@ -493,8 +472,8 @@ impl AgentResponse {
 
     /// The challenge response of round 2, noting a change from `own` (round 1).
     pub(super) fn round_two_text(&self, own: &ResolveAnswer) -> String {
-        let before = own.position();
-        let now = self.position.as_str();
+        let before = crate::protocol::wire_word(own.position());
+        let now = crate::protocol::wire_word(self.position);
         let change = if before == now {
             "unchanged from round 1".to_string()
         } else {

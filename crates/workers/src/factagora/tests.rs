@@ -56,7 +56,7 @@ fn neutral_abstains() {
     v["position"] = json!("NEUTRAL");
     let a = validate_agent_response(&v).unwrap().into_answer().unwrap();
     assert!(a.abstain && !a.determination);
-    assert_eq!(a.position(), "NEUTRAL");
+    assert_eq!(a.position(), cresolver_core::Position::Abstain);
 }
 
 /// A value put in place of a good response's field, breaking one rule: where (a JSON

@@ -197,7 +197,7 @@ fn pct(c: f64) -> u32 {
 fn peer_position(a: &ResolveAnswer) -> String {
     format!(
         "The answer is {} (confidence {}%)",
-        a.position(),
+        crate::protocol::wire_word(a.position()),
         pct(a.confidence)
     )
 }
