@@ -81,7 +81,7 @@ impl ReportView {
 pub struct OnChain {
     /// `false` when the chain was not consulted (`--offline`).
     pub checked: bool,
-    /// Whether the market is resolved (now).
+    /// Whether the market is resolved at the head.
     pub resolved: bool,
     /// Its resolution, when resolved.
     pub resolution: Option<bool>,
