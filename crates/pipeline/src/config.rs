@@ -11,16 +11,26 @@ mod protocols;
 
 /// Blocks the watcher rescans when the block hash at its checkpoint changed.
 pub const REORG_WINDOW: u64 = 64;
+
+/// A node's configuration (`node.toml`): one table per section.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeConfig {
+    /// `[chain]`: the endpoints, the market and how the chain is watched.
     pub chain: ChainCfg,
+    /// `[node]`: the data directory, the workflows and the round limit.
     pub node: NodeCfg,
+    /// `[signer]`: where the resolver's signing key comes from.
     pub signer: SignerCfg,
+    /// `[submit]`: where and how resolutions are sent.
     pub submit: SubmitTargets,
+    /// `[discovery]`: how workers' registration files are fetched.
     pub discovery: DiscoveryCfg,
+    /// `[api]`: the HTTP API.
     pub api: ApiCfg,
+    /// `[protocols]`: the agent protocols spoken besides A2A.
     pub protocols: ProtocolsCfg,
+    /// `[store]`: where the rounds are kept.
     pub store: StoreCfg,
     /// A resolver DON: this node is one member (see `cresolver_don`). Absent: the node
     /// decides and submits alone, as before.
@@ -87,6 +97,8 @@ impl StoreCfg {
 
 pub use protocols::{AgoraCfg, ChorusCfg, FactagoraCfg, ProtocolsCfg, RoundtableCfg};
 
+/// The chain: its endpoints, the market contract, and how the watcher scans, waits for
+/// confirmations and judges the endpoints' health.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChainCfg {
@@ -105,6 +117,7 @@ pub struct ChainCfg {
     pub ws_retry_interval_ms: u64,
     /// Expected chain id; checked at start when set.
     pub chain_id: Option<u64>,
+    /// The market contract whose resolution requests the node serves (`--market-address`).
     pub market_address: Option<Address>,
     /// Multicall3 address for batched reads (none: concurrent calls).
     pub multicall_address: Option<Address>,
@@ -175,6 +188,8 @@ pub fn is_dev_chain(chain_id: u64) -> bool {
     matches!(chain_id, 31337 | 1337)
 }
 
+/// The node itself: where it keeps its data, which workflows it runs, how many rounds
+/// at once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeCfg {
@@ -196,6 +211,8 @@ impl Default for NodeCfg {
     }
 }
 
+/// Where the resolver's signing key comes from: a hex key (env var or file) or an
+/// encrypted keystore with its password (env var or file). Only names are written here.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SignerCfg {
@@ -242,6 +259,8 @@ impl SignerCfg {
     }
 }
 
+/// Where resolutions go (the forwarder and receiver of `report` mode) and how the
+/// transaction manager prices, replaces and follows their transactions.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SubmitTargets {
@@ -280,6 +299,8 @@ impl Default for SubmitTargets {
     }
 }
 
+/// How workers are discovered: which endpoints are allowed and how registration files
+/// are fetched.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DiscoveryCfg {
@@ -304,6 +325,7 @@ impl Default for DiscoveryCfg {
     }
 }
 
+/// The node's HTTP API: its listen address and the token of its trigger.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiCfg {
@@ -322,42 +344,90 @@ impl Default for ApiCfg {
     }
 }
 
+/// A configuration that cannot be loaded or used, or a signing key that cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read or parsed (the message names the key).
     #[error("config: {0}")]
     Load(String),
+    /// A key holds a value the node cannot use.
     #[error("config: `{key}` {message}")]
-    Invalid { key: &'static str, message: String },
+    Invalid {
+        /// The dotted key (`chain.rpc_url`).
+        key: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
+    /// No signing key is configured.
     #[error(
         "no signing key: set the env var {env} to the resolver's hex private key, or set signer.key_file (dry-run and replay need no key)"
     )]
-    NoKey { env: String },
+    NoKey {
+        /// The env var the key is read from.
+        env: String,
+    },
+    /// The signing key is not a hex private key.
     #[error("signing key from {source_name} is not a valid hex private key")]
-    BadKey { source_name: String },
+    BadKey {
+        /// Where the key came from (`env var …`, `key file …`).
+        source_name: String,
+    },
+    /// A key or password file could not be read.
     #[error("cannot read key file {path}: {error}")]
-    KeyFile { path: String, error: String },
+    KeyFile {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        error: String,
+    },
+    /// The configured keystore file does not exist.
     #[error(
         "keystore {path} not found: import the key with `cast wallet import <name> --interactive` (then --account <name>), or point signer.keystore at the file"
     )]
-    KeystoreMissing { path: String },
+    KeystoreMissing {
+        /// The keystore file.
+        path: String,
+    },
+    /// The keystore's password is configured nowhere.
     #[error("keystore {path} needs its password: set the env var {env}, or signer.password_file")]
-    NoKeystorePassword { path: String, env: String },
+    NoKeystorePassword {
+        /// The keystore file.
+        path: String,
+        /// The env var the password is read from.
+        env: String,
+    },
+    /// The password does not decrypt the keystore.
     #[error(
         "wrong password for keystore {path} (password from {source_name}): check it, or re-import the key with `cast wallet import`"
     )]
-    KeystorePassword { path: String, source_name: String },
+    KeystorePassword {
+        /// The keystore file.
+        path: String,
+        /// Where the password came from (`env var …`, `password file …`).
+        source_name: String,
+    },
+    /// The keystore file is not an encrypted JSON keystore.
     #[error(
         "keystore {path} is not a readable encrypted JSON keystore ({error}): import the key again with `cast wallet import`"
     )]
-    KeystoreInvalid { path: String, error: String },
+    KeystoreInvalid {
+        /// The keystore file.
+        path: String,
+        /// Why it could not be read.
+        error: String,
+    },
 }
 
 /// Flags that override the file and the environment.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
+    /// `--rpc-url`: the one endpoint to use (replaces `chain.rpc_url` and `chain.rpc_urls`).
     pub rpc_url: Option<String>,
+    /// `--market-address`: replaces `chain.market_address`.
     pub market_address: Option<Address>,
+    /// `--data-dir`: replaces `node.data_dir`.
     pub data_dir: Option<PathBuf>,
+    /// `--workflow` (repeatable): replaces `node.workflows` when not empty.
     pub workflows: Vec<PathBuf>,
     /// A foundry account name (`--account`): the key is `~/.foundry/keystores/<name>`.
     pub account: Option<String>,
@@ -413,6 +483,8 @@ impl NodeConfig {
         Ok(cfg)
     }
 
+    /// Checks the values serde cannot: endpoint URLs and schemes, non-zero intervals
+    /// and limits, fee bounds, the store URL, the lease and the IPFS gateway.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let key = if self.chain.rpc_urls.is_empty() {
             "chain.rpc_url"

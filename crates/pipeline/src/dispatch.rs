@@ -32,6 +32,7 @@ impl InFlight {
         self.0.len()
     }
 
+    /// Whether no job is running.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -19,7 +19,7 @@
 
 use crate::config::{ConfigError, NodeConfig};
 use crate::dispatch::{Concurrency, dispatch};
-use crate::live::{LiveContext, LiveError};
+use crate::live::{LiveContext, LiveError, LiveRound};
 use crate::replay::ReportView;
 use crate::round::Engine;
 use crate::store_sink::StoreSink;
@@ -51,16 +51,22 @@ pub fn authorized_resolver_slot(who: Address) -> B256 {
     keccak256(buf)
 }
 
+/// Why a dry-run could not run (a round that fails is a report, not an error).
 #[derive(Debug, thiserror::Error)]
 pub enum DryRunError {
+    /// The node configuration is unusable.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The workflow's engine could not be built.
     #[error(transparent)]
     Engine(#[from] crate::round::EngineError),
+    /// The submitter could not be built.
     #[error(transparent)]
     Submit(#[from] cresolver_submit::SubmitError),
+    /// The market could not be read or its round prepared.
     #[error(transparent)]
     Live(#[from] LiveError),
+    /// A chain call failed.
     #[error("RPC error: {0}")]
     Rpc(String),
 }
@@ -68,12 +74,17 @@ pub enum DryRunError {
 /// One registered worker as the dry-run saw it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DryRunWorker {
+    /// The worker's address.
     pub address: Address,
+    /// The endpoint discovery found (`None`: none usable).
     pub endpoint: Option<String>,
     /// Why discovery discarded it, or why its resolve call failed.
     pub failure: Option<String>,
+    /// Its answer: YES (`true`) or NO.
     pub determination: Option<bool>,
+    /// Its confidence in the answer, 0 to 1.
     pub confidence: Option<f64>,
+    /// How long its resolve call took, in ms.
     pub elapsed_ms: Option<u64>,
 }
 
@@ -82,31 +93,45 @@ pub struct DryRunWorker {
 pub struct OverrideSimulation {
     /// The overridden storage: `authorizedResolvers[resolver]` at `slot` of the market.
     pub contract: Address,
+    /// The storage slot overridden.
     pub slot: B256,
+    /// The value written there (`true`).
     pub value: B256,
+    /// The submission simulated under the override.
     pub simulation: Simulation,
 }
 
 /// What a dry-run found.
 #[derive(Debug, Clone, Serialize)]
 pub struct DryRunReport {
+    /// The market contract.
     pub market: Address,
+    /// The market's id.
     pub market_id: U256,
     /// The block the market was read at.
     pub block: u64,
+    /// The market's question.
     pub question: String,
+    /// The workflow's name.
     pub workflow: String,
     /// `would_submit`, `would_revert`, `already_resolved` or `round_failed`.
     pub status: String,
+    /// What explains the status: the market's resolution, the round's error, the
+    /// simulation's revert or RPC error.
     pub reason: Option<String>,
+    /// Every registered worker, in registration order.
     pub workers: Vec<DryRunWorker>,
+    /// The evaluator that scored the answers.
     pub evaluator: Option<String>,
+    /// The tally the submission carries.
     pub tally: Option<TallyRecord>,
     /// The CRE report body the submission carries.
     pub report: Option<Bytes>,
+    /// That report, decoded.
     pub decoded_report: Option<ReportView>,
     /// The address the market checks as resolver (`from`, or the receiver in report mode).
     pub resolver: Address,
+    /// Whether the market authorizes the resolver (`authorizedResolvers`).
     pub resolver_authorized: Option<bool>,
     /// The exact submission, simulated as is.
     pub simulation: Option<Simulation>,
@@ -163,6 +188,7 @@ impl DryRunner {
         })
     }
 
+    /// The market contract this runner reads and simulates against.
     pub fn market(&self) -> Address {
         self.market
     }
@@ -232,34 +258,7 @@ impl DryRunner {
         }
         let live = crate::live::run_round(&ctx, &self.engine, snapshot).await?;
         let mut r = self.report(&live.snapshot, "round_failed");
-        r.workers = live
-            .found
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let result = match &live.result {
-                    Ok(o) => o.resolve.results.get(i).cloned(),
-                    Err(crate::round::RoundError::QuorumNotMet(s)) => s.results.get(i).cloned(),
-                    Err(_) => None,
-                };
-                DryRunWorker {
-                    address: d.address,
-                    endpoint: d.endpoint.as_ref().ok().map(|u| u.to_string()),
-                    failure: match (&d.endpoint, &result) {
-                        (Err(e), _) => Some(e.to_string()),
-                        (_, Some(res)) => res.outcome.as_ref().err().map(|f| f.to_string()),
-                        _ => None,
-                    },
-                    determination: result
-                        .as_ref()
-                        .and_then(|x| x.answer().map(|a| a.determination)),
-                    confidence: result
-                        .as_ref()
-                        .and_then(|x| x.answer().map(|a| a.confidence)),
-                    elapsed_ms: result.as_ref().map(|x| x.elapsed_ms),
-                }
-            })
-            .collect();
+        r.workers = dry_run_workers(&live);
         let outcome = match live.result {
             Ok(o) => o,
             Err(e) => {
@@ -286,6 +285,14 @@ impl DryRunner {
         r.decoded_report = ReportView::from_report_bytes(&outcome.report);
         r.report = Some(outcome.report.clone());
 
+        self.simulate(&mut r, &outcome.tally).await?;
+        Ok(r)
+    }
+
+    /// Simulates the submission of `tally` into `r`: whether the resolver is
+    /// authorized, the simulation as is (and with the resolver authorized by a state
+    /// override when it is not), the status and the reason.
+    async fn simulate(&self, r: &mut DryRunReport, tally: &TallyRecord) -> Result<(), DryRunError> {
         let resolver = self.submitter.resolver();
         let authorized = ICREsolverMarket::new(self.market, self.provider.clone())
             .authorizedResolvers(resolver)
@@ -293,17 +300,14 @@ impl DryRunner {
             .await
             .map_err(|e| DryRunError::Rpc(format!("authorizedResolvers({resolver}): {e}")))?;
         r.resolver_authorized = Some(authorized);
-        let sim = self.submitter.simulate(&outcome.tally, None).await;
+        let sim = self.submitter.simulate(tally, None).await;
         if !authorized {
             let slot = authorized_resolver_slot(resolver);
             let value = B256::with_last_byte(1);
             let overrides = StateOverridesBuilder::default()
                 .with_state_diff(self.market, [(slot, value)])
                 .build();
-            let simulation = self
-                .submitter
-                .simulate(&outcome.tally, Some(overrides))
-                .await;
+            let simulation = self.submitter.simulate(tally, Some(overrides)).await;
             r.override_simulation = Some(OverrideSimulation {
                 contract: self.market,
                 slot,
@@ -322,7 +326,7 @@ impl DryRunner {
             r.reason = Some(e.clone());
         }
         r.simulation = Some(sim);
-        Ok(r)
+        Ok(())
     }
 
     /// Watches the market for `ResolutionRequested` from `start_block` (default: the
@@ -420,6 +424,38 @@ impl DryRunner {
         }
         Ok(())
     }
+}
+
+/// Each registered worker as the round saw it: its endpoint, why discovery discarded
+/// it or its resolve call failed, and its answer.
+fn dry_run_workers(live: &LiveRound) -> Vec<DryRunWorker> {
+    live.found
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let result = match &live.result {
+                Ok(o) => o.resolve.results.get(i).cloned(),
+                Err(crate::round::RoundError::QuorumNotMet(s)) => s.results.get(i).cloned(),
+                Err(_) => None,
+            };
+            DryRunWorker {
+                address: d.address,
+                endpoint: d.endpoint.as_ref().ok().map(|u| u.to_string()),
+                failure: match (&d.endpoint, &result) {
+                    (Err(e), _) => Some(e.to_string()),
+                    (_, Some(res)) => res.outcome.as_ref().err().map(|f| f.to_string()),
+                    _ => None,
+                },
+                determination: result
+                    .as_ref()
+                    .and_then(|x| x.answer().map(|a| a.determination)),
+                confidence: result
+                    .as_ref()
+                    .and_then(|x| x.answer().map(|a| a.confidence)),
+                elapsed_ms: result.as_ref().map(|x| x.elapsed_ms),
+            }
+        })
+        .collect()
 }
 
 /// How long a dry-run round in flight at shutdown may take to finish and report.

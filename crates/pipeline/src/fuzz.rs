@@ -12,7 +12,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// One parser under test: a name and what it does with the bytes.
 pub struct Target {
+    /// The target's name, as reports show it.
     pub name: &'static str,
+    /// Feeds the bytes to the parser; its result is dropped.
     pub run: fn(&[u8]),
     /// Valid inputs that mutations start from.
     pub seeds: fn() -> Vec<Vec<u8>>,
@@ -21,10 +23,13 @@ pub struct Target {
 /// What a run found.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
+    /// The target's name.
     pub target: &'static str,
+    /// Cases run.
     pub cases: u64,
     /// Inputs that made the parser panic (at most 5 kept), with the panic message.
     pub panics: Vec<(Vec<u8>, String)>,
+    /// Cases that made the parser panic, all of them counted.
     pub panic_count: u64,
 }
 
@@ -60,8 +65,19 @@ fn json_seeds(values: Vec<Value>) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Every target.
+/// Every target: the worker replies, the Agora messages, the registration files, the
+/// LLM reply and the chain logs, in that order.
 pub fn targets() -> Vec<Target> {
+    let mut all = worker_reply_targets();
+    all.extend(agora_targets());
+    all.extend(registration_targets());
+    all.push(llm_reply_target());
+    all.push(rpc_log_target());
+    all
+}
+
+/// The workers' replies: A2A answers and defences, Factagora, round-table and Chorus.
+fn worker_reply_targets() -> Vec<Target> {
     vec![
         Target {
             name: "a2a_resolve",
@@ -125,6 +141,12 @@ pub fn targets() -> Vec<Target> {
                 ])
             },
         },
+    ]
+}
+
+/// Agora's signed envelopes and relay poll replies.
+fn agora_targets() -> Vec<Target> {
+    vec![
         Target {
             name: "agora_envelope",
             run: |b| {
@@ -149,6 +171,12 @@ pub fn targets() -> Vec<Target> {
                 ])
             },
         },
+    ]
+}
+
+/// ERC-8004 registration files and the `data:` URIs that carry them.
+fn registration_targets() -> Vec<Target> {
+    vec![
         Target {
             name: "registration",
             run: |b| {
@@ -175,63 +203,72 @@ pub fn targets() -> Vec<Target> {
                 ]
             },
         },
-        Target {
-            name: "llm_reply",
-            run: |b| {
-                if let Ok(content) = cresolver_evaluate::llm::completion_content(b) {
-                    let _ = cresolver_evaluate::llm::parse_scores(
-                        cresolver_evaluate::llm::strip_fences(&content),
-                        &eval_input(),
-                    );
-                }
-            },
-            seeds: || {
-                let scores: Vec<Value> = (1..=3)
-                    .map(|i| json!({"workerId": format!("W{i}"), "resolutionQuality": 80, "sourceQuality": 70, "analysisDepth": 60, "reasoningClarity": 50, "evidenceStrength": 40, "biasAwareness": 30, "timeliness": 20, "collaboration": 10}))
-                    .collect();
-                let content = json!({"workers": scores}).to_string();
-                json_seeds(vec![
-                    json!({"choices": [{"message": {"content": content}}]}),
-                ])
-            },
-        },
-        Target {
-            name: "rpc_log",
-            run: |b| {
-                use alloy::sol_types::SolEvent;
-                // topics from the first 32-byte words, the rest as data
-                let n = (b.first().copied().unwrap_or(0) % 5) as usize;
-                let rest = b.get(1..).unwrap_or(&[]);
-                let topics: Vec<alloy::primitives::B256> = rest
-                    .chunks(32)
-                    .take(n)
-                    .map(alloy::primitives::B256::right_padding_from)
-                    .collect();
-                let data = rest.get(n * 32..).unwrap_or(&[]).to_vec();
-                if let Some(log) = alloy::primitives::LogData::new(topics, data.into()) {
-                    let _ = cresolver_chain::bindings::ICREsolverMarket::ResolutionRequested::decode_log_data(&log);
-                    let _ =
-                        cresolver_chain::bindings::ICREsolverMarket::MarketResolved::decode_log_data(
-                            &log,
-                        );
-                }
-            },
-            seeds: || {
-                use alloy::sol_types::SolEvent;
-                let ev = cresolver_chain::bindings::ICREsolverMarket::ResolutionRequested {
-                    marketId: alloy::primitives::U256::from(7),
-                    question: "Will it?".into(),
-                };
-                let log = ev.encode_log_data();
-                let mut b = vec![log.topics().len() as u8];
-                for t in log.topics() {
-                    b.extend_from_slice(t.as_slice());
-                }
-                b.extend_from_slice(&log.data);
-                vec![b]
-            },
-        },
     ]
+}
+
+/// The LLM evaluator's reply: the completion envelope, then the scores inside it.
+fn llm_reply_target() -> Target {
+    Target {
+        name: "llm_reply",
+        run: |b| {
+            if let Ok(content) = cresolver_evaluate::llm::completion_content(b) {
+                let _ = cresolver_evaluate::llm::parse_scores(
+                    cresolver_evaluate::llm::strip_fences(&content),
+                    &eval_input(),
+                );
+            }
+        },
+        seeds: || {
+            let scores: Vec<Value> = (1..=3)
+                .map(|i| json!({"workerId": format!("W{i}"), "resolutionQuality": 80, "sourceQuality": 70, "analysisDepth": 60, "reasoningClarity": 50, "evidenceStrength": 40, "biasAwareness": 30, "timeliness": 20, "collaboration": 10}))
+                .collect();
+            let content = json!({"workers": scores}).to_string();
+            json_seeds(vec![
+                json!({"choices": [{"message": {"content": content}}]}),
+            ])
+        },
+    }
+}
+
+/// `eth_getLogs` logs decoded as the market's `ResolutionRequested` and
+/// `MarketResolved` events.
+fn rpc_log_target() -> Target {
+    Target {
+        name: "rpc_log",
+        run: |b| {
+            use alloy::sol_types::SolEvent;
+            // topics from the first 32-byte words, the rest as data
+            let n = (b.first().copied().unwrap_or(0) % 5) as usize;
+            let rest = b.get(1..).unwrap_or(&[]);
+            let topics: Vec<alloy::primitives::B256> = rest
+                .chunks(32)
+                .take(n)
+                .map(alloy::primitives::B256::right_padding_from)
+                .collect();
+            let data = rest.get(n * 32..).unwrap_or(&[]).to_vec();
+            if let Some(log) = alloy::primitives::LogData::new(topics, data.into()) {
+                let _ = cresolver_chain::bindings::ICREsolverMarket::ResolutionRequested::decode_log_data(&log);
+                let _ =
+                    cresolver_chain::bindings::ICREsolverMarket::MarketResolved::decode_log_data(
+                        &log,
+                    );
+            }
+        },
+        seeds: || {
+            use alloy::sol_types::SolEvent;
+            let ev = cresolver_chain::bindings::ICREsolverMarket::ResolutionRequested {
+                marketId: alloy::primitives::U256::from(7),
+                question: "Will it?".into(),
+            };
+            let log = ev.encode_log_data();
+            let mut b = vec![log.topics().len() as u8];
+            for t in log.topics() {
+                b.extend_from_slice(t.as_slice());
+            }
+            b.extend_from_slice(&log.data);
+            vec![b]
+        },
+    }
 }
 
 /// A small, fast, seedable generator (xorshift64*): runs are reproducible from the seed.

@@ -12,27 +12,43 @@ use cresolver_chain::reader::{MarketSnapshot, ReadError, read_market};
 
 /// Where and how a live round reads and calls.
 pub struct LiveContext<'a> {
+    /// The chain the market is read from.
     pub provider: &'a DynProvider,
+    /// Multicall3 for batched reads (`None`: concurrent calls).
     pub multicall: Option<Address>,
+    /// How workers are discovered, and the protocols they may speak.
     pub discovery: &'a DiscoveryConfig,
+    /// The client registration files are fetched with.
     pub http: &'a reqwest::Client,
 }
 
 /// What a live round saw and produced.
 pub struct LiveRound {
+    /// The market as read.
     pub snapshot: MarketSnapshot,
+    /// Discovery of each registered worker, in registration order.
     pub found: Vec<DiscoveredWorker>,
+    /// What the round was asked.
     pub input: RoundInput,
     /// The engine's result: an outcome, or why the round failed (quorum, evaluation, tally).
     pub result: Result<RoundOutcome, RoundError>,
 }
 
+/// Why a live round could not be prepared.
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
+    /// The market could not be read.
     #[error("reading market {market_id}: {source}")]
-    Read { market_id: U256, source: ReadError },
+    Read {
+        /// The market's id.
+        market_id: U256,
+        /// Why the read failed.
+        source: ReadError,
+    },
+    /// The market id is larger than the worker protocol's `u64`.
     #[error("market id {0} does not fit the worker protocol's number (u64)")]
     MarketIdTooLarge(U256),
+    /// A chain call failed.
     #[error("RPC error: {0}")]
     Rpc(String),
 }

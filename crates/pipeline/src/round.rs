@@ -7,11 +7,9 @@
 
 use crate::workflow::{EvaluatorKind, Workflow};
 use alloy::primitives::{Address, Bytes, U256};
-use cresolver_core::tally::Vote;
-use cresolver_core::{Dimensions, Reputation, TallyError, TallyOutcome, TallyWorker, tally};
+use cresolver_core::{Dimensions, Reputation, TallyError, TallyOutcome};
 use cresolver_evaluate::{
-    EvalError, EvalInput, EvalWorker, Evaluation, Evaluator, LlmConfig, LlmEvaluator,
-    RubricEvaluator,
+    EvalError, Evaluation, Evaluator, LlmConfig, LlmEvaluator, RubricEvaluator,
 };
 pub use cresolver_store::Stage;
 use cresolver_workers::fanout::{
@@ -20,17 +18,26 @@ use cresolver_workers::fanout::{
 use cresolver_workers::{
     ChallengeOutcome, ResolveRequest, StageClient, StageLimits, WorkerFailure,
 };
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
+mod decision;
+
+use decision::random_order;
+pub use decision::{Decision, decide, evaluate, evaluation_input, evaluation_slots, responders};
+
 /// What a round is asked to resolve.
 #[derive(Debug, Clone)]
 pub struct RoundInput {
+    /// The market's id.
     pub market_id: u64,
+    /// The market's question, as the workers are asked it.
     pub question: String,
+    /// The market's deadline, in Unix seconds (`None`: it does not fit a `u64`).
     pub deadline: Option<u64>,
     /// Unix seconds the round is judged at (the request's block time).
     pub reference_time: u64,
@@ -47,10 +54,14 @@ pub struct RoundProgress {
     /// The resolve stage, recorded once it met quorum.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolve: Option<ResolveStage>,
+    /// The challenge stage: per worker (slot order), its defence or `None` when it was
+    /// not challenged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub challenges: Option<Vec<Option<ChallengeOutcome>>>,
+    /// The evaluation, with the order the evaluator saw the responders in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evaluation: Option<Evaluation>,
+    /// The ratifying votes on the tallied outcome, when the workflow asks for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ratification: Option<Vec<RatifyResult>>,
 }
@@ -89,13 +100,17 @@ impl RoundProgress {
 /// Everything a finished round saw and decided (also what a transcript records).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundOutcome {
+    /// The resolve stage: every worker's answer or failure, and the quorum.
     pub resolve: ResolveStage,
     /// Per worker (slot order): its defence, or `None` when it was not challenged.
     pub challenges: Vec<Option<ChallengeOutcome>>,
     /// Scores per worker (slot order); `None` for non-responders.
     pub scores: Vec<Option<Dimensions>>,
+    /// The evaluator's scores and how it reached them.
     pub evaluation: Evaluation,
+    /// The weighted vote over every registered worker.
     pub tally: TallyOutcome,
+    /// The encoded report the submission carries.
     pub report: Bytes,
     /// Ratifying votes on the outcome (`challenge.ratify`, protocols that have one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -122,18 +137,31 @@ impl RoundOutcome {
     }
 }
 
+/// Why a round ended without an outcome.
 #[derive(Debug, thiserror::Error)]
 pub enum RoundError {
+    /// The market has no registered workers.
     #[error("the market has no registered workers")]
     NoWorkers,
+    /// Too few workers answered validly; the stage says who failed and why.
     #[error("{}", quorum_message(.0))]
     QuorumNotMet(Box<ResolveStage>),
+    /// The evaluator failed (under a `fail` fallback) or is misconfigured.
     #[error(transparent)]
     Evaluation(#[from] EvalError),
+    /// The tally failed (a tie under the `fail` rule, no responder, zero total weight,
+    /// a score out of range).
     #[error("tally failed: {0}")]
     Tally(#[from] TallyError),
+    /// The input's workers and reputations are not aligned.
     #[error("worker list and reputation list differ in length ({workers} vs {reputations})")]
-    Misaligned { workers: usize, reputations: usize },
+    Misaligned {
+        /// How many workers the input has.
+        workers: usize,
+        /// How many reputations it has.
+        reputations: usize,
+    },
+    /// The persist callback did not store a stage; the round stopped there.
     #[error("the round's progress could not be stored: it stopped before its next stage")]
     NotPersisted,
 }
@@ -160,18 +188,22 @@ pub fn failures(stage: &ResolveStage) -> Vec<(Address, WorkerFailure)> {
         .collect()
 }
 
+/// A workflow the engine cannot be built from.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// The env var named by `evaluator.llm.api_key_env` is not set.
     #[error(
         "environment variable {0} (named by evaluator.llm.api_key_env) is not set: export it, or remove api_key_env for an endpoint without auth"
     )]
     MissingApiKey(String),
+    /// `evaluator.llm.base_url` is not a URL.
     #[error("evaluator.llm.base_url: {0}")]
     BadUrl(String),
 }
 
 /// Runs rounds of one workflow. Cheap to share across tasks (`Arc`).
 pub struct Engine {
+    /// The workflow the engine runs.
     pub workflow: Workflow,
     resolve_client: StageClient,
     challenge_client: StageClient,
@@ -254,6 +286,7 @@ impl Engine {
         }
     }
 
+    /// The name of the engine's evaluator (`rubric`, `llm`).
     pub fn evaluator_name(&self) -> &'static str {
         self.evaluator.name()
     }
@@ -285,126 +318,27 @@ impl Engine {
     pub async fn run_resumable(
         &self,
         input: &RoundInput,
-        mut progress: RoundProgress,
+        progress: RoundProgress,
         persist: &(
              dyn Fn(Stage, &RoundProgress) -> futures::future::BoxFuture<'static, bool> + Sync
          ),
     ) -> Result<RoundOutcome, RoundError> {
-        if input.workers.is_empty() {
-            return Err(RoundError::NoWorkers);
-        }
-        if input.workers.len() != input.reputations.len() {
-            return Err(RoundError::Misaligned {
-                workers: input.workers.len(),
-                reputations: input.reputations.len(),
-            });
-        }
-        if !progress.fits(input) {
-            tracing::warn!(
-                market = input.market_id,
-                "recorded progress does not match the market's workers: running the round from the start"
-            );
-            progress = RoundProgress::default();
-        }
-        let wf = &self.workflow;
+        let mut progress = starting_progress(input, progress)?;
         let request = ResolveRequest {
             market_id: input.market_id,
             question: input.question.clone(),
             deadline: input.deadline,
             context: None,
         };
-        let stage = match progress.resolve.clone() {
-            Some(stage) => stage,
-            None => {
-                let stage = resolve_stage(
-                    &self.resolve_client,
-                    &input.workers,
-                    &request,
-                    wf.quorum.rule,
-                    wf.grace(),
-                )
-                .await;
-                tracing::info!(
-                    market = input.market_id,
-                    valid = stage.valid,
-                    registered = stage.registered,
-                    required = stage.required,
-                    "resolve stage done"
-                );
-                // each excluded worker once, with its typed reason (the operator's log
-                // says why, not only how many)
-                for r in &stage.results {
-                    if let Err(f) = &r.outcome {
-                        tracing::info!(
-                            market = input.market_id,
-                            worker = %r.address,
-                            reason = f.kind(),
-                            detail = %f,
-                            "worker excluded from the round"
-                        );
-                    }
-                }
-                if !stage.quorum_met {
-                    return Err(RoundError::QuorumNotMet(Box::new(stage)));
-                }
-                progress.resolve = Some(stage.clone());
-                if !persist(Stage::Answered, &progress).await {
-                    return Err(RoundError::NotPersisted);
-                }
-                stage
-            }
-        };
-        let challenges = match progress.challenges.clone() {
-            Some(c) => c,
-            None => {
-                let c = if wf.challenge.enabled {
-                    challenge_stage(
-                        &self.challenge_client,
-                        &wf.challenge.templates(),
-                        &request,
-                        &input.workers,
-                        &stage,
-                    )
-                    .await
-                } else {
-                    vec![None; input.workers.len()]
-                };
-                progress.challenges = Some(c.clone());
-                if !persist(Stage::Challenged, &progress).await {
-                    return Err(RoundError::NotPersisted);
-                }
-                c
-            }
-        };
-
-        // The evaluator sees the responders in a fresh random order, labelled W1… in
-        // that order (a worker cannot know its label); a resumed round keeps its order.
-        let order = match progress.evaluation.as_ref() {
-            Some(e) if !e.order.is_empty() => e.order.clone(),
-            Some(_) => responders(&stage),
-            None => random_order(responders(&stage)),
-        };
-        let slot_of = evaluation_slots(&stage, Some(&order));
-        let evaluation = match progress.evaluation.clone() {
-            Some(e) => e,
-            None => {
-                let e = evaluate(
-                    self.evaluator.as_ref(),
-                    input.market_id,
-                    &input.question,
-                    input.reference_time,
-                    &stage,
-                    &challenges,
-                    Some(&order),
-                )
-                .await?;
-                progress.evaluation = Some(e.clone());
-                if !persist(Stage::Evaluated, &progress).await {
-                    return Err(RoundError::NotPersisted);
-                }
-                e
-            }
-        };
+        let stage = self
+            .resolve(input, &request, &mut progress, persist)
+            .await?;
+        let challenges = self
+            .challenge(input, &request, &stage, &mut progress, persist)
+            .await?;
+        let (evaluation, slot_of) = self
+            .evaluation(input, &stage, &challenges, &mut progress, persist)
+            .await?;
         let Decision {
             scores,
             tally: outcome,
@@ -415,44 +349,18 @@ impl Engine {
             &slot_of,
             &evaluation,
             &input.reputations,
-            wf.tally.tie,
+            self.workflow.tally.tie,
         )?;
-        let ratification = if let Some(votes) = progress.ratification.clone() {
-            votes
-        } else if wf.challenge.ratify {
-            let votes = ratify_stage(
-                &self.challenge_client,
+        let ratification = self
+            .ratify(
+                input,
                 &request,
-                &input.workers,
                 &stage,
                 outcome.resolution,
+                &mut progress,
+                persist,
             )
-            .await;
-            for v in &votes {
-                match &v.outcome {
-                    Ok(r) if !r.approve => tracing::info!(
-                        market = input.market_id,
-                        worker = %v.address,
-                        reason = r.dissent_reason.as_deref().unwrap_or(""),
-                        "worker dissents from the outcome (recorded, not counted)"
-                    ),
-                    Ok(_) => {}
-                    Err(e) => tracing::info!(
-                        market = input.market_id,
-                        worker = %v.address,
-                        error = %e,
-                        "ratifying vote failed (recorded, not counted)"
-                    ),
-                }
-            }
-            progress.ratification = Some(votes.clone());
-            if !persist(Stage::Evaluated, &progress).await {
-                return Err(RoundError::NotPersisted);
-            }
-            votes
-        } else {
-            vec![]
-        };
+            .await?;
         Ok(RoundOutcome {
             resolve: stage,
             challenges,
@@ -465,150 +373,224 @@ impl Engine {
     }
 }
 
-/// The slots of the valid responders, in slot order.
-pub fn responders(stage: &ResolveStage) -> Vec<usize> {
-    (0..stage.results.len())
-        .filter(|&i| stage.results[i].answer().is_some())
-        .collect()
-}
+/// The caller's persist callback: stores the progress after a stage and says whether
+/// it did.
+type Persist<'a> = dyn Fn(Stage, &RoundProgress) -> BoxFuture<'static, bool> + Sync + 'a;
 
-/// `slots` in a random order.
-fn random_order(mut slots: Vec<usize>) -> Vec<usize> {
-    use rand::seq::SliceRandom;
-    slots.shuffle(&mut rand::thread_rng());
-    slots
-}
-
-/// The evaluator's input for a resolve stage and its defences: the responders in
-/// `order` (slots; `None` or an order that is not a permutation of the responders: slot
-/// order), labelled `W1…` in that order, each with its answer and its challenges and
-/// responses. Returns the slot of each evaluated worker. The one place this input is
-/// built (live rounds and replays alike).
-pub fn evaluation_input(
-    market_id: u64,
-    question: &str,
-    reference_time: u64,
-    stage: &ResolveStage,
-    challenges: &[Option<ChallengeOutcome>],
-    order: Option<&[usize]>,
-) -> (EvalInput, Vec<usize>) {
-    let order = evaluation_slots(stage, order);
-    let mut workers = Vec::with_capacity(order.len());
-    for &i in &order {
-        let r = &stage.results[i];
-        let Some(answer) = r.answer() else { continue };
-        let (ch, resp) = match challenges.get(i).and_then(Option::as_ref) {
-            Some(c) => (c.challenges.clone(), c.responses.clone()),
-            None => (vec![], vec![]),
-        };
-        workers.push(EvalWorker {
-            label: format!("W{}", workers.len() + 1),
-            address: r.address,
-            answer: answer.clone(),
-            challenges: ch,
-            responses: resp,
+/// Checks `input` and returns the progress to start from: `progress` when it
+/// [fits](RoundProgress::fits) the input, else an empty one (with a warning).
+fn starting_progress(
+    input: &RoundInput,
+    progress: RoundProgress,
+) -> Result<RoundProgress, RoundError> {
+    if input.workers.is_empty() {
+        return Err(RoundError::NoWorkers);
+    }
+    if input.workers.len() != input.reputations.len() {
+        return Err(RoundError::Misaligned {
+            workers: input.workers.len(),
+            reputations: input.reputations.len(),
         });
     }
-    let input = EvalInput {
-        market_id,
-        question: question.to_string(),
-        workers,
-        reference_time,
-    };
-    (input, order)
+    if !progress.fits(input) {
+        tracing::warn!(
+            market = input.market_id,
+            "recorded progress does not match the market's workers: running the round from the start"
+        );
+        return Ok(RoundProgress::default());
+    }
+    Ok(progress)
 }
 
-/// The slots the evaluator sees, in order: `order` when it is a permutation of the
-/// responders, else the responders in slot order.
-pub fn evaluation_slots(stage: &ResolveStage, order: Option<&[usize]>) -> Vec<usize> {
-    let valid = responders(stage);
-    match order {
-        Some(o)
-            if {
-                let mut sorted = o.to_vec();
-                sorted.sort_unstable();
-                sorted == valid
-            } =>
-        {
-            o.to_vec()
-        }
-        _ => valid,
+/// Hands `progress` to `persist` after `stage`; [`RoundError::NotPersisted`] when it
+/// was not stored.
+async fn save(
+    persist: &Persist<'_>,
+    stage: Stage,
+    progress: &RoundProgress,
+) -> Result<(), RoundError> {
+    if persist(stage, progress).await {
+        Ok(())
+    } else {
+        Err(RoundError::NotPersisted)
     }
 }
 
-/// The evaluation stage: the responders (in `order`, see [`evaluation_input`]) scored by
-/// `evaluator`, the order recorded with the scores. Live rounds run it with the
-/// workflow's evaluator, replays with the rubric or the recorded LLM reply.
-pub async fn evaluate(
-    evaluator: &dyn Evaluator,
-    market_id: u64,
-    question: &str,
-    reference_time: u64,
-    stage: &ResolveStage,
-    challenges: &[Option<ChallengeOutcome>],
-    order: Option<&[usize]>,
-) -> Result<Evaluation, EvalError> {
-    let (input, slot_of) = evaluation_input(
-        market_id,
-        question,
-        reference_time,
-        stage,
-        challenges,
-        order,
+impl Engine {
+    /// The resolve stage: the recorded one, or the question fanned out to every worker
+    /// under the workflow's quorum rule. A stage that misses quorum ends the round
+    /// ([`RoundError::QuorumNotMet`]) and is not persisted.
+    async fn resolve(
+        &self,
+        input: &RoundInput,
+        request: &ResolveRequest,
+        progress: &mut RoundProgress,
+        persist: &Persist<'_>,
+    ) -> Result<ResolveStage, RoundError> {
+        if let Some(stage) = progress.resolve.clone() {
+            return Ok(stage);
+        }
+        let wf = &self.workflow;
+        let stage = resolve_stage(
+            &self.resolve_client,
+            &input.workers,
+            request,
+            wf.quorum.rule,
+            wf.grace(),
+        )
+        .await;
+        log_resolve_stage(input.market_id, &stage);
+        if !stage.quorum_met {
+            return Err(RoundError::QuorumNotMet(Box::new(stage)));
+        }
+        progress.resolve = Some(stage.clone());
+        save(persist, Stage::Answered, progress).await?;
+        Ok(stage)
+    }
+
+    /// The challenge stage: the recorded defences, or every responder challenged with
+    /// the others' answers (no one when the workflow disables challenges). One entry
+    /// per worker, in slot order.
+    async fn challenge(
+        &self,
+        input: &RoundInput,
+        request: &ResolveRequest,
+        stage: &ResolveStage,
+        progress: &mut RoundProgress,
+        persist: &Persist<'_>,
+    ) -> Result<Vec<Option<ChallengeOutcome>>, RoundError> {
+        if let Some(c) = progress.challenges.clone() {
+            return Ok(c);
+        }
+        let wf = &self.workflow;
+        let c = if wf.challenge.enabled {
+            challenge_stage(
+                &self.challenge_client,
+                &wf.challenge.templates(),
+                request,
+                &input.workers,
+                stage,
+            )
+            .await
+        } else {
+            vec![None; input.workers.len()]
+        };
+        progress.challenges = Some(c.clone());
+        save(persist, Stage::Challenged, progress).await?;
+        Ok(c)
+    }
+
+    /// The evaluation stage, with the slot of each evaluated worker: the recorded
+    /// evaluation, or the responders scored by the engine's evaluator. The evaluator
+    /// sees the responders in a fresh random order, labelled `W1…` in that order (a
+    /// worker cannot know its label); a resumed round keeps its recorded order.
+    async fn evaluation(
+        &self,
+        input: &RoundInput,
+        stage: &ResolveStage,
+        challenges: &[Option<ChallengeOutcome>],
+        progress: &mut RoundProgress,
+        persist: &Persist<'_>,
+    ) -> Result<(Evaluation, Vec<usize>), RoundError> {
+        let order = match progress.evaluation.as_ref() {
+            Some(e) if !e.order.is_empty() => e.order.clone(),
+            Some(_) => responders(stage),
+            None => random_order(responders(stage)),
+        };
+        let slot_of = evaluation_slots(stage, Some(&order));
+        if let Some(e) = progress.evaluation.clone() {
+            return Ok((e, slot_of));
+        }
+        let e = evaluate(
+            self.evaluator.as_ref(),
+            input.market_id,
+            &input.question,
+            input.reference_time,
+            stage,
+            challenges,
+            Some(&order),
+        )
+        .await?;
+        progress.evaluation = Some(e.clone());
+        save(persist, Stage::Evaluated, progress).await?;
+        Ok((e, slot_of))
+    }
+
+    /// The ratifying votes on the tallied `resolution`: the recorded ones, or (when the
+    /// workflow asks for them) a vote of the responders whose protocol has one, else
+    /// none. Dissent and failed votes are logged and recorded, never counted.
+    async fn ratify(
+        &self,
+        input: &RoundInput,
+        request: &ResolveRequest,
+        stage: &ResolveStage,
+        resolution: bool,
+        progress: &mut RoundProgress,
+        persist: &Persist<'_>,
+    ) -> Result<Vec<RatifyResult>, RoundError> {
+        if let Some(votes) = progress.ratification.clone() {
+            return Ok(votes);
+        }
+        if !self.workflow.challenge.ratify {
+            return Ok(vec![]);
+        }
+        let votes = ratify_stage(
+            &self.challenge_client,
+            request,
+            &input.workers,
+            stage,
+            resolution,
+        )
+        .await;
+        log_ratification(input.market_id, &votes);
+        progress.ratification = Some(votes.clone());
+        save(persist, Stage::Evaluated, progress).await?;
+        Ok(votes)
+    }
+}
+
+/// Logs a finished resolve stage: its counts, then each excluded worker once with its
+/// typed reason (the operator's log says why, not only how many).
+fn log_resolve_stage(market_id: u64, stage: &ResolveStage) {
+    tracing::info!(
+        market = market_id,
+        valid = stage.valid,
+        registered = stage.registered,
+        required = stage.required,
+        "resolve stage done"
     );
-    let mut e = evaluator.evaluate(&input).await?;
-    e.order = slot_of;
-    Ok(e)
-}
-
-/// What a round decides from its answers and their evaluation.
-#[derive(Debug, Clone)]
-pub struct Decision {
-    /// Scores per slot (`None`: not evaluated).
-    pub scores: Vec<Option<Dimensions>>,
-    pub tally: TallyOutcome,
-    pub report: Bytes,
-}
-
-/// The pure half of a round: scores placed by slot, the tally over every registered
-/// worker (non-responders with weight 0) and the report bytes. Used by live rounds and
-/// replays alike.
-pub fn decide(
-    market_id: U256,
-    stage: &ResolveStage,
-    slot_of: &[usize],
-    evaluation: &Evaluation,
-    reputations: &[Reputation],
-    tie: cresolver_core::TieRule,
-) -> Result<Decision, TallyError> {
-    let mut scores: Vec<Option<Dimensions>> = vec![None; stage.results.len()];
-    for (k, &i) in slot_of.iter().enumerate() {
-        if let Some(slot) = scores.get_mut(i) {
-            *slot = evaluation.scores.get(k).copied();
+    for r in &stage.results {
+        if let Err(f) = &r.outcome {
+            tracing::info!(
+                market = market_id,
+                worker = %r.address,
+                reason = f.kind(),
+                detail = %f,
+                "worker excluded from the round"
+            );
         }
     }
-    let workers: Vec<TallyWorker> = stage
-        .results
-        .iter()
-        .zip(&scores)
-        .zip(reputations)
-        .map(|((r, s), rep)| TallyWorker {
-            address: r.address,
-            vote: r.answer().map(|a| Vote {
-                position: a.position(),
-                confidence: a.confidence,
-            }),
-            scores: s.unwrap_or_default(),
-            reputation: *rep,
-        })
-        .collect();
-    let tally = tally(market_id, &workers, tie)?;
-    let report = tally.report();
-    Ok(Decision {
-        scores,
-        tally,
-        report,
-    })
+}
+
+/// Logs each dissenting or failed ratifying vote.
+fn log_ratification(market_id: u64, votes: &[RatifyResult]) {
+    for v in votes {
+        match &v.outcome {
+            Ok(r) if !r.approve => tracing::info!(
+                market = market_id,
+                worker = %v.address,
+                reason = r.dissent_reason.as_deref().unwrap_or(""),
+                "worker dissents from the outcome (recorded, not counted)"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::info!(
+                market = market_id,
+                worker = %v.address,
+                error = %e,
+                "ratifying vote failed (recorded, not counted)"
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! it may speak) and the submitter. The node, replay and dry-run build their stages from
 //! these, so the three paths read `[discovery]`, `[protocols]` and `[submit]` alike.
 
-use crate::config::{ConfigError, NodeConfig};
+use crate::config::{AgoraCfg, ChorusCfg, ConfigError, NodeConfig, ProtocolsCfg};
 use crate::workflow::Workflow;
 use alloy::primitives::Address;
 use cresolver_chain::discovery::DiscoveryConfig;
@@ -32,34 +32,12 @@ pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, ConfigError
 /// The node's protocol adapters from `[protocols]`: A2A always, each other protocol
 /// when enabled. Secrets come from the env vars the config names.
 pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, ConfigError> {
-    use cresolver_workers::chorus::{ChorusProtocol, ChorusSettings};
+    use cresolver_workers::agora::AgoraProtocol;
+    use cresolver_workers::chorus::ChorusProtocol;
     use cresolver_workers::factagora::{FactagoraProtocol, FactagoraSettings};
     use cresolver_workers::roundtable::{RoundTableProtocol, RoundTableSettings};
-    let secret = |var: &str| {
-        std::env::var(var)
-            .ok()
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-    };
     let p = &cfg.protocols;
-    for (token, hosts, env, key) in [
-        (
-            secret(&p.factagora.token_env),
-            &p.factagora.token_hosts,
-            &p.factagora.token_env,
-            "protocols.factagora.token_hosts",
-        ),
-        (
-            secret(&p.roundtable.api_key_env),
-            &p.roundtable.api_key_hosts,
-            &p.roundtable.api_key_env,
-            "protocols.roundtable.api_key_hosts",
-        ),
-    ] {
-        if token.is_some() && hosts.is_empty() {
-            tracing::warn!(env = %env, key, "a protocol credential is set but no host may receive it: list the hosts in {key} (workers choose their own endpoints; the credential is never sent to an unlisted host)");
-        }
-    }
+    warn_unlisted_credentials(p);
     let mut set = ProtocolSet::a2a_only();
     if p.factagora.enabled {
         set = set.with(
@@ -80,67 +58,109 @@ pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, ConfigError> {
         );
     }
     if p.chorus.enabled {
-        let mut settings = ChorusSettings {
-            skill: p.chorus.skill.trim().to_string(),
-            challenge_skill: Some(p.chorus.challenge_skill.trim().to_string())
-                .filter(|s| !s.is_empty()),
-            budget: p.chorus.budget,
-            ..ChorusSettings::default()
-        };
-        if !p.chorus.orchestrator_id.trim().is_empty() {
-            settings.orchestrator_id = p.chorus.orchestrator_id.trim().to_string();
-        }
-        settings
-            .validate()
-            .map_err(|message| ConfigError::Invalid {
-                key: "protocols.chorus",
-                message,
-            })?;
         set = set.with(
             ProtocolKind::Chorus,
-            Arc::new(ChorusProtocol::new(settings)),
+            Arc::new(ChorusProtocol::new(chorus_settings(&p.chorus)?)),
         );
     }
     if p.agora.enabled {
-        use cresolver_workers::agora::{AgoraNode, AgoraProtocol, AgoraSettings};
-        let settings = AgoraSettings {
-            max_cost_usd: p.agora.max_cost_usd,
-            poll_timeout_secs: p.agora.poll_timeout_secs,
-            ..AgoraSettings::default()
-        };
-        let invalid = |message: String| ConfigError::Invalid {
-            key: "protocols.agora",
-            message,
-        };
-        let seed = match (secret(&p.agora.key_env), &p.agora.key_file) {
-            (Some(hex), _) => Some((hex, format!("env var {}", p.agora.key_env))),
-            (None, Some(path)) => {
-                let text = std::fs::read_to_string(path).map_err(|e| ConfigError::KeyFile {
-                    path: path.display().to_string(),
-                    error: e.to_string(),
-                })?;
-                let line = text.lines().next().unwrap_or("").trim().to_string();
-                Some((line, format!("key file {}", path.display())))
-            }
-            (None, None) => None,
-        };
-        let node = match seed {
-            Some((hex, from)) => AgoraNode::from_secret_hex(&hex, settings)
-                .map_err(|e| invalid(format!("identity from {from}: {e}")))?,
-            None => {
-                let node = AgoraNode::generate(settings).map_err(invalid)?;
-                // info, not a warning: nothing is wrong until an Agora worker is met, and
-                // a newcomer who configured nothing of Agora should not be alarmed
-                tracing::info!(
-                    did = %node.did(),
-                    "no Agora identity configured (protocols.agora.key_env / key_file): using a fresh one for this run"
-                );
-                node
-            }
-        };
+        let node = agora_node(&p.agora)?;
         set = set.with_factory(ProtocolKind::Agora, AgoraProtocol::factory(Arc::new(node)));
     }
     Ok(set)
+}
+
+/// The value of the env var `var`, trimmed; `None` when it is unset or blank.
+fn secret(var: &str) -> Option<String> {
+    std::env::var(var)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// Warns about a protocol credential that is set while no host may receive it.
+fn warn_unlisted_credentials(p: &ProtocolsCfg) {
+    for (token, hosts, env, key) in [
+        (
+            secret(&p.factagora.token_env),
+            &p.factagora.token_hosts,
+            &p.factagora.token_env,
+            "protocols.factagora.token_hosts",
+        ),
+        (
+            secret(&p.roundtable.api_key_env),
+            &p.roundtable.api_key_hosts,
+            &p.roundtable.api_key_env,
+            "protocols.roundtable.api_key_hosts",
+        ),
+    ] {
+        if token.is_some() && hosts.is_empty() {
+            tracing::warn!(env = %env, key, "a protocol credential is set but no host may receive it: list the hosts in {key} (workers choose their own endpoints; the credential is never sent to an unlisted host)");
+        }
+    }
+}
+
+/// The Chorus adapter's settings from `[protocols.chorus]`, validated.
+fn chorus_settings(
+    c: &ChorusCfg,
+) -> Result<cresolver_workers::chorus::ChorusSettings, ConfigError> {
+    let mut settings = cresolver_workers::chorus::ChorusSettings {
+        skill: c.skill.trim().to_string(),
+        challenge_skill: Some(c.challenge_skill.trim().to_string()).filter(|s| !s.is_empty()),
+        budget: c.budget,
+        ..Default::default()
+    };
+    if !c.orchestrator_id.trim().is_empty() {
+        settings.orchestrator_id = c.orchestrator_id.trim().to_string();
+    }
+    settings
+        .validate()
+        .map_err(|message| ConfigError::Invalid {
+            key: "protocols.chorus",
+            message,
+        })?;
+    Ok(settings)
+}
+
+/// The node's Agora identity from `[protocols.agora]`: the seed from the env var, else
+/// from the key file, else a fresh identity for this run.
+fn agora_node(a: &AgoraCfg) -> Result<cresolver_workers::agora::AgoraNode, ConfigError> {
+    use cresolver_workers::agora::{AgoraNode, AgoraSettings};
+    let settings = AgoraSettings {
+        max_cost_usd: a.max_cost_usd,
+        poll_timeout_secs: a.poll_timeout_secs,
+        ..AgoraSettings::default()
+    };
+    let invalid = |message: String| ConfigError::Invalid {
+        key: "protocols.agora",
+        message,
+    };
+    let seed = match (secret(&a.key_env), &a.key_file) {
+        (Some(hex), _) => Some((hex, format!("env var {}", a.key_env))),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::KeyFile {
+                path: path.display().to_string(),
+                error: e.to_string(),
+            })?;
+            let line = text.lines().next().unwrap_or("").trim().to_string();
+            Some((line, format!("key file {}", path.display())))
+        }
+        (None, None) => None,
+    };
+    match seed {
+        Some((hex, from)) => AgoraNode::from_secret_hex(&hex, settings)
+            .map_err(|e| invalid(format!("identity from {from}: {e}"))),
+        None => {
+            let node = AgoraNode::generate(settings).map_err(invalid)?;
+            // info, not a warning: nothing is wrong until an Agora worker is met, and
+            // a newcomer who configured nothing of Agora should not be alarmed
+            tracing::info!(
+                did = %node.did(),
+                "no Agora identity configured (protocols.agora.key_env / key_file): using a fresh one for this run"
+            );
+            Ok(node)
+        }
+    }
 }
 
 /// The submitter settings of `workflow` on `market` under a node config.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 pub struct StoreSink(pub Arc<dyn RoundStore>);
 
 impl StoreSink {
+    /// The sink over `store`, shared as the watcher takes it.
     pub fn shared(store: Arc<dyn RoundStore>) -> Arc<dyn WatchSink> {
         Arc::new(Self(store))
     }

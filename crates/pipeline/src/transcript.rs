@@ -18,22 +18,34 @@ pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// A round's transcript (see the module documentation for the schema).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Transcript {
+    /// The schema version ([`OLDEST_READABLE_VERSION`] to [`TRANSCRIPT_VERSION`]).
     pub version: u32,
+    /// The chain id of the RPC the round ran against (absent in version 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain_id: Option<u64>,
+    /// The request that started the round (absent in version 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<RequestRecord>,
+    /// The workflow in effect, every default filled in.
     pub workflow: Workflow,
+    /// The market as read at the request's block.
     pub market: MarketSnapshot,
+    /// Discovery of each registered worker, in registration order.
     pub discovery: Vec<DiscoveryRecord>,
+    /// The question put to the workers.
     pub question: String,
+    /// Unix seconds the round is judged at (the time of the block the market was read at).
     pub reference_time: u64,
+    /// The resolve stage, only when quorum was not met (and so no `outcome`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolve: Option<ResolveStage>,
+    /// The finished round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<OutcomeRecord>,
+    /// The prepared submission transaction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submission: Option<SubmissionRecord>,
+    /// How the submission ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmation: Option<ConfirmationRecord>,
     /// Every nonce and attempt of the round's submission.
@@ -43,6 +55,7 @@ pub struct Transcript {
     /// re-sent), with every reorg it met.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finality: Option<FinalityRecord>,
+    /// The store record, added by `rounds show --json` and `rounds export` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<RoundInfo>,
     /// A DON member's round: its own observation, every member's (or that it was
@@ -134,7 +147,9 @@ impl std::fmt::Display for ConfirmationStatus {
 /// The request that started the round.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestRecord {
+    /// The transaction of the `ResolutionRequested` log (`None`: a manual request).
     pub tx: Option<B256>,
+    /// The log's block (`None`: a manual request).
     pub block: Option<u64>,
 }
 
@@ -152,10 +167,15 @@ pub type TallyRecord = TallyOutcome;
 /// payload (a DON member when it transmits; a node without a key when it fails).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubmissionRecord {
+    /// The contract called: the market (`direct`) or the forwarder (`report`).
     pub to: Address,
+    /// The call's data.
     pub calldata: Bytes,
+    /// The gas limit the transaction is signed with.
     pub gas_limit: u64,
+    /// The sender: the resolver's key.
     pub from: Address,
+    /// `direct` or `report`.
     pub mode: SubmitMode,
 }
 
@@ -177,16 +197,22 @@ pub struct ConfirmationRecord {
     /// `confirmed` (the market was resolved by our transaction), `failed`, or `skipped`
     /// (resolved by someone else; no transaction of ours to name).
     pub status: ConfirmationStatus,
+    /// Our transaction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_hash: Option<B256>,
+    /// The block it was mined in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_number: Option<u64>,
+    /// The resolution on chain, when confirmed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolution: Option<bool>,
+    /// The resolver the market recorded, when confirmed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolver: Option<Address>,
+    /// Gas the transaction used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gas_used: Option<u64>,
+    /// Why the submission failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
@@ -197,10 +223,13 @@ pub struct FinalityRecord {
     /// `final` (the block holding our transaction is final), or `reorged` (it left the
     /// canonical chain; the round went back to `submitted` and re-sent it).
     pub status: String,
+    /// Our transaction, when final.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_hash: Option<B256>,
+    /// The block holding it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_number: Option<u64>,
+    /// That block's hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_hash: Option<B256>,
     /// The newest final block when the round was found final.
@@ -217,31 +246,45 @@ pub struct FinalityRecord {
 /// One resolution of ours that left the canonical chain before it was final.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReorgRecord {
+    /// The transaction that left the canonical chain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_hash: Option<B256>,
+    /// The block it had been mined in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_number: Option<u64>,
+    /// That block's hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_hash: Option<B256>,
     /// The head when the reorg was seen.
     pub seen_at_head: u64,
+    /// What was seen.
     pub detail: String,
 }
 
 /// The store record of the round, added to exported transcripts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoundInfo {
+    /// The market contract.
     pub market: Address,
+    /// The market's id.
     pub market_id: U256,
     /// A [`cresolver_store::Stage`] name (`confirmed`, `failed`, …).
     pub state: String,
+    /// Why the round is in that state (a failure, a skip).
     pub reason: Option<String>,
+    /// 1 for the first round of a market; a new request after a failure adds one.
     pub attempt: u32,
+    /// The workflow that ran it.
     pub workflow: String,
+    /// The transaction of the request.
     pub request_tx: Option<B256>,
+    /// The block of the request.
     pub request_block: Option<u64>,
+    /// The round's submitted transaction.
     pub submit_tx: Option<B256>,
+    /// Unix seconds the round was created.
     pub created_at: u64,
+    /// Unix seconds the round last changed.
     pub updated_at: u64,
 }
 
@@ -266,30 +309,53 @@ impl From<&RoundRecord> for RoundInfo {
 /// A transcript that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TranscriptError {
+    /// The file could not be read.
     #[error("cannot read transcript {}: {source}", path.display())]
     Read {
+        /// The transcript's source.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The text is not JSON.
     #[error("transcript {}: not valid JSON: {message}", path.display())]
-    Json { path: PathBuf, message: String },
-    #[error("transcript {}: field `{field}`: {message}", path.display())]
-    Field {
+    Json {
+        /// The transcript's source.
         path: PathBuf,
-        field: String,
+        /// The parser's message.
         message: String,
     },
+    /// A field is missing, of the wrong type, or inconsistent with the others.
+    #[error("transcript {}: field `{field}`: {message}", path.display())]
+    Field {
+        /// The transcript's source.
+        path: PathBuf,
+        /// The field's path (`resolve.results[0].elapsed_ms`).
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The schema version is one this build does not read.
     #[error(
         "transcript {}: field `version`: {found} is not supported (this build reads versions {OLDEST_READABLE_VERSION} to {TRANSCRIPT_VERSION})",
         path.display()
     )]
-    Version { path: PathBuf, found: u64 },
+    Version {
+        /// The transcript's source.
+        path: PathBuf,
+        /// The version it declares.
+        found: u64,
+    },
+    /// A stored round has no transcript yet.
     #[error(
         "round {market_id} of market {market} has no transcript (state {state}: the round did not reach discovery)"
     )]
     NoTranscript {
+        /// The market contract.
         market: Address,
+        /// The market's id.
         market_id: U256,
+        /// The round's state.
         state: String,
     },
 }

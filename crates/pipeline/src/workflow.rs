@@ -17,22 +17,30 @@ use std::time::Duration;
 pub struct Workflow {
     /// Shown in logs; also the CRE workflow name of report metadata unless overridden.
     pub name: String,
+    /// `[trigger]`: the event that starts a round.
     #[serde(default)]
     pub trigger: Trigger,
+    /// `[resolve]`: the limits of the resolve stage.
     #[serde(default)]
     pub resolve: ResolveStageCfg,
+    /// `[quorum]`: how many answers a round needs.
     #[serde(default)]
     pub quorum: QuorumCfg,
+    /// `[challenge]`: the challenge stage and the ratifying vote.
     #[serde(default)]
     pub challenge: ChallengeCfg,
+    /// `[evaluator]`: how the answers are scored.
     #[serde(default)]
     pub evaluator: EvaluatorCfg,
+    /// `[tally]`: how a tie is resolved.
     #[serde(default)]
     pub tally: TallyCfg,
+    /// `[submit]`: how the resolution goes on chain.
     #[serde(default)]
     pub submit: SubmitCfg,
 }
 
+/// The event that starts a round: the market's `ResolutionRequested`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Trigger {
@@ -55,6 +63,7 @@ impl Default for Trigger {
     }
 }
 
+/// The resolve stage's limits: its timeout, body size, retries and concurrency.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ResolveStageCfg {
@@ -82,6 +91,7 @@ impl Default for ResolveStageCfg {
     }
 }
 
+/// How many valid answers a round needs, and how long it waits for the rest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuorumCfg {
@@ -101,6 +111,7 @@ impl Default for QuorumCfg {
     }
 }
 
+/// The challenge stage (its texts and limits) and the ratifying vote after the tally.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChallengeCfg {
@@ -134,6 +145,7 @@ impl Default for ChallengeCfg {
 }
 
 impl ChallengeCfg {
+    /// The challenge texts as the challenge stage takes them.
     pub fn templates(&self) -> ChallengeTemplates {
         ChallengeTemplates {
             disagreement: self.disagreement.clone(),
@@ -142,14 +154,18 @@ impl ChallengeCfg {
     }
 }
 
+/// Which evaluator scores the answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum EvaluatorKind {
+    /// An OpenAI-compatible chat completions API (`[evaluator.llm]`).
     Llm,
+    /// The offline, deterministic rubric.
     #[default]
     Rubric,
 }
 
+/// The evaluator: its kind, its fallback and the LLM's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct EvaluatorCfg {
@@ -157,20 +173,29 @@ pub struct EvaluatorCfg {
     pub kind: EvaluatorKind,
     /// What the LLM evaluator falls back to after its retries: `rubric`, `neutral` or `fail`.
     pub fallback: Fallback,
+    /// `[evaluator.llm]`: the LLM's endpoint and limits (required when `kind = "llm"`).
     pub llm: Option<LlmCfg>,
 }
 
+/// The LLM evaluator's endpoint, model and limits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LlmCfg {
+    /// The API's base URL; `/chat/completions` is appended.
     pub base_url: String,
+    /// The model asked.
     pub model: String,
     /// Name of the environment variable holding the API key (none: no auth header).
     pub api_key_env: Option<String>,
+    /// How long one call may take, in ms.
     pub timeout_ms: u64,
+    /// Extra attempts after a failed call (timeouts, 429, 5xx, bad replies).
     pub retries: u32,
+    /// Pause before the first retry, in ms; it doubles per attempt.
     pub retry_backoff_ms: u64,
+    /// The reply's token limit (`max_tokens` of the request).
     pub max_tokens: u32,
+    /// The largest reply body read, in bytes.
     pub max_reply_bytes: usize,
     /// The prompt budget, in characters of worker text (the model's context, less the
     /// instructions and the reply): each worker's text is cut to an equal share of it
@@ -195,6 +220,7 @@ impl Default for LlmCfg {
     }
 }
 
+/// The tally's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct TallyCfg {
@@ -202,12 +228,14 @@ pub struct TallyCfg {
     pub tie: TieRule,
 }
 
+/// How a resolution goes on chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct SubmitCfg {
     /// `direct` (`resolveMarket` from the node's key) or `report` (a CRE report through the
     /// forwarder to the receiver).
     pub mode: SubmitMode,
+    /// `[submit.report]`: the report's metadata in `report` mode.
     pub report: ReportCfg,
 }
 
@@ -223,21 +251,75 @@ pub struct ReportCfg {
     pub workflow_owner: Address,
 }
 
+/// A workflow file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkflowError {
+    /// The file could not be read.
     #[error("cannot read workflow file {path}: {source}")]
     Read {
+        /// The workflow file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The file is not a workflow (bad TOML, an unknown key, a value of the wrong type).
     #[error("workflow file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("workflow file {path}: `{key}` {message}")]
-    Invalid {
+    Parse {
+        /// The workflow file.
         path: PathBuf,
-        key: String,
+        /// The parser's message, naming the key.
         message: String,
     },
+    /// A key holds a value a round cannot run with.
+    #[error("workflow file {path}: `{key}` {message}")]
+    Invalid {
+        /// The workflow file.
+        path: PathBuf,
+        /// The dotted key (`resolve.timeout_ms`, `challenge.unanimity[0]`).
+        key: String,
+        /// What is wrong with its value.
+        message: String,
+    },
+}
+
+/// A validation failure of `key`: `Err((key, message))`.
+fn bad(key: &str, message: &str) -> Result<(), (String, String)> {
+    Err((key.to_string(), message.to_string()))
+}
+
+impl LlmCfg {
+    /// The LLM evaluator's settings: an http(s) endpoint, a model, and bounded
+    /// timeout, retries, prompt and reply sizes.
+    fn validate(&self) -> Result<(), (String, String)> {
+        match url::Url::parse(&self.base_url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+            _ => {
+                return bad(
+                    "evaluator.llm.base_url",
+                    "must be an http(s) URL such as https://api.openai.com/v1",
+                );
+            }
+        }
+        if self.model.trim().is_empty() {
+            return bad("evaluator.llm.model", "must not be empty");
+        }
+        if self.timeout_ms == 0 || self.timeout_ms > 600_000 {
+            return bad(
+                "evaluator.llm.timeout_ms",
+                "must be between 1 and 600000 ms",
+            );
+        }
+        if self.retries > 10 {
+            return bad("evaluator.llm.retries", "must be at most 10");
+        }
+        if self.max_prompt_chars < 4_000 {
+            return bad("evaluator.llm.max_prompt_chars", "must be at least 4000");
+        }
+        if self.max_reply_bytes < 1024 {
+            return bad("evaluator.llm.max_reply_bytes", "must be at least 1024");
+        }
+        Ok(())
+    }
 }
 
 impl Workflow {
@@ -285,8 +367,22 @@ impl Workflow {
         }
     }
 
+    /// Checks the values serde cannot: `Err((key, message))` for the first bad one.
     fn validate(&self) -> Result<(), (String, String)> {
-        let bad = |k: &str, m: &str| Err((k.to_string(), m.to_string()));
+        self.validate_trigger()?;
+        self.validate_limits()?;
+        self.validate_challenges()?;
+        if self.evaluator.kind == EvaluatorKind::Llm {
+            let Some(llm) = &self.evaluator.llm else {
+                return bad("evaluator.llm", "is required when evaluator.kind = \"llm\"");
+            };
+            llm.validate()?;
+        }
+        Ok(())
+    }
+
+    /// The name and the trigger: the market's `ResolutionRequested` is the only one.
+    fn validate_trigger(&self) -> Result<(), (String, String)> {
         if self.name.trim().is_empty() {
             return bad("name", "must not be empty");
         }
@@ -302,6 +398,11 @@ impl Workflow {
                 "must be \"ResolutionRequested(uint256,string)\"",
             );
         }
+        Ok(())
+    }
+
+    /// The stages' timeouts, body limits, concurrency and retries, and the quorum.
+    fn validate_limits(&self) -> Result<(), (String, String)> {
         for (key, ms) in [
             ("resolve.timeout_ms", self.resolve.timeout_ms),
             ("challenge.timeout_ms", self.challenge.timeout_ms),
@@ -330,6 +431,12 @@ impl Workflow {
         if self.quorum.grace_ms > 600_000 {
             return bad("quorum.grace_ms", "must be at most 600000 ms");
         }
+        Ok(())
+    }
+
+    /// The challenge texts: some of each kind when challenges are on, none empty, and
+    /// only known placeholders.
+    fn validate_challenges(&self) -> Result<(), (String, String)> {
         for (key, set) in [
             ("challenge.disagreement", &self.challenge.disagreement),
             ("challenge.unanimity", &self.challenge.unanimity),
@@ -355,45 +462,16 @@ impl Workflow {
                 }
             }
         }
-        if self.evaluator.kind == EvaluatorKind::Llm {
-            let Some(llm) = &self.evaluator.llm else {
-                return bad("evaluator.llm", "is required when evaluator.kind = \"llm\"");
-            };
-            match url::Url::parse(&llm.base_url) {
-                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                _ => {
-                    return bad(
-                        "evaluator.llm.base_url",
-                        "must be an http(s) URL such as https://api.openai.com/v1",
-                    );
-                }
-            }
-            if llm.model.trim().is_empty() {
-                return bad("evaluator.llm.model", "must not be empty");
-            }
-            if llm.timeout_ms == 0 || llm.timeout_ms > 600_000 {
-                return bad(
-                    "evaluator.llm.timeout_ms",
-                    "must be between 1 and 600000 ms",
-                );
-            }
-            if llm.retries > 10 {
-                return bad("evaluator.llm.retries", "must be at most 10");
-            }
-            if llm.max_prompt_chars < 4_000 {
-                return bad("evaluator.llm.max_prompt_chars", "must be at least 4000");
-            }
-            if llm.max_reply_bytes < 1024 {
-                return bad("evaluator.llm.max_reply_bytes", "must be at least 1024");
-            }
-        }
         Ok(())
     }
 
+    /// How long a worker has to answer the resolve call.
     pub fn resolve_timeout(&self) -> Duration {
         Duration::from_millis(self.resolve.timeout_ms)
     }
 
+    /// How long the resolve stage waits for the rest once quorum is met (`None`: up to
+    /// the stage timeout).
     pub fn grace(&self) -> Option<Duration> {
         (self.quorum.grace_ms > 0).then(|| Duration::from_millis(self.quorum.grace_ms))
     }

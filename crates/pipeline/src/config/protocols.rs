@@ -10,12 +10,17 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProtocolsCfg {
+    /// `[protocols.factagora]`: Factagora BYOA webhooks.
     pub factagora: FactagoraCfg,
+    /// `[protocols.roundtable]`: round-table agents.
     pub roundtable: RoundtableCfg,
+    /// `[protocols.chorus]`: Chorus jobs.
     pub chorus: ChorusCfg,
+    /// `[protocols.agora]`: Agora, through its relay.
     pub agora: AgoraCfg,
 }
 
+/// Factagora BYOA: whether it is spoken, and the bearer token and the hosts it may go to.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FactagoraCfg {
@@ -38,6 +43,7 @@ impl Default for FactagoraCfg {
     }
 }
 
+/// Round-table: whether it is spoken, and the API key and the hosts it may go to.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RoundtableCfg {
@@ -60,6 +66,8 @@ impl Default for RoundtableCfg {
     }
 }
 
+/// Chorus: whether it is spoken, the skills of its jobs, their budget and this node's
+/// orchestrator id.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChorusCfg {
@@ -89,6 +97,8 @@ impl Default for ChorusCfg {
     }
 }
 
+/// Agora: whether it is spoken, the node's identity, the price cap and the relay's
+/// long-poll timeout.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgoraCfg {

@@ -8,15 +8,20 @@ use super::*;
 /// A report as it went (or would go) on chain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReportView {
+    /// The market's id.
     pub market_id: U256,
+    /// Every registered worker, in registration order.
     pub workers: Vec<Address>,
+    /// Each worker's reward weight, aligned with `workers`.
     pub weights: Vec<U256>,
     /// `(resQuality, srcQuality, analysisDepth)` per worker.
     pub dim_scores: Vec<u8>,
+    /// YES (`true`) or NO.
     pub resolution: bool,
 }
 
 impl ReportView {
+    /// The report of a tally.
     pub fn from_tally(t: &TallyRecord) -> Self {
         Self {
             market_id: t.market_id,
@@ -76,13 +81,19 @@ impl ReportView {
 pub struct OnChain {
     /// `false` when the chain was not consulted (`--offline`).
     pub checked: bool,
+    /// Whether the market is resolved at the head.
     pub resolved: bool,
+    /// Its resolution, when resolved.
     pub resolution: Option<bool>,
+    /// The transaction of the `MarketResolved` log.
     pub tx: Option<B256>,
+    /// The log's block.
     pub block: Option<u64>,
+    /// The resolver the log names.
     pub resolver: Option<Address>,
     /// The report the resolving transaction carried, when its call is recognised.
     pub report: Option<ReportView>,
+    /// What could not be found out (no log, an unknown call), when something could not.
     pub note: Option<String>,
 }
 
@@ -192,9 +203,11 @@ pub async fn onchain_outcome(
 /// Compares the transcript's market with the chain's at `block`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChainCheck {
+    /// The block the market was read at.
     pub block: u64,
     /// The transcript's worker set, order, reputations and question match the chain.
     pub consistent: bool,
+    /// Each difference (or the read failure), one line each.
     pub differences: Vec<String>,
 }
 

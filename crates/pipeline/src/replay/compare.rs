@@ -10,7 +10,9 @@ use super::*;
 pub struct ParamChange {
     /// Dotted key, as in the workflow file (`tally.tie`, `quorum.rule`).
     pub parameter: String,
+    /// Its value in the recorded workflow (`null`: absent).
     pub recorded: Value,
+    /// Its value in the replayed workflow (`null`: absent).
     pub replayed: Value,
     /// Whether an offline replay reflects the change (timeouts, endpoints and
     /// submission settings need `--live` or do not change the report).
@@ -85,8 +87,11 @@ pub struct Difference {
     pub what: String,
     /// 1-based position in registration order, for per-worker differences.
     pub slot: Option<usize>,
+    /// The worker, for per-worker differences.
     pub worker: Option<Address>,
+    /// The baseline's value.
     pub baseline: String,
+    /// The replay's value.
     pub replayed: String,
 }
 
@@ -168,18 +173,25 @@ pub fn differences(
 /// A replayed market, compared.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MarketReplay {
+    /// The market contract.
     pub market: Address,
+    /// The market's id.
     pub market_id: U256,
     /// `transcript` or `live`.
     pub source: String,
     /// Where the transcript came from (a file, or the store).
     pub transcript: Option<String>,
+    /// The request that started the round, when known.
     pub request: Option<RequestRef>,
+    /// What happened on chain.
     pub on_chain: OnChain,
+    /// How the replayed round ended.
     pub replayed: Replayed,
+    /// Whether the replay ends where the chain did (or the recorded round, offline).
     pub agree: bool,
     /// Why (not) — one line.
     pub verdict: String,
+    /// The parameters of the replayed workflow that differ from the recorded one.
     pub workflow_changes: Vec<ParamChange>,
     /// Against the report that went on chain (when known).
     pub differences_vs_chain: Option<Vec<Difference>>,
@@ -187,6 +199,7 @@ pub struct MarketReplay {
     pub differences_vs_transcript: Option<Vec<Difference>>,
     /// Whether the replayed report bytes equal the transcript's, bit for bit.
     pub report_identical: Option<bool>,
+    /// The transcript's market compared with the chain's at the request's block.
     pub chain_check: Option<ChainCheck>,
 }
 
@@ -220,15 +233,25 @@ impl MarketReplay {
 
 /// What a replayed market is compared with.
 pub struct Compared<'a> {
+    /// The market contract.
     pub market: Address,
+    /// The market's id.
     pub market_id: U256,
+    /// `transcript` or `live`.
     pub source: &'a str,
+    /// Where the transcript came from (a file, or the store).
     pub transcript_name: Option<String>,
+    /// The recorded round, the baseline when the chain is not checked.
     pub transcript: Option<&'a Transcript>,
+    /// The request that started the round, when known.
     pub request: Option<RequestRef>,
+    /// What happened on chain.
     pub on_chain: OnChain,
+    /// How the replayed round ended.
     pub replayed: Replayed,
+    /// The parameters of the replayed workflow that differ from the recorded one.
     pub workflow_changes: Vec<ParamChange>,
+    /// The transcript's market compared with the chain's.
     pub chain_check: Option<ChainCheck>,
 }
 
@@ -258,81 +281,18 @@ pub fn compare(c: Compared<'_>) -> MarketReplay {
         } else {
             None
         };
-    let resolves = matches!(c.replayed.status, ReplayStatus::Resolved);
     let (agree, verdict) = match &c.replayed.status {
         ReplayStatus::Unavailable { reason } => (false, format!("not replayed: {reason}")),
-        _ if !c.on_chain.checked => {
-            // Offline: the transcript is the baseline.
-            let same = differences_vs_transcript
-                .as_ref()
-                .is_some_and(|d| d.is_empty())
-                && report_identical != Some(false);
-            let confirmed = c
-                .transcript
-                .and_then(|t| t.confirmation.as_ref())
-                .and_then(|x| x.resolution);
-            let conf_ok = match (confirmed, &replayed_view) {
-                (Some(r), Some(v)) => r == v.resolution,
-                (Some(_), None) => false,
-                _ => true,
-            };
-            if same && conf_ok {
-                (
-                    true,
-                    "replay equals the recorded round (chain not checked)".into(),
-                )
-            } else {
-                (
-                    false,
-                    "replay differs from the recorded round (chain not checked)".into(),
-                )
-            }
+        _ if !c.on_chain.checked => offline_verdict(
+            &c,
+            replayed_view.as_ref(),
+            differences_vs_transcript.as_deref(),
+            report_identical,
+        ),
+        _ if c.on_chain.resolved => {
+            resolved_verdict(&c, replayed_view.as_ref(), differences_vs_chain.as_deref())
         }
-        _ if c.on_chain.resolved => match (&replayed_view, c.on_chain.resolution) {
-            (Some(v), Some(r)) if v.resolution != r => (
-                false,
-                format!(
-                    "resolved {} on chain, replay says {}",
-                    yes_no(r),
-                    yes_no(v.resolution)
-                ),
-            ),
-            (Some(_), _) => match &differences_vs_chain {
-                Some(d) if d.is_empty() => (
-                    true,
-                    "same resolution, weights and scores as on chain".into(),
-                ),
-                Some(d) => (
-                    false,
-                    format!(
-                        "same resolution, but {} weight/score difference(s) with the submitted report",
-                        d.len()
-                    ),
-                ),
-                None => (
-                    true,
-                    "same resolution (the submitted weights are unknown)".into(),
-                ),
-            },
-            (None, _) => (
-                false,
-                format!("resolved on chain, replay ends with {}", c.replayed.label()),
-            ),
-        },
-        _ if resolves => (
-            false,
-            format!(
-                "unresolved on chain, replay resolves {}",
-                c.replayed.label()
-            ),
-        ),
-        _ => (
-            true,
-            format!(
-                "unresolved on chain, replay ends with {} too",
-                c.replayed.label()
-            ),
-        ),
+        _ => unresolved_verdict(&c.replayed),
     };
     MarketReplay {
         market: c.market,
@@ -352,10 +312,102 @@ pub fn compare(c: Compared<'_>) -> MarketReplay {
     }
 }
 
+/// Agreement and verdict when the chain was not checked: the transcript is the
+/// baseline (same report, and the confirmed resolution when one is recorded).
+fn offline_verdict(
+    c: &Compared<'_>,
+    replayed_view: Option<&ReportView>,
+    differences_vs_transcript: Option<&[Difference]>,
+    report_identical: Option<bool>,
+) -> (bool, String) {
+    let same =
+        differences_vs_transcript.is_some_and(|d| d.is_empty()) && report_identical != Some(false);
+    let confirmed = c
+        .transcript
+        .and_then(|t| t.confirmation.as_ref())
+        .and_then(|x| x.resolution);
+    let conf_ok = match (confirmed, replayed_view) {
+        (Some(r), Some(v)) => r == v.resolution,
+        (Some(_), None) => false,
+        _ => true,
+    };
+    if same && conf_ok {
+        (
+            true,
+            "replay equals the recorded round (chain not checked)".into(),
+        )
+    } else {
+        (
+            false,
+            "replay differs from the recorded round (chain not checked)".into(),
+        )
+    }
+}
+
+/// Agreement and verdict for a market resolved on chain: the same resolution, and the
+/// same weights and scores when the submitted report is known.
+fn resolved_verdict(
+    c: &Compared<'_>,
+    replayed_view: Option<&ReportView>,
+    differences_vs_chain: Option<&[Difference]>,
+) -> (bool, String) {
+    match (replayed_view, c.on_chain.resolution) {
+        (Some(v), Some(r)) if v.resolution != r => (
+            false,
+            format!(
+                "resolved {} on chain, replay says {}",
+                yes_no(r),
+                yes_no(v.resolution)
+            ),
+        ),
+        (Some(_), _) => match differences_vs_chain {
+            Some([]) => (
+                true,
+                "same resolution, weights and scores as on chain".into(),
+            ),
+            Some(d) => (
+                false,
+                format!(
+                    "same resolution, but {} weight/score difference(s) with the submitted report",
+                    d.len()
+                ),
+            ),
+            None => (
+                true,
+                "same resolution (the submitted weights are unknown)".into(),
+            ),
+        },
+        (None, _) => (
+            false,
+            format!("resolved on chain, replay ends with {}", c.replayed.label()),
+        ),
+    }
+}
+
+/// Agreement and verdict for a market unresolved on chain: the replay agrees when it
+/// does not resolve either.
+fn unresolved_verdict(replayed: &Replayed) -> (bool, String) {
+    if matches!(replayed.status, ReplayStatus::Resolved) {
+        (
+            false,
+            format!("unresolved on chain, replay resolves {}", replayed.label()),
+        )
+    } else {
+        (
+            true,
+            format!(
+                "unresolved on chain, replay ends with {} too",
+                replayed.label()
+            ),
+        )
+    }
+}
+
 /// Options of a replay run.
 pub struct ReplayOptions {
     /// Largest `eth_getLogs` range (halved on refusal).
     pub max_range: u64,
+    /// Multicall3 for batched reads (`None`: concurrent calls).
     pub multicall: Option<Address>,
     /// Skip every chain read; compare with the transcript only.
     pub offline: bool,

@@ -51,12 +51,21 @@ pub use compare::*;
 pub use offline::*;
 pub use output::*;
 
+/// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
+    /// A chain call failed.
     #[error("RPC error: {0}")]
     Rpc(String),
+    /// The scan's range is empty.
     #[error("invalid block range: --from-block {from} is after --to-block {to}")]
-    BadRange { from: u64, to: u64 },
+    BadRange {
+        /// The first block.
+        from: u64,
+        /// The last block.
+        to: u64,
+    },
+    /// A live round could not be prepared.
     #[error(transparent)]
     Live(#[from] crate::live::LiveError),
 }
@@ -98,8 +107,11 @@ pub async fn scan_logs(
 /// A `ResolutionRequested` log: the first request of a market in a scan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RequestRef {
+    /// The market's id.
     pub market_id: U256,
+    /// The log's block.
     pub block: u64,
+    /// The log's transaction.
     pub tx: Option<B256>,
 }
 

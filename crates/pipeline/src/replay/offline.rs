@@ -2,6 +2,7 @@
 //! engine's own evaluation and decision, deterministic and offline.
 
 use super::*;
+use cresolver_workers::fanout::ResolveStage;
 
 // ─── Replaying a round ──────────────────────────────────────────────────────────────
 
@@ -14,32 +15,49 @@ pub enum ReplayStatus {
     /// Fewer valid answers than the quorum rule needs: the round would fail.
     NoQuorum,
     /// The round would fail (evaluation under a `fail` fallback, a tie under `fail`, …).
-    Failed { reason: String },
+    Failed {
+        /// The round's error.
+        reason: String,
+    },
     /// The round could not be replayed (no transcript, needs `--live`, read error).
-    Unavailable { reason: String },
+    Unavailable {
+        /// Why not.
+        reason: String,
+    },
 }
 
 /// The quorum verdict of a replay.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QuorumVerdict {
+    /// The workflow's quorum rule (`bft`, `majority`, `all`, a number).
     pub rule: String,
+    /// Registered workers.
     pub registered: usize,
+    /// Valid answers the rule requires.
     pub required: usize,
+    /// Valid answers recorded.
     pub valid: usize,
+    /// Whether the rule is met.
     pub met: bool,
 }
 
 /// A replayed round.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Replayed {
+    /// How it ended.
     #[serde(flatten)]
     pub status: ReplayStatus,
+    /// The quorum verdict, when the resolve stage was replayed.
     pub quorum: Option<QuorumVerdict>,
+    /// The replayed evaluation.
     pub evaluation: Option<Evaluation>,
     /// The 8 scores per registered worker (`None`: non-responder).
     pub scores: Vec<Option<Dimensions>>,
+    /// The replayed tally, when the round resolves.
     pub tally: Option<TallyRecord>,
+    /// The replayed report bytes, when the round resolves.
     pub report: Option<Bytes>,
+    /// What the replay could not reflect, or did differently from the recorded round.
     pub notes: Vec<String>,
 }
 
@@ -148,15 +166,7 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
         return Replayed::unavailable("the transcript records no resolve stage");
     };
     let n = stage.results.len();
-    let valid = stage.results.iter().filter(|r| r.outcome.is_ok()).count();
-    let rule = wf.quorum.rule;
-    let quorum = QuorumVerdict {
-        rule: rule.to_string(),
-        registered: n,
-        required: rule.required(n),
-        valid,
-        met: rule.is_met(valid, n),
-    };
+    let quorum = quorum_verdict(wf, stage);
     if n == 0 {
         return Replayed::ended(
             ReplayStatus::Failed {
@@ -172,55 +182,7 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
     let Ok(market_id) = u64::try_from(t.market.market_id) else {
         return Replayed::unavailable("market id does not fit the worker protocol's number");
     };
-
-    // Challenges: the recorded defences (they answered the recorded texts).
-    let recorded = t.outcome.as_ref().map(|o| &o.challenges);
-    let challenges: Vec<Option<ChallengeOutcome>> = match (wf.challenge.enabled, recorded) {
-        (false, _) => vec![None; n],
-        (true, Some(c)) => c.clone(),
-        (true, None) => {
-            notes.push(
-                "the recorded round stopped before the challenge stage: evaluated without defences (re-asking needs --live)"
-                    .into(),
-            );
-            vec![None; n]
-        }
-    };
-    if wf.challenge.enabled && !t.workflow.challenge.enabled {
-        notes.push(
-            "challenges are enabled but the recorded round had none: evaluated without defences (re-asking needs --live)"
-                .into(),
-        );
-    }
-    if wf.challenge.enabled {
-        let determinations = votes(stage.results.iter().filter_map(|r| r.answer()));
-        let templates = wf.challenge.templates();
-        // Only A2A workers are sent the template texts; other protocols record what they
-        // asked in their own form (a Factagora round 2, a round-table /challenge).
-        let speaks_a2a = |i: usize| {
-            t.discovery
-                .get(i)
-                .and_then(|d| d.protocol)
-                .is_none_or(|k| k == ProtocolKind::A2a)
-        };
-        let differ = stage
-            .results
-            .iter()
-            .zip(&challenges)
-            .enumerate()
-            .any(|(i, (r, c))| match (r.answer(), c) {
-                (Some(a), Some(c)) if speaks_a2a(i) => {
-                    challenges_for(&templates, &t.question, a, &determinations) != c.challenges
-                }
-                _ => false,
-            });
-        if differ {
-            notes.push(
-                "the workflow's challenge texts for these answers differ from the recorded ones: the recorded defences are evaluated with the recorded texts (re-asking needs --live)"
-                    .into(),
-            );
-        }
-    }
+    let challenges = replayed_challenges(t, wf, stage, &mut notes);
 
     // The evaluator's input, built by the engine's own function.
     // the recorded round's order of workers in the prompt (its evaluator labels)
@@ -228,27 +190,10 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
     // The evaluation stage of the engine, with the rubric or the recorded LLM reply as
     // the evaluator (nothing is asked again).
     let order = recorded_order.as_deref().filter(|o| !o.is_empty());
-    let evaluator: Box<dyn Evaluator> = match wf.evaluator.kind {
-        EvaluatorKind::Rubric => Box::new(RubricEvaluator),
-        EvaluatorKind::Llm => {
-            let Some(rec) = t.outcome.as_ref().map(|o| &o.evaluation) else {
-                let reason = "the workflow's evaluator is `llm` but the transcript records no evaluation: replay with --live".into();
-                return Replayed::ended(ReplayStatus::Unavailable { reason }, Some(quorum), notes);
-            };
-            let recorded = RecordedLlm {
-                raw_reply: rec.raw_reply.clone(),
-                fallback_reason: rec.fallback_reason.clone(),
-                attempts: rec.attempts.clone(),
-                fallback: wf.evaluator.fallback,
-            };
-            if !recorded.replayable() {
-                let reason = format!(
-                    "the workflow's evaluator is `llm` but the recorded round was scored by `{}` without an LLM reply: replay with --live",
-                    rec.evaluator
-                );
-                return Replayed::ended(ReplayStatus::Unavailable { reason }, Some(quorum), notes);
-            }
-            Box::new(recorded)
+    let evaluator = match replay_evaluator(t, wf) {
+        Ok(e) => e,
+        Err(reason) => {
+            return Replayed::ended(ReplayStatus::Unavailable { reason }, Some(quorum), notes);
         }
     };
     // both evaluators are ready at once (no I/O): the future completes when first polled
@@ -268,7 +213,6 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
             return Replayed::ended(ReplayStatus::Failed { reason }, Some(quorum), notes);
         }
     };
-    let slot_of = evaluation.order.clone();
     if let Some(rec) = t.outcome.as_ref().map(|o| &o.evaluation)
         && rec.evaluator != evaluation.evaluator
     {
@@ -277,6 +221,128 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
             evaluation.evaluator, rec.evaluator
         ));
     }
+    replayed_decision(t, wf, stage, quorum, evaluation, notes)
+}
+
+/// The quorum verdict of `wf`'s rule over the recorded resolve stage.
+fn quorum_verdict(wf: &Workflow, stage: &ResolveStage) -> QuorumVerdict {
+    let n = stage.results.len();
+    let valid = stage.results.iter().filter(|r| r.outcome.is_ok()).count();
+    let rule = wf.quorum.rule;
+    QuorumVerdict {
+        rule: rule.to_string(),
+        registered: n,
+        required: rule.required(n),
+        valid,
+        met: rule.is_met(valid, n),
+    }
+}
+
+/// The defences a replay evaluates: the recorded ones (they answered the recorded
+/// texts), none when `wf` disables challenges. Adds a note when the replay cannot
+/// evaluate what `wf` would have asked.
+fn replayed_challenges(
+    t: &Transcript,
+    wf: &Workflow,
+    stage: &ResolveStage,
+    notes: &mut Vec<String>,
+) -> Vec<Option<ChallengeOutcome>> {
+    let n = stage.results.len();
+    let recorded = t.outcome.as_ref().map(|o| &o.challenges);
+    let challenges: Vec<Option<ChallengeOutcome>> = match (wf.challenge.enabled, recorded) {
+        (false, _) => vec![None; n],
+        (true, Some(c)) => c.clone(),
+        (true, None) => {
+            notes.push(
+                "the recorded round stopped before the challenge stage: evaluated without defences (re-asking needs --live)"
+                    .into(),
+            );
+            vec![None; n]
+        }
+    };
+    if wf.challenge.enabled && !t.workflow.challenge.enabled {
+        notes.push(
+            "challenges are enabled but the recorded round had none: evaluated without defences (re-asking needs --live)"
+                .into(),
+        );
+    }
+    if wf.challenge.enabled && challenge_texts_differ(t, wf, stage, &challenges) {
+        notes.push(
+            "the workflow's challenge texts for these answers differ from the recorded ones: the recorded defences are evaluated with the recorded texts (re-asking needs --live)"
+                .into(),
+        );
+    }
+    challenges
+}
+
+/// Whether `wf`'s challenge texts for the recorded answers differ from the texts an
+/// A2A worker was recorded answering.
+fn challenge_texts_differ(
+    t: &Transcript,
+    wf: &Workflow,
+    stage: &ResolveStage,
+    challenges: &[Option<ChallengeOutcome>],
+) -> bool {
+    let determinations = votes(stage.results.iter().filter_map(|r| r.answer()));
+    let templates = wf.challenge.templates();
+    // Only A2A workers are sent the template texts; other protocols record what they
+    // asked in their own form (a Factagora round 2, a round-table /challenge).
+    let speaks_a2a = |i: usize| {
+        t.discovery
+            .get(i)
+            .and_then(|d| d.protocol)
+            .is_none_or(|k| k == ProtocolKind::A2a)
+    };
+    stage
+        .results
+        .iter()
+        .zip(challenges)
+        .enumerate()
+        .any(|(i, (r, c))| match (r.answer(), c) {
+            (Some(a), Some(c)) if speaks_a2a(i) => {
+                challenges_for(&templates, &t.question, a, &determinations) != c.challenges
+            }
+            _ => false,
+        })
+}
+
+/// The evaluator a replay scores with: the rubric, or the recorded LLM reply under
+/// `wf`'s fallback. `Err` says why an `llm` workflow cannot be replayed offline.
+fn replay_evaluator(t: &Transcript, wf: &Workflow) -> Result<Box<dyn Evaluator>, String> {
+    match wf.evaluator.kind {
+        EvaluatorKind::Rubric => Ok(Box::new(RubricEvaluator)),
+        EvaluatorKind::Llm => {
+            let Some(rec) = t.outcome.as_ref().map(|o| &o.evaluation) else {
+                return Err("the workflow's evaluator is `llm` but the transcript records no evaluation: replay with --live".into());
+            };
+            let recorded = RecordedLlm {
+                raw_reply: rec.raw_reply.clone(),
+                fallback_reason: rec.fallback_reason.clone(),
+                attempts: rec.attempts.clone(),
+                fallback: wf.evaluator.fallback,
+            };
+            if !recorded.replayable() {
+                return Err(format!(
+                    "the workflow's evaluator is `llm` but the recorded round was scored by `{}` without an LLM reply: replay with --live",
+                    rec.evaluator
+                ));
+            }
+            Ok(Box::new(recorded))
+        }
+    }
+}
+
+/// The replayed round's end: the engine's decision over the replayed `evaluation`,
+/// resolved, or failed when the tally fails.
+fn replayed_decision(
+    t: &Transcript,
+    wf: &Workflow,
+    stage: &ResolveStage,
+    quorum: QuorumVerdict,
+    evaluation: Evaluation,
+    notes: Vec<String>,
+) -> Replayed {
+    let slot_of = evaluation.order.clone();
     let reputations: Vec<_> = t.market.workers.iter().map(|w| w.reputation).collect();
     match crate::round::decide(
         t.market.market_id,
@@ -301,7 +367,7 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
             },
             quorum: Some(quorum),
             evaluation: Some(evaluation),
-            scores: vec![None; n],
+            scores: vec![None; stage.results.len()],
             tally: None,
             report: None,
             notes,
