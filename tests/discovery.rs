@@ -398,7 +398,10 @@ async fn unknown_market_and_wrong_address() {
         let err = read_market(&dev.provider, dev.contracts.market, u(7), None, mc)
             .await
             .unwrap_err();
-        assert_eq!(err, ReadError::MarketDoesNotExist(u(7)));
+        assert!(
+            matches!(err, ReadError::MarketDoesNotExist(id) if id == u(7)),
+            "{err:?}"
+        );
         // An address without a market contract is invalid chain data, not a panic.
         let err = read_market(&dev.provider, Address::repeat_byte(0x42), u(0), None, mc)
             .await

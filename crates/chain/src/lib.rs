@@ -14,11 +14,13 @@ pub mod health;
 pub mod pool;
 pub mod reader;
 pub mod revert;
+pub mod rpc_failure;
 pub mod scan;
 pub mod watcher;
 pub mod ws;
 
 pub use revert::{RevertReason, decode_revert, revert_data};
+pub use rpc_failure::{RpcCause, RpcFailure};
 
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use alloy::rpc::client::ClientBuilder;

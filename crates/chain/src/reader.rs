@@ -10,6 +10,7 @@
 
 use super::bindings::{ICREsolverMarket, IIdentityRegistry, IMulticall3};
 use super::revert::{RevertReason, decode_revert};
+use super::rpc_failure::{RpcCause, RpcFailure};
 use alloy::eips::BlockId;
 use alloy::primitives::{Address, Bytes, U256};
 use alloy::providers::{DynProvider, Provider};
@@ -70,14 +71,14 @@ pub struct MarketSnapshot {
 }
 
 /// Why a read failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// The market contract has no market of that id.
     #[error("market {0} does not exist")]
     MarketDoesNotExist(U256),
     /// The node could not answer (transport error, missing state, …).
     #[error("RPC error: {0}")]
-    Rpc(String),
+    Rpc(RpcFailure),
     /// The chain answered with data that is not what a CREsolver market returns, or a
     /// call reverted.
     #[error("invalid chain data: {0}")]
@@ -121,9 +122,9 @@ pub async fn resolved_at(
                     other.name()
                 ))),
             },
-            None => Err(ReadError::Rpc(format!(
-                "getMarket at {}: {e}",
-                at_block(block)
+            None => Err(ReadError::Rpc(RpcFailure::new(
+                format!("getMarket at {}", at_block(block)),
+                e,
             ))),
         },
     }
@@ -148,7 +149,7 @@ pub async fn read_market(
         None => provider
             .get_block_number()
             .await
-            .map_err(|e| ReadError::Rpc(format!("eth_blockNumber: {e}")))?,
+            .map_err(|e| ReadError::Rpc(RpcFailure::new("eth_blockNumber", e)))?,
     };
     let reader = Reader {
         provider,
@@ -275,7 +276,7 @@ enum CallFailure {
     /// The call reverted (decoded).
     Reverted(RevertReason),
     /// The node could not run it (transport error, missing state, …).
-    Rpc(String),
+    Rpc(RpcCause),
 }
 
 type Outcome = Result<Bytes, CallFailure>;
@@ -296,7 +297,7 @@ fn required<C: SolCall>(what: &str, out: Outcome) -> Result<C::Return, ReadError
             }
         }),
         Err(CallFailure::Reverted(r)) => Err(ReadError::Invalid(format!("{what} reverted: {r}"))),
-        Err(CallFailure::Rpc(e)) => Err(ReadError::Rpc(format!("{what}: {e}"))),
+        Err(CallFailure::Rpc(e)) => Err(ReadError::Rpc(RpcFailure::new(what.to_string(), e))),
     }
 }
 
@@ -491,12 +492,12 @@ impl Reader<'_> {
         let raw = match self.provider.call(tx).block(self.block).await {
             Ok(raw) => raw,
             Err(e) => {
-                return Err(match failure(&e) {
+                return Err(match failure(e) {
                     CallFailure::Reverted(r) => {
                         ReadError::Invalid(format!("aggregate3 at {multicall} reverted: {r}"))
                     }
                     CallFailure::Rpc(e) => {
-                        ReadError::Rpc(format!("aggregate3 at {multicall}: {e}"))
+                        ReadError::Rpc(RpcFailure::new(format!("aggregate3 at {multicall}"), e))
                     }
                 });
             }
@@ -539,12 +540,12 @@ impl Reader<'_> {
             .call(tx)
             .block(self.block)
             .await
-            .map_err(|e| failure(&e))
+            .map_err(failure)
     }
 }
 
 /// Tells a revert (the node ran the call and it reverted) from an RPC failure.
-fn failure(e: &alloy::transports::TransportError) -> CallFailure {
+fn failure(e: alloy::transports::TransportError) -> CallFailure {
     match e.as_error_resp() {
         Some(payload) => {
             if let Some(data) = payload.as_revert_data() {
@@ -552,10 +553,13 @@ fn failure(e: &alloy::transports::TransportError) -> CallFailure {
             } else if payload.code == 3 || payload.message.to_lowercase().contains("revert") {
                 CallFailure::Reverted(RevertReason::Message(payload.message.to_string()))
             } else {
-                CallFailure::Rpc(format!("{} (code {})", payload.message, payload.code))
+                CallFailure::Rpc(RpcCause::Node {
+                    message: payload.message.to_string(),
+                    code: payload.code,
+                })
             }
         }
-        None => CallFailure::Rpc(e.to_string()),
+        None => CallFailure::Rpc(RpcCause::Transport(e)),
     }
 }
 
@@ -620,7 +624,7 @@ mod tests {
         assert!(matches!(reverted, Err(ReadError::Invalid(m)) if m.contains("reverted")));
         let rpc = required::<ICREsolverMarket::identityRegistryCall>(
             "identityRegistry",
-            Err(CallFailure::Rpc("down".into())),
+            Err(CallFailure::Rpc(RpcCause::NotFound)),
         );
         assert!(matches!(rpc, Err(ReadError::Rpc(_))));
         // A dirty address word is refused by the validating decoder.

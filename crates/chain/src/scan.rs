@@ -78,7 +78,7 @@ impl LogScanner {
         filter: &Filter,
         from: u64,
         to: u64,
-    ) -> Result<(u64, Vec<Log>), String> {
+    ) -> Result<(u64, Vec<Log>), crate::RpcFailure> {
         loop {
             let end = from.saturating_add(self.range - 1).min(to);
             match provider
@@ -100,7 +100,12 @@ impl LogScanner {
                     self.good_chunks = 0;
                     tracing::info!(from, end, new_range = self.range, error = %e, "provider refused the range: halving");
                 }
-                Err(e) => return Err(format!("eth_getLogs {from}..{end}: {e}")),
+                Err(e) => {
+                    return Err(crate::RpcFailure::new(
+                        format!("eth_getLogs {from}..{end}"),
+                        e,
+                    ));
+                }
             }
         }
     }

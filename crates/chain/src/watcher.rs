@@ -18,6 +18,7 @@
 
 use crate::bindings::ICREsolverMarket;
 use crate::reader::{ReadError, resolved_at};
+use crate::rpc_failure::{RpcCause, RpcFailure};
 use crate::scan::LogScanner;
 use alloy::eips::BlockNumberOrTag;
 use alloy::primitives::{Address, B256, U256};
@@ -70,7 +71,7 @@ pub struct WatcherConfig {
 pub enum WatchError {
     /// A call to the chain failed.
     #[error("RPC error: {0}")]
-    Rpc(String),
+    Rpc(#[from] RpcFailure),
     /// The sink could not record or answer.
     #[error("cannot record what was seen: {0}")]
     Sink(#[from] SinkError),
@@ -180,7 +181,7 @@ pub async fn judge_request(
                 )));
             }
             Ok(false) => {}
-            Err(ReadError::Rpc(e)) if crate::is_pruned_state(&e) => {}
+            Err(ReadError::Rpc(e)) if e.is_pruned_state() => {}
             Err(e) => return Err(e),
         }
     }
@@ -219,7 +220,7 @@ impl Watcher {
             .provider
             .get_block_by_number(BlockNumberOrTag::Number(n))
             .await
-            .map_err(|e| WatchError::Rpc(e.to_string()))?;
+            .map_err(|e| RpcFailure::new(format!("eth_getBlockByNumber({n})"), e))?;
         Ok(b.map(|b| b.header.hash))
     }
 
@@ -235,7 +236,7 @@ impl Watcher {
             self.provider
                 .get_block_number()
                 .await
-                .map_err(|e| WatchError::Rpc(e.to_string()))
+                .map_err(|e| WatchError::Rpc(RpcFailure::new("eth_blockNumber", e)))
         };
         let checkpoint = async {
             match self.sink.checkpoint(&key).await? {
@@ -292,8 +293,9 @@ impl Watcher {
             // An endpoint that does not have `to` yet (another endpoint answered the head)
             // may have returned only part of the logs: scan the range again later.
             let hash = self.block_hash(to).await?.ok_or_else(|| {
-                WatchError::Rpc(format!(
-                    "the endpoint has no block {to} yet: the range is scanned again"
+                WatchError::Rpc(RpcFailure::new(
+                    format!("the endpoint has no block {to} yet: the range is scanned again"),
+                    RpcCause::NotFound,
                 ))
             })?;
             self.sink.set_checkpoint(&key, to, hash).await?;

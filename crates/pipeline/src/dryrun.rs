@@ -68,7 +68,10 @@ pub enum DryRunError {
     Live(#[from] LiveError),
     /// A chain call failed.
     #[error("RPC error: {0}")]
-    Rpc(String),
+    Rpc(#[from] cresolver_chain::RpcFailure),
+    /// The dry run's in-memory store cannot be opened.
+    #[error("in-memory store: {0}")]
+    Store(#[from] cresolver_store::StoreError),
 }
 
 /// One registered worker as the dry-run saw it.
@@ -298,7 +301,12 @@ impl DryRunner {
             .authorizedResolvers(resolver)
             .call()
             .await
-            .map_err(|e| DryRunError::Rpc(format!("authorizedResolvers({resolver}): {e}")))?;
+            .map_err(|e| {
+                DryRunError::Rpc(cresolver_chain::RpcFailure::new(
+                    format!("authorizedResolvers({resolver})"),
+                    e,
+                ))
+            })?;
         r.resolver_authorized = Some(authorized);
         let sim = self.submitter.simulate(tally, None).await;
         if !authorized {
@@ -339,20 +347,15 @@ impl DryRunner {
         shutdown: tokio_util::sync::CancellationToken,
         mut on_report: impl FnMut(U256, Result<DryRunReport, DryRunError>),
     ) -> Result<(), DryRunError> {
-        let chain_id = self
-            .provider
-            .get_chain_id()
-            .await
-            .map_err(|e| DryRunError::Rpc(format!("eth_chainId: {e}")))?;
-        let head = self
-            .provider
-            .get_block_number()
-            .await
-            .map_err(|e| DryRunError::Rpc(format!("eth_blockNumber: {e}")))?;
+        let chain_id =
+            self.provider.get_chain_id().await.map_err(|e| {
+                DryRunError::Rpc(cresolver_chain::RpcFailure::new("eth_chainId", e))
+            })?;
+        let head = self.provider.get_block_number().await.map_err(|e| {
+            DryRunError::Rpc(cresolver_chain::RpcFailure::new("eth_blockNumber", e))
+        })?;
         let store: Arc<dyn cresolver_store::RoundStore> =
-            Arc::new(SqliteStore::new(Store::in_memory().map_err(|e| {
-                DryRunError::Rpc(format!("in-memory store: {e}"))
-            })?));
+            Arc::new(SqliteStore::new(Store::in_memory()?));
         let watcher = Watcher::new(
             self.provider.clone(),
             StoreSink::shared(store),

@@ -50,7 +50,7 @@ pub enum LiveError {
     MarketIdTooLarge(U256),
     /// A chain call failed.
     #[error("RPC error: {0}")]
-    Rpc(String),
+    Rpc(#[from] cresolver_chain::RpcFailure),
 }
 
 /// The timestamp of `block` (`None`: the latest block).
@@ -58,8 +58,14 @@ pub async fn block_time(provider: &DynProvider, block: Option<u64>) -> Result<u6
     let tag = block.map_or(BlockNumberOrTag::Latest, BlockNumberOrTag::Number);
     match provider.get_block_by_number(tag).await {
         Ok(Some(b)) => Ok(b.header.timestamp),
-        Ok(None) => Err(LiveError::Rpc(format!("block {tag} not found"))),
-        Err(e) => Err(LiveError::Rpc(format!("eth_getBlockByNumber({tag}): {e}"))),
+        Ok(None) => Err(LiveError::Rpc(cresolver_chain::RpcFailure::new(
+            format!("block {tag}"),
+            cresolver_chain::RpcCause::NotFound,
+        ))),
+        Err(e) => Err(LiveError::Rpc(cresolver_chain::RpcFailure::new(
+            format!("eth_getBlockByNumber({tag})"),
+            e,
+        ))),
     }
 }
 

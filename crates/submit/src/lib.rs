@@ -22,7 +22,7 @@ use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
 use alloy::sol_types::{SolCall, SolEvent};
 use cresolver_chain::bindings::{ICREsolverMarket, IKeystoneForwarder, IReceiver};
 use cresolver_chain::reader::MarketSnapshot;
-use cresolver_chain::{RevertReason, decode_revert};
+use cresolver_chain::{RevertReason, RpcFailure, decode_revert};
 use cresolver_core::TallyOutcome;
 use cresolver_core::report::{ExecutionHeader, ReportMetadata, build_raw_report};
 use serde::Serialize;
@@ -72,7 +72,7 @@ pub enum SubmitError {
     Config(String),
     /// The chain's RPC failed.
     #[error("RPC error: {0}")]
-    Rpc(String),
+    Rpc(#[from] cresolver_chain::RpcFailure),
     /// The transaction has no receipt after the wait.
     #[error("transaction {tx} not mined within {secs} s")]
     NoReceipt {
@@ -387,7 +387,7 @@ impl Submitter {
                 .call()
                 .await
                 .map(|m| m.resolved)
-                .map_err(|e| SubmitError::Rpc(e.to_string()))
+                .map_err(|e| SubmitError::Rpc(RpcFailure::new("getMarket", e)))
         };
         let (resolved, forwarder_gas, simulated, inner) = tokio::join!(
             resolved,
@@ -418,10 +418,10 @@ impl Submitter {
                         during: "",
                     }
                 }
-                None => SubmitError::Rpc(e.to_string()),
+                None => SubmitError::Rpc(RpcFailure::new("eth_call (simulation)", e)),
             });
         }
-        let inner = inner.map_err(|e| SubmitError::Rpc(e.to_string()))?;
+        let inner = inner.map_err(|e| SubmitError::Rpc(RpcFailure::new("eth_estimateGas", e)))?;
         Ok(self.prepared(to, calldata, inner, forwarder_gas))
     }
 
@@ -496,10 +496,11 @@ impl Submitter {
                         during: "forwarder report(): ",
                     }
                 }
-                None => SubmitError::Rpc(e.to_string()),
+                None => SubmitError::Rpc(RpcFailure::new("eth_call (forwarder report)", e)),
             });
         }
-        gas.map(Some).map_err(|e| SubmitError::Rpc(e.to_string()))
+        gas.map(Some)
+            .map_err(|e| SubmitError::Rpc(RpcFailure::new("eth_estimateGas (forwarder report)", e)))
     }
 
     /// The call that actually executes the resolution: `resolveMarket` from us (direct),

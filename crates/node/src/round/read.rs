@@ -54,7 +54,7 @@ impl Node {
             // A full (non-archive) endpoint has pruned the state of an old block: the
             // market's terms and workers are read at the head instead (they do not change
             // after the request); the round is still judged at the request block's time.
-            Err(ReadError::Rpc(e)) if cresolver_chain::is_pruned_state(&e) => {
+            Err(ReadError::Rpc(e)) if e.is_pruned_state() => {
                 tracing::warn!(market_id = %market_id, block, error = %e, "the endpoint has no state at the request block (pruned): reading the market at the head");
                 read_market(&self.provider, market, market_id, None, multicall).await
             }

@@ -140,7 +140,12 @@ pub async fn onchain_outcome(
         .getMarket(market_id)
         .call()
         .await
-        .map_err(|e| ReplayError::Rpc(format!("getMarket({market_id}) on {market}: {e}")))?;
+        .map_err(|e| {
+            ReplayError::Rpc(cresolver_chain::RpcFailure::new(
+                format!("getMarket({market_id}) on {market}"),
+                e,
+            ))
+        })?;
     let mut out = OnChain {
         checked: true,
         resolved: m.resolved,
@@ -153,7 +158,7 @@ pub async fn onchain_outcome(
     let head = provider
         .get_block_number()
         .await
-        .map_err(|e| ReplayError::Rpc(format!("eth_blockNumber: {e}")))?;
+        .map_err(|e| ReplayError::Rpc(cresolver_chain::RpcFailure::new("eth_blockNumber", e)))?;
     let filter = Filter::new()
         .address(market)
         .event_signature(ICREsolverMarket::MarketResolved::SIGNATURE_HASH)
@@ -191,8 +196,9 @@ pub async fn onchain_outcome(
             }
             Ok(None) => out.note = Some(format!("transaction {tx} not found")),
             Err(e) => {
-                return Err(ReplayError::Rpc(format!(
-                    "eth_getTransactionByHash({tx}): {e}"
+                return Err(ReplayError::Rpc(cresolver_chain::RpcFailure::new(
+                    format!("eth_getTransactionByHash({tx})"),
+                    e,
                 )));
             }
         }

@@ -56,7 +56,7 @@ pub use output::*;
 pub enum ReplayError {
     /// A chain call failed.
     #[error("RPC error: {0}")]
-    Rpc(String),
+    Rpc(#[from] cresolver_chain::RpcFailure),
     /// The scan's range is empty.
     #[error("invalid block range: --from-block {from} is after --to-block {to}")]
     BadRange {

@@ -13,7 +13,12 @@ impl TxManager {
         self.provider
             .get_transaction_receipt(tx)
             .await
-            .map_err(|e| TxError::Rpc(format!("eth_getTransactionReceipt: {e}")))
+            .map_err(|e| {
+                TxError::Rpc(cresolver_chain::RpcFailure::new(
+                    "eth_getTransactionReceipt",
+                    e,
+                ))
+            })
     }
 
     /// The newest receipt among the attempts.
@@ -48,7 +53,9 @@ impl TxManager {
                 .provider
                 .get_block_by_number(block.into())
                 .await
-                .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
+                .map_err(|e| {
+                    TxError::Rpc(cresolver_chain::RpcFailure::new("eth_getBlockByNumber", e))
+                })?
                 .map(|b| b.header.hash),
         };
         let Some(block_hash) = canonical.filter(|h| Some(*h) == r.block_hash) else {
@@ -77,7 +84,7 @@ impl TxManager {
             .provider
             .get_block_by_number(BlockNumberOrTag::Latest)
             .await
-            .map_err(|e| TxError::Rpc(format!("eth_getBlockByNumber: {e}")))?
+            .map_err(|e| TxError::Rpc(cresolver_chain::RpcFailure::new("eth_getBlockByNumber", e)))?
             .map(|b| (b.header.number, b.header.hash)))
     }
 
@@ -91,7 +98,12 @@ impl TxManager {
                 .provider
                 .get_transaction_by_hash(a.tx_hash)
                 .await
-                .map_err(|e| TxError::Rpc(format!("eth_getTransactionByHash: {e}")))?;
+                .map_err(|e| {
+                    TxError::Rpc(cresolver_chain::RpcFailure::new(
+                        "eth_getTransactionByHash",
+                        e,
+                    ))
+                })?;
             if tx.is_some_and(|t| t.block_number.is_some()) {
                 return Ok(true);
             }
@@ -115,6 +127,11 @@ impl TxManager {
             .get_transaction_count(signer)
             .block_id(deep.into())
             .await
-            .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))
+            .map_err(|e| {
+                TxError::Rpc(cresolver_chain::RpcFailure::new(
+                    "eth_getTransactionCount",
+                    e,
+                ))
+            })
     }
 }

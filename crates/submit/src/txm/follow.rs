@@ -325,7 +325,12 @@ impl<'a> Follow<'a> {
             .provider
             .get_transaction_by_hash(newest.tx_hash)
             .await
-            .map_err(|e| TxError::Rpc(format!("eth_getTransactionByHash: {e}")))?;
+            .map_err(|e| {
+                TxError::Rpc(cresolver_chain::RpcFailure::new(
+                    "eth_getTransactionByHash",
+                    e,
+                ))
+            })?;
         if known.is_some() {
             return Ok(Step::Wait);
         }

@@ -86,7 +86,7 @@ pub enum TxError {
     Store(#[from] StoreError),
     /// The chain's RPC failed.
     #[error("RPC error: {0}")]
-    Rpc(String),
+    Rpc(#[from] cresolver_chain::RpcFailure),
     /// The wallet could not sign the transaction.
     #[error("cannot sign: {0}")]
     Sign(String),
@@ -282,7 +282,12 @@ impl TxManager {
                 .get_transaction_count(self.key.signer)
                 .pending()
                 .await
-                .map_err(|e| TxError::Rpc(format!("eth_getTransactionCount: {e}")))
+                .map_err(|e| {
+                    TxError::Rpc(cresolver_chain::RpcFailure::new(
+                        "eth_getTransactionCount",
+                        e,
+                    ))
+                })
         };
         let (pending, head, fees) = tokio::join!(count, self.head(true), self.estimate());
         Ok(ChainView {
@@ -478,7 +483,7 @@ impl TxManager {
             .provider
             .estimate_eip1559_fees()
             .await
-            .map_err(|e| TxError::Rpc(format!("fee estimate: {e}")))?;
+            .map_err(|e| TxError::Rpc(cresolver_chain::RpcFailure::new("fee estimate", e)))?;
         Ok(Fees {
             max_fee_per_gas: e.max_fee_per_gas,
             max_priority_fee_per_gas: e.max_priority_fee_per_gas,
@@ -501,7 +506,7 @@ impl TxManager {
             .provider
             .get_fee_history(1, BlockNumberOrTag::Latest, &[])
             .await
-            .map_err(|e| TxError::Rpc(format!("eth_feeHistory: {e}")))?;
+            .map_err(|e| TxError::Rpc(cresolver_chain::RpcFailure::new("eth_feeHistory", e)))?;
         let h = Head {
             number: fh.oldest_block,
             next_base_fee: fh.base_fee_per_gas.last().copied().unwrap_or(0),
