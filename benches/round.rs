@@ -80,7 +80,7 @@ use cresolver_pipeline::workflow::Workflow;
 use cresolver_workers::challenge::challenges_for;
 use cresolver_workers::fanout::{WorkerSlot, WorkerTarget, resolve_stage};
 use cresolver_workers::{
-    A2aProtocol, ChallengeRequest, ResolveRequest, StageClient, StageLimits, WorkerProtocol,
+    A2aProtocol, ChallengeRequest, ResolveRequest, StageClient, StageConfig, WorkerProtocol,
 };
 use std::alloc::{GlobalAlloc, Layout};
 use std::fmt::Write as _;
@@ -215,7 +215,7 @@ impl SequentialClients {
         let retry_backoff = Duration::from_millis(wf.resolve.retry_backoff_ms);
         let resolve = StageClient::new(
             http.clone(),
-            StageLimits {
+            StageConfig {
                 timeout: wf.resolve_timeout(),
                 max_body_bytes: wf.resolve.max_body_bytes,
                 connect_retries: wf.resolve.connect_retries,
@@ -225,7 +225,7 @@ impl SequentialClients {
         );
         let challenge = StageClient::new(
             http,
-            StageLimits {
+            StageConfig {
                 timeout: Duration::from_millis(wf.challenge.timeout_ms),
                 max_body_bytes: wf.challenge.max_body_bytes,
                 connect_retries: wf.resolve.connect_retries,

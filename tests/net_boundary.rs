@@ -12,7 +12,7 @@ use cresolver_devnet::agent::DeterminationMode;
 use cresolver_workers::fanout::{WorkerSlot, WorkerTarget, resolve_stage};
 use cresolver_workers::netguard::{Lookup, NetPolicy};
 use cresolver_workers::protocol::ResolveRequest;
-use cresolver_workers::{A2aProtocol, StageClient, StageLimits, WorkerFailure};
+use cresolver_workers::{A2aProtocol, StageClient, StageConfig, WorkerFailure};
 use futures::future::BoxFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,7 +47,7 @@ impl Lookup for Flipping {
 fn client(policy: &NetPolicy) -> StageClient {
     StageClient::new(
         policy.http_client(),
-        StageLimits {
+        StageConfig {
             timeout: Duration::from_millis(2_000),
             max_body_bytes: 64 * 1024,
             connect_retries: 0,

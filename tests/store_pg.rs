@@ -8,7 +8,7 @@ use alloy::primitives::{Address, B256, Bytes, U256};
 use common::pg::Pg;
 use cresolver_core::LogRef;
 use cresolver_store::{
-    AttemptRecord, Fence, KeyRef, Leases, NonceState, Nonces, Overview, PgSettings, PgStore,
+    AttemptRecord, Fence, KeyRef, Leases, NonceState, Nonces, Overview, PgConfig, PgStore,
     RequestDecision, Requests, RoundStore, Rounds, Settings, SqliteStore, Stage, Store, StoreError,
     TxPayload,
 };
@@ -20,8 +20,8 @@ mod lz4;
 #[path = "store_pg/requests.rs"]
 mod requests;
 
-fn settings(node: &str, lease: Duration) -> PgSettings {
-    PgSettings {
+fn settings(node: &str, lease: Duration) -> PgConfig {
+    PgConfig {
         node_id: node.into(),
         lease,
         max_connections: 8,
@@ -613,7 +613,7 @@ async fn tls_to_postgres_verifies_the_server_certificate() {
     // a server without TLS is refused when TLS is required
     let plain = PgStore::connect(
         &url,
-        PgSettings {
+        PgConfig {
             ca_file: Some(ca_file.clone()),
             ..settings("a", Duration::from_secs(15))
         },
@@ -633,7 +633,7 @@ async fn tls_to_postgres_verifies_the_server_certificate() {
     // trusted through store.ca_file: connected, and the session is encrypted
     let s = PgStore::connect(
         &url,
-        PgSettings {
+        PgConfig {
             ca_file: Some(ca_file),
             ..settings("a", Duration::from_secs(15))
         },

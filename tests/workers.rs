@@ -82,7 +82,7 @@ async fn each_failure_lands_in_its_typed_reason() {
     let e = engine(wf.clone());
     let client = cresolver_workers::StageClient::new(
         cresolver_workers::StageClient::default_http(),
-        cresolver_workers::StageLimits {
+        cresolver_workers::StageConfig {
             timeout: Duration::from_millis(800),
             max_body_bytes: 64 * 1024,
             connect_retries: 1,
@@ -285,7 +285,7 @@ async fn connect_retry_stays_inside_budget() {
     let refused = closed_port_url();
     let client = cresolver_workers::StageClient::new(
         cresolver_workers::StageClient::default_http(),
-        cresolver_workers::StageLimits {
+        cresolver_workers::StageConfig {
             timeout: Duration::from_millis(500),
             max_body_bytes: 4096,
             connect_retries: 3,
@@ -372,7 +372,7 @@ async fn an_answer_with_too_many_sources_is_kept_with_the_list_cut() {
     tokio::spawn(async move { axum::serve(listener, app).await });
     let client = cresolver_workers::StageClient::new(
         cresolver_workers::StageClient::default_http(),
-        cresolver_workers::StageLimits {
+        cresolver_workers::StageConfig {
             timeout: Duration::from_secs(5),
             max_body_bytes: 256 * 1024,
             connect_retries: 1,

@@ -7,9 +7,9 @@ use crate::common::agora_peer::{
     AgentHandle, AgoraBehaviour, RelayHandle, SinceMode, agora_agent, agora_relay, agora_relay_with,
 };
 use cresolver_workers::agora::envelope;
-use cresolver_workers::agora::{AgoraNode, AgoraProtocol, AgoraSettings};
+use cresolver_workers::agora::{AgoraConfig, AgoraNode, AgoraProtocol};
 use cresolver_workers::{
-    ChallengeRequest, PeerAnswer, ResolveAnswer, ResolveRequest, StageClient, StageLimits,
+    ChallengeRequest, PeerAnswer, ResolveAnswer, ResolveRequest, StageClient, StageConfig,
     WorkerFailure, WorkerProtocol,
 };
 use std::sync::Arc;
@@ -23,7 +23,7 @@ const FAIL_BUDGET_MS: u64 = 600;
 fn client(ms: u64) -> StageClient {
     StageClient::new(
         StageClient::default_http(),
-        StageLimits {
+        StageConfig {
             timeout: Duration::from_millis(ms),
             max_body_bytes: 1 << 20,
             connect_retries: 0,
@@ -35,13 +35,13 @@ fn client(ms: u64) -> StageClient {
 
 /// A node with a 0.05 USD budget.
 fn node() -> Arc<AgoraNode> {
-    node_with(AgoraSettings {
+    node_with(AgoraConfig {
         max_cost_usd: 0.05,
-        ..AgoraSettings::default()
+        ..AgoraConfig::default()
     })
 }
 
-fn node_with(settings: AgoraSettings) -> Arc<AgoraNode> {
+fn node_with(settings: AgoraConfig) -> Arc<AgoraNode> {
     Arc::new(AgoraNode::generate(settings).unwrap())
 }
 
@@ -115,7 +115,7 @@ async fn good_agent_resolves_and_defends() {
     let s = setup_node(
         AgoraBehaviour::Good,
         SinceMode::Exclusive,
-        node_with(AgoraSettings::default()),
+        node_with(AgoraConfig::default()),
     )
     .await;
     let answer = resolve(&s, OK_BUDGET_MS).await.unwrap();
@@ -263,9 +263,9 @@ async fn over_budget_offer_is_skipped_for_the_next() {
 #[tokio::test]
 async fn only_unacceptable_offers_is_a_declined_job() {
     // A 0.01 USD budget: both the 1000 and the 0.05 USD offers are over it.
-    let node = node_with(AgoraSettings {
+    let node = node_with(AgoraConfig {
         max_cost_usd: 0.01,
-        ..AgoraSettings::default()
+        ..AgoraConfig::default()
     });
     let s = setup_node(
         AgoraBehaviour::OverBudgetThenGood,
@@ -577,7 +577,7 @@ async fn full_replay_cache_fails_closed() {
     // Room for one id: the node's own REQUEST takes it, so the agent's OFFER cannot be
     // tracked and is refused rather than accepted unprotected.
     let node = Arc::new(
-        AgoraNode::generate(AgoraSettings::default())
+        AgoraNode::generate(AgoraConfig::default())
             .unwrap()
             .with_replay_capacity(1),
     );

@@ -2,9 +2,9 @@
 //! every Job Result behaviour landing in its typed reason, and the challenge job.
 
 use crate::common::chorus_peer::{self, ChorusBehaviour as B, answer};
-use cresolver_workers::chorus::{ChorusProtocol, ChorusSettings};
+use cresolver_workers::chorus::{ChorusConfig, ChorusProtocol};
 use cresolver_workers::{
-    ChallengeRequest, ResolveAnswer, ResolveRequest, StageClient, StageLimits, WorkerFailure,
+    ChallengeRequest, ResolveAnswer, ResolveRequest, StageClient, StageConfig, WorkerFailure,
     WorkerProtocol,
 };
 use serde_json::json;
@@ -17,7 +17,7 @@ const ORCHESTRATOR: &str = "5d2f8c1e-3b4a-4c6d-8e9f-0a1b2c3d4e5f";
 fn client(timeout_ms: u64) -> StageClient {
     StageClient::new(
         StageClient::default_http(),
-        StageLimits {
+        StageConfig {
             timeout: Duration::from_millis(timeout_ms),
             max_body_bytes: 64 * 1024,
             connect_retries: 0,
@@ -27,11 +27,11 @@ fn client(timeout_ms: u64) -> StageClient {
     )
 }
 
-fn settings() -> ChorusSettings {
-    ChorusSettings {
+fn settings() -> ChorusConfig {
+    ChorusConfig {
         budget: 0.25,
         orchestrator_id: ORCHESTRATOR.into(),
-        ..ChorusSettings::default()
+        ..ChorusConfig::default()
     }
 }
 
@@ -45,7 +45,7 @@ fn request() -> ResolveRequest {
 }
 
 async fn resolve_with(
-    s: ChorusSettings,
+    s: ChorusConfig,
     url: &str,
     timeout_ms: u64,
 ) -> Result<ResolveAnswer, WorkerFailure> {
@@ -97,7 +97,7 @@ async fn failure_results_are_rejected_with_the_spec_code() {
     // The agent has no such skill: it answers FAILURE with SKILL_MISMATCH.
     let peer = chorus_peer::spawn(vec![("market_resolve", B::Answer(answer(true, 0.8)))]).await;
     let err = resolve_with(
-        ChorusSettings {
+        ChorusConfig {
             skill: "weather_forecast".into(),
             ..settings()
         },
@@ -208,7 +208,7 @@ fn texts() -> Vec<String> {
 }
 
 async fn challenge(
-    s: ChorusSettings,
+    s: ChorusConfig,
     url: &str,
     challenges: &[String],
 ) -> cresolver_workers::ChallengeOutcome {
@@ -277,7 +277,7 @@ async fn challenge_failures_keep_the_challenges() {
 async fn no_challenge_skill_means_no_call() {
     let peer = chorus_peer::spawn(vec![("market_challenge", B::Defend { short: 0 })]).await;
     let out = challenge(
-        ChorusSettings {
+        ChorusConfig {
             challenge_skill: None,
             ..settings()
         },

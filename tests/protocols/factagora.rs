@@ -6,10 +6,10 @@ use crate::common::factagora_peer::{self, FactagoraBehaviour as B, good_response
 use cresolver_core::Reputation;
 use cresolver_evaluate::RubricEvaluator;
 use cresolver_pipeline::round::{Engine, RoundInput};
-use cresolver_workers::factagora::{FactagoraProtocol, FactagoraSettings, prediction_id};
+use cresolver_workers::factagora::{FactagoraConfig, FactagoraProtocol, prediction_id};
 use cresolver_workers::fanout::{WorkerSlot, WorkerTarget};
 use cresolver_workers::{
-    ChallengeRequest, PeerAnswer, ResolveAnswer, ResolveRequest, StageClient, StageLimits,
+    ChallengeRequest, PeerAnswer, ResolveAnswer, ResolveRequest, StageClient, StageConfig,
     WorkerFailure, WorkerProtocol,
 };
 use serde_json::{Value, json};
@@ -22,7 +22,7 @@ const TOKEN: &str = "tok-123";
 fn client(timeout_ms: u64) -> StageClient {
     StageClient::new(
         StageClient::default_http(),
-        StageLimits {
+        StageConfig {
             timeout: Duration::from_millis(timeout_ms),
             max_body_bytes: 256 * 1024,
             connect_retries: 0,
@@ -33,7 +33,7 @@ fn client(timeout_ms: u64) -> StageClient {
 }
 
 fn proto(token: Option<&str>) -> FactagoraProtocol {
-    FactagoraProtocol::new(FactagoraSettings {
+    FactagoraProtocol::new(FactagoraConfig {
         token: token.map(Into::into),
         // the test peers listen on loopback: the token may go there
         token_hosts: vec!["127.0.0.1".into()],
@@ -597,7 +597,7 @@ async fn the_token_goes_only_to_hosts_the_operator_listed() {
     // a worker registered its own webhook (here on loopback), which is not listed
     let peer = factagora_peer::spawn(None, B::Reply(good_response("YES", 0.8))).await;
     let endpoint: Url = peer.url.parse().unwrap();
-    let unlisted = FactagoraProtocol::new(FactagoraSettings {
+    let unlisted = FactagoraProtocol::new(FactagoraConfig {
         token: Some("tok-123".into()),
         token_hosts: vec!["api.factagora.example".into()],
     });
@@ -619,7 +619,7 @@ async fn the_token_goes_only_to_hosts_the_operator_listed() {
     );
     // listed (with its port): sent
     let port = endpoint.port().unwrap();
-    let listed = FactagoraProtocol::new(FactagoraSettings {
+    let listed = FactagoraProtocol::new(FactagoraConfig {
         token: Some("tok-123".into()),
         token_hosts: vec![format!("127.0.0.1:{port}")],
     });

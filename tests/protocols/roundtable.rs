@@ -11,10 +11,10 @@ use cresolver_evaluate::RubricEvaluator;
 use cresolver_pipeline::round::{Engine, RoundInput};
 use cresolver_pipeline::workflow::Workflow;
 use cresolver_workers::fanout::{WorkerSlot, WorkerTarget};
-use cresolver_workers::roundtable::{RoundTableProtocol, RoundTableSettings, proposition, task_id};
+use cresolver_workers::roundtable::{RoundTableConfig, RoundTableProtocol, proposition, task_id};
 use cresolver_workers::{
     ChallengeRequest, PeerAnswer, RatifyRequest, ResolveAnswer, ResolveRequest, StageClient,
-    StageLimits, WorkerFailure, WorkerProtocol,
+    StageConfig, WorkerFailure, WorkerProtocol,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -26,7 +26,7 @@ const QUESTION: &str = "Did the reference feed report YES on 2026-05-01?";
 fn client(timeout_ms: u64) -> StageClient {
     StageClient::new(
         StageClient::default_http(),
-        StageLimits {
+        StageConfig {
             timeout: Duration::from_millis(timeout_ms),
             max_body_bytes: 1024 * 1024,
             connect_retries: 0,
@@ -46,7 +46,7 @@ fn request() -> ResolveRequest {
 }
 
 fn protocol(key: Option<&str>) -> RoundTableProtocol {
-    RoundTableProtocol::new(RoundTableSettings {
+    RoundTableProtocol::new(RoundTableConfig {
         api_key: key.map(Into::into),
         // the test peers listen on loopback: the key may go there
         api_key_hosts: vec!["127.0.0.1".into()],
@@ -748,7 +748,7 @@ async fn a_round_of_round_table_agents_resolves_and_ratifies() {
 #[tokio::test]
 async fn the_api_key_goes_only_to_hosts_the_operator_listed() {
     let agent = spawn(Script::agrees_yes()).await;
-    let unlisted = RoundTableProtocol::new(RoundTableSettings {
+    let unlisted = RoundTableProtocol::new(RoundTableConfig {
         api_key: Some("rt-secret-token".into()),
         api_key_hosts: vec!["agents.roundtable.example".into()],
     });

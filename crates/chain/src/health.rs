@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Readiness thresholds.
 #[derive(Debug, Clone)]
-pub struct HealthLimits {
+pub struct HealthConfig {
     /// Blocks below the newest head the watcher is meant to trail (its safe head).
     pub confirmations: u64,
     /// Not ready when the newest head is older (None: not checked, e.g. a dev chain).
@@ -24,7 +24,7 @@ pub struct HealthLimits {
 
 /// The node's view of its chain.
 pub struct ChainHealth {
-    limits: HealthLimits,
+    limits: HealthConfig,
     pool: Arc<RpcPool>,
     feed: HeadFeed,
     last_processed: RwLock<Option<u64>>,
@@ -59,7 +59,7 @@ fn unix_now() -> u64 {
 
 /// The verdict from the endpoints' views and the watcher's position. Pure.
 pub fn verdict(
-    limits: &HealthLimits,
+    limits: &HealthConfig,
     views: &[EndpointView],
     last_processed: Option<u64>,
     now: u64,
@@ -135,7 +135,7 @@ impl ChainHealth {
     /// The view of `pool`'s endpoints, publishing heads to `feed`; the pool reports its
     /// calls to `metrics` from now on.
     pub fn new(
-        limits: HealthLimits,
+        limits: HealthConfig,
         pool: Arc<RpcPool>,
         feed: HeadFeed,
         metrics: Arc<Metrics>,
@@ -232,8 +232,8 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
-    fn limits() -> HealthLimits {
-        HealthLimits {
+    fn limits() -> HealthConfig {
+        HealthConfig {
             confirmations: 2,
             max_head_age: Some(Duration::from_secs(60)),
             max_lag_blocks: 10,

@@ -9,7 +9,7 @@ use super::{EvalError, EvalInput, Evaluation, Evaluator, Fallback, fall_back};
 use bytes::Bytes;
 use cresolver_core::Dimensions;
 use cresolver_workers::WorkerFailure;
-use cresolver_workers::client::{HttpCall, StageClient, StageLimits, join_endpoint};
+use cresolver_workers::client::{HttpCall, StageClient, StageConfig, join_endpoint};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -73,7 +73,7 @@ impl LlmEvaluator {
     /// An evaluator over `http`, with its own client limits taken from `cfg` (no
     /// connect retries of its own: a failed attempt is retried as a whole).
     pub fn new(cfg: LlmConfig, http: reqwest::Client) -> Self {
-        let limits = StageLimits {
+        let limits = StageConfig {
             timeout: cfg.timeout,
             max_body_bytes: cfg.max_reply_bytes,
             connect_retries: 0,

@@ -624,7 +624,7 @@ fn chain_health(
     metrics: Arc<Metrics>,
 ) -> Arc<cresolver_chain::health::ChainHealth> {
     Arc::new(cresolver_chain::health::ChainHealth::new(
-        cresolver_chain::health::HealthLimits {
+        cresolver_chain::health::HealthConfig {
             confirmations: cfg
                 .chain
                 .confirmations

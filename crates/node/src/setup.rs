@@ -10,7 +10,7 @@ pub async fn open_store(cfg: &NodeConfig) -> Result<Arc<dyn RoundStore>, NodeErr
         let node_id = cfg.node_id();
         let store = cresolver_store::PgStore::connect(
             cfg.store.url.trim(),
-            cresolver_store::PgSettings {
+            cresolver_store::PgConfig {
                 node_id: node_id.clone(),
                 lease: Duration::from_secs(cfg.store.lease_secs),
                 max_connections: cfg.store.max_connections,

@@ -17,21 +17,21 @@ pub const REORG_WINDOW: u64 = 64;
 #[serde(deny_unknown_fields, default)]
 pub struct NodeConfig {
     /// `[chain]`: the endpoints, the market and how the chain is watched.
-    pub chain: ChainCfg,
+    pub chain: ChainSection,
     /// `[node]`: the data directory, the workflows and the round limit.
-    pub node: NodeCfg,
+    pub node: NodeSection,
     /// `[signer]`: where the resolver's signing key comes from.
-    pub signer: SignerCfg,
+    pub signer: SignerSection,
     /// `[submit]`: where and how resolutions are sent.
     pub submit: SubmitTargets,
     /// `[discovery]`: how workers' registration files are fetched.
-    pub discovery: DiscoveryCfg,
+    pub discovery: DiscoverySection,
     /// `[api]`: the HTTP API.
-    pub api: ApiCfg,
+    pub api: ApiSection,
     /// `[protocols]`: the agent protocols spoken besides A2A.
-    pub protocols: ProtocolsCfg,
+    pub protocols: ProtocolsSection,
     /// `[store]`: where the rounds are kept.
-    pub store: StoreCfg,
+    pub store: StoreSection,
     /// A resolver DON: this node is one member (see `cresolver_don`). Absent: the node
     /// decides and submits alone, as before.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -44,7 +44,7 @@ pub struct NodeConfig {
 /// password is never shown; it can also come from `CRESOLVER__STORE__URL`.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct StoreCfg {
+pub struct StoreSection {
     /// Empty: the embedded SQLite file in `node.data_dir`; `postgres://user:password@host/db`
     /// (with `?sslmode=verify-full` for TLS): a database shared by a cluster.
     pub url: String,
@@ -63,7 +63,7 @@ pub struct StoreCfg {
     pub ca_file: Option<PathBuf>,
 }
 
-impl Default for StoreCfg {
+impl Default for StoreSection {
     fn default() -> Self {
         Self {
             url: String::new(),
@@ -75,9 +75,9 @@ impl Default for StoreCfg {
     }
 }
 
-impl std::fmt::Debug for StoreCfg {
+impl std::fmt::Debug for StoreSection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreCfg")
+        f.debug_struct("StoreSection")
             .field("url", &cresolver_store::pg::redact_url(&self.url))
             .field("node_id", &self.node_id)
             .field("lease_secs", &self.lease_secs)
@@ -87,7 +87,7 @@ impl std::fmt::Debug for StoreCfg {
     }
 }
 
-impl StoreCfg {
+impl StoreSection {
     /// Whether the store is a shared PostgreSQL database.
     pub fn is_postgres(&self) -> bool {
         let u = self.url.trim();
@@ -95,13 +95,15 @@ impl StoreCfg {
     }
 }
 
-pub use protocols::{AgoraCfg, ChorusCfg, FactagoraCfg, ProtocolsCfg, RoundtableCfg};
+pub use protocols::{
+    AgoraSection, ChorusSection, FactagoraSection, ProtocolsSection, RoundtableSection,
+};
 
 /// The chain: its endpoints, the market contract, and how the watcher scans, waits for
 /// confirmations and judges the endpoints' health.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ChainCfg {
+pub struct ChainSection {
     /// `http(s)://` (polling with eth_getLogs) or `ws(s)://` (a newHeads subscription
     /// wakes the watcher; polling underneath). Used when `rpc_urls` is empty.
     pub rpc_url: String,
@@ -149,7 +151,7 @@ pub struct ChainCfg {
     pub max_lag_blocks: u64,
 }
 
-impl Default for ChainCfg {
+impl Default for ChainSection {
     fn default() -> Self {
         Self {
             rpc_url: "http://127.0.0.1:8545".into(),
@@ -192,7 +194,7 @@ pub fn is_dev_chain(chain_id: u64) -> bool {
 /// at once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct NodeCfg {
+pub struct NodeSection {
     /// Where the node keeps its SQLite store (and a DON member its `don.sqlite`).
     pub data_dir: PathBuf,
     /// Workflow files to run (the first one drives rounds of the configured market).
@@ -201,7 +203,7 @@ pub struct NodeCfg {
     pub max_concurrent_rounds: usize,
 }
 
-impl Default for NodeCfg {
+impl Default for NodeSection {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::from("./cresolver-data"),
@@ -215,7 +217,7 @@ impl Default for NodeCfg {
 /// encrypted keystore with its password (env var or file). Only names are written here.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct SignerCfg {
+pub struct SignerSection {
     /// Env var holding the hex private key.
     pub private_key_env: String,
     /// Or a file holding it (first line, hex).
@@ -231,7 +233,7 @@ pub struct SignerCfg {
     pub password_file: Option<PathBuf>,
 }
 
-impl Default for SignerCfg {
+impl Default for SignerSection {
     fn default() -> Self {
         Self {
             private_key_env: "CRESOLVER_PRIVATE_KEY".into(),
@@ -244,7 +246,7 @@ impl Default for SignerCfg {
     }
 }
 
-impl SignerCfg {
+impl SignerSection {
     /// The keystore file to use, if one is configured: `keystore`, or foundry's
     /// `~/.foundry/keystores/<account>`.
     pub fn keystore_path(&self) -> Option<PathBuf> {
@@ -303,7 +305,7 @@ impl Default for SubmitTargets {
 /// are fetched.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct DiscoveryCfg {
+pub struct DiscoverySection {
     /// Allow worker endpoints on loopback/private/link-local addresses (demo and tests only).
     pub allow_private_endpoints: bool,
     /// The gateway `ipfs://` token URIs are fetched through.
@@ -314,7 +316,7 @@ pub struct DiscoveryCfg {
     pub max_metadata_bytes: usize,
 }
 
-impl Default for DiscoveryCfg {
+impl Default for DiscoverySection {
     fn default() -> Self {
         Self {
             allow_private_endpoints: false,
@@ -328,14 +330,14 @@ impl Default for DiscoveryCfg {
 /// The node's HTTP API: its listen address and the token of its trigger.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ApiCfg {
+pub struct ApiSection {
     /// Listen address of the HTTP API; empty disables it.
     pub listen: String,
     /// Env var holding the bearer token of `POST /resolve` (unset: the trigger is disabled).
     pub token_env: String,
 }
 
-impl Default for ApiCfg {
+impl Default for ApiSection {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:9464".into(),

@@ -16,7 +16,7 @@ use cresolver_workers::fanout::{
     RatifyResult, ResolveStage, WorkerSlot, challenge_stage, ratify_stage, resolve_stage,
 };
 use cresolver_workers::{
-    ChallengeOutcome, ResolveRequest, StageClient, StageLimits, WorkerFailure,
+    ChallengeOutcome, ResolveRequest, StageClient, StageConfig, WorkerFailure,
 };
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -260,7 +260,7 @@ impl Engine {
         let permits = Arc::new(Semaphore::new(workflow.resolve.concurrency));
         let resolve_client = StageClient::new(
             http.clone(),
-            StageLimits {
+            StageConfig {
                 timeout: workflow.resolve_timeout(),
                 max_body_bytes: workflow.resolve.max_body_bytes,
                 connect_retries: workflow.resolve.connect_retries,
@@ -270,7 +270,7 @@ impl Engine {
         );
         let challenge_client = StageClient::new(
             http,
-            StageLimits {
+            StageConfig {
                 timeout: Duration::from_millis(workflow.challenge.timeout_ms),
                 max_body_bytes: workflow.challenge.max_body_bytes,
                 connect_retries: workflow.resolve.connect_retries,

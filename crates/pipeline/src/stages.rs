@@ -2,7 +2,7 @@
 //! it may speak) and the submitter. The node, replay and dry-run build their stages from
 //! these, so the three paths read `[discovery]`, `[protocols]` and `[submit]` alike.
 
-use crate::config::{AgoraCfg, ChorusCfg, ConfigError, NodeConfig, ProtocolsCfg};
+use crate::config::{AgoraSection, ChorusSection, ConfigError, NodeConfig, ProtocolsSection};
 use crate::workflow::Workflow;
 use alloy::primitives::Address;
 use cresolver_chain::discovery::DiscoveryConfig;
@@ -34,15 +34,15 @@ pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, ConfigError
 pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, ConfigError> {
     use cresolver_workers::agora::AgoraProtocol;
     use cresolver_workers::chorus::ChorusProtocol;
-    use cresolver_workers::factagora::{FactagoraProtocol, FactagoraSettings};
-    use cresolver_workers::roundtable::{RoundTableProtocol, RoundTableSettings};
+    use cresolver_workers::factagora::{FactagoraConfig, FactagoraProtocol};
+    use cresolver_workers::roundtable::{RoundTableConfig, RoundTableProtocol};
     let p = &cfg.protocols;
     warn_unlisted_credentials(p);
     let mut set = ProtocolSet::a2a_only();
     if p.factagora.enabled {
         set = set.with(
             ProtocolKind::Factagora,
-            Arc::new(FactagoraProtocol::new(FactagoraSettings {
+            Arc::new(FactagoraProtocol::new(FactagoraConfig {
                 token: secret(&p.factagora.token_env).map(Into::into),
                 token_hosts: p.factagora.token_hosts.clone(),
             })),
@@ -51,7 +51,7 @@ pub fn protocol_set(cfg: &NodeConfig) -> Result<ProtocolSet, ConfigError> {
     if p.roundtable.enabled {
         set = set.with(
             ProtocolKind::Roundtable,
-            Arc::new(RoundTableProtocol::new(RoundTableSettings {
+            Arc::new(RoundTableProtocol::new(RoundTableConfig {
                 api_key: secret(&p.roundtable.api_key_env).map(Into::into),
                 api_key_hosts: p.roundtable.api_key_hosts.clone(),
             })),
@@ -79,7 +79,7 @@ fn secret(var: &str) -> Option<String> {
 }
 
 /// Warns about a protocol credential that is set while no host may receive it.
-fn warn_unlisted_credentials(p: &ProtocolsCfg) {
+fn warn_unlisted_credentials(p: &ProtocolsSection) {
     for (token, hosts, env, key) in [
         (
             secret(&p.factagora.token_env),
@@ -102,9 +102,9 @@ fn warn_unlisted_credentials(p: &ProtocolsCfg) {
 
 /// The Chorus adapter's settings from `[protocols.chorus]`, validated.
 fn chorus_settings(
-    c: &ChorusCfg,
-) -> Result<cresolver_workers::chorus::ChorusSettings, ConfigError> {
-    let mut settings = cresolver_workers::chorus::ChorusSettings {
+    c: &ChorusSection,
+) -> Result<cresolver_workers::chorus::ChorusConfig, ConfigError> {
+    let mut settings = cresolver_workers::chorus::ChorusConfig {
         skill: c.skill.trim().to_string(),
         challenge_skill: Some(c.challenge_skill.trim().to_string()).filter(|s| !s.is_empty()),
         budget: c.budget,
@@ -124,12 +124,12 @@ fn chorus_settings(
 
 /// The node's Agora identity from `[protocols.agora]`: the seed from the env var, else
 /// from the key file, else a fresh identity for this run.
-fn agora_node(a: &AgoraCfg) -> Result<cresolver_workers::agora::AgoraNode, ConfigError> {
-    use cresolver_workers::agora::{AgoraNode, AgoraSettings};
-    let settings = AgoraSettings {
+fn agora_node(a: &AgoraSection) -> Result<cresolver_workers::agora::AgoraNode, ConfigError> {
+    use cresolver_workers::agora::{AgoraConfig, AgoraNode};
+    let settings = AgoraConfig {
         max_cost_usd: a.max_cost_usd,
         poll_timeout_secs: a.poll_timeout_secs,
-        ..AgoraSettings::default()
+        ..AgoraConfig::default()
     };
     let invalid = |message: String| ConfigError::Invalid {
         key: "protocols.agora",

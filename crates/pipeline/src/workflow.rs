@@ -22,22 +22,22 @@ pub struct Workflow {
     pub trigger: Trigger,
     /// `[resolve]`: the limits of the resolve stage.
     #[serde(default)]
-    pub resolve: ResolveStageCfg,
+    pub resolve: ResolveStageSection,
     /// `[quorum]`: how many answers a round needs.
     #[serde(default)]
-    pub quorum: QuorumCfg,
+    pub quorum: QuorumSection,
     /// `[challenge]`: the challenge stage and the ratifying vote.
     #[serde(default)]
-    pub challenge: ChallengeCfg,
+    pub challenge: ChallengeSection,
     /// `[evaluator]`: how the answers are scored.
     #[serde(default)]
-    pub evaluator: EvaluatorCfg,
+    pub evaluator: EvaluatorSection,
     /// `[tally]`: how a tie is resolved.
     #[serde(default)]
-    pub tally: TallyCfg,
+    pub tally: TallySection,
     /// `[submit]`: how the resolution goes on chain.
     #[serde(default)]
-    pub submit: SubmitCfg,
+    pub submit: SubmitSection,
 }
 
 /// The event that starts a round: the market's `ResolutionRequested`.
@@ -66,7 +66,7 @@ impl Default for Trigger {
 /// The resolve stage's limits: its timeout, body size, retries and concurrency.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ResolveStageCfg {
+pub struct ResolveStageSection {
     /// How long a worker has to answer the resolve call, in ms.
     pub timeout_ms: u64,
     /// The largest answer body read from a worker; a larger one is the typed failure `too_large`.
@@ -79,7 +79,7 @@ pub struct ResolveStageCfg {
     pub concurrency: usize,
 }
 
-impl Default for ResolveStageCfg {
+impl Default for ResolveStageSection {
     fn default() -> Self {
         Self {
             timeout_ms: 30_000,
@@ -94,7 +94,7 @@ impl Default for ResolveStageCfg {
 /// How many valid answers a round needs, and how long it waits for the rest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct QuorumCfg {
+pub struct QuorumSection {
     /// Answers needed: `bft` (ceil(2n/3) of the registered workers), `majority`, `all`, or a number.
     pub rule: QuorumRule,
     /// After quorum is met, wait at most this long for the rest; 0 waits for every
@@ -102,7 +102,7 @@ pub struct QuorumCfg {
     pub grace_ms: u64,
 }
 
-impl Default for QuorumCfg {
+impl Default for QuorumSection {
     fn default() -> Self {
         Self {
             rule: QuorumRule::Bft,
@@ -114,7 +114,7 @@ impl Default for QuorumCfg {
 /// The challenge stage (its texts and limits) and the ratifying vote after the tally.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ChallengeCfg {
+pub struct ChallengeSection {
     /// Challenge every responder with the others' answers (`POST /a2a/challenge`).
     pub enabled: bool,
     /// After the tally, put the outcome to a ratifying vote of the workers whose protocol
@@ -130,7 +130,7 @@ pub struct ChallengeCfg {
     pub unanimity: Vec<String>,
 }
 
-impl Default for ChallengeCfg {
+impl Default for ChallengeSection {
     fn default() -> Self {
         let t = ChallengeTemplates::default();
         Self {
@@ -144,7 +144,7 @@ impl Default for ChallengeCfg {
     }
 }
 
-impl ChallengeCfg {
+impl ChallengeSection {
     /// The challenge texts as the challenge stage takes them.
     pub fn templates(&self) -> ChallengeTemplates {
         ChallengeTemplates {
@@ -168,19 +168,19 @@ pub enum EvaluatorKind {
 /// The evaluator: its kind, its fallback and the LLM's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
-pub struct EvaluatorCfg {
+pub struct EvaluatorSection {
     /// `rubric` (offline, deterministic) or `llm` (an OpenAI-compatible API).
     pub kind: EvaluatorKind,
     /// What the LLM evaluator falls back to after its retries: `rubric`, `neutral` or `fail`.
     pub fallback: Fallback,
     /// `[evaluator.llm]`: the LLM's endpoint and limits (required when `kind = "llm"`).
-    pub llm: Option<LlmCfg>,
+    pub llm: Option<LlmSection>,
 }
 
 /// The LLM evaluator's endpoint, model and limits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct LlmCfg {
+pub struct LlmSection {
     /// The API's base URL; `/chat/completions` is appended.
     pub base_url: String,
     /// The model asked.
@@ -204,7 +204,7 @@ pub struct LlmCfg {
     pub max_prompt_chars: usize,
 }
 
-impl Default for LlmCfg {
+impl Default for LlmSection {
     fn default() -> Self {
         Self {
             base_url: "https://api.openai.com/v1".into(),
@@ -223,7 +223,7 @@ impl Default for LlmCfg {
 /// The tally's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
-pub struct TallyCfg {
+pub struct TallySection {
     /// The resolution when the weighted vote ties: `yes` (as the reference), `no`, or `fail`.
     pub tie: TieRule,
 }
@@ -231,18 +231,18 @@ pub struct TallyCfg {
 /// How a resolution goes on chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
-pub struct SubmitCfg {
+pub struct SubmitSection {
     /// `direct` (`resolveMarket` from the node's key) or `report` (a CRE report through the
     /// forwarder to the receiver).
     pub mode: SubmitMode,
     /// `[submit.report]`: the report's metadata in `report` mode.
-    pub report: ReportCfg,
+    pub report: ReportSection,
 }
 
 /// Report metadata for the `report` mode (what the receiver sees as metadata).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
-pub struct ReportCfg {
+pub struct ReportSection {
     /// Defaults to the workflow's name.
     pub workflow_name: Option<String>,
     /// The workflow id the report's metadata carries.
@@ -287,7 +287,7 @@ fn bad(key: &str, message: &str) -> Result<(), (String, String)> {
     Err((key.to_string(), message.to_string()))
 }
 
-impl LlmCfg {
+impl LlmSection {
     /// The LLM evaluator's settings: an http(s) endpoint, a model, and bounded
     /// timeout, retries, prompt and reply sizes.
     fn validate(&self) -> Result<(), (String, String)> {
@@ -358,12 +358,12 @@ impl Workflow {
         Self {
             name: name.into(),
             trigger: Trigger::default(),
-            resolve: ResolveStageCfg::default(),
-            quorum: QuorumCfg::default(),
-            challenge: ChallengeCfg::default(),
-            evaluator: EvaluatorCfg::default(),
-            tally: TallyCfg::default(),
-            submit: SubmitCfg::default(),
+            resolve: ResolveStageSection::default(),
+            quorum: QuorumSection::default(),
+            challenge: ChallengeSection::default(),
+            evaluator: EvaluatorSection::default(),
+            tally: TallySection::default(),
+            submit: SubmitSection::default(),
         }
     }
 

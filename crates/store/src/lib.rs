@@ -15,7 +15,7 @@ pub(crate) use done::{
     ARCHIVE_SQL, PAST_SQL, PastRow, WATCHED_SQL, WatchedRow, renew_in, reopen_submission_in,
 };
 pub use done::{PastAttempt, RESUBMIT_REASON, Watched};
-pub use pg::{PgSettings, PgStore};
+pub use pg::{PgConfig, PgStore};
 pub use round_store::{
     Checkpoints, Fence, Finality, FinalityStore, Leases, Nonces, Overview, Requests, RoundStore,
     RoundTxs, Rounds, Settings, SqliteStore, TxStore,

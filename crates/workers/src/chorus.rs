@@ -52,7 +52,7 @@ const ECHO_CHARS: usize = 60;
 
 /// Settings of one Chorus worker.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ChorusSettings {
+pub struct ChorusConfig {
     /// The skill asked for in the resolve stage.
     pub skill: String,
     /// The skill asked for in the challenge stage; `None`: the worker is not challenged.
@@ -63,7 +63,7 @@ pub struct ChorusSettings {
     pub orchestrator_id: String,
 }
 
-impl Default for ChorusSettings {
+impl Default for ChorusConfig {
     /// `market_resolve` / `market_challenge`, budget 0, and an orchestrator id drawn once
     /// per process (every worker of one node shares it; configure a fixed one to keep it
     /// across restarts).
@@ -80,7 +80,7 @@ impl Default for ChorusSettings {
     }
 }
 
-impl ChorusSettings {
+impl ChorusConfig {
     /// Checks the settings a config loader should refuse: empty skills, a budget that is
     /// not a finite non-negative number, an orchestrator id that is not a UUID.
     pub fn validate(&self) -> Result<(), String> {
@@ -116,13 +116,13 @@ impl ChorusSettings {
 /// The Chorus job protocol.
 #[derive(Debug, Clone)]
 pub struct ChorusProtocol {
-    settings: ChorusSettings,
+    settings: ChorusConfig,
 }
 
 impl ChorusProtocol {
     /// A budget that is not a finite non-negative number is sent as 0 (see
-    /// [`ChorusSettings::validate`] to refuse it up front).
-    pub fn new(mut settings: ChorusSettings) -> Self {
+    /// [`ChorusConfig::validate`] to refuse it up front).
+    pub fn new(mut settings: ChorusConfig) -> Self {
         if !(settings.budget.is_finite() && settings.budget >= 0.0) {
             tracing::warn!(budget = settings.budget, "chorus budget invalid; using 0");
             settings.budget = 0.0;
@@ -131,7 +131,7 @@ impl ChorusProtocol {
     }
 
     /// The settings in use (the budget as sent).
-    pub fn settings(&self) -> &ChorusSettings {
+    pub fn settings(&self) -> &ChorusConfig {
         &self.settings
     }
 
@@ -472,20 +472,20 @@ mod tests {
 
     #[test]
     fn job_request_shape_and_settings() {
-        let p = ChorusProtocol::new(ChorusSettings {
+        let p = ChorusProtocol::new(ChorusConfig {
             budget: 0.129,
-            ..ChorusSettings::default()
+            ..ChorusConfig::default()
         });
         let body = p.job_request(JOB, "market_resolve", json!({"market_id": 1}), 0);
         assert_eq!(body["budget"], 0.13);
         assert_eq!(body["currency"], CURRENCY);
         assert_eq!(body["timestamp_utc"], "1970-01-01T00:00:00Z");
         assert!(body.get("callback_url").is_none());
-        let d = ChorusSettings::default();
-        assert_eq!(d.orchestrator_id, ChorusSettings::default().orchestrator_id);
+        let d = ChorusConfig::default();
+        assert_eq!(d.orchestrator_id, ChorusConfig::default().orchestrator_id);
         assert!(d.validate().is_ok());
         assert!(
-            ChorusSettings {
+            ChorusConfig {
                 orchestrator_id: "node-1".into(),
                 ..d.clone()
             }
@@ -493,14 +493,14 @@ mod tests {
             .is_err()
         );
         assert!(
-            ChorusSettings {
+            ChorusConfig {
                 budget: f64::NAN,
                 ..d.clone()
             }
             .validate()
             .is_err()
         );
-        let p = ChorusProtocol::new(ChorusSettings { budget: -1.0, ..d });
+        let p = ChorusProtocol::new(ChorusConfig { budget: -1.0, ..d });
         assert_eq!(p.settings().budget, 0.0);
     }
 }

@@ -38,7 +38,7 @@ pub struct HttpReply {
 
 /// Limits of one stage.
 #[derive(Debug, Clone, Copy)]
-pub struct StageLimits {
+pub struct StageConfig {
     /// Budget of the whole stage call, retries included.
     pub timeout: Duration,
     /// Largest body read; a larger one is cut off at the bound.
@@ -211,7 +211,7 @@ impl Policy<HttpCall, HttpReply, WorkerFailure> for ConnectRetry {
 #[derive(Clone)]
 pub struct StageClient {
     svc: BoxCloneSyncService<HttpCall, HttpReply, WorkerFailure>,
-    limits: StageLimits,
+    limits: StageConfig,
 }
 
 impl std::fmt::Debug for StageClient {
@@ -225,7 +225,7 @@ impl std::fmt::Debug for StageClient {
 impl StageClient {
     /// Builds the stack for one stage. `permits` is shared by every stage of an engine,
     /// so the total number of in-flight worker calls stays bounded.
-    pub fn new(http: reqwest::Client, limits: StageLimits, permits: Arc<Semaphore>) -> Self {
+    pub fn new(http: reqwest::Client, limits: StageConfig, permits: Arc<Semaphore>) -> Self {
         let timeout = limits.timeout;
         let inner = ReqwestService {
             client: http,
@@ -261,7 +261,7 @@ impl StageClient {
     }
 
     /// The limits this client applies to each call.
-    pub fn limits(&self) -> StageLimits {
+    pub fn limits(&self) -> StageConfig {
         self.limits
     }
 

@@ -19,7 +19,7 @@ pub mod registry;
 pub mod roundtable;
 
 pub use a2a::A2aProtocol;
-pub use client::{StageClient, StageLimits};
+pub use client::{StageClient, StageConfig};
 pub use protocol::{
     ChallengeOutcome, ChallengeRequest, ListCut, PeerAnswer, Ratification, RatifyRequest,
     ResolveAnswer, ResolveRequest, WorkerFailure, WorkerProtocol,

@@ -9,21 +9,21 @@ use std::path::PathBuf;
 /// Secrets are named by env var, never written here.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
-pub struct ProtocolsCfg {
+pub struct ProtocolsSection {
     /// `[protocols.factagora]`: Factagora BYOA webhooks.
-    pub factagora: FactagoraCfg,
+    pub factagora: FactagoraSection,
     /// `[protocols.roundtable]`: round-table agents.
-    pub roundtable: RoundtableCfg,
+    pub roundtable: RoundtableSection,
     /// `[protocols.chorus]`: Chorus jobs.
-    pub chorus: ChorusCfg,
+    pub chorus: ChorusSection,
     /// `[protocols.agora]`: Agora, through its relay.
-    pub agora: AgoraCfg,
+    pub agora: AgoraSection,
 }
 
 /// Factagora BYOA: whether it is spoken, and the bearer token and the hosts it may go to.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct FactagoraCfg {
+pub struct FactagoraSection {
     /// Speak Factagora BYOA to the workers whose registration names it.
     pub enabled: bool,
     /// Env var holding the bearer token sent to Factagora webhooks (unset: no header).
@@ -33,7 +33,7 @@ pub struct FactagoraCfg {
     pub token_hosts: Vec<String>,
 }
 
-impl Default for FactagoraCfg {
+impl Default for FactagoraSection {
     fn default() -> Self {
         Self {
             enabled: true,
@@ -46,7 +46,7 @@ impl Default for FactagoraCfg {
 /// Round-table: whether it is spoken, and the API key and the hosts it may go to.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RoundtableCfg {
+pub struct RoundtableSection {
     /// Speak round-table to the workers whose registration names it.
     pub enabled: bool,
     /// Env var holding the bearer key sent to round-table agents (unset: no header).
@@ -56,7 +56,7 @@ pub struct RoundtableCfg {
     pub api_key_hosts: Vec<String>,
 }
 
-impl Default for RoundtableCfg {
+impl Default for RoundtableSection {
     fn default() -> Self {
         Self {
             enabled: true,
@@ -70,7 +70,7 @@ impl Default for RoundtableCfg {
 /// orchestrator id.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ChorusCfg {
+pub struct ChorusSection {
     /// Speak Chorus to the workers whose registration names it.
     pub enabled: bool,
     /// Skill of the resolve job.
@@ -85,7 +85,7 @@ pub struct ChorusCfg {
     pub orchestrator_id: String,
 }
 
-impl Default for ChorusCfg {
+impl Default for ChorusSection {
     fn default() -> Self {
         Self {
             enabled: true,
@@ -101,7 +101,7 @@ impl Default for ChorusCfg {
 /// long-poll timeout.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct AgoraCfg {
+pub struct AgoraSection {
     /// Speak Agora to the workers whose registration names it.
     pub enabled: bool,
     /// Env var holding the node's Ed25519 seed (32 bytes, hex) — its did:key identity.
@@ -115,7 +115,7 @@ pub struct AgoraCfg {
     pub poll_timeout_secs: u64,
 }
 
-impl Default for AgoraCfg {
+impl Default for AgoraSection {
     fn default() -> Self {
         Self {
             enabled: true,

@@ -53,7 +53,7 @@ const NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
 
 /// Settings of the PostgreSQL store.
 #[derive(Debug, Clone)]
-pub struct PgSettings {
+pub struct PgConfig {
     /// This node's name as a lease holder (unique per running node).
     pub node_id: String,
     /// How long a claimed round stays this node's without a renewal.
@@ -129,7 +129,7 @@ fn pg_sql(sql: &str) -> String {
 impl PgStore {
     /// Connects, checks the server's version and applies the migrations. Errors name the
     /// URL without its password.
-    pub async fn connect(url: &str, settings: PgSettings) -> Result<Self, StoreError> {
+    pub async fn connect(url: &str, settings: PgConfig) -> Result<Self, StoreError> {
         let shown = redact_url(url);
         let invalid = |error: String| StoreError::Connect {
             url: shown.clone(),

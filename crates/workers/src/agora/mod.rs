@@ -4,7 +4,7 @@
 //!
 //! How a round maps onto Agora:
 //! - **resolve**: this node (an [`AgoraNode`], with its own Ed25519 identity) posts a
-//!   signed REQUEST to the agent (`intent` = [`AgoraSettings::intent_resolve`], `title` =
+//!   signed REQUEST to the agent (`intent` = [`AgoraConfig::intent_resolve`], `title` =
 //!   the question, `params` = `{market_id, question, deadline?, context?}`, `constraints` =
 //!   `{max_cost_usd, max_latency_ms}`) in a new thread, long-polls the relay for the
 //!   thread, accepts the first OFFER within budget whose `valid_until` has not passed
@@ -12,7 +12,7 @@
 //!   status `success` carries the A2A resolve fields in `output`
 //!   (`{determination, confidence, evidence, sources}`), validated like an A2A answer; an
 //!   ERROR message becomes [`WorkerFailure::Rejected`].
-//! - **challenge**: the same negotiation with [`AgoraSettings::intent_challenge`] and
+//! - **challenge**: the same negotiation with [`AgoraConfig::intent_challenge`] and
 //!   `params` = `{market_id, question, challenges, peers: [{label, position, confidence,
 //!   evidence}], own: {label, position, confidence}}`; the RESULT `output` is
 //!   `{responses: [string]}`, matched to the challenges by position.
@@ -48,7 +48,7 @@ use url::Url;
 
 /// Tunables of the Agora client.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AgoraSettings {
+pub struct AgoraConfig {
     /// `intent` of the resolve REQUEST.
     pub intent_resolve: String,
     /// `intent` of the challenge REQUEST.
@@ -62,7 +62,7 @@ pub struct AgoraSettings {
     pub ttl_secs: u64,
 }
 
-impl Default for AgoraSettings {
+impl Default for AgoraConfig {
     fn default() -> Self {
         Self {
             intent_resolve: "market.resolve".into(),
@@ -74,7 +74,7 @@ impl Default for AgoraSettings {
     }
 }
 
-impl AgoraSettings {
+impl AgoraConfig {
     /// Checks every setting against its bounds; `Err` names the first one outside them.
     pub fn validate(&self) -> Result<(), String> {
         for (name, intent) in [
@@ -131,7 +131,7 @@ pub fn system_clock() -> Clock {
 pub struct AgoraNode {
     key: SigningKey,
     did: String,
-    settings: AgoraSettings,
+    settings: AgoraConfig,
     replay: Mutex<ReplayCache>,
     clock: Clock,
 }
@@ -149,7 +149,7 @@ impl std::fmt::Debug for AgoraNode {
 
 impl AgoraNode {
     /// A node from a 32-byte Ed25519 secret key (seed).
-    pub fn new(secret: [u8; 32], settings: AgoraSettings) -> Result<Self, String> {
+    pub fn new(secret: [u8; 32], settings: AgoraConfig) -> Result<Self, String> {
         settings.validate()?;
         let key = SigningKey::from_bytes(&secret);
         let did = didkey::public_key_to_did(&key.verifying_key().to_bytes());
@@ -163,14 +163,14 @@ impl AgoraNode {
     }
 
     /// A node with a fresh random identity.
-    pub fn generate(settings: AgoraSettings) -> Result<Self, String> {
+    pub fn generate(settings: AgoraConfig) -> Result<Self, String> {
         let key = SigningKey::generate(&mut rand::rngs::OsRng);
         Self::new(key.to_bytes(), settings)
     }
 
     /// A node from a hex secret key (64 hex digits, optional `0x`). The error never
     /// repeats the input.
-    pub fn from_secret_hex(hex: &str, settings: AgoraSettings) -> Result<Self, String> {
+    pub fn from_secret_hex(hex: &str, settings: AgoraConfig) -> Result<Self, String> {
         let h = hex.trim();
         let h = h.strip_prefix("0x").unwrap_or(h);
         let secret: [u8; 32] = alloy_primitives::hex::decode_to_array(h)
@@ -198,7 +198,7 @@ impl AgoraNode {
     }
 
     /// The settings the node was made with.
-    pub fn settings(&self) -> &AgoraSettings {
+    pub fn settings(&self) -> &AgoraConfig {
         &self.settings
     }
 
@@ -458,7 +458,7 @@ mod tests {
     #[test]
     fn debug_redacts_the_key() {
         let secret = [0x42u8; 32];
-        let node = AgoraNode::new(secret, AgoraSettings::default()).unwrap();
+        let node = AgoraNode::new(secret, AgoraConfig::default()).unwrap();
         let dbg = format!("{node:?}");
         assert!(dbg.contains("<redacted>"));
         assert!(dbg.contains(&node.did()));
@@ -477,31 +477,31 @@ mod tests {
     #[test]
     fn node_identity_and_settings() {
         // The W3C did:key vector for the all-zero seed.
-        let node = AgoraNode::from_secret_hex(&"00".repeat(32), AgoraSettings::default()).unwrap();
+        let node = AgoraNode::from_secret_hex(&"00".repeat(32), AgoraConfig::default()).unwrap();
         assert_eq!(
             node.did(),
             "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp"
         );
-        let err = AgoraNode::from_secret_hex("zz", AgoraSettings::default()).unwrap_err();
+        let err = AgoraNode::from_secret_hex("zz", AgoraConfig::default()).unwrap_err();
         assert!(!err.contains("zz"));
         assert_ne!(
-            AgoraNode::generate(AgoraSettings::default()).unwrap().did(),
-            AgoraNode::generate(AgoraSettings::default()).unwrap().did()
+            AgoraNode::generate(AgoraConfig::default()).unwrap().did(),
+            AgoraNode::generate(AgoraConfig::default()).unwrap().did()
         );
         for bad in [
-            AgoraSettings {
+            AgoraConfig {
                 poll_timeout_secs: 61,
                 ..Default::default()
             },
-            AgoraSettings {
+            AgoraConfig {
                 max_cost_usd: f64::NAN,
                 ..Default::default()
             },
-            AgoraSettings {
+            AgoraConfig {
                 intent_resolve: " ".into(),
                 ..Default::default()
             },
-            AgoraSettings {
+            AgoraConfig {
                 ttl_secs: 0,
                 ..Default::default()
             },
@@ -512,7 +512,7 @@ mod tests {
 
     #[test]
     fn agent_did_is_validated() {
-        let node = Arc::new(AgoraNode::new([1; 32], AgoraSettings::default()).unwrap());
+        let node = Arc::new(AgoraNode::new([1; 32], AgoraConfig::default()).unwrap());
         assert!(AgoraProtocol::new(node.clone(), "did:key:zTjsVPtY").is_err());
         assert!(AgoraProtocol::new(node.clone(), "https://agent.example").is_err());
         assert!(AgoraProtocol::new(node.clone(), &node.did()).is_err());

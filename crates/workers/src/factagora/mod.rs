@@ -94,7 +94,7 @@ const EVIDENCE_TYPES: [&str; 3] = ["link", "data", "citation"];
 
 /// Settings of one Factagora worker.
 #[derive(Debug, Clone, Default)]
-pub struct FactagoraSettings {
+pub struct FactagoraConfig {
     /// The token sent as `Authorization: Bearer <token>`; `None` sends no header.
     pub token: Option<SecretString>,
     /// The hosts (`host` or `host:port`) the token may be sent to; to any other host
@@ -110,7 +110,7 @@ pub struct FactagoraProtocol {
 
 impl FactagoraProtocol {
     /// A worker adapter with `settings`' token, sent only to its allowed hosts.
-    pub fn new(settings: FactagoraSettings) -> Self {
+    pub fn new(settings: FactagoraConfig) -> Self {
         Self {
             token: crate::credential::Credential::new(
                 settings.token,

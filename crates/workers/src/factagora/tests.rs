@@ -360,7 +360,7 @@ fn error_body_becomes_rejected_even_when_cut() {
 
 #[test]
 fn debug_redacts_the_token() {
-    let s = FactagoraSettings {
+    let s = FactagoraConfig {
         token: Some("s3cret-token".into()),
         token_hosts: vec!["api.factagora.example".into()],
     };

@@ -53,7 +53,7 @@ const SEVERITIES: [&str; 3] = ["critical", "warning", "info"];
 
 /// Configuration of the round-table adapter.
 #[derive(Debug, Clone, Default)]
-pub struct RoundTableSettings {
+pub struct RoundTableConfig {
     /// Sent as `Authorization: Bearer <api_key>` when set.
     pub api_key: Option<SecretString>,
     /// The hosts (`host` or `host:port`) the key may be sent to; to any other host the
@@ -69,7 +69,7 @@ pub struct RoundTableProtocol {
 
 impl RoundTableProtocol {
     /// A blank API key counts as none (no `Authorization` header is sent).
-    pub fn new(settings: RoundTableSettings) -> Self {
+    pub fn new(settings: RoundTableConfig) -> Self {
         Self {
             api_key: crate::credential::Credential::new(
                 settings.api_key,

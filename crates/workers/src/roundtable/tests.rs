@@ -68,11 +68,11 @@ fn task_id_is_stable_and_question_specific() {
 
 #[test]
 fn debug_redacts_the_key() {
-    let p = RoundTableProtocol::new(RoundTableSettings {
+    let p = RoundTableProtocol::new(RoundTableConfig {
         api_key: Some("s3cret-token".into()),
         api_key_hosts: vec!["127.0.0.1".into()],
     });
-    let s = RoundTableSettings {
+    let s = RoundTableConfig {
         api_key: Some("s3cret-token".into()),
         api_key_hosts: vec![],
     };
@@ -80,7 +80,7 @@ fn debug_redacts_the_key() {
         assert!(!d.contains("s3cret"), "{d}");
         assert!(d.contains("REDACTED"), "{d}");
     }
-    let blank = RoundTableProtocol::new(RoundTableSettings {
+    let blank = RoundTableProtocol::new(RoundTableConfig {
         api_key: Some("  ".into()),
         api_key_hosts: vec![],
     });
