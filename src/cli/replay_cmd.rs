@@ -43,12 +43,17 @@ pub struct ReplayArgs {
 
 /// The transcripts `replay --market/--from-block` can use: exported files, or the store.
 pub enum TranscriptSource {
+    /// The transcripts of a directory, each with its file name.
     Files(Vec<(Transcript, String)>),
+    /// The node's SQLite store, and the path of its file.
     Store(Store, PathBuf),
+    /// Neither a directory nor a store: no market has a transcript.
     None,
 }
 
 impl TranscriptSource {
+    /// The transcripts of `dir` (every `.json` file, in name order), else the store in the
+    /// data dir of `cfg` if there is one.
     pub fn open(dir: Option<&PathBuf>, cfg: &NodeConfig) -> anyhow::Result<Self> {
         if let Some(dir) = dir {
             let mut files = Vec::new();
@@ -72,6 +77,8 @@ impl TranscriptSource {
         Ok(Self::None)
     }
 
+    /// The transcript of market `id` on `market`, with the name of where it comes from;
+    /// `None` when the source has none (a stored round without an outcome has none).
     pub fn get(&self, market: Address, id: U256) -> anyhow::Result<Option<(Transcript, String)>> {
         match self {
             Self::Files(files) => Ok(files
@@ -93,6 +100,7 @@ impl TranscriptSource {
         }
     }
 
+    /// Where the transcripts come from, for messages.
     pub fn describe(&self) -> String {
         match self {
             Self::Files(f) => format!("{} transcript file(s)", f.len()),
@@ -435,6 +443,8 @@ impl MarketsReplay {
     }
 }
 
+/// Replays a market live: today's workers of `workflow` asked about `request`, the market
+/// read at the request's block, compared with the chain (and with `transcript`, if given).
 pub async fn live_replay(
     provider: &DynProvider,
     cfg: &NodeConfig,

@@ -71,6 +71,9 @@ pub enum RoundsCmd {
     },
 }
 
+/// `cresolver rounds retry`: asks the running node to run the round again, or reopens it
+/// in the store for the node to run when it starts; a done round only when the chain
+/// says the market is unresolved.
 pub async fn rounds_retry(
     config: &BaseConfigArgs,
     id: U256,
@@ -404,6 +407,8 @@ fn print_workers(t: &Transcript) {
     );
 }
 
+/// `cresolver rounds export`: writes each stored round's transcript into `out`, one file
+/// per round, and lists the rounds without one.
 pub async fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
     let store = open_store(&cfg).await?;
@@ -449,6 +454,7 @@ fn parse_time(s: &str) -> anyhow::Result<u64> {
     u64::try_from(t.unix_timestamp()).context("a time before 1970")
 }
 
+/// Unix seconds as an RFC 3339 time (the number itself when it is out of range).
 fn rfc3339(secs: u64) -> String {
     i64::try_from(secs)
         .ok()
