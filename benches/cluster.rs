@@ -1,4 +1,4 @@
-//! Cluster bench (issue: several nodes on one PostgreSQL): the 100-market burst with
+//! Cluster bench (several nodes on one PostgreSQL): the 100-market burst with
 //! one node on SQLite and one on PostgreSQL (three runs each, alternating), then 2 and 3
 //! nodes sharing one PostgreSQL server (started here, as the tests do), and the failover
 //! time after a holder dies mid-round (median of 10). Every run checks that each market
@@ -69,105 +69,9 @@ fn label(nodes: usize) -> String {
 fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        // SQLite and one node on PostgreSQL alternate three times each (this VM's speed
-        // drifts between runs minutes apart; alternating puts both under the same
-        // drift), then 2 and 3 nodes once; each configuration's figure is its median
-        let mut runs: std::collections::BTreeMap<usize, Vec<f64>> = Default::default();
-        common::steps::install();
-        for nodes in [0usize, 1, 1, 0, 0, 1, 2, 3] {
-            let label = label(nodes);
-            eprintln!("{label}: creating {MARKETS} markets…");
-            let (dev, ids) = common::devnet_with_markets(MARKETS, "cluster?").await?;
-            let server = (nodes > 0).then(pg::Pg::start);
-            let mut running = Vec::new();
-            for i in 0..nodes.max(1) {
-                let tag = format!("cluster-{nodes}-{i}");
-                let r = match &server {
-                    Some(p) => {
-                        common::start_node_with(&dev, &tag, dev.rpc_url(), 50, shared(p.url(), format!("n{i}"), 15)).await?
-                    }
-                    None => common::start_node(&dev, &tag, dev.rpc_url(), 50).await?,
-                };
-                running.push(r);
-            }
-            let _ = common::steps::take();
-            let secs = burst(&dev, &running, &ids).await?;
-            // where the rounds' time went: each step's median and its sum over the burst
-            let steps: Vec<String> = common::steps::take()
-                .into_iter()
-                .map(|(step, _, median, _, sum)| format!("{step} {median:.1}/{sum:.0}"))
-                .collect();
-            eprintln!("{label}: {secs:.2} s; steps, median/sum ms: {}", steps.join(", "));
-            runs.entry(nodes).or_default().push(secs);
-            for r in running {
-                r.stop().await;
-            }
-        }
-        let median = |v: &[f64]| {
-            let mut v = v.to_vec();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let sqlite = median(&runs[&0]);
-        let rows: Vec<String> = runs
-            .iter()
-            .map(|(nodes, v)| {
-                let secs = median(v);
-                let each = v.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>().join(", ");
-                format!(
-                    "| {} | {secs:.2} s (runs: {each} s) | {:.1} | {:+.0} % |",
-                    label(*nodes),
-                    MARKETS as f64 / secs,
-                    (secs / sqlite - 1.0) * 100.0
-                )
-            })
-            .collect();
-
-        // failover: two nodes, lease 3 s, workers that take 1 s; the holder dies mid-round
-        eprintln!("failover: 10 rounds…");
-        let server = pg::Pg::start();
-        let (dev, ids) =
-            common::devnet_with_slow_markets(10, "failover?", Duration::from_millis(1000)).await?;
+        let rows = burst_rows().await?;
         let lease = 3;
-        let mut times = Vec::new();
-        for (i, id) in ids.iter().enumerate() {
-            let mut nodes = Vec::new();
-            for n in 0..2 {
-                let tag = format!("failover-{i}-{n}");
-                nodes.push(
-                    common::start_node_with(&dev, &tag, dev.rpc_url(), 50, shared(server.url(), format!("f{i}-{n}"), lease))
-                        .await?,
-                );
-            }
-            dev.request_resolution(*id).await?;
-            let holder = loop {
-                let rec = nodes[0].node.store.get(dev.contracts.market, *id).await?;
-                if let Some(r) = rec
-                    && r.state != Stage::Requested
-                    && let Some(h) = r.holder
-                {
-                    break h;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            };
-            let k = nodes.iter().position(|n| n.node.store.node_id() == holder).unwrap_or(0);
-            let victim = nodes.remove(k);
-            let t0 = Instant::now();
-            victim.kill().await;
-            let survivor = nodes.remove(0);
-            loop {
-                anyhow::ensure!(t0.elapsed() < Duration::from_secs(60), "no failover");
-                let r = survivor.node.report(dev.contracts.market, *id).await?;
-                if r.state.is_confirmed() {
-                    break;
-                }
-                anyhow::ensure!(!r.state.is_final(), "{r:?}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            times.push(t0.elapsed().as_secs_f64());
-            survivor.stop().await;
-        }
-        times.sort_by(f64::total_cmp);
+        let times = failover_times(lease).await?;
         let median = (times[4] + times[5]) / 2.0;
         let table = format!(
             "| configuration (100 markets in one block, 3 instant workers, rubric, 8 rounds per node, 50 ms poll) | burst → all confirmed (median) | markets/s | vs SQLite |\n|---|---|---|---|\n{}\n\n| failover after the holder dies mid-round (lease {lease} s, 1 s workers; 10 runs) | median {median:.2} s, min {:.2} s, max {:.2} s |\n|---|---|\n",
@@ -182,4 +86,135 @@ fn main() -> anyhow::Result<()> {
         );
         anyhow::Ok(())
     })
+}
+
+/// The 100-market burst in each configuration; returns one table row per configuration
+/// (its median, its runs, markets per second and the change against SQLite).
+async fn burst_rows() -> anyhow::Result<Vec<String>> {
+    // SQLite and one node on PostgreSQL alternate three times each (this VM's speed
+    // drifts between runs minutes apart; alternating puts both under the same
+    // drift), then 2 and 3 nodes once; each configuration's figure is its median
+    let mut runs: std::collections::BTreeMap<usize, Vec<f64>> = Default::default();
+    common::steps::install();
+    for nodes in [0usize, 1, 1, 0, 0, 1, 2, 3] {
+        let label = label(nodes);
+        eprintln!("{label}: creating {MARKETS} markets…");
+        let (dev, ids) = common::devnet_with_markets(MARKETS, "cluster?").await?;
+        let server = (nodes > 0).then(pg::Pg::start);
+        let mut running = Vec::new();
+        for i in 0..nodes.max(1) {
+            let tag = format!("cluster-{nodes}-{i}");
+            let r = match &server {
+                Some(p) => {
+                    common::start_node_with(
+                        &dev,
+                        &tag,
+                        dev.rpc_url(),
+                        50,
+                        shared(p.url(), format!("n{i}"), 15),
+                    )
+                    .await?
+                }
+                None => common::start_node(&dev, &tag, dev.rpc_url(), 50).await?,
+            };
+            running.push(r);
+        }
+        let _ = common::steps::take();
+        let secs = burst(&dev, &running, &ids).await?;
+        // where the rounds' time went: each step's median and its sum over the burst
+        let steps: Vec<String> = common::steps::take()
+            .into_iter()
+            .map(|(step, _, median, _, sum)| format!("{step} {median:.1}/{sum:.0}"))
+            .collect();
+        eprintln!(
+            "{label}: {secs:.2} s; steps, median/sum ms: {}",
+            steps.join(", ")
+        );
+        runs.entry(nodes).or_default().push(secs);
+        for r in running {
+            r.stop().await;
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let sqlite = median(&runs[&0]);
+    let rows: Vec<String> = runs
+        .iter()
+        .map(|(nodes, v)| {
+            let secs = median(v);
+            let each = v
+                .iter()
+                .map(|s| format!("{s:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "| {} | {secs:.2} s (runs: {each} s) | {:.1} | {:+.0} % |",
+                label(*nodes),
+                MARKETS as f64 / secs,
+                (secs / sqlite - 1.0) * 100.0
+            )
+        })
+        .collect();
+    Ok(rows)
+}
+
+/// Failover: two nodes with leases of `lease` seconds, workers that take 1 s; the holder
+/// dies mid-round. Returns the 10 runs' times from the kill to the confirmation, sorted.
+async fn failover_times(lease: u64) -> anyhow::Result<Vec<f64>> {
+    eprintln!("failover: 10 rounds…");
+    let server = pg::Pg::start();
+    let (dev, ids) =
+        common::devnet_with_slow_markets(10, "failover?", Duration::from_millis(1000)).await?;
+    let mut times = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let mut nodes = Vec::new();
+        for n in 0..2 {
+            let tag = format!("failover-{i}-{n}");
+            nodes.push(
+                common::start_node_with(
+                    &dev,
+                    &tag,
+                    dev.rpc_url(),
+                    50,
+                    shared(server.url(), format!("f{i}-{n}"), lease),
+                )
+                .await?,
+            );
+        }
+        dev.request_resolution(*id).await?;
+        let holder = loop {
+            let rec = nodes[0].node.store.get(dev.contracts.market, *id).await?;
+            if let Some(r) = rec
+                && r.state != Stage::Requested
+                && let Some(h) = r.holder
+            {
+                break h;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let k = nodes
+            .iter()
+            .position(|n| n.node.store.node_id() == holder)
+            .unwrap_or(0);
+        let victim = nodes.remove(k);
+        let t0 = Instant::now();
+        victim.kill().await;
+        let survivor = nodes.remove(0);
+        loop {
+            anyhow::ensure!(t0.elapsed() < Duration::from_secs(60), "no failover");
+            let r = survivor.node.report(dev.contracts.market, *id).await?;
+            if r.state.is_confirmed() {
+                break;
+            }
+            anyhow::ensure!(!r.state.is_final(), "{r:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        times.push(t0.elapsed().as_secs_f64());
+        survivor.stop().await;
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
 }

@@ -83,11 +83,12 @@ use cresolver_workers::{
     A2aProtocol, ChallengeRequest, ResolveRequest, StageClient, StageConfig, WorkerProtocol,
 };
 use std::alloc::{GlobalAlloc, Layout};
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
+
+mod round_report;
 
 const WORKERS: usize = 10;
 const SLOW_LATENCY: Duration = Duration::from_millis(200);
@@ -414,6 +415,54 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The machine and build the figures come from, as the table's header names them.
+struct Machine {
+    nproc: usize,
+    profile: &'static str,
+}
+
+/// Scenario 1: median round wall times of `Engine::run` and of the sequential calls.
+struct Latency {
+    concurrent: Duration,
+    sequential: Duration,
+}
+
+/// Scenario 2: one round at a time on instant workers, with the breakdown of a round.
+struct Overhead {
+    /// Each timed round's wall time, sorted.
+    rounds: Vec<Duration>,
+    /// The wall time of the timed rounds, all together.
+    wall: Duration,
+    /// The process's CPU time over the timed rounds (`None` without /proc).
+    cpu: Option<Duration>,
+    /// Each timed round's stages (see [`Stages`]), one list per stage.
+    stages: [Vec<Duration>; 4],
+    /// The rubric evaluation alone, on one round's input.
+    rubric: Vec<Duration>,
+    /// `tokio::time::sleep(Duration::ZERO)` alone.
+    zero_sleep: Vec<Duration>,
+    /// One bare resolve fan-out (10 HTTP calls).
+    fanout: Vec<Duration>,
+    /// One single A2A resolve call.
+    single: Vec<Duration>,
+    /// Allocations (calls, bytes) of a whole round, the rubric, a fan-out and a single call.
+    allocs: [(f64, f64); 4],
+}
+
+/// Scenario 3: `CONCURRENT_ROUNDS` rounds at once, `CONCURRENT_RUNS` times.
+struct Concurrent {
+    /// Each run's wall time, sorted.
+    walls: Vec<Duration>,
+    /// The first run's per-round latencies, sorted.
+    per_round: Vec<Duration>,
+    rss_before: Option<f64>,
+    /// The highest peak RSS of the runs.
+    rss_peak: Option<f64>,
+    /// Whether the peak was reset before each run (else it is the process's lifetime peak).
+    hwm_reset: bool,
+}
+
+/// Runs the three scenarios and returns the report (Markdown).
 async fn run() -> String {
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
     let profile = if cfg!(debug_assertions) {
@@ -425,21 +474,28 @@ async fn run() -> String {
         "machine: nproc={nproc}, cpu={}, profile={profile}",
         cpu_model()
     );
-
-    // ---- 1. 10 workers × 200 ms: Engine::run (concurrent) vs sequential calls ----------
     let wf = Workflow::default_named("bench");
+    let latency = latency_scenario(&wf).await;
+    let instant = start_workers(Duration::ZERO).await;
+    let overhead = overhead_scenario(&wf, &instant).await;
+    let concurrent = concurrent_scenario(&wf, &instant).await;
+    round_report::table(&Machine { nproc, profile }, &latency, overhead, concurrent)
+}
+
+/// Scenario 1: 10 workers × 200 ms, `Engine::run` (concurrent) versus sequential calls.
+async fn latency_scenario(wf: &Workflow) -> Latency {
     let slow = start_workers(SLOW_LATENCY).await;
     let slow_input = round_input(7, &slow);
     let concurrent_engine = engine(wf.clone());
-    let clients = SequentialClients::new(&wf);
+    let clients = SequentialClients::new(wf);
     // one warm-up each (opens the keep-alive connections)
     engine_round(&concurrent_engine, &slow_input).await;
-    sequential_round(&wf, &clients, 7, &slow).await;
+    sequential_round(wf, &clients, 7, &slow).await;
     let mut concurrent = Vec::new();
     let mut sequential = Vec::new();
     for run in 0..LATENCY_RUNS {
         let c = engine_round(&concurrent_engine, &slow_input).await;
-        let s = sequential_round(&wf, &clients, 7, &slow).await;
+        let s = sequential_round(wf, &clients, 7, &slow).await;
         eprintln!(
             "latency run {run}: concurrent {:.1} ms, sequential {:.1} ms",
             ms(c),
@@ -448,69 +504,77 @@ async fn run() -> String {
         concurrent.push(c);
         sequential.push(s);
     }
-    let concurrent_med = median(&mut concurrent);
-    let sequential_med = median(&mut sequential);
-    let ratio = concurrent_med.as_secs_f64() / sequential_med.as_secs_f64();
-
-    // ---- 2. engine overhead: 10 instant workers, one round at a time -------------------
-    let instant = start_workers(Duration::ZERO).await;
-    let instant_input = round_input(8, &instant);
-    let overhead_engine = engine(wf.clone());
-    for _ in 0..OVERHEAD_WARMUP {
-        engine_round(&overhead_engine, &instant_input).await;
+    Latency {
+        concurrent: median(&mut concurrent),
+        sequential: median(&mut sequential),
     }
-    let mut overhead = Vec::with_capacity(OVERHEAD_ROUNDS);
+}
+
+/// Scenario 2's timed rounds: `OVERHEAD_ROUNDS` rounds one at a time after a warm-up,
+/// with their stages, wall time and process CPU time; the breakdown is left empty.
+async fn time_rounds(engine: &Engine, input: &RoundInput) -> Overhead {
+    for _ in 0..OVERHEAD_WARMUP {
+        engine_round(engine, input).await;
+    }
+    let mut rounds = Vec::with_capacity(OVERHEAD_ROUNDS);
     let cpu_start = process_cpu();
     let wall_start = Instant::now();
     let mut stages: [Vec<Duration>; 4] = Default::default();
     for _ in 0..OVERHEAD_ROUNDS {
-        let (took, staged) = engine_round_staged(&overhead_engine, &instant_input).await;
-        overhead.push(took);
+        let (took, staged) = engine_round_staged(engine, input).await;
+        rounds.push(took);
         for (v, d) in stages.iter_mut().zip(staged) {
             v.push(d);
         }
     }
-    let overhead_wall = wall_start.elapsed();
-    let overhead_cpu = process_cpu()
+    let wall = wall_start.elapsed();
+    let cpu = process_cpu()
         .zip(cpu_start)
         .map(|(end, start)| end.saturating_sub(start));
-    // breakdown: the rubric alone on this round's input, one bare resolve fan-out
-    // (10 HTTP calls, no challenge/eval/tally), one single A2A resolve call
+    Overhead {
+        rounds,
+        wall,
+        cpu,
+        stages,
+        rubric: Vec::new(),
+        zero_sleep: Vec::new(),
+        fanout: Vec::new(),
+        single: Vec::new(),
+        allocs: [(0.0, 0.0); 4],
+    }
+}
+
+/// Scenario 2: the engine's overhead with 10 instant workers, one round at a time, and
+/// the breakdown of a round: the rubric alone, a zero sleep, one bare resolve fan-out
+/// (10 HTTP calls, no challenge/eval/tally), one single A2A resolve call; then the
+/// allocations of each, counted in passes of their own.
+async fn overhead_scenario(wf: &Workflow, instant: &[WorkerSlot]) -> Overhead {
+    let instant_input = round_input(8, instant);
+    let overhead_engine = engine(wf.clone());
+    let mut o = time_rounds(&overhead_engine, &instant_input).await;
     let sample = overhead_engine.run(&instant_input).await.expect("round");
     let sample_eval = eval_input_of(&sample, 8);
     assert_eq!(sample_eval.workers.len(), WORKERS);
-    let mut rubric = Vec::with_capacity(OVERHEAD_ROUNDS);
-    for _ in 0..OVERHEAD_ROUNDS {
-        let t = Instant::now();
-        let ev = RubricEvaluator
-            .evaluate(&sample_eval)
-            .await
-            .expect("rubric");
-        rubric.push(t.elapsed());
-        assert_eq!(ev.scores.len(), WORKERS);
-    }
+    o.rubric = time_rubric(&sample_eval).await;
     // the reference agent sleeps `latency` even when it is zero: tokio's timer rounds a
     // deadline up to its next 1 ms tick, so measure that wait on its own
-    let mut zero_sleep = Vec::with_capacity(OVERHEAD_ROUNDS);
     for _ in 0..OVERHEAD_ROUNDS {
         let t = Instant::now();
         tokio::time::sleep(Duration::ZERO).await;
-        zero_sleep.push(t.elapsed());
+        o.zero_sleep.push(t.elapsed());
     }
-    let stage_clients = SequentialClients::new(&wf);
+    let stage_clients = SequentialClients::new(wf);
     let request = ResolveRequest {
         market_id: 8,
         question: QUESTION.into(),
         deadline: None,
         context: None,
     };
-    let mut fanout = Vec::with_capacity(OVERHEAD_ROUNDS);
-    let mut single = Vec::with_capacity(OVERHEAD_ROUNDS);
     let first = instant[0].target.as_ref().expect("discovered");
     let fan_out = || {
         resolve_stage(
             &stage_clients.resolve,
-            &instant,
+            instant,
             &request,
             wf.quorum.rule,
             None,
@@ -526,40 +590,55 @@ async fn run() -> String {
         one_call().await.expect("single resolve");
         let one = t.elapsed();
         if i >= OVERHEAD_WARMUP {
-            fanout.push(f);
-            single.push(one);
+            o.fanout.push(f);
+            o.single.push(one);
         }
     }
     // allocations, counted in passes of their own (the timed passes above do not count)
-    let allocs_round = count_allocations(ALLOC_RUNS, || async {
-        engine_round(&overhead_engine, &instant_input).await;
-    })
-    .await;
-    let allocs_rubric = count_allocations(ALLOC_RUNS, || async {
-        RubricEvaluator
-            .evaluate(&sample_eval)
-            .await
-            .expect("rubric");
-    })
-    .await;
-    let allocs_fanout = count_allocations(ALLOC_RUNS, || async {
-        fan_out().await;
-    })
-    .await;
-    let allocs_single = count_allocations(ALLOC_RUNS, || async {
-        one_call().await.expect("single resolve");
-    })
-    .await;
-    overhead.sort();
-    let overhead_med = median(&mut overhead);
-    let overhead_p90 = percentile(&overhead, 90.0);
-    let overhead_mean = overhead.iter().sum::<Duration>() / overhead.len() as u32;
+    o.allocs = [
+        count_allocations(ALLOC_RUNS, || async {
+            engine_round(&overhead_engine, &instant_input).await;
+        })
+        .await,
+        count_allocations(ALLOC_RUNS, || async {
+            RubricEvaluator
+                .evaluate(&sample_eval)
+                .await
+                .expect("rubric");
+        })
+        .await,
+        count_allocations(ALLOC_RUNS, || async {
+            fan_out().await;
+        })
+        .await,
+        count_allocations(ALLOC_RUNS, || async {
+            one_call().await.expect("single resolve");
+        })
+        .await,
+    ];
+    o.rounds.sort();
+    o
+}
 
-    // ---- 3. 1,000 concurrent rounds × 10 instant workers -------------------------------
+/// The rubric evaluation alone on one round's input, `OVERHEAD_ROUNDS` times.
+async fn time_rubric(input: &EvalInput) -> Vec<Duration> {
+    let mut rubric = Vec::with_capacity(OVERHEAD_ROUNDS);
+    for _ in 0..OVERHEAD_ROUNDS {
+        let t = Instant::now();
+        let ev = RubricEvaluator.evaluate(input).await.expect("rubric");
+        rubric.push(t.elapsed());
+        assert_eq!(ev.scores.len(), WORKERS);
+    }
+    rubric
+}
+
+/// Scenario 3: `CONCURRENT_ROUNDS` concurrent rounds × 10 instant workers, with the
+/// process's RSS before and its peak during each run.
+async fn concurrent_scenario(wf: &Workflow, instant: &[WorkerSlot]) -> Concurrent {
     let mut wf_many = wf.clone();
     wf_many.resolve.concurrency = CONCURRENCY;
     let many_engine = Arc::new(engine(wf_many));
-    let many_input = Arc::new(round_input(9, &instant));
+    let many_input = Arc::new(round_input(9, instant));
     let rss_before = proc_status_mib("VmRSS:");
     let mut walls = Vec::with_capacity(CONCURRENT_RUNS);
     let mut peaks = Vec::with_capacity(CONCURRENT_RUNS);
@@ -593,180 +672,12 @@ async fn run() -> String {
         }
     }
     per_round.sort();
-    let rss_peak = peaks.iter().copied().reduce(f64::max);
     walls.sort();
-    let many_wall = median(&mut walls);
-    let rounds_per_s = CONCURRENT_ROUNDS as f64 / many_wall.as_secs_f64();
-
-    // ---- the table ----------------------------------------------------------------------
-    let mut s = String::new();
-    let _ = writeln!(s, "## cresolver round benchmark\n");
-    let _ = writeln!(
-        s,
-        "Machine: nproc = {nproc} ({}); tokio multi-thread runtime, {nproc} workers; \
-build profile: {profile}. Workers are reference agents (axum) on 127.0.0.1 in the same \
-process; workflow = `Workflow::default_named` (BFT quorum, challenges on, rubric \
-evaluator) except `resolve.concurrency` in scenario 3.\n",
-        cpu_model()
-    );
-    let _ = writeln!(s, "| # | Scenario | Metric | Value |");
-    let _ = writeln!(s, "|---|---|---|---|");
-    let _ = writeln!(
-        s,
-        "| 1 | 10 workers × 200 ms, `Engine::run` (concurrent fan-out) | median round wall time ({LATENCY_RUNS} runs) | {:.1} ms |",
-        ms(concurrent_med)
-    );
-    let _ = writeln!(
-        s,
-        "| 1 | 10 workers × 200 ms, sequential A2A (resolve ×10, then challenge ×10) + rubric + tally | median round wall time ({LATENCY_RUNS} runs) | {:.1} ms |",
-        ms(sequential_med)
-    );
-    let _ = writeln!(
-        s,
-        "| 1 | | ratio concurrent / sequential | {ratio:.3} (1/{:.1}) |",
-        1.0 / ratio
-    );
-    let _ = writeln!(
-        s,
-        "| 2 | 10 instant workers, `Engine::run`, {OVERHEAD_ROUNDS} rounds one at a time ({OVERHEAD_WARMUP} warm-up) | median per round | {:.0} µs |",
-        us(overhead_med)
-    );
-    let _ = writeln!(s, "| 2 | | p90 per round | {:.0} µs |", us(overhead_p90));
-    let _ = writeln!(s, "| 2 | | mean per round | {:.0} µs |", us(overhead_mean));
-    if let Some(cpu) = overhead_cpu {
-        let _ = writeln!(
-            s,
-            "| 2 | | process CPU per round (user+sys, client and servers, 10 ms ticks) | {:.0} µs ({:.0}% of {nproc} cores over {:.2} s) |",
-            us(cpu) / OVERHEAD_ROUNDS as f64,
-            100.0 * cpu.as_secs_f64() / (overhead_wall.as_secs_f64() * nproc.max(1) as f64),
-            overhead_wall.as_secs_f64()
-        );
+    Concurrent {
+        walls,
+        per_round,
+        rss_before,
+        rss_peak: peaks.iter().copied().reduce(f64::max),
+        hwm_reset,
     }
-    for (name, v) in [
-        "resolve stage (10 HTTP calls, quorum)",
-        "challenge stage (10 HTTP calls)",
-        "evaluation (rubric)",
-        "decision, tally and report",
-    ]
-    .iter()
-    .zip(stages.iter_mut())
-    {
-        let _ = writeln!(
-            s,
-            "| 2 | stage of the round: {name} | median | {:.0} µs |",
-            us(median(v))
-        );
-    }
-    let _ = writeln!(
-        s,
-        "| 2 | breakdown: rubric evaluation alone (10 workers, same input) | median | {:.0} µs |",
-        us(median(&mut rubric))
-    );
-    let _ = writeln!(
-        s,
-        "| 2 | breakdown: one resolve fan-out alone (`resolve_stage`, 10 HTTP calls) | median | {:.0} µs |",
-        us(median(&mut fanout))
-    );
-    let _ = writeln!(
-        s,
-        "| 2 | breakdown: one A2A resolve call alone (1 HTTP call) | median | {:.0} µs |",
-        us(median(&mut single))
-    );
-    let _ = writeln!(
-        s,
-        "| 2 | breakdown: `tokio::time::sleep(ZERO)` alone (the agent sleeps `latency` = 0 before every answer) | median | {:.0} µs |",
-        us(median(&mut zero_sleep))
-    );
-    for (what, (calls, bytes)) in [
-        ("a whole round", allocs_round),
-        ("the rubric evaluation", allocs_rubric),
-        ("one resolve fan-out (10 HTTP calls)", allocs_fanout),
-        ("one A2A resolve call", allocs_single),
-    ] {
-        let _ = writeln!(
-            s,
-            "| 2 | allocations: {what} (whole process: node side and agents, mean of {ALLOC_RUNS}) | calls / bytes | {calls:.0} / {:.1} KiB |",
-            bytes / 1024.0
-        );
-    }
-    let _ = writeln!(
-        s,
-        "| 3 | {CONCURRENT_ROUNDS} concurrent rounds × 10 instant workers (`resolve.concurrency` = {CONCURRENCY}) | total wall time, median of {CONCURRENT_RUNS} runs (min–max) | {:.0} ms ({:.0}–{:.0}) |",
-        ms(many_wall),
-        ms(walls[0]),
-        ms(walls[walls.len() - 1])
-    );
-    let _ = writeln!(s, "| 3 | | throughput | {rounds_per_s:.0} rounds/s |");
-    let _ = writeln!(
-        s,
-        "| 3 | | per-round latency median / p90 / max (first run) | {:.0} / {:.0} / {:.0} ms |",
-        ms(median(&mut per_round.clone())),
-        ms(percentile(&per_round, 90.0)),
-        ms(*per_round.last().expect("rounds"))
-    );
-    let _ = writeln!(s, "| 3 | | RSS before (VmRSS) | {} |", mib(rss_before));
-    let _ = writeln!(
-        s,
-        "| 3 | | peak RSS (VmHWM{}) | {} |",
-        if hwm_reset {
-            ", reset before each run; max over runs"
-        } else {
-            ", process lifetime"
-        },
-        mib(rss_peak)
-    );
-    let current = [
-        ("per_round_us", us(overhead_med)),
-        ("rubric_us", us(median(&mut rubric))),
-        ("fanout_us", us(median(&mut fanout))),
-        ("concurrent_1000_ms", ms(many_wall)),
-    ];
-    s.push_str(&against_baseline(&current));
-    s
-}
-
-/// Compares this run with `benches/round-baseline.json` (figures of this machine that a
-/// change must not worsen) and says loudly what is more than 20 % slower; writes this
-/// run's figures to `target/bench-round-current.json` (copy it over the baseline to
-/// accept a new level).
-fn against_baseline(current: &[(&str, f64)]) -> String {
-    let dir = std::env::var("CARGO_TARGET_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").to_string());
-    let now: serde_json::Map<String, serde_json::Value> = current
-        .iter()
-        .map(|(k, v)| (k.to_string(), serde_json::json!((v * 10.0).round() / 10.0)))
-        .collect();
-    let _ = std::fs::write(
-        std::path::Path::new(&dir).join("bench-round-current.json"),
-        serde_json::to_string_pretty(&now).unwrap_or_default(),
-    );
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/round-baseline.json");
-    let Some(base) = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-    else {
-        return "\nNo baseline (benches/round-baseline.json): nothing compared.\n".into();
-    };
-    let mut out =
-        String::from("\n| against the baseline | baseline | now | change |\n|---|---|---|---|\n");
-    let mut worse = vec![];
-    for (k, v) in current {
-        let Some(b) = base[*k].as_f64() else { continue };
-        let change = (v - b) / b * 100.0;
-        let _ = writeln!(out, "| {k} | {b:.1} | {v:.1} | {change:+.0} % |");
-        if change > 20.0 {
-            worse.push(format!("{k}: {b:.1} -> {v:.1} ({change:+.0} %)"));
-        }
-    }
-    if !worse.is_empty() {
-        let loud = format!(
-            "\n**REGRESSION: more than 20 % slower than benches/round-baseline.json: {}**\n",
-            worse.join("; ")
-        );
-        eprintln!("{}", "!".repeat(78));
-        eprintln!("{loud}");
-        eprintln!("{}", "!".repeat(78));
-        out.push_str(&loud);
-    }
-    out
 }

@@ -230,65 +230,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cases,
             target,
             seed,
-        } => {
-            let targets: Vec<_> = cresolver_pipeline::fuzz::targets()
-                .into_iter()
-                .filter(|t| target.as_deref().is_none_or(|n| n == t.name))
-                .collect();
-            anyhow::ensure!(
-                !targets.is_empty(),
-                "no fuzz target named {:?}; targets: {}",
-                target.unwrap_or_default(),
-                cresolver_pipeline::fuzz::targets()
-                    .iter()
-                    .map(|t| t.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            let mut failed = false;
-            for t in &targets {
-                let started = std::time::Instant::now();
-                let r = cresolver_pipeline::fuzz::run(t, cases, seed);
-                println!(
-                    "{:<18} {:>10} cases  {:>4} panics  {:.1} s",
-                    r.target,
-                    r.cases,
-                    r.panic_count,
-                    started.elapsed().as_secs_f64()
-                );
-                for (input, msg) in &r.panics {
-                    failed = true;
-                    let msg: String = msg.chars().take(200).collect();
-                    println!("  panic: {msg}\n  input: {}", alloy::hex::encode(input));
-                }
-            }
-            Ok(if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
-        Command::Tally { input } => {
-            let text = if input == "-" {
-                let mut s = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut s)
-                    .context("reading standard input")?;
-                s
-            } else {
-                std::fs::read_to_string(&input).with_context(|| format!("reading {input}"))?
-            };
-            match crate::cli::tally::run(&text) {
-                Ok(out) => {
-                    println!("{}", serde_json::to_string_pretty(&out)?);
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    Ok(ExitCode::from(2))
-                }
-            }
-        }
+        } => fuzz_cmd(cases, target, seed),
+        Command::Tally { input } => tally_cmd(&input),
         Command::Replay(args) => match replay_cmd(args).await {
             Ok(code) => Ok(code),
             Err(e) => {
@@ -332,15 +275,85 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             market_id,
             api,
         }) => rounds_retry(&config, market_id, api).await,
-        Command::Workflow(WorkflowCmd::Check { files }) => {
-            for f in files {
-                let wf = cresolver_pipeline::workflow::Workflow::load(&f)?;
-                println!("# {} — ok", f.display());
-                println!("{}", toml::to_string_pretty(&wf)?);
-            }
-            Ok(ExitCode::SUCCESS)
+        Command::Workflow(WorkflowCmd::Check { files }) => workflow_check(&files),
+    }
+}
+
+/// `cresolver fuzz`: runs `cases` random and mutated inputs through each fuzz target (or
+/// the one named `target`) and prints its cases and panics; fails when any input made a
+/// parser panic.
+fn fuzz_cmd(cases: u64, target: Option<String>, seed: u64) -> anyhow::Result<ExitCode> {
+    let targets: Vec<_> = cresolver_pipeline::fuzz::targets()
+        .into_iter()
+        .filter(|t| target.as_deref().is_none_or(|n| n == t.name))
+        .collect();
+    anyhow::ensure!(
+        !targets.is_empty(),
+        "no fuzz target named {:?}; targets: {}",
+        target.unwrap_or_default(),
+        cresolver_pipeline::fuzz::targets()
+            .iter()
+            .map(|t| t.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut failed = false;
+    for t in &targets {
+        let started = std::time::Instant::now();
+        let r = cresolver_pipeline::fuzz::run(t, cases, seed);
+        println!(
+            "{:<18} {:>10} cases  {:>4} panics  {:.1} s",
+            r.target,
+            r.cases,
+            r.panic_count,
+            started.elapsed().as_secs_f64()
+        );
+        for (input, msg) in &r.panics {
+            failed = true;
+            let msg: String = msg.chars().take(200).collect();
+            println!("  panic: {msg}\n  input: {}", alloy::hex::encode(input));
         }
     }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `cresolver tally --input FILE` (`-`: standard input): prints the recomputed tally as
+/// JSON, or the error with exit code 2 when the input is invalid.
+fn tally_cmd(input: &str) -> anyhow::Result<ExitCode> {
+    let text = if input == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading standard input")?;
+        s
+    } else {
+        std::fs::read_to_string(input).with_context(|| format!("reading {input}"))?
+    };
+    match crate::cli::tally::run(&text) {
+        Ok(out) => {
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+/// `cresolver workflow check FILE…`: loads each workflow file and prints its effective
+/// settings (defaults filled in) as TOML.
+fn workflow_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    for f in files {
+        let wf = cresolver_pipeline::workflow::Workflow::load(f)?;
+        println!("# {} — ok", f.display());
+        println!("{}", toml::to_string_pretty(&wf)?);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `cresolver man --out DIR`: one page per command (`cresolver.1`, `cresolver-node.1`, …).

@@ -123,26 +123,9 @@ async fn metrics_include_rounds_by_state() {
     assert!(text.ends_with("# EOF\n"), "{text}");
 }
 
-#[tokio::test]
-async fn rounds_list_and_get() {
-    let s = start(None).await;
-    let (status, body) = s.get("/rounds").await;
-    assert_eq!((status, body), (200, json!([])));
-
-    s.store
-        .manual_request(MARKET, U256::from(7), "default")
-        .await
-        .unwrap();
-    s.store
-        .manual_request(MARKET, U256::from(8), "default")
-        .await
-        .unwrap();
-    // Another market's round is listed but not found by id under the node's market.
-    s.store
-        .manual_request(Address::repeat_byte(0x22), U256::from(9), "default")
-        .await
-        .unwrap();
-
+/// `/rounds` lists the three stored rounds, honours `limit`, refuses a bad one, and pages
+/// with a cursor (newest first, summaries only).
+async fn check_list_pages(s: &Server) {
     let (status, body) = s.get("/rounds").await;
     assert_eq!(status, 200);
     assert_eq!(body.as_array().unwrap().len(), 3, "{body}");
@@ -174,19 +157,10 @@ async fn rounds_list_and_get() {
     let page: Value = resp.json().await.unwrap();
     assert_eq!(page.as_array().unwrap().len(), 1);
     assert_eq!(page[0]["market_id"], "0x7");
+}
 
-    let (status, body) = s.get("/rounds/7").await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["state"], "requested");
-    assert_eq!(body["workflow"], "default");
-    assert_eq!(body["attempt"], 1);
-    assert_eq!(
-        body["market"].as_str().unwrap().to_lowercase(),
-        MARKET.to_string().to_lowercase()
-    );
-
-    assert_eq!(body["transactions"], json!([]));
-    // a reserved nonce with a replaced and a replacing attempt
+/// Reserves nonce 4 for round 7 and stores a replaced and a replacing attempt of it.
+async fn reserve_with_two_attempts(s: &Server) {
     let key = cresolver_store::KeyRef {
         signer: Address::repeat_byte(0x55),
         chain_id: 31337,
@@ -227,6 +201,42 @@ async fn rounds_list_and_get() {
             .await
             .unwrap();
     }
+}
+
+#[tokio::test]
+async fn rounds_list_and_get() {
+    let s = start(None).await;
+    let (status, body) = s.get("/rounds").await;
+    assert_eq!((status, body), (200, json!([])));
+
+    s.store
+        .manual_request(MARKET, U256::from(7), "default")
+        .await
+        .unwrap();
+    s.store
+        .manual_request(MARKET, U256::from(8), "default")
+        .await
+        .unwrap();
+    // Another market's round is listed but not found by id under the node's market.
+    s.store
+        .manual_request(Address::repeat_byte(0x22), U256::from(9), "default")
+        .await
+        .unwrap();
+
+    check_list_pages(&s).await;
+
+    let (status, body) = s.get("/rounds/7").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "requested");
+    assert_eq!(body["workflow"], "default");
+    assert_eq!(body["attempt"], 1);
+    assert_eq!(
+        body["market"].as_str().unwrap().to_lowercase(),
+        MARKET.to_string().to_lowercase()
+    );
+
+    assert_eq!(body["transactions"], json!([]));
+    reserve_with_two_attempts(&s).await;
     let (status, body) = s.get("/rounds/7").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["state"], "submitted");

@@ -54,11 +54,36 @@ async fn report_revert(
     decode_revert(&data)
 }
 
-#[tokio::test]
-async fn production_forwarder_accepts_f_plus_one_don_signatures() {
-    let s = market_with_n_workers(2).await;
+/// The forwarder under test: Chainlink's KeystoneForwarder configured with a DON of four
+/// members, and the `CREReceiver` it delivers to.
+struct Forwarder {
+    fwd: KeystoneForwarder::KeystoneForwarderInstance<alloy::providers::DynProvider>,
+    receiver: Address,
+    /// The DON: 4 anvil dev keys no worker or requester uses.
+    don: Vec<PrivateKeySigner>,
+    members: Vec<Address>,
+    /// A key outside the forwarder's config.
+    outsider: PrivateKeySigner,
+}
+
+/// The report the DON agrees on for a real request of the devnet's market, with its
+/// context, its digest and every member's signature of it.
+struct SignedReport {
+    exec: B256,
+    meta: ReportMetadata,
+    header: ExecutionHeader,
+    body: Bytes,
+    raw: Bytes,
+    ctx: Bytes,
+    digest: B256,
+    /// One signature per DON member, in the order of `Forwarder::don`.
+    sigs: Vec<Bytes>,
+}
+
+/// Deploys the production forwarder with the DON's members and a receiver behind it, and
+/// checks that they are the contracts and the wiring expected.
+async fn deploy_forwarder(s: &MarketSetup) -> Forwarder {
     let dev = &s.dev;
-    // the DON: 4 anvil dev keys no worker or requester uses
     let don: Vec<PrivateKeySigner> = dev.signers[10..14].to_vec();
     let members: Vec<Address> = don.iter().map(|k| k.address()).collect();
     let outsider = dev.signers[15].clone();
@@ -82,8 +107,20 @@ async fn production_forwarder_accepts_f_plus_one_don_signatures() {
             .unwrap(),
         forwarder
     );
+    Forwarder {
+        fwd,
+        receiver,
+        don,
+        members,
+        outsider,
+    }
+}
 
-    // the report the DON agrees on for a real request of the devnet's market
+/// Requests the resolution of the devnet's market, builds the report the DON agrees on
+/// for it, and has every member sign it; checks the digest against Chainlink's
+/// definition and that each signature recovers to its signer.
+async fn sign_report(s: &MarketSetup, f: &Forwarder) -> SignedReport {
+    let dev = &s.dev;
     let request = dev.request_resolution(s.market_id).await.unwrap();
     let exec = execution_id(
         dev.chain_id,
@@ -112,7 +149,7 @@ async fn production_forwarder_accepts_f_plus_one_don_signatures() {
         don_config_version: CONFIG_VERSION,
     };
     let raw = build_raw_report(&header, &meta, &body);
-    let ctx = Bytes::copy_from_slice(&report_context(DON_ID, CONFIG_VERSION, F, &members));
+    let ctx = Bytes::copy_from_slice(&report_context(DON_ID, CONFIG_VERSION, F, &f.members));
     let digest = forwarder_digest(&raw, &ctx);
 
     // the digest is Chainlink's forge test's `keccak256(abi.encodePacked(keccak256(report),
@@ -121,7 +158,7 @@ async fn production_forwarder_accepts_f_plus_one_don_signatures() {
     packed.extend_from_slice(&ctx);
     assert_eq!(digest, keccak256(&packed));
     let mut sigs = Vec::new();
-    for key in &don {
+    for key in &f.don {
         let sig = sign(key, digest).await;
         assert_eq!(sig.len(), 65);
         assert!(sig[64] <= 1, "v is the y parity");
@@ -132,10 +169,26 @@ async fn production_forwarder_accepts_f_plus_one_don_signatures() {
         );
         sigs.push(sig);
     }
+    SignedReport {
+        exec,
+        meta,
+        header,
+        body,
+        raw,
+        ctx,
+        digest,
+        sigs,
+    }
+}
 
+/// Every wrong way of sending the report reverts with its own error: too few or too
+/// many signatures, a foreign signer, a duplicate, v as 27/28, another context, an
+/// unknown config; the market stays unresolved.
+async fn check_rejections(s: &MarketSetup, f: &Forwarder, r: &SignedReport) {
+    let (fwd, receiver, raw, ctx, sigs) = (&f.fwd, f.receiver, &r.raw, &r.ctx, &r.sigs);
     // not f+1 signatures
     for n in [1usize, 3] {
-        let reason = report_revert(&fwd, receiver, &raw, &ctx, sigs[..n].to_vec()).await;
+        let reason = report_revert(fwd, receiver, raw, ctx, sigs[..n].to_vec()).await;
         match &reason {
             RevertReason::Forwarder(IKeystoneForwarderErrors::InvalidSignatureCount(x)) => {
                 assert_eq!(
@@ -149,78 +202,92 @@ async fn production_forwarder_accepts_f_plus_one_don_signatures() {
         assert_eq!(reason.name(), "InvalidSignatureCount");
     }
     // a key outside the config
-    let foreign = sign(&outsider, digest).await;
+    let foreign = sign(&f.outsider, r.digest).await;
     let reason = report_revert(
-        &fwd,
+        fwd,
         receiver,
-        &raw,
-        &ctx,
+        raw,
+        ctx,
         vec![sigs[0].clone(), foreign.clone()],
     )
     .await;
     match &reason {
         RevertReason::Forwarder(IKeystoneForwarderErrors::InvalidSigner(x)) => {
-            assert_eq!(x.signer, outsider.address(), "{reason}");
+            assert_eq!(x.signer, f.outsider.address(), "{reason}");
         }
         other => panic!("want InvalidSigner, got {other}"),
     }
     // one member twice
     let reason = report_revert(
-        &fwd,
+        fwd,
         receiver,
-        &raw,
-        &ctx,
+        raw,
+        ctx,
         vec![sigs[1].clone(), sigs[1].clone()],
     )
     .await;
     assert_eq!(reason.name(), "DuplicateSigner", "{reason}");
+    check_foreign_context_rejections(s, f, r).await;
+}
+
+/// The rejections of signatures that do not match what the forwarder recovers: v as
+/// 27/28, signatures over another context, a report of a config the forwarder does not
+/// have; the market stays unresolved.
+async fn check_foreign_context_rejections(s: &MarketSetup, f: &Forwarder, r: &SignedReport) {
+    let (fwd, receiver, raw, ctx, sigs) = (&f.fwd, f.receiver, &r.raw, &r.ctx, &r.sigs);
     // v as 27/28 (an EIP-155-less Ethereum signature) does not recover: the forwarder adds 27
     let mut v27 = sigs[0].to_vec();
     v27[64] += 27;
     let reason = report_revert(
-        &fwd,
+        fwd,
         receiver,
-        &raw,
-        &ctx,
+        raw,
+        ctx,
         vec![Bytes::from(v27), sigs[1].clone()],
     )
     .await;
     assert_eq!(reason.name(), "InvalidSigner", "{reason}");
     // signatures over another context do not carry over
     let other_ctx =
-        Bytes::copy_from_slice(&report_context(DON_ID, CONFIG_VERSION + 1, F, &members));
+        Bytes::copy_from_slice(&report_context(DON_ID, CONFIG_VERSION + 1, F, &f.members));
     let reason = report_revert(
-        &fwd,
+        fwd,
         receiver,
-        &raw,
+        raw,
         &other_ctx,
         vec![sigs[0].clone(), sigs[1].clone()],
     )
     .await;
     assert_eq!(reason.name(), "InvalidSigner", "{reason}");
     // a config the forwarder does not have
-    let mut unknown_version = header.clone();
+    let mut unknown_version = r.header.clone();
     unknown_version.don_config_version = 2;
-    let raw2 = build_raw_report(&unknown_version, &meta, &body);
-    let reason = report_revert(&fwd, receiver, &raw2, &ctx, sigs[..2].to_vec()).await;
+    let raw2 = build_raw_report(&unknown_version, &r.meta, &r.body);
+    let reason = report_revert(fwd, receiver, &raw2, ctx, sigs[..2].to_vec()).await;
     assert_eq!(reason.name(), "InvalidConfig", "{reason}");
     assert!(
-        !dev.market()
+        !s.dev
+            .market()
             .getMarket(s.market_id)
             .call()
             .await
             .unwrap()
             .resolved
     );
+}
 
-    // f+1 = 2 signatures, in any order, sent by a transmitter that is not a DON member
+/// Sends the report with f+1 = 2 signatures, in any order, from a transmitter that is not
+/// a DON member; checks that the receiver resolved the market and what the forwarder
+/// records of the transmission. Returns the transmission id.
+async fn transmit(s: &MarketSetup, f: &Forwarder, r: &SignedReport) -> B256 {
+    let (dev, fwd, receiver, exec, meta) = (&s.dev, &f.fwd, f.receiver, r.exec, &r.meta);
     let transmitter = dev.accounts[5];
     let receipt = fwd
         .report(
             receiver,
-            raw.clone(),
-            ctx.clone(),
-            vec![sigs[3].clone(), sigs[0].clone()],
+            r.raw.clone(),
+            r.ctx.clone(),
+            vec![r.sigs[3].clone(), r.sigs[0].clone()],
         )
         .from(transmitter)
         .gas(3_000_000)
@@ -280,15 +347,25 @@ async fn production_forwarder_accepts_f_plus_one_don_signatures() {
         (info.transmissionId, id),
         (keccak256(&id_preimage), keccak256(&id_preimage))
     );
+    id
+}
+
+#[tokio::test]
+async fn production_forwarder_accepts_f_plus_one_don_signatures() {
+    let s = market_with_n_workers(2).await;
+    let f = deploy_forwarder(&s).await;
+    let r = sign_report(&s, &f).await;
+    check_rejections(&s, &f, &r).await;
+    let id = transmit(&s, &f, &r).await;
 
     // the same report again, even with other members' signatures
     for pair in [[0usize, 3], [1, 2]] {
         let reason = report_revert(
-            &fwd,
-            receiver,
-            &raw,
-            &ctx,
-            pair.iter().map(|i| sigs[*i].clone()).collect(),
+            &f.fwd,
+            f.receiver,
+            &r.raw,
+            &r.ctx,
+            pair.iter().map(|i| r.sigs[*i].clone()).collect(),
         )
         .await;
         match &reason {
@@ -298,6 +375,6 @@ async fn production_forwarder_accepts_f_plus_one_don_signatures() {
             other => panic!("want AlreadyAttempted, got {other}"),
         }
     }
-    drop(fwd);
+    drop(f);
     s.dev.stop().await;
 }

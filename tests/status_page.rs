@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::browser::Browser;
-use common::chain::{AgentUri, market_with_workers};
+use common::browser::{Browser, Page};
+use common::chain::{AgentUri, MarketSetup, market_with_workers};
 use common::node::{free_port, node_config, start, tmpdir, workflow_file};
 use common::{agent, behaviour};
 use cresolver_devnet::agent::DeterminationMode;
@@ -41,6 +41,81 @@ async fn hostile_worker() -> String {
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
+}
+
+/// The confirmed round's row (`row`: the JavaScript expression of its element) shows the
+/// quorum, the answers, the weights, the outcome, each worker's payout as the contract
+/// paid it, and the mined transaction; the page shows the chain's head.
+async fn check_confirmed_row(s: &MarketSetup, page: &mut Page, row: &str) {
+    let text = page.eval(&format!("{row}.innerText")).await;
+    let text = text.as_str().unwrap();
+    assert!(text.contains("met (3/2 of 3)"), "quorum shown: {text}");
+    assert!(text.contains("YES · 0.90"), "answer and confidence: {text}");
+    assert!(text.contains("w="), "weights: {text}");
+    // the outcome and the weight behind it, in the list
+    let outcome = page
+        .eval(&format!("{row}.querySelector('td.outcome').innerText"))
+        .await;
+    let outcome = outcome.as_str().unwrap();
+    assert!(outcome.starts_with("YES (weight "), "outcome: {outcome}");
+    // each worker's payout as the contract paid it
+    for w in &s.workers {
+        let paid = s.dev.market().balances(*w).call().await.unwrap();
+        let eth = alloy::primitives::utils::format_ether(paid);
+        assert!(
+            text.contains(&format!("pays {eth} ETH")),
+            "payout {eth} of {w}: {text}"
+        );
+    }
+    assert!(
+        text.contains(": mined, 1 attempt(s)") && text.contains("confirmed in block"),
+        "transaction: {text}"
+    );
+    let chain = page
+        .eval("document.getElementById('chain').innerText")
+        .await;
+    assert!(chain.as_str().unwrap().contains("head "), "{chain}");
+}
+
+/// One round's page: the hostile evidence is shown as text and nothing of it ran; the
+/// whole transcript is shown. Saves a screenshot.
+async fn check_round_page(page: &mut Page, base: &str, s: &MarketSetup) {
+    page.goto(&format!("{base}/?round={}", s.market_id)).await;
+    page.wait_for(
+        "document.querySelectorAll('#round-workers .evidence').length === 3",
+        Duration::from_secs(30),
+        "the round's workers",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // an onerror would have fired
+    assert_eq!(
+        page.eval("window.__pwned === undefined").await,
+        serde_json::json!(true),
+        "a worker's script ran"
+    );
+    assert_eq!(
+        page.eval(
+            "document.querySelectorAll('#round-view script, #round-view img, #round-view b').length"
+        )
+        .await,
+        serde_json::json!(0),
+        "elements were made of a worker's text"
+    );
+    let shown = page
+        .eval("[...document.querySelectorAll('#round-workers .evidence')].map(e => e.textContent).join('\\n')")
+        .await;
+    assert!(
+        shown.as_str().unwrap().contains(HOSTILE),
+        "the evidence is shown as text: {shown}"
+    );
+    let transcript = page
+        .eval("document.getElementById('round-transcript').textContent")
+        .await;
+    assert!(
+        transcript.as_str().unwrap().contains("\"confirmation\""),
+        "the whole transcript"
+    );
+    std::fs::write("target/status-page-round.png", page.screenshot().await).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,74 +161,11 @@ async fn the_status_page_shows_a_round_confirmed_live_and_worker_html_as_text() 
         serde_json::json!(42),
         "updated without a reload"
     );
-    let text = page.eval(&format!("{row}.innerText")).await;
-    let text = text.as_str().unwrap();
-    assert!(text.contains("met (3/2 of 3)"), "quorum shown: {text}");
-    assert!(text.contains("YES · 0.90"), "answer and confidence: {text}");
-    assert!(text.contains("w="), "weights: {text}");
-    // the outcome and the weight behind it, in the list
-    let outcome = page
-        .eval(&format!("{row}.querySelector('td.outcome').innerText"))
-        .await;
-    let outcome = outcome.as_str().unwrap();
-    assert!(outcome.starts_with("YES (weight "), "outcome: {outcome}");
-    // each worker's payout as the contract paid it
-    for w in &s.workers {
-        let paid = s.dev.market().balances(*w).call().await.unwrap();
-        let eth = alloy::primitives::utils::format_ether(paid);
-        assert!(
-            text.contains(&format!("pays {eth} ETH")),
-            "payout {eth} of {w}: {text}"
-        );
-    }
-    assert!(
-        text.contains(": mined, 1 attempt(s)") && text.contains("confirmed in block"),
-        "transaction: {text}"
-    );
-    let chain = page
-        .eval("document.getElementById('chain').innerText")
-        .await;
-    assert!(chain.as_str().unwrap().contains("head "), "{chain}");
+    check_confirmed_row(&s, &mut page, &row).await;
     std::fs::create_dir_all("target").ok();
     std::fs::write("target/status-page.png", page.screenshot().await).unwrap();
 
-    // one round's page: the hostile evidence is text, and nothing of it ran
-    page.goto(&format!("{base}/?round={}", s.market_id)).await;
-    page.wait_for(
-        "document.querySelectorAll('#round-workers .evidence').length === 3",
-        Duration::from_secs(30),
-        "the round's workers",
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await; // an onerror would have fired
-    assert_eq!(
-        page.eval("window.__pwned === undefined").await,
-        serde_json::json!(true),
-        "a worker's script ran"
-    );
-    assert_eq!(
-        page.eval(
-            "document.querySelectorAll('#round-view script, #round-view img, #round-view b').length"
-        )
-        .await,
-        serde_json::json!(0),
-        "elements were made of a worker's text"
-    );
-    let shown = page
-        .eval("[...document.querySelectorAll('#round-workers .evidence')].map(e => e.textContent).join('\\n')")
-        .await;
-    assert!(
-        shown.as_str().unwrap().contains(HOSTILE),
-        "the evidence is shown as text: {shown}"
-    );
-    let transcript = page
-        .eval("document.getElementById('round-transcript').textContent")
-        .await;
-    assert!(
-        transcript.as_str().unwrap().contains("\"confirmation\""),
-        "the whole transcript"
-    );
-    std::fs::write("target/status-page-round.png", page.screenshot().await).unwrap();
+    check_round_page(&mut page, &base, &s).await;
 
     // read-only without a token; changing state still needs one
     let r = reqwest::Client::new()

@@ -81,6 +81,40 @@ fn attempt(nonce: u64, seq: u32) -> AttemptRecord {
 /// sequence on either backend gives the same answers.
 async fn store_contract(s: &dyn RoundStore) {
     let m = Address::repeat_byte(1);
+    round_contract(s, m).await;
+    let key = KeyRef {
+        signer: Address::repeat_byte(9),
+        chain_id: 31337,
+    };
+    nonce_contract(s, m, key).await;
+    second_key_contract(s, m, key).await;
+
+    // checkpoints, summaries and counts
+    s.set_checkpoint("k", 42, B256::repeat_byte(4))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.checkpoint("k").await.unwrap(),
+        Some((42, B256::repeat_byte(4)))
+    );
+    let (page, next) = s.list_summaries(2, None).await.unwrap();
+    assert_eq!(page.len(), 2);
+    let (rest, _) = s.list_summaries(10, next).await.unwrap();
+    assert_eq!(page.len() + rest.len(), 4, "pages cover every round once");
+    let total: u64 = s
+        .count_by_state()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(total, 4);
+    s.probe_write().await.unwrap();
+}
+
+/// Round 7 of market `m`: a request recorded once per log, a failed round reopened by a
+/// new request as attempt 2, and progress kept per attempt.
+async fn round_contract(s: &dyn RoundStore, m: Address) {
     let id = U256::from(7);
     assert_eq!(
         s.record_request(m, id, "wf", &log(1)).await.unwrap(),
@@ -126,12 +160,12 @@ async fn store_contract(s: &dyn RoundStore) {
     assert_eq!(r.state, Stage::Answered);
     assert_eq!(r.request_block, Some(99));
     assert_eq!(r.outcome, Some(serde_json::json!({"version": 2})));
+}
 
-    // nonces: never handed out twice, whatever the chain's pending count says
-    let key = KeyRef {
-        signer: Address::repeat_byte(9),
-        chain_id: 31337,
-    };
+/// Nonces of rounds 101 to 103 of market `m` under `key`: never handed out twice,
+/// whatever the chain's pending count says; their attempts, the first broadcast block
+/// kept, lost and mined nonces, and the round's transaction history.
+async fn nonce_contract(s: &dyn RoundStore, m: Address, key: KeyRef) {
     for i in 1..=3u64 {
         s.manual_request(m, U256::from(100 + i), "wf")
             .await
@@ -214,8 +248,11 @@ async fn store_contract(s: &dyn RoundStore) {
         Some(B256::repeat_byte(2)),
         "the mined attempt"
     );
-    // a second key's reservation for the same round at the same nonce number: the
-    // history and the reads keep each attempt with its own key's nonce
+}
+
+/// A second key's reservation for round 101 of market `m` at the nonce number `key`
+/// mined it with: the history and the reads keep each attempt with its own key's nonce.
+async fn second_key_contract(s: &dyn RoundStore, m: Address, key: KeyRef) {
     let other = KeyRef {
         signer: Address::repeat_byte(7),
         chain_id: 31337,
@@ -250,58 +287,17 @@ async fn store_contract(s: &dyn RoundStore) {
         assert_eq!(attempts, s.attempts(k, 5).await.unwrap());
     }
     assert_eq!(s.nonce_with_attempts(other, 5).await.unwrap().1.len(), 1);
-
-    // checkpoints, summaries and counts
-    s.set_checkpoint("k", 42, B256::repeat_byte(4))
-        .await
-        .unwrap();
-    assert_eq!(
-        s.checkpoint("k").await.unwrap(),
-        Some((42, B256::repeat_byte(4)))
-    );
-    let (page, next) = s.list_summaries(2, None).await.unwrap();
-    assert_eq!(page.len(), 2);
-    let (rest, _) = s.list_summaries(10, next).await.unwrap();
-    assert_eq!(page.len() + rest.len(), 4, "pages cover every round once");
-    let total: u64 = s
-        .count_by_state()
-        .await
-        .unwrap()
-        .iter()
-        .map(|(_, n)| n)
-        .sum();
-    assert_eq!(total, 4);
-    s.probe_write().await.unwrap();
 }
 
 /// The finality watch's transitions and new attempts of done rounds, with no lease
 /// held: confirmed → submitted (the mined nonce pending again, its attempts unsent),
 /// confirmed → finalized, a finalized round renewed (the old attempt kept).
 async fn finality_contract(s: &dyn RoundStore) {
-    use cresolver_store::MinedAt;
     let m = Address::repeat_byte(3);
     let id = U256::from(1);
     let key = KeyRef {
         signer: Address::repeat_byte(8),
         chain_id: 31337,
-    };
-    let confirm = |hash: u8| async move {
-        assert!(s.claim(m, id, true).await.unwrap().is_some());
-        s.finish_nonce(
-            key,
-            0,
-            NonceState::Mined,
-            Some(MinedAt {
-                tx: B256::repeat_byte(1),
-                block: 7,
-                block_hash: B256::repeat_byte(hash),
-            }),
-            None,
-        )
-        .await
-        .unwrap();
-        s.set_state(m, id, Stage::Confirmed, None).await.unwrap();
-        s.release(m, id, None).await.unwrap();
     };
     assert_eq!(
         s.manual_request(m, id, "wf").await.unwrap(),
@@ -315,7 +311,7 @@ async fn finality_contract(s: &dyn RoundStore) {
         .await
         .unwrap();
     s.release(m, id, None).await.unwrap();
-    confirm(0xa1).await;
+    confirm(s, m, id, key, 0xa1).await;
 
     let w = s.awaiting_finality(10).await.unwrap();
     assert_eq!(w.len(), 1);
@@ -329,8 +325,51 @@ async fn finality_contract(s: &dyn RoundStore) {
         RequestDecision::AlreadyHandled(Stage::Confirmed),
         "without the chain's word a done round is left alone"
     );
+    reorg_contract(s, m, id, key).await;
 
-    // reorged: reopened at the submission stage, once
+    // re-confirmed, then final, once
+    confirm(s, m, id, key, 0xa2).await;
+    finalize_and_renew_contract(s, m, id).await;
+
+    // node settings: the first writer wins
+    assert_eq!(
+        s.setting_or_init("chorus.orchestrator_id", "a")
+            .await
+            .unwrap(),
+        "a"
+    );
+    assert_eq!(
+        s.setting_or_init("chorus.orchestrator_id", "b")
+            .await
+            .unwrap(),
+        "a"
+    );
+}
+
+/// Confirms round `id` of market `m` as the node does: claimed, its nonce 0 under `key`
+/// mined in a block whose hash is all `hash` bytes, the round confirmed and released.
+async fn confirm(s: &dyn RoundStore, m: Address, id: U256, key: KeyRef, hash: u8) {
+    assert!(s.claim(m, id, true).await.unwrap().is_some());
+    s.finish_nonce(
+        key,
+        0,
+        NonceState::Mined,
+        Some(cresolver_store::MinedAt {
+            tx: B256::repeat_byte(1),
+            block: 7,
+            block_hash: B256::repeat_byte(hash),
+        }),
+        None,
+    )
+    .await
+    .unwrap();
+    s.set_state(m, id, Stage::Confirmed, None).await.unwrap();
+    s.release(m, id, None).await.unwrap();
+}
+
+/// A confirmed round whose transaction was reorged out: reopened at the submission
+/// stage, once, its nonce pending again and its attempt unsent, off the finality watch.
+async fn reorg_contract(s: &dyn RoundStore, m: Address, id: U256, key: KeyRef) {
     let v2 = serde_json::json!({"v": 2});
     assert!(
         s.reopen_submission(m, id, "reorged", Some(&v2))
@@ -356,9 +395,11 @@ async fn finality_contract(s: &dyn RoundStore) {
             .count(),
         1
     );
+}
 
-    // re-confirmed, then final, once
-    confirm(0xa2).await;
+/// A confirmed round finalized once and then left alone; a new request for it renews it
+/// only when the chain says the market is open, the old attempt kept.
+async fn finalize_and_renew_contract(s: &dyn RoundStore, m: Address, id: U256) {
     let v3 = serde_json::json!({"v": 3});
     assert!(s.set_finalized(m, id, Some(&v3)).await.unwrap());
     assert!(!s.set_finalized(m, id, None).await.unwrap());
@@ -399,20 +440,6 @@ async fn finality_contract(s: &dyn RoundStore) {
             .await
             .unwrap(),
         "a round that left the state is not renewed twice"
-    );
-
-    // node settings: the first writer wins
-    assert_eq!(
-        s.setting_or_init("chorus.orchestrator_id", "a")
-            .await
-            .unwrap(),
-        "a"
-    );
-    assert_eq!(
-        s.setting_or_init("chorus.orchestrator_id", "b")
-            .await
-            .unwrap(),
-        "a"
     );
 }
 

@@ -28,6 +28,8 @@ pub struct DryRunArgs {
     pub json: bool,
 }
 
+/// `cresolver dry-run`: runs the pipeline for a market (or every new request with
+/// `--watch`) and simulates the submission instead of sending it.
 pub async fn dry_run_cmd(a: DryRunArgs) -> anyhow::Result<ExitCode> {
     let cfg = a.config.load()?;
     let from = match a.from {

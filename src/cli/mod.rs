@@ -61,6 +61,7 @@ pub struct BaseConfigArgs {
 }
 
 impl BaseConfigArgs {
+    /// The node configuration these flags select, with `workflows` as the workflow files.
     pub fn load_with(&self, workflows: Vec<PathBuf>) -> anyhow::Result<NodeConfig> {
         let o = Overrides {
             rpc_url: self.rpc_url.clone(),
@@ -72,17 +73,20 @@ impl BaseConfigArgs {
         Ok(NodeConfig::load(self.config.as_deref(), &o)?)
     }
 
+    /// The node configuration these flags select, without workflow files of their own.
     pub fn load(&self) -> anyhow::Result<NodeConfig> {
         self.load_with(vec![])
     }
 }
 
 impl ConfigArgs {
+    /// The node configuration these flags select, with their workflow files.
     pub fn load(&self) -> anyhow::Result<NodeConfig> {
         self.base.load_with(self.workflows.clone())
     }
 }
 
+/// Completes on Ctrl-C or, on Unix, SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -105,6 +109,8 @@ pub async fn shutdown_signal() {
     tracing::info!("shutdown requested");
 }
 
+/// A progress bar of `len` steps labelled `what` on stderr; hidden when stderr is not a
+/// terminal.
 pub fn progress(len: u64, what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();

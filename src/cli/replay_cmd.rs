@@ -43,12 +43,17 @@ pub struct ReplayArgs {
 
 /// The transcripts `replay --market/--from-block` can use: exported files, or the store.
 pub enum TranscriptSource {
+    /// The transcripts of a directory, each with its file name.
     Files(Vec<(Transcript, String)>),
+    /// The node's SQLite store, and the path of its file.
     Store(Store, PathBuf),
+    /// Neither a directory nor a store: no market has a transcript.
     None,
 }
 
 impl TranscriptSource {
+    /// The transcripts of `dir` (every `.json` file, in name order), else the store in the
+    /// data dir of `cfg` if there is one.
     pub fn open(dir: Option<&PathBuf>, cfg: &NodeConfig) -> anyhow::Result<Self> {
         if let Some(dir) = dir {
             let mut files = Vec::new();
@@ -72,6 +77,8 @@ impl TranscriptSource {
         Ok(Self::None)
     }
 
+    /// The transcript of market `id` on `market`, with the name of where it comes from;
+    /// `None` when the source has none (a stored round without an outcome has none).
     pub fn get(&self, market: Address, id: U256) -> anyhow::Result<Option<(Transcript, String)>> {
         match self {
             Self::Files(files) => Ok(files
@@ -93,6 +100,7 @@ impl TranscriptSource {
         }
     }
 
+    /// Where the transcripts come from, for messages.
     pub fn describe(&self) -> String {
         match self {
             Self::Files(f) => format!("{} transcript file(s)", f.len()),
@@ -104,6 +112,9 @@ impl TranscriptSource {
     }
 }
 
+/// `cresolver replay`: replays one transcript file, or the markets of the configured
+/// contract (one id, or every request of a block range), and prints how each replay
+/// compares with the chain; fails when any of them disagrees.
 pub async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
     let cfg = a.config.load()?;
     let wf_override = a.workflow.as_deref().map(Workflow::load).transpose()?;
@@ -112,179 +123,11 @@ pub async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         multicall: cfg.chain.multicall_address,
         offline: a.offline,
     };
-    let mut markets = Vec::new();
-    if let Some(path) = &a.transcript {
-        let t = Transcript::load(path)?;
-        let name = path.display().to_string();
-        if a.offline {
-            markets.push(
-                replay::replay_from_transcript(None, &t, name, wf_override.as_ref(), &opts).await?,
-            );
-        } else {
-            let (provider, chain_id) = connect(&cfg).await?;
-            if let Some(c) = t.chain_id {
-                anyhow::ensure!(
-                    c == chain_id,
-                    "transcript {name} was recorded on chain {c} but the RPC {} is chain {chain_id}",
-                    endpoints(&cfg)
-                );
-            }
-            if a.live {
-                // A manual request has no request block: the block the node read at.
-                let block = t.request_block().unwrap_or(t.market.block);
-                let request = replay::RequestRef {
-                    market_id: t.market.market_id,
-                    block,
-                    tx: t.request.as_ref().and_then(|r| r.tx),
-                };
-                let wf = wf_override.clone().unwrap_or_else(|| t.workflow.clone());
-                markets.push(
-                    live_replay(
-                        &provider,
-                        &cfg,
-                        wf,
-                        t.market.market,
-                        request,
-                        Some((&t, name)),
-                        &opts,
-                    )
-                    .await?,
-                );
-            } else {
-                markets.push(
-                    replay::replay_from_transcript(
-                        Some(&provider),
-                        &t,
-                        name,
-                        wf_override.as_ref(),
-                        &opts,
-                    )
-                    .await?,
-                );
-            }
-        }
+    let markets = if let Some(path) = &a.transcript {
+        vec![replay_transcript_file(&a, &cfg, path, wf_override.as_ref(), &opts).await?]
     } else {
-        let market = cfg.market()?;
-        let source = TranscriptSource::open(a.transcripts.as_ref(), &cfg)?;
-        let (provider, chain_id) = connect(&cfg).await?;
-        let head = provider
-            .get_block_number()
-            .await
-            .context("eth_blockNumber")?;
-        let to = a.to_block.unwrap_or(head).min(head);
-        let requests = match a.market {
-            Some(id) => {
-                // With a transcript, its request (a manual one: the block the node read at).
-                let known = source.get(market, id)?.map(|(t, _)| replay::RequestRef {
-                    market_id: id,
-                    block: t.request_block().unwrap_or(t.market.block),
-                    tx: t.request.as_ref().and_then(|r| r.tx),
-                });
-                match known {
-                    Some(r) => vec![r],
-                    None => {
-                        let from = a.from_block.or(cfg.chain.start_block).unwrap_or(0);
-                        let pb = progress(to.saturating_sub(from) + 1, "searching the request");
-                        let found = replay::scan_requests(
-                            &provider,
-                            market,
-                            Some(id),
-                            from,
-                            to,
-                            cfg.chain.max_block_range,
-                            &mut |done| pb.set_position(done.saturating_sub(from) + 1),
-                        )
-                        .await?;
-                        pb.finish_and_clear();
-                        anyhow::ensure!(
-                            !found.is_empty(),
-                            "no ResolutionRequested for market {id} on {market} in blocks {from}..{to}"
-                        );
-                        found
-                    }
-                }
-            }
-            None => {
-                let from = a.from_block.unwrap_or(0);
-                anyhow::ensure!(
-                    from <= to,
-                    "--from-block {from} is after --to-block {to} (the head is {head})"
-                );
-                let pb = progress(to - from + 1, "scanning blocks");
-                let found = replay::scan_requests(
-                    &provider,
-                    market,
-                    None,
-                    from,
-                    to,
-                    cfg.chain.max_block_range,
-                    &mut |done| pb.set_position(done.saturating_sub(from) + 1),
-                )
-                .await?;
-                pb.finish_and_clear();
-                if !a.json {
-                    eprintln!(
-                        "{} market(s) requested in blocks {from}..{to}; transcripts from {}",
-                        found.len(),
-                        source.describe()
-                    );
-                }
-                found
-            }
-        };
-        // Each requested market is a job for the one dispatcher; the comparison with
-        // the chain is the sink. A few at a time (each reads the chain, --live asks
-        // workers); the table keeps the order of the requests.
-        let pb = progress(requests.len() as u64, "replaying markets");
-        let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel(REPLAY_CONCURRENCY);
-        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
-        let asked = requests.len();
-        let feed = tokio::spawn(async move {
-            for job in requests.into_iter().enumerate() {
-                if jobs_tx.send(job).await.is_err() {
-                    return;
-                }
-            }
-        });
-        let ctx = std::sync::Arc::new(MarketsReplay {
-            provider,
-            cfg,
-            source,
-            wf_override,
-            opts,
-            market,
-            chain_id,
-            live: a.live,
-        });
-        let bar = pb.clone();
-        dispatch(
-            jobs_rx,
-            Concurrency::AtMost(REPLAY_CONCURRENCY),
-            std::future::pending(),
-            move |(i, req): (usize, replay::RequestRef)| {
-                let (ctx, done, bar) = (ctx.clone(), done_tx.clone(), bar.clone());
-                async move {
-                    let r = ctx.replay_one(req).await;
-                    bar.inc(1);
-                    let _ = done.send((i, r));
-                }
-            },
-        )
-        .await;
-        let _ = feed.await;
-        let mut results: Vec<_> = std::iter::from_fn(|| done_rx.try_recv().ok()).collect();
-        results.sort_by_key(|(i, _)| *i);
-        // a job that panicked sends nothing: never print a table missing a market
-        anyhow::ensure!(
-            results.len() == asked,
-            "{} of {asked} market replay(s) ended without a result (see the log above)",
-            asked - results.len()
-        );
-        for (_, r) in results {
-            markets.push(r?);
-        }
-        pb.finish_and_clear();
-    }
+        replay_markets(&a, cfg, wf_override, opts).await?
+    };
     let summary = ReplaySummary::new(markets);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -296,6 +139,177 @@ pub async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `replay --transcript FILE`: the recorded round replayed offline, against the chain
+/// (which must be the chain it was recorded on), or live (`--live`).
+async fn replay_transcript_file(
+    a: &ReplayArgs,
+    cfg: &NodeConfig,
+    path: &Path,
+    wf_override: Option<&Workflow>,
+    opts: &ReplayOptions,
+) -> anyhow::Result<MarketReplay> {
+    let t = Transcript::load(path)?;
+    let name = path.display().to_string();
+    if a.offline {
+        return Ok(replay::replay_from_transcript(None, &t, name, wf_override, opts).await?);
+    }
+    let (provider, chain_id) = connect(cfg).await?;
+    if let Some(c) = t.chain_id {
+        anyhow::ensure!(
+            c == chain_id,
+            "transcript {name} was recorded on chain {c} but the RPC {} is chain {chain_id}",
+            endpoints(cfg)
+        );
+    }
+    if a.live {
+        // A manual request has no request block: the block the node read at.
+        let block = t.request_block().unwrap_or(t.market.block);
+        let request = replay::RequestRef {
+            market_id: t.market.market_id,
+            block,
+            tx: t.request.as_ref().and_then(|r| r.tx),
+        };
+        let wf = wf_override.cloned().unwrap_or_else(|| t.workflow.clone());
+        live_replay(
+            &provider,
+            cfg,
+            wf,
+            t.market.market,
+            request,
+            Some((&t, name)),
+            opts,
+        )
+        .await
+    } else {
+        Ok(replay::replay_from_transcript(Some(&provider), &t, name, wf_override, opts).await?)
+    }
+}
+
+/// `replay --market N` or `replay --from-block A`: finds the requests to replay on the
+/// configured market contract and replays each of them.
+async fn replay_markets(
+    a: &ReplayArgs,
+    cfg: NodeConfig,
+    wf_override: Option<Workflow>,
+    opts: ReplayOptions,
+) -> anyhow::Result<Vec<MarketReplay>> {
+    let market = cfg.market()?;
+    let source = TranscriptSource::open(a.transcripts.as_ref(), &cfg)?;
+    let (provider, chain_id) = connect(&cfg).await?;
+    let head = provider
+        .get_block_number()
+        .await
+        .context("eth_blockNumber")?;
+    let to = a.to_block.unwrap_or(head).min(head);
+    let scan = RequestScan {
+        provider: &provider,
+        cfg: &cfg,
+        market,
+        to,
+    };
+    let requests = match a.market {
+        Some(id) => scan.of_market(id, a.from_block, &source).await?,
+        None => scan.of_range(a.from_block, head, a.json, &source).await?,
+    };
+    let ctx = std::sync::Arc::new(MarketsReplay {
+        provider,
+        cfg,
+        source,
+        wf_override,
+        opts,
+        market,
+        chain_id,
+        live: a.live,
+    });
+    ctx.replay_all(requests).await
+}
+
+/// Where the requests of a `--market` / range replay are searched: the market contract
+/// on the chain, up to block `to`.
+struct RequestScan<'a> {
+    provider: &'a DynProvider,
+    cfg: &'a NodeConfig,
+    market: Address,
+    to: u64,
+}
+
+impl RequestScan<'_> {
+    /// The request of market `id`: the one its transcript recorded, or else the
+    /// ResolutionRequested events found from `from_block` (or chain.start_block) on.
+    async fn of_market(
+        &self,
+        id: U256,
+        from_block: Option<u64>,
+        source: &TranscriptSource,
+    ) -> anyhow::Result<Vec<replay::RequestRef>> {
+        let (market, to) = (self.market, self.to);
+        // With a transcript, its request (a manual one: the block the node read at).
+        let known = source.get(market, id)?.map(|(t, _)| replay::RequestRef {
+            market_id: id,
+            block: t.request_block().unwrap_or(t.market.block),
+            tx: t.request.as_ref().and_then(|r| r.tx),
+        });
+        if let Some(r) = known {
+            return Ok(vec![r]);
+        }
+        let from = from_block.or(self.cfg.chain.start_block).unwrap_or(0);
+        let pb = progress(to.saturating_sub(from) + 1, "searching the request");
+        let found = replay::scan_requests(
+            self.provider,
+            market,
+            Some(id),
+            from,
+            to,
+            self.cfg.chain.max_block_range,
+            &mut |done| pb.set_position(done.saturating_sub(from) + 1),
+        )
+        .await?;
+        pb.finish_and_clear();
+        anyhow::ensure!(
+            !found.is_empty(),
+            "no ResolutionRequested for market {id} on {market} in blocks {from}..{to}"
+        );
+        Ok(found)
+    }
+
+    /// Every request of the blocks `from_block` (default 0) to `to`; unless `json`, says
+    /// on stderr how many were found and where their transcripts come from.
+    async fn of_range(
+        &self,
+        from_block: Option<u64>,
+        head: u64,
+        json: bool,
+        source: &TranscriptSource,
+    ) -> anyhow::Result<Vec<replay::RequestRef>> {
+        let to = self.to;
+        let from = from_block.unwrap_or(0);
+        anyhow::ensure!(
+            from <= to,
+            "--from-block {from} is after --to-block {to} (the head is {head})"
+        );
+        let pb = progress(to - from + 1, "scanning blocks");
+        let found = replay::scan_requests(
+            self.provider,
+            self.market,
+            None,
+            from,
+            to,
+            self.cfg.chain.max_block_range,
+            &mut |done| pb.set_position(done.saturating_sub(from) + 1),
+        )
+        .await?;
+        pb.finish_and_clear();
+        if !json {
+            eprintln!(
+                "{} market(s) requested in blocks {from}..{to}; transcripts from {}",
+                found.len(),
+                source.describe()
+            );
+        }
+        Ok(found)
+    }
 }
 
 /// How many markets a range replay runs at once.
@@ -314,6 +328,57 @@ struct MarketsReplay {
 }
 
 impl MarketsReplay {
+    /// Replays every request, a few at a time: each requested market is a job for the
+    /// one dispatcher, and the comparison with the chain is the sink. The results keep
+    /// the order of the requests.
+    async fn replay_all(
+        self: std::sync::Arc<Self>,
+        requests: Vec<replay::RequestRef>,
+    ) -> anyhow::Result<Vec<MarketReplay>> {
+        // A few at a time (each reads the chain, --live asks workers).
+        let pb = progress(requests.len() as u64, "replaying markets");
+        let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel(REPLAY_CONCURRENCY);
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let asked = requests.len();
+        let feed = tokio::spawn(async move {
+            for job in requests.into_iter().enumerate() {
+                if jobs_tx.send(job).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let bar = pb.clone();
+        dispatch(
+            jobs_rx,
+            Concurrency::AtMost(REPLAY_CONCURRENCY),
+            std::future::pending(),
+            move |(i, req): (usize, replay::RequestRef)| {
+                let (ctx, done, bar) = (self.clone(), done_tx.clone(), bar.clone());
+                async move {
+                    let r = ctx.replay_one(req).await;
+                    bar.inc(1);
+                    let _ = done.send((i, r));
+                }
+            },
+        )
+        .await;
+        let _ = feed.await;
+        let mut results: Vec<_> = std::iter::from_fn(|| done_rx.try_recv().ok()).collect();
+        results.sort_by_key(|(i, _)| *i);
+        // a job that panicked sends nothing: never print a table missing a market
+        anyhow::ensure!(
+            results.len() == asked,
+            "{} of {asked} market replay(s) ended without a result (see the log above)",
+            asked - results.len()
+        );
+        let mut markets = Vec::with_capacity(asked);
+        for (_, r) in results {
+            markets.push(r?);
+        }
+        pb.finish_and_clear();
+        Ok(markets)
+    }
+
     /// One requested market: replayed live, or from its transcript, or marked
     /// unavailable with the reason; then compared with the chain.
     async fn replay_one(&self, req: replay::RequestRef) -> anyhow::Result<MarketReplay> {
@@ -378,6 +443,8 @@ impl MarketsReplay {
     }
 }
 
+/// Replays a market live: today's workers of `workflow` asked about `request`, the market
+/// read at the request's block, compared with the chain (and with `transcript`, if given).
 pub async fn live_replay(
     provider: &DynProvider,
     cfg: &NodeConfig,

@@ -71,6 +71,9 @@ pub enum RoundsCmd {
     },
 }
 
+/// `cresolver rounds retry`: asks the running node to run the round again, or reopens it
+/// in the store for the node to run when it starts; a done round only when the chain
+/// says the market is unresolved.
 pub async fn rounds_retry(
     config: &BaseConfigArgs,
     id: U256,
@@ -157,6 +160,7 @@ pub async fn rounds_retry(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `cresolver rounds show`: one stored round, as a summary or as its exported document.
 pub async fn rounds_show(
     config: &BaseConfigArgs,
     id: U256,
@@ -164,13 +168,38 @@ pub async fn rounds_show(
 ) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
     let store = open_store(&cfg).await?;
-    let rec = match cfg.chain.market_address {
+    let rec = find_round(&cfg, store.as_ref(), id).await?;
+    let txs = store.tx_history(rec.market, rec.market_id).await?;
+    let past = store.past_attempts(rec.market, rec.market_id).await?;
+    if json {
+        print_round_document(&rec, &txs, &past)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_round_record(&rec, &past);
+    print_transactions(&txs);
+    let Ok(doc) = cresolver_pipeline::transcript::export_document(&rec) else {
+        println!("transcript: none (the round did not reach discovery)");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let t = Transcript::from_value(doc, Path::new("store"))?;
+    print_transcript(&t);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The stored round of market `id`: on the configured market contract, or on the one
+/// contract of the store that has such a round.
+async fn find_round(
+    cfg: &NodeConfig,
+    store: &dyn RoundStore,
+    id: U256,
+) -> anyhow::Result<cresolver_store::RoundRecord> {
+    Ok(match cfg.chain.market_address {
         Some(m) => store
             .get(m, id)
             .await?
             .with_context(|| format!("no round for market {id} on {m} in the store"))?,
         None => {
-            let mut all: Vec<_> = all_rounds(store.as_ref())
+            let mut all: Vec<_> = all_rounds(store)
                 .await?
                 .into_iter()
                 .filter(|r| r.market_id == id)
@@ -183,26 +212,41 @@ pub async fn rounds_show(
                 ),
             }
         }
+    })
+}
+
+/// The transaction history of a round, as the store keeps it: each nonce with its attempts.
+type TxHistory = [(
+    cresolver_store::NonceRecord,
+    Vec<cresolver_store::AttemptRecord>,
+)];
+
+/// Prints the round's exported transcript document (or its store record alone when it
+/// has no transcript yet), with its transactions and earlier attempts, as JSON.
+fn print_round_document(
+    rec: &cresolver_store::RoundRecord,
+    txs: &TxHistory,
+    past: &[cresolver_store::PastAttempt],
+) -> anyhow::Result<()> {
+    let mut doc = match cresolver_pipeline::transcript::export_document(rec) {
+        Ok(d) => d,
+        // No transcript yet: the store record alone.
+        Err(_) => serde_json::json!({
+            "round": cresolver_pipeline::transcript::RoundInfo::from(rec)
+        }),
     };
-    let txs = store.tx_history(rec.market, rec.market_id).await?;
-    let past = store.past_attempts(rec.market, rec.market_id).await?;
-    if json {
-        let mut doc = match cresolver_pipeline::transcript::export_document(&rec) {
-            Ok(d) => d,
-            // No transcript yet: the store record alone.
-            Err(_) => serde_json::json!({
-                "round": cresolver_pipeline::transcript::RoundInfo::from(&rec)
-            }),
-        };
-        doc["transactions"] = serde_json::to_value(
-            cresolver_pipeline::transcript::TransactionRecord::of_history(&txs),
-        )?;
-        if !past.is_empty() {
-            doc["previous_attempts"] = serde_json::to_value(&past)?;
-        }
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(ExitCode::SUCCESS);
+    doc["transactions"] =
+        serde_json::to_value(cresolver_pipeline::transcript::TransactionRecord::of_history(txs))?;
+    if !past.is_empty() {
+        doc["previous_attempts"] = serde_json::to_value(past)?;
     }
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
+}
+
+/// Prints what the store record says: state, attempt, reason, earlier attempts, the
+/// request and the submission.
+fn print_round_record(rec: &cresolver_store::RoundRecord, past: &[cresolver_store::PastAttempt]) {
     println!(
         "market {} on {}: {} (attempt {}, workflow {})",
         rec.market_id,
@@ -214,7 +258,7 @@ pub async fn rounds_show(
     if let Some(r) = &rec.reason {
         println!("reason: {r}");
     }
-    for a in &past {
+    for a in past {
         println!(
             "earlier attempt {}: {}{}",
             a.attempt,
@@ -232,7 +276,12 @@ pub async fn rounds_show(
     if let Some(tx) = rec.submit_tx {
         println!("submission: tx {tx}");
     }
-    for (n, attempts) in &txs {
+}
+
+/// Prints each nonce of the round's transactions with its attempts (fees, sent block,
+/// which one was mined).
+fn print_transactions(txs: &TxHistory) {
+    for (n, attempts) in txs {
         println!(
             "nonce {}: {}{}{}",
             n.nonce,
@@ -263,11 +312,11 @@ pub async fn rounds_show(
             );
         }
     }
-    let Ok(doc) = cresolver_pipeline::transcript::export_document(&rec) else {
-        println!("transcript: none (the round did not reach discovery)");
-        return Ok(ExitCode::SUCCESS);
-    };
-    let t = Transcript::from_value(doc, Path::new("store"))?;
+}
+
+/// Prints what the round's transcript says: the question, finality, each worker's
+/// answer, the quorum, the evaluation and tally, and the receipt.
+fn print_transcript(t: &Transcript) {
     println!("question: {}", t.question);
     println!(
         "transcript: version {}, market read at block {}",
@@ -287,42 +336,7 @@ pub async fn rounds_show(
             }
         );
     }
-    if let Some(stage) = t.resolve_stage() {
-        for (i, r) in stage.results.iter().enumerate() {
-            let what = match &r.outcome {
-                Ok(a) => format!(
-                    "{} ({:.0}%)",
-                    if a.determination { "YES" } else { "NO" },
-                    a.confidence * 100.0
-                ),
-                Err(f) => format!("no answer: {f}"),
-            };
-            let tally = t
-                .outcome
-                .as_ref()
-                .and_then(|o| o.tally.workers.get(i))
-                .map(|w| {
-                    format!(
-                        ", weight {}, scores {}/{}/{}",
-                        w.weight,
-                        w.scores.res_quality,
-                        w.scores.src_quality,
-                        w.scores.analysis_depth
-                    )
-                })
-                .unwrap_or_default();
-            println!(
-                "  worker #{} {}: {what} in {} ms{tally}",
-                i + 1,
-                r.address,
-                r.elapsed_ms
-            );
-        }
-        println!(
-            "quorum: {} of {} valid, {} required",
-            stage.valid, stage.registered, stage.required
-        );
-    }
+    print_workers(t);
     if let Some(o) = &t.outcome {
         println!(
             "evaluator: {}{}",
@@ -352,9 +366,49 @@ pub async fn rounds_show(
                 .unwrap_or_default()
         );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
+/// Prints each worker's answer of the resolve stage (with its weight and scores when the
+/// round was tallied) and the quorum; nothing when the transcript has no resolve stage.
+fn print_workers(t: &Transcript) {
+    let Some(stage) = t.resolve_stage() else {
+        return;
+    };
+    for (i, r) in stage.results.iter().enumerate() {
+        let what = match &r.outcome {
+            Ok(a) => format!(
+                "{} ({:.0}%)",
+                if a.determination { "YES" } else { "NO" },
+                a.confidence * 100.0
+            ),
+            Err(f) => format!("no answer: {f}"),
+        };
+        let tally = t
+            .outcome
+            .as_ref()
+            .and_then(|o| o.tally.workers.get(i))
+            .map(|w| {
+                format!(
+                    ", weight {}, scores {}/{}/{}",
+                    w.weight, w.scores.res_quality, w.scores.src_quality, w.scores.analysis_depth
+                )
+            })
+            .unwrap_or_default();
+        println!(
+            "  worker #{} {}: {what} in {} ms{tally}",
+            i + 1,
+            r.address,
+            r.elapsed_ms
+        );
+    }
+    println!(
+        "quorum: {} of {} valid, {} required",
+        stage.valid, stage.registered, stage.required
+    );
+}
+
+/// `cresolver rounds export`: writes each stored round's transcript into `out`, one file
+/// per round, and lists the rounds without one.
 pub async fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
     let store = open_store(&cfg).await?;
@@ -400,6 +454,7 @@ fn parse_time(s: &str) -> anyhow::Result<u64> {
     u64::try_from(t.unix_timestamp()).context("a time before 1970")
 }
 
+/// Unix seconds as an RFC 3339 time (the number itself when it is out of range).
 fn rfc3339(secs: u64) -> String {
     i64::try_from(secs)
         .ok()

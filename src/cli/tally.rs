@@ -38,8 +38,15 @@ struct InputWorker {
 /// Why the input could not be tallied.
 #[derive(Debug, thiserror::Error)]
 pub enum TallyInputError {
+    /// A field of the input is missing or malformed.
     #[error("invalid input at `{path}`: {message}")]
-    Field { path: String, message: String },
+    Field {
+        /// Where in the input, as a JSON path.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The input is well formed but the tally refuses it.
     #[error("cannot tally: {0}")]
     Tally(#[from] TallyError),
 }

@@ -233,40 +233,22 @@ async fn post(dn: &Dn, to: usize, env: &Envelope, key: &PrivateKeySigner) -> u16
         .unwrap_or(0)
 }
 
-#[tokio::test]
-async fn a_lying_member_forges_nothing_onto_the_chain() {
-    // The honest members' workers answer after 2 s, so the liar's observation (posted
-    // by this test as soon as their endpoints listen) reaches them before they have
-    // 2f+1 honest ones: with instant workers, a leader that proposed from its first
-    // three (all honest) left the liar out of the set, and the check that its extreme
-    // values move no score had nothing to check (seen once under load).
-    let (s, _) = counted_market_answering_after(Duration::from_secs(2)).await;
-    let mut dn = Dn::new(s, 4, 1, None).await;
-    let exec = request(&dn).await;
-    // member 3 is the liar, driven by this test; members 0..2 are honest processes
-    let liar = dn.keys[3].clone();
-    for i in 0..3 {
-        dn.spawn(i, None);
-    }
-    let env = |_round: u32, body: Body| Envelope {
+/// The envelope of a message the liar sends about execution `exec`, in its own name.
+fn liar_envelope(dn: &Dn, exec: B256, liar: Address, body: Body) -> Envelope {
+    Envelope {
         don_id: 1,
         config_version: 1,
         execution_id: exec,
         market: dn.s.dev.contracts.market,
         market_id: dn.s.market_id,
-        sender: liar.address(),
+        sender: liar,
         body,
-    };
-    dn.wait_endpoints(0..3).await;
-    let own = wire::sign_observation(lie(&dn, exec, liar.address(), 0), &liar).unwrap();
-    // an observation forged in member 0's name (signed by the liar)
-    let mut forged_obs = lie(&dn, exec, dn.keys[0].address(), 100);
-    forged_obs.timestamp = 2;
-    let forged = cresolver_don::wire::SignedObservation {
-        signature: wire::sign_digest(&liar, &forged_obs.digest()).unwrap(),
-        observation: forged_obs,
-    };
-    // a report nobody honest built, signed by the liar
+    }
+}
+
+/// A report nobody honest built (every worker at 100, resolution NO), and the liar's
+/// signature of it for the forwarder.
+fn fake_report(dn: &Dn, exec: B256, liar: &PrivateKeySigner) -> (Bytes, Bytes) {
     let fake_report = cresolver_core::report::build_raw_report(
         &cresolver_core::report::ExecutionHeader {
             version: 1,
@@ -285,73 +267,107 @@ async fn a_lying_member_forges_nothing_onto_the_chain() {
         ),
     );
     let fake_sig = wire::sign_digest(
-        &liar,
+        liar,
         &forwarder_digest(
             &fake_report,
             &cresolver_core::don::report_context(1, 1, 1, &dn.cfg.addresses()),
         ),
     )
     .unwrap();
-    for to in 0..3 {
-        assert_eq!(
-            post(
-                &dn,
-                to,
-                &env(
-                    0,
-                    Body::Observation {
-                        observation: own.clone()
-                    }
-                ),
-                &liar
-            )
-            .await,
-            200
-        );
-        assert_eq!(
-            post(
-                &dn,
-                to,
-                &env(
-                    0,
-                    Body::Proposal {
-                        round: 0,
-                        pol_round: None,
-                        observations: vec![forged.clone()],
-                        signature: Bytes::from(vec![0u8; 65]),
-                    }
-                ),
-                &liar
-            )
-            .await,
-            403,
-            "a forged observation opens nowhere"
-        );
-        let sig_msg = env(
-            0,
-            // a "decision" of a set with no precommits behind it, and its own signature
-            // of a report nobody honest built
-            Body::Decided {
+    (fake_report, fake_sig)
+}
+
+/// The liar's messages to honest member `to`: its own observation (accepted), a
+/// proposal carrying an observation forged in member 0's name (refused), a "decision"
+/// with no precommits and its signature of the fake report (answered), a stranger's
+/// message (refused), and a replay of the liar's own message (answered).
+async fn lie_to(
+    dn: &Dn,
+    to: usize,
+    exec: B256,
+    liar: &PrivateKeySigner,
+    own: &wire::SignedObservation,
+    forged: &wire::SignedObservation,
+    fake_sig: &Bytes,
+) {
+    let env = |body: Body| liar_envelope(dn, exec, liar.address(), body);
+    assert_eq!(
+        post(
+            dn,
+            to,
+            &env(Body::Observation {
+                observation: own.clone()
+            }),
+            liar
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        post(
+            dn,
+            to,
+            &env(Body::Proposal {
                 round: 0,
-                observations: vec![own.clone()],
-                commits: vec![],
-                report_signature: Some(fake_sig.clone()),
-                agreed: false,
-            },
-        );
-        assert_eq!(post(&dn, to, &sig_msg, &liar).await, 200);
-        // a stranger's message (naming itself, signed by itself) changes nothing
-        let stranger = &dn.s.dev.signers[19];
-        let mut from_stranger = env(
-            0,
-            Body::Observation {
-                observation: own.clone(),
-            },
-        );
-        from_stranger.sender = stranger.address();
-        assert_eq!(post(&dn, to, &from_stranger, stranger).await, 403);
-        // a replay of the liar's own message is answered and changes nothing
-        assert_eq!(post(&dn, to, &sig_msg, &liar).await, 200);
+                pol_round: None,
+                observations: vec![forged.clone()],
+                signature: Bytes::from(vec![0u8; 65]),
+            }),
+            liar
+        )
+        .await,
+        403,
+        "a forged observation opens nowhere"
+    );
+    // a "decision" of a set with no precommits behind it, and its own signature
+    // of a report nobody honest built
+    let sig_msg = env(Body::Decided {
+        round: 0,
+        observations: vec![own.clone()],
+        commits: vec![],
+        report_signature: Some(fake_sig.clone()),
+        agreed: false,
+    });
+    assert_eq!(post(dn, to, &sig_msg, liar).await, 200);
+    // a stranger's message (naming itself, signed by itself) changes nothing
+    let stranger = &dn.s.dev.signers[19];
+    let mut from_stranger = env(Body::Observation {
+        observation: own.clone(),
+    });
+    from_stranger.sender = stranger.address();
+    assert_eq!(post(dn, to, &from_stranger, stranger).await, 403);
+    // a replay of the liar's own message is answered and changes nothing
+    assert_eq!(post(dn, to, &sig_msg, liar).await, 200);
+}
+
+#[tokio::test]
+async fn a_lying_member_forges_nothing_onto_the_chain() {
+    // The honest members' workers answer after 2 s, so the liar's observation (posted
+    // by this test as soon as their endpoints listen) reaches them before they have
+    // 2f+1 honest ones: with instant workers, a leader that proposed from its first
+    // three (all honest) left the liar out of the set, and the check that its extreme
+    // values move no score had nothing to check (seen once under load).
+    let (s, _) = counted_market_answering_after(Duration::from_secs(2)).await;
+    let mut dn = Dn::new(s, 4, 1, None).await;
+    let exec = request(&dn).await;
+    // member 3 is the liar, driven by this test; members 0..2 are honest processes
+    let liar = dn.keys[3].clone();
+    for i in 0..3 {
+        dn.spawn(i, None);
+    }
+    dn.wait_endpoints(0..3).await;
+    let own = wire::sign_observation(lie(&dn, exec, liar.address(), 0), &liar).unwrap();
+    // an observation forged in member 0's name (signed by the liar)
+    let mut forged_obs = lie(&dn, exec, dn.keys[0].address(), 100);
+    forged_obs.timestamp = 2;
+    let forged = cresolver_don::wire::SignedObservation {
+        signature: wire::sign_digest(&liar, &forged_obs.digest()).unwrap(),
+        observation: forged_obs,
+    };
+    // a report nobody honest built, signed by the liar
+    let (fake_report, fake_sig) = fake_report(&dn, exec, &liar);
+    for to in 0..3 {
+        lie_to(&dn, to, exec, &liar, &own, &forged, &fake_sig).await;
     }
     dn.wait_resolved(FAULT_BOUND).await;
     let call = dn.assert_resolved_once(&[0, 1, 2]).await;

@@ -31,13 +31,21 @@ use std::time::{Duration, Instant};
 
 /// A DON on the devnet: its members' keys, dirs, ports and processes.
 pub struct Dn {
+    /// The devnet and its market, joined by the workers.
     pub s: MarketSetup,
+    /// The KeystoneForwarder the DON's reports go through.
     pub forwarder: Address,
+    /// The receiver behind the forwarder, which resolves the market.
     pub receiver: Address,
+    /// Each member's signing key.
     pub keys: Vec<PrivateKeySigner>,
+    /// Each member's directory: its config, store and log.
     pub dirs: Vec<TmpDir>,
+    /// Each member's HTTP API port.
     pub api: Vec<u16>,
+    /// The DON's configuration, shared by every member.
     pub cfg: DonConfig,
+    /// Each member's process, while it runs.
     pub procs: Vec<Option<tokio::process::Child>>,
     /// Where each member listens, when that is not its configured URL's port (a proxy in
     /// front of it holds that port).
@@ -145,12 +153,14 @@ impl Dn {
         self.procs[i] = Some(c.spawn().unwrap());
     }
 
+    /// Starts every member.
     pub fn spawn_all(&mut self) {
         for i in 0..self.keys.len() {
             self.spawn(i, None);
         }
     }
 
+    /// Kills member `i`'s process, if it runs.
     pub async fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.procs[i].take() {
             let _ = c.kill().await;
@@ -315,6 +325,7 @@ impl Dn {
     }
 }
 
+/// The last `n` lines of `s`.
 pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
@@ -324,7 +335,9 @@ pub fn tail(s: &str, n: usize) -> String {
 /// answers the `odd`-th one (1-based) from `other` instead of `main`.
 #[derive(Clone)]
 pub struct CountingWorker {
+    /// The endpoint to register.
     pub url: String,
+    /// How many resolve calls it received.
     pub resolves: Arc<AtomicUsize>,
 }
 
@@ -338,6 +351,8 @@ struct ProxyState {
     http: reqwest::Client,
 }
 
+/// A [`CountingWorker`] in front of `main` that answers the `k`-th resolve call (1-based) from
+/// `u` when `other` is `Some((u, k))`.
 pub async fn counting_worker(main: String, other: Option<(String, usize)>) -> CountingWorker {
     counting_worker_with(main, other, None).await
 }

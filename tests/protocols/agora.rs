@@ -109,27 +109,10 @@ async fn assert_envelope(s: &Setup, needle: &str) -> String {
     }
 }
 
-#[tokio::test]
-async fn good_agent_resolves_and_defends() {
-    // Default settings: a zero budget, so only free offers are taken.
-    let s = setup_node(
-        AgoraBehaviour::Good,
-        SinceMode::Exclusive,
-        node_with(AgoraConfig::default()),
-    )
-    .await;
-    let answer = resolve(&s, OK_BUDGET_MS).await.unwrap();
-    assert!(answer.determination && !answer.abstain);
-    assert_eq!(answer.confidence, 0.8);
-    assert!(answer.evidence.contains("reference feed"));
-    // The agent listed its source twice.
-    assert_eq!(answer.sources, vec!["https://feed.example/report"]);
-    assert!(
-        answer.notes.iter().any(|n| n.contains("accepted offer")),
-        "{:?}",
-        answer.notes
-    );
-
+/// What went over the relay for one resolve: one signed REQUEST and one ACCEPT from the
+/// node, their payloads, and long polls that keep within the budget and follow the
+/// agent's events.
+fn check_resolve_wire(s: &Setup) {
     // What went over the relay: one signed REQUEST and one ACCEPT from this node, which
     // verify against the node's did (the agent verified them as well).
     let requests = s.relay.events_of_type("REQUEST");
@@ -180,6 +163,30 @@ async fn good_agent_resolves_and_defends() {
             .any(|q| q["since"] == offer["ts"].as_str().unwrap()),
         "{node_polls:?}"
     );
+}
+
+#[tokio::test]
+async fn good_agent_resolves_and_defends() {
+    // Default settings: a zero budget, so only free offers are taken.
+    let s = setup_node(
+        AgoraBehaviour::Good,
+        SinceMode::Exclusive,
+        node_with(AgoraConfig::default()),
+    )
+    .await;
+    let answer = resolve(&s, OK_BUDGET_MS).await.unwrap();
+    assert!(answer.determination && !answer.abstain);
+    assert_eq!(answer.confidence, 0.8);
+    assert!(answer.evidence.contains("reference feed"));
+    // The agent listed its source twice.
+    assert_eq!(answer.sources, vec!["https://feed.example/report"]);
+    assert!(
+        answer.notes.iter().any(|n| n.contains("accepted offer")),
+        "{:?}",
+        answer.notes
+    );
+
+    check_resolve_wire(&s);
 
     // The challenge stage: a new thread, the challenges and the peers by label only.
     let challenges = vec![

@@ -21,6 +21,59 @@ fn registration(name: &str, service: Value) -> AgentUri {
     AgentUri::Raw(data_uri(&doc))
 }
 
+/// The round's transcript `t`: every worker was discovered with its protocol, answered,
+/// was challenged in its own protocol and answered that; the round-table worker
+/// ratified the outcome.
+fn check_every_protocol_took_part(t: &Value) {
+    let protocols: Vec<&str> = t["discovery"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["protocol"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        protocols,
+        ["a2a", "factagora", "roundtable", "chorus", "agora"]
+    );
+    let results = t
+        .pointer("/outcome/resolve/results")
+        .unwrap()
+        .as_array()
+        .unwrap();
+    for (i, r) in results.iter().enumerate() {
+        assert!(r["outcome"]["Ok"].is_object(), "worker {i}: {r}");
+    }
+    // every worker was challenged in its own protocol and answered
+    let challenges = t
+        .pointer("/outcome/challenges")
+        .unwrap()
+        .as_array()
+        .unwrap();
+    for (i, c) in challenges.iter().enumerate() {
+        assert!(c["failure"].is_null(), "worker {i}: {c}");
+        assert!(
+            !c["responses"].as_array().unwrap().is_empty(),
+            "worker {i}: {c}"
+        );
+    }
+    assert!(
+        challenges[1]["challenges"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("Round 2"),
+        "{}",
+        challenges[1]
+    );
+    // the round-table worker ratified the outcome (the only protocol with a vote)
+    let ratification = t
+        .pointer("/outcome/ratification")
+        .unwrap()
+        .as_array()
+        .unwrap();
+    assert_eq!(ratification.len(), 1, "{ratification:?}");
+    assert_eq!(ratification[0]["outcome"]["Ok"]["approve"], true);
+}
+
 #[tokio::test]
 async fn a_mixed_round_resolves_on_chain() {
     let a2a = agent(behaviour(DeterminationMode::Yes, 0.8)).await;
@@ -89,53 +142,7 @@ async fn a_mixed_round_resolves_on_chain() {
     assert_eq!(report.resolution, Some(true));
 
     let t = report.transcript.as_ref().unwrap();
-    let protocols: Vec<&str> = t["discovery"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["protocol"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        protocols,
-        ["a2a", "factagora", "roundtable", "chorus", "agora"]
-    );
-    let results = t
-        .pointer("/outcome/resolve/results")
-        .unwrap()
-        .as_array()
-        .unwrap();
-    for (i, r) in results.iter().enumerate() {
-        assert!(r["outcome"]["Ok"].is_object(), "worker {i}: {r}");
-    }
-    // every worker was challenged in its own protocol and answered
-    let challenges = t
-        .pointer("/outcome/challenges")
-        .unwrap()
-        .as_array()
-        .unwrap();
-    for (i, c) in challenges.iter().enumerate() {
-        assert!(c["failure"].is_null(), "worker {i}: {c}");
-        assert!(
-            !c["responses"].as_array().unwrap().is_empty(),
-            "worker {i}: {c}"
-        );
-    }
-    assert!(
-        challenges[1]["challenges"][0]
-            .as_str()
-            .unwrap()
-            .starts_with("Round 2"),
-        "{}",
-        challenges[1]
-    );
-    // the round-table worker ratified the outcome (the only protocol with a vote)
-    let ratification = t
-        .pointer("/outcome/ratification")
-        .unwrap()
-        .as_array()
-        .unwrap();
-    assert_eq!(ratification.len(), 1, "{ratification:?}");
-    assert_eq!(ratification[0]["outcome"]["Ok"]["approve"], true);
+    check_every_protocol_took_part(t);
     // on chain: one resolution, every worker paid by its tally weight
     let weights: Vec<u64> = t
         .pointer("/outcome/tally/workers")

@@ -233,8 +233,10 @@ async fn missing_confidence_is_half_and_noted_and_sanitising_is_noted() {
     );
 }
 
-#[tokio::test]
-async fn each_failure_lands_in_its_typed_reason() {
+/// One scripted agent per failure, with the kind and the text its resolve must fail with
+/// (under a 400 ms budget): schema violations of /analyze and /vote, invalid JSON, HTTP
+/// errors and timeouts, including a slow /analyze that leaves /vote only the rest.
+fn failure_cases() -> Vec<(Script, &'static str, &'static str)> {
     let mut bad_severity = analysis_yes();
     bad_severity["observations"][1]["severity"] = json!("high");
     let mut no_observations = analysis_yes();
@@ -253,7 +255,7 @@ async fn each_failure_lands_in_its_typed_reason() {
         vote,
     };
     let ok = || Reply::Json(analysis_yes());
-    let cases: Vec<(Script, &str, &str)> = vec![
+    vec![
         (
             with(Reply::Json(bad_severity), Reply::Json(approve())),
             "schema",
@@ -322,7 +324,12 @@ async fn each_failure_lands_in_its_typed_reason() {
             "timeout",
             "timed out after 400 ms",
         ),
-    ];
+    ]
+}
+
+#[tokio::test]
+async fn each_failure_lands_in_its_typed_reason() {
+    let cases = failure_cases();
     let c = client(400);
     let mut agents = Vec::new();
     for (script, _, _) in &cases {

@@ -1,6 +1,7 @@
 //! dry-run: the submission simulated without touching the chain, in direct and report mode, watching new requests, and at the request block.
 
 use super::*;
+use alloy::primitives::B256;
 
 fn dry_run_config(s: &MarketSetup, dir: &Path) -> PathBuf {
     dry_run_config_with(s, dir, |t| t, "")
@@ -32,18 +33,11 @@ fn key_of(s: &PrivateKeySigner) -> String {
     alloy::hex::encode(s.to_bytes())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dry_run_simulates_without_touching_the_chain() {
-    let s = market_with_workers(
-        good_uris(&[(DeterminationMode::Yes, 0.9), (DeterminationMode::No, 0.6)]).await,
-    )
-    .await;
-    let dir = tmpdir("dry");
-    let config = dry_run_config(&s, &dir);
+/// The authorizedResolvers slot of the layout is the one the contract uses: set for the
+/// deployer, clear for account 12. Returns account 12's slot.
+async fn check_authorized_slots(s: &MarketSetup) -> B256 {
     let dev = &s.dev;
     let market = dev.contracts.market;
-
-    // the authorizedResolvers slot of the layout is the one the contract uses
     let slot = cresolver_pipeline::dryrun::authorized_resolver_slot(dev.accounts[0]);
     let v = dev
         .provider
@@ -62,17 +56,15 @@ async fn dry_run_simulates_without_touching_the_chain() {
         .await
         .unwrap();
     assert_eq!(v, U256::ZERO);
+    slot12
+}
 
-    let block_before = dev.provider.get_block_number().await.unwrap();
-    let nonce_before = dev
-        .provider
-        .get_transaction_count(dev.accounts[0])
-        .await
-        .unwrap();
-
-    // the authorized key: the simulation succeeds
+/// The authorized key's dry-run succeeds: the simulation, its gas estimate and calldata,
+/// and the decoded would-be report.
+async fn check_authorized_dry_run(s: &MarketSetup, config: &Path) {
+    let dev = &s.dev;
     let out = cli(
-        &["dry-run", "--config", p(&config), "--market", "0", "--json"],
+        &["dry-run", "--config", p(config), "--market", "0", "--json"],
         &[("CRESOLVER_PRIVATE_KEY", key_of(&dev.signers[0]))],
     )
     .await;
@@ -101,33 +93,21 @@ async fn dry_run_simulates_without_touching_the_chain() {
     let workers: Vec<Address> = serde_json::from_value(decoded["workers"].clone()).unwrap();
     assert_eq!(workers, s.workers);
     assert!(r["report"].as_str().unwrap().len() > 2);
+}
 
-    // nothing moved
-    assert_eq!(dev.provider.get_block_number().await.unwrap(), block_before);
-    assert_eq!(
-        dev.provider
-            .get_transaction_count(dev.accounts[0])
-            .await
-            .unwrap(),
-        nonce_before
-    );
-    assert!(
-        !dev.market()
-            .getMarket(s.market_id)
-            .call()
-            .await
-            .unwrap()
-            .resolved
-    );
-    assert!(
-        !dir.join("data").exists(),
-        "a dry-run must not create a store"
-    );
-
-    // a key that is not authorized: the decoded Unauthorized, and the override's verdict
+/// A key that is not authorized: the decoded Unauthorized and the override's verdict, as
+/// JSON and (with --from, without a key) as text; nothing is sent. `slot12` is account
+/// 12's authorizedResolvers slot.
+async fn check_unauthorized_dry_run(
+    s: &MarketSetup,
+    config: &Path,
+    slot12: B256,
+    block_before: u64,
+) {
+    let dev = &s.dev;
     let outsider = dev.accounts[12];
     let out = cli(
-        &["dry-run", "--config", p(&config), "--market", "0", "--json"],
+        &["dry-run", "--config", p(config), "--market", "0", "--json"],
         &[("CRESOLVER_PRIVATE_KEY", key_of(&dev.signers[12]))],
     )
     .await;
@@ -146,7 +126,7 @@ async fn dry_run_simulates_without_touching_the_chain() {
         &[
             "dry-run",
             "--config",
-            p(&config),
+            p(config),
             "--market",
             "0",
             "--from",
@@ -171,6 +151,52 @@ async fn dry_run_simulates_without_touching_the_chain() {
         0
     );
     assert_eq!(dev.provider.get_block_number().await.unwrap(), block_before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_simulates_without_touching_the_chain() {
+    let s = market_with_workers(
+        good_uris(&[(DeterminationMode::Yes, 0.9), (DeterminationMode::No, 0.6)]).await,
+    )
+    .await;
+    let dir = tmpdir("dry");
+    let config = dry_run_config(&s, &dir);
+    let dev = &s.dev;
+    let slot12 = check_authorized_slots(&s).await;
+
+    let block_before = dev.provider.get_block_number().await.unwrap();
+    let nonce_before = dev
+        .provider
+        .get_transaction_count(dev.accounts[0])
+        .await
+        .unwrap();
+
+    // the authorized key: the simulation succeeds
+    check_authorized_dry_run(&s, &config).await;
+
+    // nothing moved
+    assert_eq!(dev.provider.get_block_number().await.unwrap(), block_before);
+    assert_eq!(
+        dev.provider
+            .get_transaction_count(dev.accounts[0])
+            .await
+            .unwrap(),
+        nonce_before
+    );
+    assert!(
+        !dev.market()
+            .getMarket(s.market_id)
+            .call()
+            .await
+            .unwrap()
+            .resolved
+    );
+    assert!(
+        !dir.join("data").exists(),
+        "a dry-run must not create a store"
+    );
+
+    check_unauthorized_dry_run(&s, &config, slot12, block_before).await;
 
     // without --from and without a key: says what to pass
     let out = cli(&["dry-run", "--config", p(&config), "--market", "0"], &[]).await;

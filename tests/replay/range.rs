@@ -73,18 +73,11 @@ async fn refusing_proxy(upstream: String, max_span: u64) -> (String, Arc<AtomicU
     (url, refused)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_block_range_replays_resolved_unresolved_and_untranscribed_markets() {
-    // market 0 (from the helper) and market 1: good workers, resolved by the node
-    let s = market_with_workers(
-        good_uris(&[
-            (DeterminationMode::Yes, 0.9),
-            (DeterminationMode::No, 0.7),
-            (DeterminationMode::Yes, 0.6),
-        ])
-        .await,
-    )
-    .await;
+/// Markets 1 to 4 of `s`'s contract: 1 joined by the good workers; 2 joined by workers
+/// that do not answer (quorum not met, never resolved); 3 joined by the good workers, to
+/// be requested while the node is down (no transcript); 4 never requested. Returns the
+/// ids of markets 1 to 3.
+async fn more_range_markets(s: &MarketSetup) -> (U256, U256, U256) {
     let dev = &s.dev;
     let m1 = dev
         .create_market("Second question?", s.reward, 86_400)
@@ -124,6 +117,77 @@ async fn a_block_range_replays_resolved_unresolved_and_untranscribed_markets() {
         (m1, m2, m3, m4),
         (U256::from(1), U256::from(2), U256::from(3), U256::from(4))
     );
+    (m1, m2, m3)
+}
+
+/// The JSON of the range replay: markets 0 and 1 resolved and agreeing bit for bit, 2
+/// never resolved and agreeing (no quorum), 3 never resolved nor transcribed (not
+/// replayed, not agreeing); market 4, never requested, is not listed.
+fn check_range_rows(v: &Value) {
+    let rows = v["markets"].as_array().unwrap();
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|m| m["market_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["0x0", "0x1", "0x2", "0x3"], "{v:#}");
+    for m in &rows[..2] {
+        assert_eq!(m["agree"], true, "{m:#}");
+        assert_eq!(m["on_chain"]["resolved"], true);
+        assert_eq!(m["report_identical"], true);
+        assert_eq!(m["differences_vs_chain"], json!([]));
+    }
+    assert_eq!(rows[1]["on_chain"]["resolution"], true);
+    // never resolved, and the replay agrees: no quorum
+    assert_eq!(rows[2]["on_chain"]["resolved"], false);
+    assert_eq!(rows[2]["replayed"]["status"], "no_quorum");
+    assert_eq!(rows[2]["agree"], true, "{:#}", rows[2]);
+    // never resolved and never transcribed: not replayed, not agreeing
+    assert_eq!(rows[3]["on_chain"]["resolved"], false);
+    assert_eq!(rows[3]["replayed"]["status"], "unavailable");
+    assert_eq!(rows[3]["agree"], false);
+    assert_eq!(v["all_agree"], false);
+}
+
+/// The table of the range replay (`args`: the replay's command line without --json)
+/// says the same as its JSON: which rows agree and why the others do not.
+async fn check_range_table(args: &[&str]) {
+    let out = cli(args, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let table = text(&out.stdout);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("MARKET") && lines[0].contains("AGREE"),
+        "{table}"
+    );
+    assert!(
+        lines[3].contains("unresolved")
+            && lines[3].contains("no quorum")
+            && lines[3].contains("yes"),
+        "{table}"
+    );
+    assert!(
+        lines[4].contains("unresolved")
+            && lines[4].contains("NO")
+            && lines[4].contains("no transcript"),
+        "{table}"
+    );
+    assert!(table.contains("3 of 4 market(s) agree"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_range_replays_resolved_unresolved_and_untranscribed_markets() {
+    // market 0 (from the helper) and market 1: good workers, resolved by the node
+    let s = market_with_workers(
+        good_uris(&[
+            (DeterminationMode::Yes, 0.9),
+            (DeterminationMode::No, 0.7),
+            (DeterminationMode::Yes, 0.6),
+        ])
+        .await,
+    )
+    .await;
+    let dev = &s.dev;
+    let (m1, m2, m3) = more_range_markets(&s).await;
 
     let dir = tmpdir("range");
     let wf = workflow_file(&dir, "wf.toml", |t| t);
@@ -164,51 +228,10 @@ async fn a_block_range_replays_resolved_unresolved_and_untranscribed_markets() {
         "the proxy refused nothing"
     );
     let v = json_of(&out);
+    check_range_rows(&v);
     let rows = v["markets"].as_array().unwrap();
-    let ids: Vec<&str> = rows
-        .iter()
-        .map(|m| m["market_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, vec!["0x0", "0x1", "0x2", "0x3"], "{v:#}");
-    for m in &rows[..2] {
-        assert_eq!(m["agree"], true, "{m:#}");
-        assert_eq!(m["on_chain"]["resolved"], true);
-        assert_eq!(m["report_identical"], true);
-        assert_eq!(m["differences_vs_chain"], json!([]));
-    }
-    assert_eq!(rows[1]["on_chain"]["resolution"], true);
-    // never resolved, and the replay agrees: no quorum
-    assert_eq!(rows[2]["on_chain"]["resolved"], false);
-    assert_eq!(rows[2]["replayed"]["status"], "no_quorum");
-    assert_eq!(rows[2]["agree"], true, "{:#}", rows[2]);
-    // never resolved and never transcribed: not replayed, not agreeing
-    assert_eq!(rows[3]["on_chain"]["resolved"], false);
-    assert_eq!(rows[3]["replayed"]["status"], "unavailable");
-    assert_eq!(rows[3]["agree"], false);
-    assert_eq!(v["all_agree"], false);
 
-    // the table
-    let out = cli(&args, &[]).await;
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    let table = text(&out.stdout);
-    let lines: Vec<&str> = table.lines().collect();
-    assert!(
-        lines[0].starts_with("MARKET") && lines[0].contains("AGREE"),
-        "{table}"
-    );
-    assert!(
-        lines[3].contains("unresolved")
-            && lines[3].contains("no quorum")
-            && lines[3].contains("yes"),
-        "{table}"
-    );
-    assert!(
-        lines[4].contains("unresolved")
-            && lines[4].contains("NO")
-            && lines[4].contains("no transcript"),
-        "{table}"
-    );
-    assert!(table.contains("3 of 4 market(s) agree"), "{table}");
+    check_range_table(&args).await;
 
     // a range that holds only resolved markets agrees (exit 0)
     let to = rows[1]["request"]["block"].as_u64().unwrap().to_string();

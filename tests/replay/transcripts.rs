@@ -44,7 +44,32 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
     let rpc = s.dev.rpc_url();
     let data = dir.join("data");
     let store_args = ["--data-dir", p(&data), "--market-address", market.as_str()];
+    check_rounds_show(&store_args, &stored).await;
+    let file = check_rounds_export(&s, &dir, &store_args).await;
+    check_replay_agrees(&file, &rpc, request.block_number).await;
+    check_replay_offline_by_market_and_live(&file, &rpc, &store_args).await;
+    check_tampered_answer_differs(&dir, &file, &rpc).await;
+    check_changed_workflow_is_named(&dir, &file, &rpc).await;
 
+    // a corrupt field is named with the file
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    doc["outcome"]["tally"]["workers"][1]["weight"] = json!("lots");
+    let corrupt = dir.join("corrupt.json");
+    std::fs::write(&corrupt, doc.to_string()).unwrap();
+    let out = cli(&["replay", "--transcript", p(&corrupt), "--offline"], &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(p(&corrupt)) && err.contains("outcome.tally.workers[1].weight"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `rounds show --json` prints the export document of the confirmed round with its
+/// transaction manager's record (`stored` is the node's transcript); the text form names
+/// the state, every worker and the mined attempt.
+async fn check_rounds_show(store_args: &[&str], stored: &Value) {
     // rounds show --json: the export document
     let mut args = vec!["rounds", "show", "0", "--json"];
     args.extend(store_args);
@@ -77,8 +102,11 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
         "{}",
         show(&out)
     );
+}
 
-    // rounds export: one file per round
+/// `rounds export` writes one file per round; the library replay of that file reproduces
+/// the report bytes bit for bit. Returns the exported file.
+async fn check_rounds_export(s: &MarketSetup, dir: &Path, store_args: &[&str]) -> PathBuf {
     let exported = dir.join("export");
     let mut args = vec!["rounds", "export", "--out", p(&exported)];
     args.extend(store_args);
@@ -105,15 +133,19 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
         replayed.report.as_ref(),
         Some(&t.outcome.as_ref().unwrap().report)
     );
+    file
+}
 
-    // the CLI replay agrees with the chain, exit 0
+/// The CLI replay of the exported transcript agrees with the chain (exit 0), as JSON and
+/// as a table; `request_block` is the block of the round's request.
+async fn check_replay_agrees(file: &Path, rpc: &str, request_block: Option<u64>) {
     let out = cli(
         &[
             "replay",
             "--transcript",
-            p(&file),
+            p(file),
             "--rpc-url",
-            &rpc,
+            rpc,
             "--json",
         ],
         &[],
@@ -130,13 +162,9 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
     assert_eq!(m["differences_vs_chain"], json!([]));
     assert_eq!(m["differences_vs_transcript"], json!([]));
     assert_eq!(m["chain_check"]["consistent"], true, "{m:#}");
-    assert_eq!(m["request"]["block"].as_u64(), request.block_number);
+    assert_eq!(m["request"]["block"].as_u64(), request_block);
     // the table
-    let out = cli(
-        &["replay", "--transcript", p(&file), "--rpc-url", &rpc],
-        &[],
-    )
-    .await;
+    let out = cli(&["replay", "--transcript", p(file), "--rpc-url", rpc], &[]).await;
     assert!(out.status.success(), "{}", show(&out));
     let table = text(&out.stdout);
     let row = table.lines().nth(1).unwrap();
@@ -144,13 +172,17 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
         assert!(row.contains(cell), "{table}");
     }
     assert!(table.contains("1 of 1 market(s) agree"), "{table}");
+}
 
+/// The round replays offline (no RPC, compared with the recorded round), by market id
+/// with the transcript from the store, and live with today's workers.
+async fn check_replay_offline_by_market_and_live(file: &Path, rpc: &str, store_args: &[&str]) {
     // offline: no RPC at all, compared with the recorded round
     let out = cli(
         &[
             "replay",
             "--transcript",
-            p(&file),
+            p(file),
             "--offline",
             "--rpc-url",
             "http://127.0.0.1:1",
@@ -163,7 +195,7 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
     assert_eq!(json_of(&out)["markets"][0]["on_chain"]["checked"], false);
 
     // replay by market id, with the transcript from the store
-    let mut args = vec!["replay", "--market", "0", "--rpc-url", &rpc, "--json"];
+    let mut args = vec!["replay", "--market", "0", "--rpc-url", rpc, "--json"];
     args.extend(store_args);
     let out = cli(&args, &[]).await;
     assert!(out.status.success(), "{}", show(&out));
@@ -176,7 +208,7 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
         "0",
         "--live",
         "--rpc-url",
-        &rpc,
+        rpc,
         "--json",
     ];
     args.extend(store_args);
@@ -192,9 +224,13 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
     let v = json_of(&out);
     assert_eq!(v["markets"][0]["source"], "live");
     assert_eq!(v["markets"][0]["report_identical"], true, "{v:#}");
+}
 
+/// A transcript whose NO worker is edited to say YES disagrees with the chain (exit 1):
+/// the JSON names the changed weight of slot 3, the table the differing row.
+async fn check_tampered_answer_differs(dir: &Path, file: &Path, rpc: &str) {
     // tamper with a worker's answer: the NO worker now says YES
-    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     let answer = &mut doc["outcome"]["resolve"]["results"][2]["outcome"]["Ok"];
     assert_eq!(answer["determination"], false);
     answer["determination"] = json!(true);
@@ -206,7 +242,7 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
             "--transcript",
             p(&tampered),
             "--rpc-url",
-            &rpc,
+            rpc,
             "--json",
         ],
         &[],
@@ -225,7 +261,7 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
         "{m:#}"
     );
     let out = cli(
-        &["replay", "--transcript", p(&tampered), "--rpc-url", &rpc],
+        &["replay", "--transcript", p(&tampered), "--rpc-url", rpc],
         &[],
     )
     .await;
@@ -235,9 +271,12 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
         row.contains("NO") && row.contains("#3") && row.contains("differs"),
         "{table}"
     );
+}
 
-    // a changed workflow parameter is named: a fixed quorum of 4 out of 3 workers
-    let strict = workflow_file(&dir, "strict.toml", |t| {
+/// Replayed under a workflow with a fixed quorum of 4 out of 3 workers, the round has no
+/// quorum (exit 1) and the changed parameter is named, in the JSON and in the text.
+async fn check_changed_workflow_is_named(dir: &Path, file: &Path, rpc: &str) {
+    let strict = workflow_file(dir, "strict.toml", |t| {
         t.replace("rule = \"bft\"", "rule = 4")
     });
     assert_ne!(
@@ -249,11 +288,11 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
         &[
             "replay",
             "--transcript",
-            p(&file),
+            p(file),
             "--workflow",
             p(&strict),
             "--rpc-url",
-            &rpc,
+            rpc,
             "--json",
         ],
         &[],
@@ -271,11 +310,11 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
         &[
             "replay",
             "--transcript",
-            p(&file),
+            p(file),
             "--workflow",
             p(&strict),
             "--rpc-url",
-            &rpc,
+            rpc,
         ],
         &[],
     )
@@ -285,20 +324,6 @@ async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_name
         "{}",
         show(&out)
     );
-
-    // a corrupt field is named with the file
-    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    doc["outcome"]["tally"]["workers"][1]["weight"] = json!("lots");
-    let corrupt = dir.join("corrupt.json");
-    std::fs::write(&corrupt, doc.to_string()).unwrap();
-    let out = cli(&["replay", "--transcript", p(&corrupt), "--offline"], &[]).await;
-    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
-    let err = text(&out.stderr);
-    assert!(
-        err.contains(p(&corrupt)) && err.contains("outcome.tally.workers[1].weight"),
-        "{err}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
