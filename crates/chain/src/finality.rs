@@ -59,11 +59,11 @@ pub fn default_finality_depth(chain_id: u64) -> u64 {
 /// Reads the newest final block: the `finalized` tag, or `head - depth` when the
 /// endpoint does not serve it (an error or no block for the tag). An error only when the
 /// head cannot be read either.
-pub async fn finalized(provider: &DynProvider, depth: u64) -> Result<Finalized, String> {
+pub async fn finalized(provider: &DynProvider, depth: u64) -> Result<Finalized, crate::RpcFailure> {
     let head = provider
         .get_block_number()
         .await
-        .map_err(|e| format!("eth_blockNumber: {e}"))?;
+        .map_err(|e| crate::RpcFailure::new("eth_blockNumber", e))?;
     match provider
         .get_block_by_number(BlockNumberOrTag::Finalized)
         .await
@@ -83,12 +83,15 @@ pub async fn finalized(provider: &DynProvider, depth: u64) -> Result<Finalized, 
 }
 
 /// The hash of canonical block `n` (`None`: the endpoint has no such block).
-pub async fn canonical_hash(provider: &DynProvider, n: u64) -> Result<Option<B256>, String> {
+pub async fn canonical_hash(
+    provider: &DynProvider,
+    n: u64,
+) -> Result<Option<B256>, crate::RpcFailure> {
     provider
         .get_block_by_number(BlockNumberOrTag::Number(n))
         .await
         .map(|b| b.map(|b| b.header.hash))
-        .map_err(|e| format!("eth_getBlockByNumber({n}): {e}"))
+        .map_err(|e| crate::RpcFailure::new(format!("eth_getBlockByNumber({n})"), e))
 }
 
 #[cfg(test)]

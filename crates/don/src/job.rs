@@ -9,9 +9,24 @@ use cresolver_core::don::{Aggregate, Observation};
 use serde::Serialize;
 use std::sync::Arc;
 
+/// Why an aggregate makes no report, as the node's report builder says it (a quorum
+/// not met, a tally that fails).
+pub type ReportRefusal = Box<dyn std::error::Error + Send + Sync>;
+
 /// Builds the raw report of an aggregate (tally, report body, forwarder header), or says
 /// why the aggregate makes no report.
-pub type BuildReport = Arc<dyn Fn(&Aggregate) -> Result<Bytes, String> + Send + Sync>;
+pub type BuildReport = Arc<dyn Fn(&Aggregate) -> Result<Bytes, ReportRefusal> + Send + Sync>;
+
+/// Why a set of observations makes no report on this member.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The observations do not aggregate (too few, or not of this execution).
+    #[error(transparent)]
+    Aggregate(#[from] cresolver_core::don::AggregateError),
+    /// The node's report builder refused the aggregate.
+    #[error("{0}")]
+    Refused(ReportRefusal),
+}
 
 /// One execution this member observed and wants agreed.
 #[derive(Clone)]
@@ -44,10 +59,12 @@ pub enum AgreeError {
     /// The node is shutting down; the consensus state is persisted.
     #[error("the node is shutting down; the agreement resumes on restart")]
     ShuttingDown,
-    /// The decided set makes no report on this member (its worker list or report builder
-    /// differs from the other members').
-    #[error("the decided set makes no report on this member: {0}")]
-    Unbuildable(String),
+    /// This member's state file holds its signature of another report for the
+    /// execution (a state file older than the consensus protocol).
+    #[error(
+        "the decided set makes no report on this member: this member's state file holds a signature of another report for this execution"
+    )]
+    SignedAnother,
     /// The state file.
     #[error(transparent)]
     Persist(#[from] PersistError),

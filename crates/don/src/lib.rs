@@ -35,4 +35,4 @@ mod shared;
 pub mod wire;
 
 pub use config::{DonConfig, DonConfigError, MemberConfig};
-pub use member::{AgreeError, Agreed, Don, InstanceStatus, Job};
+pub use member::{AgreeError, Agreed, BuildError, Don, InstanceStatus, Job, ReportRefusal};

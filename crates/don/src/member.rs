@@ -7,7 +7,7 @@
 pub use crate::agreed::Agreed;
 use crate::book::{Books, Full};
 use crate::config::DonConfig;
-pub use crate::job::{AgreeError, BuildReport, InstanceStatus, Job};
+pub use crate::job::{AgreeError, BuildError, BuildReport, InstanceStatus, Job, ReportRefusal};
 use crate::persist::{Persist, PersistError};
 use crate::shared::{REPLY_EVERY, Shared};
 use crate::wire::{self, Body, Envelope, SignedObservation};

@@ -3,7 +3,14 @@
 //! (or of its missed quorum) and the transcript's record of an agreement. The round's
 //! `agree` and `transmit` steps are in `round::don`.
 
-use super::*;
+use crate::Pipeline;
+use alloy::primitives::{Address, B256, U256};
+use alloy::signers::local::PrivateKeySigner;
+use cresolver_metrics::Metrics;
+use cresolver_pipeline::config::NodeConfig;
+use cresolver_pipeline::transcript::{DonMemberRecord, DonRecord};
+use std::sync::Arc;
+
 use cresolver_core::don::{Observation, ObservedAnswer, Position, WorkerObservation};
 use cresolver_don::{Agreed, Don};
 use cresolver_submit::SubmitMode;

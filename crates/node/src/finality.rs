@@ -20,6 +20,20 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// Why a pass of the finality watch could not look at a round (or at any).
+#[derive(Debug, thiserror::Error)]
+pub enum FinalityError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] cresolver_store::StoreError),
+    /// A call to the chain failed.
+    #[error(transparent)]
+    Chain(#[from] cresolver_chain::RpcFailure),
+    /// The market could not be read.
+    #[error(transparent)]
+    Read(#[from] cresolver_chain::reader::ReadError),
+}
+
 /// Rounds looked at per pass (the least recently updated first).
 const BATCH: usize = 1_000;
 
@@ -73,12 +87,8 @@ impl FinalityWatch {
     }
 
     /// One look at every `confirmed` round.
-    pub async fn check_once(&self) -> Result<Pass, String> {
-        let rounds = self
-            .store
-            .awaiting_finality(BATCH)
-            .await
-            .map_err(|e| e.to_string())?;
+    pub async fn check_once(&self) -> Result<Pass, FinalityError> {
+        let rounds = self.store.awaiting_finality(BATCH).await?;
         let mut pass = Pass {
             watched: rounds.len(),
             ..Default::default()
@@ -120,21 +130,15 @@ impl FinalityWatch {
         w: &Watched,
         fin: &Finalized,
         hashes: &mut HashMap<u64, Option<B256>>,
-    ) -> Result<Verdict, String> {
+    ) -> Result<Verdict, FinalityError> {
         let Some((_, _, at)) = w.mined else {
             // a record without the block's hash (written before it was kept): the
             // chain's word on the market itself
             let m = (w.market, w.market_id);
-            if resolved_at(&self.provider, m.0, m.1, Some(fin.number))
-                .await
-                .map_err(|e| e.to_string())?
-            {
+            if resolved_at(&self.provider, m.0, m.1, Some(fin.number)).await? {
                 return Ok(Verdict::Final);
             }
-            if resolved_at(&self.provider, m.0, m.1, None)
-                .await
-                .map_err(|e| e.to_string())?
-            {
+            if resolved_at(&self.provider, m.0, m.1, None).await? {
                 return Ok(Verdict::Watching);
             }
             return Ok(Verdict::Reorged(format!(
@@ -176,12 +180,11 @@ impl FinalityWatch {
         &self,
         w: &Watched,
         edit: impl FnOnce(&mut FinalityRecord),
-    ) -> Result<Option<serde_json::Value>, String> {
+    ) -> Result<Option<serde_json::Value>, FinalityError> {
         let stored = self
             .store
             .get(w.market, w.market_id)
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .and_then(|r| r.outcome);
         let Some(mut t) = stored.and_then(|v| serde_json::from_value::<Transcript>(v).ok()) else {
             return Ok(None);
@@ -200,7 +203,7 @@ impl FinalityWatch {
         Ok(serde_json::to_value(&t).ok())
     }
 
-    async fn finalize(&self, w: &Watched, fin: &Finalized) -> Result<bool, String> {
+    async fn finalize(&self, w: &Watched, fin: &Finalized) -> Result<bool, FinalityError> {
         let at = w.mined.map(|(_, _, at)| at);
         let transcript = self
             .edited_transcript(w, |r| {
@@ -220,8 +223,7 @@ impl FinalityWatch {
         let moved = self
             .store
             .set_finalized(w.market, w.market_id, transcript.as_ref())
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if moved {
             self.metrics.finality_event("finalized");
             tracing::info!(market_id = %w.market_id, block = ?at.map(|a| a.block), finalized_block = fin.number, source = ?fin.source, "resolution final");
@@ -229,7 +231,12 @@ impl FinalityWatch {
         Ok(moved)
     }
 
-    async fn reopen(&self, w: &Watched, fin: &Finalized, why: String) -> Result<bool, String> {
+    async fn reopen(
+        &self,
+        w: &Watched,
+        fin: &Finalized,
+        why: String,
+    ) -> Result<bool, FinalityError> {
         let at = w.mined.map(|(_, _, at)| at);
         let reason = format!("reorged before final: {why}; re-sending the resolution");
         let transcript = self
@@ -247,8 +254,7 @@ impl FinalityWatch {
         let moved = self
             .store
             .reopen_submission(w.market, w.market_id, &reason, transcript.as_ref())
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if moved {
             self.metrics.finality_event("reorged");
             tracing::warn!(market_id = %w.market_id, head = fin.head, %why, "our resolution left the canonical chain before it was final: the round is reopened at the submission stage");

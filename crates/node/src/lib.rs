@@ -19,33 +19,29 @@ pub use cresolver_pipeline::stages::{discovery_config, protocol_set, submitter_c
 pub use don::DonSetupError;
 pub use setup::{open_store, txm_config};
 
-use crate::http::{ApiState, ManualTrigger};
 use alloy::network::EthereumWallet;
 use alloy::primitives::{Address, B256, U256};
-use alloy::providers::{DynProvider, Provider};
+use alloy::providers::DynProvider;
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_chain::discovery::DiscoveryConfig;
-use cresolver_chain::heads::{HeadFeed, PushConfig};
+use cresolver_chain::heads::HeadFeed;
 use cresolver_chain::reader::ReadError;
-use cresolver_chain::watcher::{Trigger, Watcher};
+use cresolver_chain::watcher::Trigger;
 use cresolver_metrics::Metrics;
 use cresolver_pipeline::config::{NodeConfig, default_confirmations, is_dev_chain};
 use cresolver_pipeline::round::Engine;
-use cresolver_pipeline::store_sink::StoreSink;
 use cresolver_pipeline::workflow::Workflow;
-use cresolver_store::{RoundStore, SqliteStore, Stage, Store};
-use cresolver_submit::txm::fees::FeePolicy;
-use cresolver_submit::txm::{TxManager, TxmConfig};
+use cresolver_store::{RoundStore, Stage};
+use cresolver_submit::txm::TxManager;
 use cresolver_submit::{SubmitError, Submitter};
 use round::{StepError, StepKind};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 
-use cresolver_pipeline::transcript::{DonMemberRecord, DonRecord, Transcript};
+use cresolver_pipeline::transcript::Transcript;
 
 /// Why the node could not start, or could not serve a request.
 #[derive(Debug, thiserror::Error)]

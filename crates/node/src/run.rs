@@ -2,7 +2,19 @@
 //! concurrently (bounded), retries, the claim loop of a shared store, the finality watch,
 //! the API and an orderly shutdown.
 
-use super::*;
+use crate::http::{ApiState, ManualTrigger};
+use crate::{Claim, Node, NodeError, finality};
+use alloy::primitives::{Address, U256};
+use alloy::providers::Provider;
+use cresolver_chain::heads::PushConfig;
+use cresolver_chain::watcher::{Trigger, Watcher};
+use cresolver_pipeline::config::is_dev_chain;
+use cresolver_pipeline::store_sink::StoreSink;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
 use cresolver_pipeline::dispatch::{Concurrency, dispatch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

@@ -1,7 +1,13 @@
 //! What the node is built from besides the stages' settings (`cresolver_pipeline::stages`):
 //! its store and its transaction manager, each from the node configuration.
 
-use super::*;
+use crate::NodeError;
+use cresolver_pipeline::config::{NodeConfig, default_confirmations};
+use cresolver_store::{RoundStore, SqliteStore, Store};
+use cresolver_submit::txm::TxmConfig;
+use cresolver_submit::txm::fees::FeePolicy;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The node's store: the shared PostgreSQL database of `[store] url`, or the embedded
 /// SQLite file in the data dir.

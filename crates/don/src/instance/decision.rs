@@ -83,10 +83,7 @@ impl Instance<'_> {
             self.don
                 .metrics
                 .don_event("message_refused", "signed_another");
-            return Err(AgreeError::Unbuildable(
-                "this member's state file holds a signature of another report for this execution"
-                    .into(),
-            ));
+            return Err(AgreeError::SignedAnother);
         }
         self.sigs
             .insert(self.don.address(), stored.signature.clone());

@@ -22,6 +22,7 @@ use crate::book::Slot;
 use crate::context::{
     DonContext, MemberId, Proposal, SetId, SetValue, Sig, Validator, Validators, Vote,
 };
+use crate::job::BuildError;
 use crate::job::{AgreeError, InstanceStatus, Job};
 use crate::persist::{Lock, MAX_LOG_ENTRIES};
 use crate::shared::{Shared, crash_point};
@@ -165,11 +166,10 @@ impl<'a> Instance<'a> {
     }
 
     /// The report a set makes, as this member computes it.
-    fn build(&self, set: &[SignedObservation]) -> Result<Bytes, String> {
+    fn build(&self, set: &[SignedObservation]) -> Result<Bytes, BuildError> {
         let obs: Vec<_> = set.iter().map(|o| o.observation.clone()).collect();
-        let agg = aggregate(&obs, &self.binding(), &self.job.workers, self.don.f())
-            .map_err(|e| e.to_string())?;
-        (self.job.build)(&agg)
+        let agg = aggregate(&obs, &self.binding(), &self.job.workers, self.don.f())?;
+        (self.job.build)(&agg).map_err(BuildError::Refused)
     }
 
     /// A set a leader may propose and a member prevotes for: 2f+1 usable observations

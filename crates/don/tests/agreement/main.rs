@@ -236,7 +236,7 @@ impl Net {
                 Address::repeat_byte(2),
                 [0, 1],
             );
-            let body = serde_json::to_vec(agg).map_err(|e| e.to_string())?;
+            let body = serde_json::to_vec(agg)?;
             Ok(build_raw_report(&header, &meta, &body))
         })
     }

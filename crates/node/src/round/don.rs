@@ -14,7 +14,7 @@ use alloy::primitives::{Address, Bytes};
 use cresolver_core::Reputation;
 use cresolver_core::don::{Aggregate, execution_id};
 use cresolver_core::report::{ExecutionHeader, build_raw_report};
-use cresolver_don::{Agreed, Job};
+use cresolver_don::{Agreed, Job, ReportRefusal};
 use cresolver_pipeline::transcript::{ConfirmationRecord, ConfirmationStatus, SubmissionRecord};
 use cresolver_store::Stage;
 use cresolver_submit::forwarder::{Delivery, TransmissionState, TransmitError, Transmitted};
@@ -59,16 +59,16 @@ impl Node {
         };
         let (tie, quorum) = (round.p.workflow.tally.tie, round.p.workflow.quorum.rule);
         let metadata = round.p.submitter.metadata().clone();
-        let build = move |agg: &Aggregate| -> Result<Bytes, String> {
+        let build = move |agg: &Aggregate| -> Result<Bytes, ReportRefusal> {
             let n = agg.workers.len();
             let answered = agg.workers.iter().filter(|w| w.answer.is_some()).count();
             if !quorum.is_met(answered, n) {
                 return Err(format!(
                     "the DON's aggregate has {answered} answered worker(s) of {n}: quorum {quorum} is not met"
-                ));
+                )
+                .into());
             }
-            let t = cresolver_core::tally(market_id, &agg.tally_workers(&reputations), tie)
-                .map_err(|e| e.to_string())?;
+            let t = cresolver_core::tally(market_id, &agg.tally_workers(&reputations), tie)?;
             let header = ExecutionHeader {
                 version: 1,
                 workflow_execution_id: exec,
