@@ -217,30 +217,19 @@ fn metrics_reference() -> String {
                 .push(name.trim().to_string());
         }
     }
-    // the Metrics struct's fields → their types
-    let mut field_type: BTreeMap<String, String> = BTreeMap::new();
-    if let Some(block) = src
-        .split("pub struct Metrics {")
-        .nth(1)
-        .and_then(|b| b.split("\n}").next())
-    {
-        for line in block.lines() {
-            if let Some((name, ty)) = line.trim().split_once(':') {
-                field_type.insert(
-                    name.trim().to_string(),
-                    ty.trim().trim_end_matches(',').to_string(),
-                );
-            }
-        }
-    }
     let mut rows = Vec::new();
+    let mut offset = 0;
     for call in src.split("registry.register").skip(1) {
+        // where this call starts in the source (its series is declared before it)
+        offset = src[offset..]
+            .find("registry.register")
+            .map_or(offset, |i| offset + i + "registry.register".len());
         let call = call.split(");").next().unwrap_or("");
         let literals: Vec<&str> = call.split('"').skip(1).step_by(2).collect();
         let (Some(name), Some(help)) = (literals.first(), literals.get(1)) else {
             continue;
         };
-        let field = call
+        let var = call
             .split(".clone()")
             .next()
             .and_then(|x| {
@@ -248,7 +237,23 @@ fn metrics_reference() -> String {
                     .next()
             })
             .unwrap_or("");
-        let ty = field_type.get(field).cloned().unwrap_or_default();
+        // the series' declaration: `let var = Family::<Labels, Counter>::default();` or
+        // `let var: Family<Labels, Histogram, …> = …;`
+        let ty = src[..offset]
+            .rfind(&format!("let {var}"))
+            .map(|i| {
+                let decl = &src[i..];
+                decl[..decl.find(';').unwrap_or(decl.len())]
+                    .replace("Family::<", "Family<")
+                    .split_once("Family<")
+                    .map(|(_, t)| format!("Family<{t}"))
+                    .unwrap_or_else(|| decl[..decl.find(';').unwrap_or(0)].to_string())
+            })
+            .unwrap_or_default();
+        assert!(
+            ty.starts_with("Family<") || ty.contains("Gauge") || ty.contains("Counter"),
+            "the metrics reference cannot find the declaration of `{var}` (family {name}): {ty:?}"
+        );
         let kind = if ty.contains("Histogram") {
             "histogram"
         } else if ty.contains("Counter") {

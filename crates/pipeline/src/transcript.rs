@@ -1,5 +1,8 @@
 #![doc = include_str!("../../../docs/transcript.md")]
 
+mod transactions;
+pub use transactions::{AttemptState, AttemptView, TransactionRecord};
+
 use crate::workflow::Workflow;
 use alloy::primitives::{Address, B256, Bytes, U256};
 use cresolver_chain::reader::MarketSnapshot;
@@ -537,126 +540,6 @@ pub fn export_document(rec: &RoundRecord) -> Result<serde_json::Value, Transcrip
 /// The file name `rounds export` gives a round: `<market>-<id>.json`.
 pub fn export_file_name(market: Address, market_id: U256) -> String {
     format!("{market:#x}-{market_id}.json")
-}
-
-/// One reserved nonce of a round's submission, as the transcript, `GET /rounds/{id}`
-/// and `cresolver rounds show` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TransactionRecord {
-    /// The nonce of the resolver key.
-    pub nonce: u64,
-    /// Where the nonce is (pending, mined, replaced by another transaction …).
-    pub state: cresolver_store::NonceState,
-    /// The contract called.
-    pub to: Address,
-    /// The gas limit the call was signed with.
-    pub gas_limit: u64,
-    /// The attempt that was mined, if any.
-    pub mined_tx: Option<B256>,
-    /// The block it was mined in.
-    pub mined_block: Option<u64>,
-    /// Why the nonce ended as it did, when something went wrong.
-    pub detail: Option<String>,
-    /// Unix seconds the nonce was reserved.
-    pub reserved_at: u64,
-    /// Every signed attempt at the nonce, in order.
-    pub attempts: Vec<AttemptView>,
-}
-
-/// One signed attempt at a nonce (fees in wei, as decimal strings).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AttemptView {
-    /// The attempt's number at its nonce (1 for the first).
-    pub seq: u32,
-    /// The signed transaction's hash.
-    pub tx_hash: B256,
-    /// EIP-1559 max fee per gas, in wei.
-    #[serde(with = "decimal")]
-    pub max_fee_per_gas: u128,
-    /// EIP-1559 max priority fee per gas, in wei.
-    #[serde(with = "decimal")]
-    pub max_priority_fee_per_gas: u128,
-    /// The head block when it was first broadcast (`None`: never broadcast).
-    pub sent_block: Option<u64>,
-    /// Unix seconds it was signed.
-    pub signed_at: u64,
-    /// What became of it.
-    pub state: AttemptState,
-}
-
-/// What became of a signed attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AttemptState {
-    /// Mined: the nonce's transaction.
-    Mined,
-    /// Broadcast and pending.
-    Sent,
-    /// Signed and stored, not broadcast yet.
-    Stored,
-    /// Replaced by a later attempt (or the nonce ended otherwise).
-    Replaced,
-}
-
-/// Wei amounts as decimal strings (they exceed what JSON numbers carry exactly).
-mod decimal {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &u128, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&v.to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-impl TransactionRecord {
-    /// A round's submission history as stored by the transaction manager: each
-    /// reserved nonce with its state and every signed attempt.
-    pub fn of_history(
-        history: &[(
-            cresolver_store::NonceRecord,
-            Vec<cresolver_store::AttemptRecord>,
-        )],
-    ) -> Vec<TransactionRecord> {
-        history
-            .iter()
-            .map(|(n, attempts)| TransactionRecord {
-                nonce: n.nonce,
-                state: n.state,
-                to: n.payload.to,
-                gas_limit: n.payload.gas_limit,
-                mined_tx: n.mined_tx,
-                mined_block: n.mined_block,
-                detail: n.detail.clone(),
-                reserved_at: n.created_at,
-                attempts: attempts
-                    .iter()
-                    .map(|a| AttemptView {
-                        seq: a.seq,
-                        tx_hash: a.tx_hash,
-                        max_fee_per_gas: a.max_fee_per_gas,
-                        max_priority_fee_per_gas: a.max_priority_fee_per_gas,
-                        sent_block: a.sent_block,
-                        signed_at: a.created_at,
-                        state: if n.mined_tx == Some(a.tx_hash) {
-                            AttemptState::Mined
-                        } else if n.state == cresolver_store::NonceState::Pending {
-                            if a.sent_block.is_some() {
-                                AttemptState::Sent
-                            } else {
-                                AttemptState::Stored
-                            }
-                        } else {
-                            AttemptState::Replaced
-                        },
-                    })
-                    .collect(),
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]

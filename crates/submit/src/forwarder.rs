@@ -309,3 +309,50 @@ fn choose(d: &Delivery<'_>, refused: &HashSet<Address>) -> Option<Vec<Bytes>> {
         .collect();
     (chosen.len() >= d.need).then_some(chosen)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_forwarders_states_are_read_and_an_unknown_one_is_refused() {
+        assert_eq!(
+            TransmissionState::from_u8(0),
+            Some(TransmissionState::NotAttempted)
+        );
+        assert_eq!(
+            TransmissionState::from_u8(1),
+            Some(TransmissionState::Succeeded)
+        );
+        assert_eq!(
+            TransmissionState::from_u8(2),
+            Some(TransmissionState::InvalidReceiver)
+        );
+        assert_eq!(
+            TransmissionState::from_u8(3),
+            Some(TransmissionState::Failed)
+        );
+        assert_eq!(TransmissionState::from_u8(4), None);
+    }
+
+    #[test]
+    fn signatures_are_the_agreed_ones_first_without_the_refused_signers() {
+        let a = |b: u8| Address::repeat_byte(b);
+        let sig = |b: u8| Bytes::from(vec![b; 65]);
+        let held = move || vec![(a(1), sig(1)), (a(2), sig(2)), (a(3), sig(3))];
+        let d = Delivery {
+            execution_id: B256::ZERO,
+            raw: Bytes::new(),
+            context: Bytes::new(),
+            need: 2,
+            turn: Instant::now(),
+            signatures: &held,
+        };
+        assert_eq!(choose(&d, &HashSet::new()), Some(vec![sig(1), sig(2)]));
+        assert_eq!(
+            choose(&d, &HashSet::from([a(1)])),
+            Some(vec![sig(2), sig(3)])
+        );
+        assert_eq!(choose(&d, &HashSet::from([a(1), a(3)])), None);
+    }
+}
