@@ -390,7 +390,7 @@ impl Node {
             Err((stage, e)) => {
                 // the store may be what is failing: the retry is scheduled regardless
                 self.metrics.round_stopped(stage.as_str(), "retry");
-                tracing::warn!(market_id = %market_id, stage = stage.as_str(), reason = %e.reason(), "round paused; will retry");
+                tracing::warn!(market_id = %market_id, stage = stage.as_str(), reason = %e.reason(), "round paused on a transient error; will retry");
                 self.schedule_retry(market, market_id);
                 return self.report(market, market_id).await;
             }
