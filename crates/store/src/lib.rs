@@ -15,7 +15,7 @@ pub(crate) use done::{
     ARCHIVE_SQL, PAST_SQL, PastRow, WATCHED_SQL, WatchedRow, renew_in, reopen_submission_in,
 };
 pub use done::{PastAttempt, RESUBMIT_REASON, Watched};
-pub use pg::{PgConfig, PgStore};
+pub use pg::{PgConfig, PgFailure, PgStore};
 pub use round_store::{
     Checkpoints, Fence, Finality, FinalityStore, Leases, Nonces, Overview, Requests, RoundStore,
     RoundTxs, Rounds, Settings, SqliteStore, TxStore,
@@ -187,7 +187,7 @@ pub enum StoreError {
     Task(String),
     /// PostgreSQL refused a statement, or the connection pool failed.
     #[error("PostgreSQL: {0}")]
-    Postgres(String),
+    Postgres(pg::PgFailure),
     /// The PostgreSQL store cannot connect, or the server is unfit.
     #[error(
         "cannot use the database at {url}: {error} (check store.url, and that the server runs and accepts this user)"

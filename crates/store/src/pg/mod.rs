@@ -93,29 +93,48 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// What PostgreSQL or its connection pool refused, kept typed.
+#[derive(Debug)]
+pub enum PgFailure {
+    /// The database refused a statement, or the connection failed.
+    Db(tokio_postgres::Error),
+    /// The connection pool could not hand out a connection.
+    Pool(deadpool_postgres::PoolError),
+}
+
+impl std::fmt::Display for PgFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            // tokio-postgres' messages carry no connection parameters; the database's
+            // own message (code, detail) is what an operator needs
+            PgFailure::Db(e) => match e.as_db_error() {
+                Some(d) => write!(f, "{} ({})", d.message(), d.code().code()),
+                None => {
+                    write!(f, "{e}")?;
+                    let mut src = std::error::Error::source(e);
+                    while let Some(c) = src {
+                        write!(f, ": {c}")?;
+                        src = c.source();
+                    }
+                    Ok(())
+                }
+            },
+            PgFailure::Pool(e) => write!(f, "connection pool: {e}"),
+        }
+    }
+}
+
+// (the display shows the whole chain: no further source)
+impl std::error::Error for PgFailure {}
+
 fn pg_err(e: tokio_postgres::Error) -> StoreError {
-    // tokio-postgres' messages carry no connection parameters; the database's own
-    // message (code, detail) is what an operator needs
-    let detail = e
-        .as_db_error()
-        .map(|d| format!("{} ({})", d.message(), d.code().code()))
-        .unwrap_or_else(|| {
-            let mut s = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(c) = src {
-                s.push_str(": ");
-                s.push_str(&c.to_string());
-                src = c.source();
-            }
-            s
-        });
-    StoreError::Postgres(detail)
+    StoreError::Postgres(PgFailure::Db(e))
 }
 
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => pg_err(e),
-        e => StoreError::Postgres(format!("connection pool: {e}")),
+        e => StoreError::Postgres(PgFailure::Pool(e)),
     }
 }
 

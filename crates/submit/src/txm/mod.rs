@@ -89,7 +89,7 @@ pub enum TxError {
     Rpc(#[from] cresolver_chain::RpcFailure),
     /// The wallet could not sign the transaction.
     #[error("cannot sign: {0}")]
-    Sign(String),
+    Sign(alloy::network::TransactionBuilderError<alloy::network::Ethereum>),
     /// The nonce followed has no reservation in the store.
     #[error("nonce {0} of the signing key is not reserved in the store")]
     UnknownNonce(u64),
@@ -413,10 +413,7 @@ impl TxManager {
             .with_gas_limit(p.gas_limit)
             .with_max_fee_per_gas(fees.max_fee_per_gas)
             .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
-        let envelope = tx
-            .build(&self.wallet)
-            .await
-            .map_err(|e| TxError::Sign(e.to_string()))?;
+        let envelope = tx.build(&self.wallet).await.map_err(TxError::Sign)?;
         Ok(AttemptRecord {
             nonce,
             seq,
