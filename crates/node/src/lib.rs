@@ -388,7 +388,16 @@ impl Node {
                 return self.report(market, market_id).await;
             }
             Err((stage, e)) => {
-                // the store may be what is failing: the retry is scheduled regardless
+                // a drive stopped from outside (a progress that could not be stored) or
+                // a claim that failed does not know its stage: the store says it, unless
+                // the store is what is failing (the retry is scheduled regardless)
+                let stage = match stage {
+                    Some(s) => s,
+                    None => match self.store.get(market, market_id).await {
+                        Ok(Some(r)) => r.state,
+                        _ => Stage::Requested,
+                    },
+                };
                 self.metrics.round_stopped(stage.as_str(), "retry");
                 tracing::warn!(market_id = %market_id, stage = stage.as_str(), reason = %e.reason(), "round paused on a transient error; will retry");
                 self.schedule_retry(market, market_id);
@@ -423,7 +432,7 @@ impl Node {
         market: Address,
         market_id: U256,
         how: Claim,
-    ) -> Result<Option<round::Driven>, (Stage, StepError)> {
+    ) -> Result<Option<round::Driven>, (Option<Stage>, StepError)> {
         let claimed_at = Instant::now();
         let claimed = self
             .store
@@ -432,7 +441,7 @@ impl Node {
         let lease = match claimed {
             Ok(Some(l)) => l,
             Ok(None) => return Ok(None),
-            Err(e) => return Err((Stage::Requested, e.into())),
+            Err(e) => return Err((None, e.into())),
         };
         if self.store.shared() {
             self.metrics.lease_event("claimed");
@@ -456,8 +465,8 @@ impl Node {
             )))
         });
         let result = tokio::select! {
-            r = self.drive(market, market_id, &halt) => r.map(Some),
-            _ = halt.token.cancelled() => Err((Stage::Requested, halt.step())),
+            r = self.drive(market, market_id, &halt) => r.map(Some).map_err(|(s, e)| (Some(s), e)),
+            _ = halt.token.cancelled() => Err((None, halt.step())),
         };
         drop(renewal);
         let retry_after = match &result {

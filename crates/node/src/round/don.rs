@@ -196,7 +196,7 @@ impl Node {
         if let Some(d) = round.transcript.as_mut().and_then(|t| t.don.as_mut()) {
             d.transmitter = Some(by);
         }
-        Next::End(Ending::Confirmed {
+        Next::End(Ending::Concluded {
             confirmation: ConfirmationRecord {
                 status: ConfirmationStatus::Confirmed,
                 tx_hash: None,

@@ -61,7 +61,7 @@ impl Node {
             let reason = format!(
                 "nonce {lost} of the resolver key was used by another transaction, and the market is resolved on chain by someone else"
             );
-            return Ok(Next::End(Ending::Confirmed {
+            return Ok(Next::End(Ending::Concluded {
                 confirmation: ConfirmationRecord {
                     status: ConfirmationStatus::Skipped,
                     tx_hash: None,
@@ -165,7 +165,7 @@ impl Node {
                 gas_used,
             }) => {
                 tracing::info!(market_id = %market_id, tx = %tx_hash, block = block_number, resolution, "market resolved");
-                return Ok(Next::End(Ending::Confirmed {
+                return Ok(Next::End(Ending::Concluded {
                     confirmation: ConfirmationRecord {
                         status: ConfirmationStatus::Confirmed,
                         tx_hash: Some(tx_hash),
@@ -201,7 +201,7 @@ impl Node {
             (Stage::Failed, e.to_string())
         };
         tracing::warn!(market_id = %market_id, %tx, state = stage.as_str(), %reason, "our transaction did not resolve the market");
-        Ok(Next::End(Ending::Confirmed {
+        Ok(Next::End(Ending::Concluded {
             confirmation: ConfirmationRecord {
                 status: ConfirmationStatus::Failed,
                 tx_hash: Some(tx),

@@ -68,7 +68,7 @@ pub(crate) enum Ending {
     At { stage: Stage, reason: String },
     /// With the chain's word on the round's transaction: the transcript gets the
     /// confirmation and every transaction attempt, written together with `stage`.
-    Confirmed {
+    Concluded {
         confirmation: ConfirmationRecord,
         /// The key that signed the round's call.
         from: Address,
@@ -201,7 +201,7 @@ impl Node {
                     .await?;
                 Ok(())
             }
-            Ending::Confirmed {
+            Ending::Concluded {
                 confirmation,
                 from,
                 stage,

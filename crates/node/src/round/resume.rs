@@ -11,18 +11,27 @@ use cresolver_submit::txm::{Foreign, TxManager};
 use serde::Deserialize;
 
 impl Node {
-    /// Where the round goes first.
+    /// Where the round goes first. A round that resumes after its outcome takes its
+    /// stored transcript with it (read once here); one that starts at `read` builds its
+    /// own at discovery.
     pub(super) async fn resume(&self, round: &mut Round<'_>) -> Result<Next, StepError> {
+        let next = self.resume_at(round).await?;
+        if !matches!(next, Next::Read) {
+            round.transcript = match round.rec.outcome.as_ref().map(Transcript::deserialize) {
+                Some(Ok(t)) => Some(t),
+                Some(Err(e)) => {
+                    tracing::warn!(market_id = %round.market_id, error = %e, "the stored transcript does not parse: the round goes on without it");
+                    None
+                }
+                None => None,
+            };
+        }
+        Ok(next)
+    }
+
+    /// The step a round that ran before resumes at.
+    async fn resume_at(&self, round: &Round<'_>) -> Result<Next, StepError> {
         let market_id = round.market_id;
-        // the stored transcript, read once: the steps after the outcome carry it on
-        round.transcript = match round.rec.outcome.as_ref().map(Transcript::deserialize) {
-            Some(Ok(t)) => Some(t),
-            Some(Err(e)) => {
-                tracing::warn!(market_id = %market_id, error = %e, "the stored transcript does not parse: the round goes on without it");
-                None
-            }
-            None => None,
-        };
         if let Some(txm) = &self.txm
             && let Some(next) = self.pending(round, txm).await?
         {
