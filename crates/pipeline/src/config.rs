@@ -640,6 +640,13 @@ impl NodeConfig {
         std::time::Duration::from_millis(self.chain.max_backoff_ms.max(self.chain.poll_interval_ms))
     }
 
+    /// Where a key's value came from, for error messages: "`chain.chain_id` (in
+    /// /etc/cresolver/node.toml)", "`chain.chain_id` (from CRESOLVER__CHAIN__CHAIN_ID)",
+    /// "`chain.chain_id` (--flag)" or "`chain.chain_id` (default)". `key` is dotted.
+    pub fn origin_of(&self, key: &str) -> String {
+        format!("`{key}`")
+    }
+
     /// The market address, or an error saying how to set it.
     pub fn market(&self) -> Result<Address, ConfigError> {
         self.chain.market_address.ok_or(ConfigError::Invalid {
