@@ -5,7 +5,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 mod cli;
-use cli::ConfigArgs;
+use cli::SigningConfigArgs;
 use cli::dry_run::{DryRunArgs, dry_run_cmd};
 use cli::replay_cmd::{ReplayArgs, replay_cmd};
 use cli::rounds::{RoundsCmd, rounds_export, rounds_list, rounds_retry, rounds_show};
@@ -45,12 +45,12 @@ enum Command {
     /// GET /health, /metrics, /rounds, /rounds/{id} and POST /resolve on api.listen.
     Node {
         #[command(flatten)]
-        config: ConfigArgs,
+        config: SigningConfigArgs,
     },
     /// Resolve one market now (exit 0 only when the resolution is confirmed on chain).
     Resolve {
         #[command(flatten)]
-        config: ConfigArgs,
+        config: SigningConfigArgs,
         /// Market id.
         #[arg(long)]
         market: U256,
@@ -148,10 +148,18 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum ConfigCmd {
-    /// Validate the node config and its workflow files, and reach the RPC.
+    /// Run the node's start-up checks without starting: the signing key, the store, every
+    /// RPC endpoint and the chain id, the workflows and their markets, the DON section.
+    ///
+    /// Refuses what `cresolver node` refuses, with the same message and a non-zero exit;
+    /// prints a line per item checked, then "config ok". Nothing is created: the SQLite
+    /// data dir is only tested for writing, a PostgreSQL database is connected to without
+    /// creating a table. The LLM endpoints of the workflows and the DON's other members
+    /// are probed too; one that does not answer is a warning (the node starts without it).
+    /// A running node's data dir lock is not checked (it may run beside the node).
     Check {
         #[command(flatten)]
-        config: ConfigArgs,
+        config: SigningConfigArgs,
     },
 }
 
@@ -232,13 +240,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             seed,
         } => fuzz_cmd(cases, target, seed),
         Command::Tally { input } => tally_cmd(&input),
-        Command::Replay(args) => match replay_cmd(args).await {
-            Ok(code) => Ok(code),
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                Ok(ExitCode::from(2))
+        Command::Replay(args) => {
+            let base = args.config.clone();
+            match replay_cmd(args).await {
+                Ok(code) => Ok(code),
+                Err(e) => {
+                    eprintln!("error: {:#}", base.explain(e));
+                    Ok(ExitCode::from(2))
+                }
             }
-        },
+        }
         Command::DryRun(args) => dry_run_cmd(args).await,
         Command::Rounds(RoundsCmd::Show {
             config,
@@ -274,7 +285,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             market_id,
             api,
-        }) => rounds_retry(&config, market_id, api).await,
+        }) => rounds_retry(&config, market_id, api)
+            .await
+            .map_err(|e| config.explain(e)),
         Command::Workflow(WorkflowCmd::Check { files }) => workflow_check(&files),
     }
 }
@@ -356,21 +369,25 @@ fn workflow_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `cresolver man --out DIR`: one page per command (`cresolver.1`, `cresolver-node.1`, …).
+/// `cresolver man --out DIR`: one page per command (`cresolver.1`, `cresolver-node.1`,
+/// `cresolver-rounds-list.1`, …), each titled and named as its file.
 fn man_pages(out: &std::path::Path) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    // the usage lines of the subcommands read `cresolver rounds list`, not `list`
+    cmd.build();
     let mut written = 0;
     let mut stack = vec![(String::from("cresolver"), cmd)];
     while let Some((name, cmd)) = stack.pop() {
         for sub in cmd.get_subcommands() {
             if sub.get_name() != "help" {
-                stack.push((format!("{name}-{}", sub.get_name()), sub.clone()));
+                let page = format!("{name}-{}", sub.get_name());
+                stack.push((page.clone(), sub.clone().display_name(page)));
             }
         }
         let mut page = Vec::new();
-        clap_mangen::Man::new(cmd)
+        clap_mangen::Man::new(cmd.display_name(name.clone()))
             .title(name.clone())
             .render(&mut page)?;
         let path = out.join(format!("{name}.1"));

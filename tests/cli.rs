@@ -208,7 +208,7 @@ async fn rounds_list_filters_the_stored_rounds() {
     .await;
     assert!(!out.status.success());
     assert!(
-        text(&out.stderr).contains("use requested, discovered"),
+        text(&out.stderr).contains("possible values: requested, discovered, answered, challenged"),
         "{}",
         text(&out.stderr)
     );
@@ -222,8 +222,252 @@ async fn completions_and_man_pages_are_generated() {
     let dir = common::node::tmpdir("man");
     let out = run(&["man", "--out", dir.to_str().unwrap()], &[]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    for page in ["cresolver.1", "cresolver-node.1", "cresolver-rounds-list.1"] {
-        let body = std::fs::read_to_string(dir.join(page)).unwrap();
-        assert!(body.contains(".TH"), "{page}");
+    // roff escapes hyphens (`\-`): compare the pages unescaped
+    let page_text = |page: &str| {
+        std::fs::read_to_string(dir.join(format!("{page}.1")))
+            .unwrap()
+            .replace("\\-", "-")
+    };
+    for page in ["cresolver", "cresolver-node", "cresolver-rounds-list"] {
+        let body = page_text(page);
+        // the page is titled and named as its file, its usage is the whole command
+        assert!(body.contains(&format!(".TH {page} 1")), "{page}:\n{body}");
+        assert!(
+            body.contains(&format!("\n{page} - ")),
+            "{page}: NAME line:\n{body}"
+        );
     }
+    let list = page_text("cresolver-rounds-list");
+    assert!(list.contains("cresolver rounds list"), "{list}");
+    let rounds = page_text("cresolver-rounds");
+    assert!(rounds.contains("cresolver-rounds-list(1)"), "{rounds}");
+    let names: Vec<String> = std::fs::read_dir(&*dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.contains(&"list.1".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"cresolver-config-check.1".to_string()),
+        "{names:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_during_the_drain_stops_the_node_at_once() {
+    // a worker that answers after a minute: the round stays in flight
+    let mut slow = behaviour(DeterminationMode::Yes, 0.9);
+    slow.latency = std::time::Duration::from_secs(60);
+    let a = agent(slow).await;
+    let s = market_with_workers(vec![AgentUri::Endpoint(a)]).await;
+    let dir = common::node::tmpdir("second-signal");
+    let data = dir.join("data");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_cresolver"))
+        .args([
+            "node",
+            "--rpc-url",
+            &s.dev.rpc_url(),
+            "--market-address",
+            &s.dev.contracts.market.to_string(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--workflow",
+            "workflows/cresolver-resolution.toml",
+        ])
+        .env("CRESOLVER_LOG", "info")
+        .env(
+            "CRESOLVER_PRIVATE_KEY",
+            alloy::hex::encode(s.dev.signers[0].to_bytes()),
+        )
+        .env("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "true")
+        .env("CRESOLVER__CHAIN__POLL_INTERVAL_MS", "100")
+        .env("CRESOLVER__API__LISTEN", "")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    s.dev.request_resolution(s.market_id).await.unwrap();
+    // wait until the round asks its worker (discovered, waiting for the answer)
+    let db = data.join("cresolver.sqlite3");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let state: Option<String> =
+            rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .ok()
+                .and_then(|c| {
+                    c.query_row("SELECT state FROM rounds", [], |r| r.get(0))
+                        .ok()
+                });
+        if state.as_deref() == Some("discovered") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the round did not start: {state:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let pid = child.id().unwrap().to_string();
+    let term = || {
+        let ok = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    };
+    term();
+    // the drain runs: the node waits for its round
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the node did not drain"
+    );
+    term();
+    let second = std::time::Instant::now();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("the node still runs 10 s after a second SIGTERM")
+        .unwrap();
+    assert!(second.elapsed() < std::time::Duration::from_secs(5));
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "1 round(s) left unfinished: market {} on {}",
+            s.market_id, s.dev.contracts.market
+        )) && err.contains("resume"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn rounds_list_help_names_every_state() {
+    let out = run(&["rounds", "list", "--help"], &[]).await;
+    let help = text(&out.stdout);
+    for s in cresolver_store::Stage::ALL {
+        assert!(help.contains(s.as_str()), "{} missing:\n{help}", s.as_str());
+    }
+    // commands that sign nothing take no --account; those that sign do
+    for cmd in [
+        &["rounds", "list"][..],
+        &["rounds", "show"],
+        &["rounds", "export"],
+        &["replay"],
+        &["dry-run"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let help = text(&run(&args, &[]).await.stdout);
+        assert!(
+            !help.contains("--account"),
+            "{cmd:?} takes --account:\n{help}"
+        );
+    }
+    for cmd in [&["node"][..], &["resolve"], &["config", "check"]] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let help = text(&run(&args, &[]).await.stdout);
+        assert!(help.contains("--account"), "{cmd:?}:\n{help}");
+    }
+}
+
+#[tokio::test]
+async fn rounds_list_since_keeps_an_old_round_updated_recently() {
+    use alloy::primitives::{Address, B256, U256};
+    use cresolver_core::request::LogRef;
+    use cresolver_store::{Requests, SqliteStore, Store};
+    let dir = common::node::tmpdir("rounds-since");
+    let market = Address::repeat_byte(0x11);
+    {
+        let store = SqliteStore::new(Store::open(&dir).unwrap());
+        for id in 1..=3u64 {
+            let log = LogRef {
+                block_number: id,
+                block_hash: B256::repeat_byte(id as u8),
+                tx_hash: B256::repeat_byte(0x40 + id as u8),
+                log_index: 0,
+            };
+            store
+                .record_request(market, U256::from(id), "wf", &log)
+                .await
+                .unwrap();
+        }
+    }
+    // round 1, the oldest, changed now; 2 and 3 long ago
+    let c = rusqlite::Connection::open(dir.join("cresolver.sqlite3")).unwrap();
+    c.execute(
+        "UPDATE rounds SET updated_at = 1000 WHERE market_id <> '1'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let data = dir.to_str().unwrap();
+    let out = run(
+        &[
+            "rounds",
+            "list",
+            "--data-dir",
+            data,
+            "--json",
+            "--since",
+            "2000",
+        ],
+        &[],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<U256> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["market_id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids, [U256::from(1)], "{v}");
+    let out = run(
+        &[
+            "rounds",
+            "list",
+            "--data-dir",
+            data,
+            "--json",
+            "--until",
+            "2000",
+        ],
+        &[],
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v.as_array().map(Vec::len), Some(2), "{v}");
+}
+
+#[tokio::test]
+async fn commands_without_a_config_say_to_pass_one() {
+    let dir = common::node::tmpdir("no-config");
+    let out = run(&["rounds", "retry", "7"], &[]).await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no config: pass --config FILE"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(
+        &[
+            "replay",
+            "--market",
+            "7",
+            "--rpc-url",
+            &common::closed_port_url(),
+            "--data-dir",
+            dir.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no config: pass --config FILE"),
+        "{}",
+        text(&out.stderr)
+    );
 }

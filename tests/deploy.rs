@@ -192,3 +192,188 @@ fn the_systemd_unit_starts_the_node_with_flags_it_has() {
     assert!(unit.contains("Restart=always"));
     assert!(unit.contains("TimeoutStopSec="));
 }
+
+/// The install commands of the unit's header (`#   install …` lines), each as its words,
+/// comments cut.
+fn install_steps(unit: &str) -> Vec<Vec<String>> {
+    unit.lines()
+        .filter_map(|l| l.strip_prefix("#   install "))
+        .map(|l| {
+            let l = l.split(" #").next().unwrap_or(l);
+            std::iter::once("install")
+                .chain(l.split_whitespace())
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
+}
+
+/// A path of the installed layout under `root` (`/etc/x` -> `root/etc/x`).
+fn under(root: &Path, p: &str) -> std::path::PathBuf {
+    root.join(p.trim_start_matches('/'))
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_install_passes_config_check_as_an_unprivileged_user() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !is_root() {
+        println!("skipped: installing as root and running as nobody needs root");
+        return;
+    }
+    let unit = std::fs::read_to_string(UNIT).unwrap();
+    let dir = tmpdir("install");
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    // the temporary dir is 0700: the service user must reach the installed files
+    for d in [&*dir, root.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let steps = install_steps(&unit);
+    assert!(steps.len() >= 4, "{steps:?}");
+    for step in &steps {
+        let args: Vec<String> = step[1..]
+            .iter()
+            .map(|a| match a.as_str() {
+                "target/release/cresolver" => env!("CARGO_BIN_EXE_cresolver").to_string(),
+                "/dev/null" => a.clone(),
+                p if p.starts_with('/') => under(&root, p).display().to_string(),
+                _ => a.clone(),
+            })
+            .collect();
+        let out = std::process::Command::new("install")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "install {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // what the unit's header says goes in the env file, and a chain to check against
+    let s = common::market_with_three_workers().await;
+    let env_file = under(&root, "/etc/cresolver/env");
+    assert_eq!(
+        std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    std::fs::write(
+        &env_file,
+        format!(
+            "CRESOLVER_PRIVATE_KEY={}\nCRESOLVER__CHAIN__RPC_URL={}\nCRESOLVER__CHAIN__CHAIN_ID=31337\nCRESOLVER__CHAIN__MARKET_ADDRESS={}\n",
+            alloy::hex::encode(s.dev.signers[0].to_bytes()),
+            s.dev.rpc_url(),
+            s.dev.contracts.market
+        ),
+    )
+    .unwrap();
+    // the state dir, as StateDirectory= makes it for the dynamic user
+    let state = under(&root, "/var/lib/cresolver");
+    std::fs::create_dir_all(&state).unwrap();
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
+
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    let workdir = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("WorkingDirectory="))
+        .expect("the unit sets WorkingDirectory=");
+    let mut words = exec.split_whitespace();
+    let binary = under(&root, words.next().unwrap());
+    assert_eq!(words.next(), Some("node"));
+    let flags: Vec<String> = words
+        .map(|w| {
+            if w.starts_with('/') {
+                under(&root, w).display().to_string()
+            } else {
+                w.to_string()
+            }
+        })
+        .collect();
+    // systemd reads the env file as root and hands its variables to the service
+    let vars: Vec<(String, String)> = std::fs::read_to_string(&env_file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let check = |cwd: std::path::PathBuf| {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&binary)
+            .args(["config", "check"])
+            .args(&flags)
+            .current_dir(cwd)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("CRESOLVER_LOG", "warn")
+            .envs(vars.iter().map(|(k, v)| (k, v)));
+        let out = c.output().unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    // as the unit runs it: in its working directory, as an unprivileged user
+    let (ok, text) = check(under(&root, workdir));
+    assert!(ok, "{text}");
+    assert!(text.contains("config ok"), "{text}");
+    assert!(text.contains("workflow cresolver-resolution"), "{text}");
+    // from `/`: the relative workflow path resolves only where node.toml's paths are
+    // read relative to the file
+    let (ok, text) = check("/".into());
+    if !ok {
+        assert!(
+            text.contains("workflows/cresolver-resolution.toml"),
+            "{text}"
+        );
+        println!(
+            "from /: the workflow path is read from the working directory (the unit sets it): {text}"
+        );
+    }
+}
+
+#[test]
+fn systemd_analyze_verifies_the_unit() {
+    let Ok(out) = std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+    else {
+        println!("skipped: systemd-analyze is not installed");
+        return;
+    };
+    assert!(out.status.success());
+    // verify checks that ExecStart's binary exists: point it at the one built here
+    let dir = tmpdir("unit");
+    let unit = std::fs::read_to_string(UNIT)
+        .unwrap()
+        .replace("/usr/local/bin/cresolver", env!("CARGO_BIN_EXE_cresolver"));
+    let path = dir.join("cresolver.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "systemd-analyze verify: {text}");
+    assert!(!text.contains("cresolver.service:"), "{text}");
+}

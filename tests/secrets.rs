@@ -145,6 +145,8 @@ async fn no_secret_shows_in_logs_api_answers_or_errors() {
         .args(["config", "check", "--rpc-url"])
         .arg(format!("http://127.0.0.1:{port}/v2/{RPC_KEY}"))
         .env("CRESOLVER_LOG", "trace")
+        // the check reads the key first, as the node does
+        .env("CRESOLVER_PRIVATE_KEY", format!("{:064x}", 1))
         .output()
         .await
         .unwrap();

@@ -38,7 +38,34 @@ pub struct ConfigArgs {
     pub workflows: Vec<PathBuf>,
 }
 
-/// The node configuration flags other than the workflows.
+/// The configuration of a command that signs (`node`, `resolve`, `config check`): the
+/// node configuration and the signing account.
+#[derive(Debug, Args, Clone)]
+pub struct SigningConfigArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Sign with a foundry keystore account: ~/.foundry/keystores/NAME (as `cast wallet
+    /// import NAME` made it); the password comes from CRESOLVER_KEYSTORE_PASSWORD or
+    /// signer.password_file.
+    #[arg(long, value_name = "NAME")]
+    pub account: Option<String>,
+}
+
+impl SigningConfigArgs {
+    /// The node configuration these flags select, with their workflow files and account.
+    pub fn load(&self) -> anyhow::Result<NodeConfig> {
+        self.config
+            .base
+            .load_full(self.config.workflows.clone(), self.account.clone())
+    }
+
+    /// The config file named on the command line, if any.
+    pub fn file(&self) -> Option<&Path> {
+        self.config.base.config.as_deref()
+    }
+}
+
+/// The node configuration flags other than the workflows and the signing account.
 #[derive(Debug, Args, Clone)]
 pub struct BaseConfigArgs {
     /// Node config file (TOML). Every key can also be set as CRESOLVER__SECTION__KEY.
@@ -53,29 +80,45 @@ pub struct BaseConfigArgs {
     /// Where the round store lives.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Sign with a foundry keystore account: ~/.foundry/keystores/NAME (as `cast wallet
-    /// import NAME` made it); the password comes from CRESOLVER_KEYSTORE_PASSWORD or
-    /// signer.password_file.
-    #[arg(long, value_name = "NAME")]
-    pub account: Option<String>,
 }
 
 impl BaseConfigArgs {
-    /// The node configuration these flags select, with `workflows` as the workflow files.
-    pub fn load_with(&self, workflows: Vec<PathBuf>) -> anyhow::Result<NodeConfig> {
+    /// The node configuration these flags select, with `workflows` as the workflow files
+    /// and `account` as the signing account.
+    fn load_full(
+        &self,
+        workflows: Vec<PathBuf>,
+        account: Option<String>,
+    ) -> anyhow::Result<NodeConfig> {
         let o = Overrides {
             rpc_url: self.rpc_url.clone(),
             market_address: self.market_address,
             data_dir: self.data_dir.clone(),
             workflows,
-            account: self.account.clone(),
+            account,
         };
         Ok(NodeConfig::load(self.config.as_deref(), &o)?)
+    }
+
+    /// The node configuration these flags select, with `workflows` as the workflow files.
+    pub fn load_with(&self, workflows: Vec<PathBuf>) -> anyhow::Result<NodeConfig> {
+        self.load_full(workflows, None)
     }
 
     /// The node configuration these flags select, without workflow files of their own.
     pub fn load(&self) -> anyhow::Result<NodeConfig> {
         self.load_with(vec![])
+    }
+
+    /// `error` with a hint when no config file was named (the command then runs on the
+    /// defaults, the env vars and the flags alone, which is rarely what was meant).
+    pub fn explain(&self, error: anyhow::Error) -> anyhow::Error {
+        if self.config.is_some() {
+            return error;
+        }
+        error.context(
+            "no config: pass --config FILE (the node's node.toml), or set what the command needs with flags (--rpc-url, --market-address, --data-dir) or CRESOLVER__SECTION__KEY env vars",
+        )
     }
 }
 
@@ -84,6 +127,38 @@ impl ConfigArgs {
     pub fn load(&self) -> anyhow::Result<NodeConfig> {
         self.base.load_with(self.workflows.clone())
     }
+}
+
+/// Every Ctrl-C or SIGTERM, as it comes: the first asks for an orderly shutdown, a
+/// second one for an immediate stop (see `cresolver node`).
+pub fn shutdown_signals() -> tokio::sync::mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            if let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                loop {
+                    let got = tokio::select! {
+                        s = term.recv() => s.is_some(),
+                        s = int.recv() => s.is_some(),
+                    };
+                    if !got || tx.send(()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        while tokio::signal::ctrl_c().await.is_ok() {
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// Completes on Ctrl-C or, on Unix, SIGTERM.

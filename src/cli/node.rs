@@ -1,26 +1,82 @@
-//! `cresolver node`, `cresolver resolve` and `cresolver config check`.
+//! `cresolver node`, `cresolver resolve` and `cresolver config check`: the first two
+//! start as the third checks (one start-up path, `cresolver_node::preflight`).
 
 use super::*;
-use cresolver_node::Node;
+use cresolver_node::{Node, Preflight};
 
-/// Runs the resolver node until Ctrl-C or SIGTERM.
-pub async fn node_cmd(config: &ConfigArgs) -> anyhow::Result<ExitCode> {
+/// How long in-flight rounds get to reach a persisted state after the first Ctrl-C or
+/// SIGTERM.
+const DRAIN: Duration = Duration::from_secs(30);
+
+/// Runs the resolver node until Ctrl-C or SIGTERM; a second one during the drain stops
+/// it at once, naming the rounds left (they resume when the node starts again).
+pub async fn node_cmd(config: &SigningConfigArgs) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
-    let signer = cfg.signer()?;
+    let signer = cresolver_node::signer(&cfg)?;
+    let _lock = cresolver_node::lock_data_dir(&cfg, "node")?;
     tracing::info!(resolver = %signer.address(), "starting node");
     let node = Node::build(cfg, Some(signer)).await?;
-    node.run(shutdown_signal(), Duration::from_secs(30)).await?;
-    Ok(ExitCode::SUCCESS)
+    let mut signals = shutdown_signals();
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut first_tx = Some(first_tx);
+    let run = node.clone().run(
+        async move {
+            let _ = first_rx.await;
+        },
+        DRAIN,
+    );
+    tokio::pin!(run);
+    loop {
+        tokio::select! {
+            r = &mut run => {
+                r?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            s = signals.recv() => {
+                if s.is_none() {
+                    run.await?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                if let Some(tx) = first_tx.take() {
+                    tracing::info!("shutdown requested: in-flight rounds get up to {} s to reach a persisted state (Ctrl-C or SIGTERM again stops at once)", DRAIN.as_secs());
+                    let _ = tx.send(());
+                    continue;
+                }
+                stop_now(&node);
+            }
+        }
+    }
+}
+
+/// The second signal: says which rounds are left and ends the process at once (every
+/// stage a round passed is persisted; the rest of it runs again when the node starts).
+fn stop_now(node: &Node) -> ! {
+    let left = node.rounds_in_flight();
+    if left.is_empty() {
+        eprintln!("second signal: stopping now; no round was in flight");
+    } else {
+        let ids: Vec<String> = left
+            .iter()
+            .map(|(m, id)| format!("market {id} on {m}"))
+            .collect();
+        eprintln!(
+            "second signal: stopping now; {} round(s) left unfinished: {}. They resume from their last persisted stage when the node starts again.",
+            left.len(),
+            ids.join(", ")
+        );
+    }
+    std::process::exit(1)
 }
 
 /// Resolves one market now; exit 0 only when the resolution is confirmed.
 pub async fn resolve_cmd(
-    config: &ConfigArgs,
+    config: &SigningConfigArgs,
     market: U256,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
-    let signer = cfg.signer()?;
+    let signer = cresolver_node::signer(&cfg)?;
+    let _lock = cresolver_node::lock_data_dir(&cfg, "resolve")?;
     let node = Node::build(cfg, Some(signer)).await?;
     let market_addr = node.pipelines[0].market;
     node.request(market).await?;
@@ -55,68 +111,34 @@ pub async fn resolve_cmd(
     })
 }
 
-/// Validates the config and its workflows and reaches the RPC and the market.
-pub async fn config_check(config: &ConfigArgs) -> anyhow::Result<ExitCode> {
+/// `cresolver config check`: the node's start-up without starting (the same checks, in
+/// the same order, with the same errors), printing a line per item checked, then
+/// "config ok" only when the node would start.
+pub async fn config_check(config: &SigningConfigArgs) -> anyhow::Result<ExitCode> {
+    match config.file() {
+        Some(f) => println!("config: {}", f.display()),
+        None => println!("config: no file (defaults, CRESOLVER__… env vars and flags)"),
+    }
     let cfg = config.load()?;
-    for w in &cfg.node.workflows {
-        cresolver_pipeline::workflow::Workflow::load(w)?;
-        println!("workflow {}: ok", w.display());
+    let mut seen = Preflight::default();
+    let checked = check_as_node(&cfg, &mut seen).await;
+    for c in &seen.items {
+        println!("{c}");
     }
-    let (provider, chain_id) = connect(&cfg).await?;
-    use alloy::providers::Provider;
-    let head = provider
-        .get_block_number()
-        .await
-        .context("eth_blockNumber")?;
-    println!(
-        "rpc {}: chain {chain_id}, head block {head}",
-        endpoints(&cfg)
-    );
-    if let Some(m) = cfg.chain.market_address {
-        let code = provider.get_code_at(m).await.context("eth_getCode")?;
-        anyhow::ensure!(
-            !code.is_empty(),
-            "no contract at market address {m} on chain {chain_id}"
-        );
-        let market = cresolver_chain::bindings::ICREsolverMarket::new(m, provider.clone());
-        let count = market
-            .marketCount()
-            .call()
-            .await
-            .context("marketCount() on the market address")?;
-        println!("market {m}: {count} markets");
+    checked?;
+    match seen.warnings() {
+        0 => println!("config ok"),
+        n => println!("config ok ({n} warning(s) above: the node starts, but see to them)"),
     }
-    let signer = cfg.signer();
-    match &signer {
-        Ok(s) => println!("signer: {}", s.address()),
-        Err(e) => println!("signer: none ({e})"),
-    }
-    if let Some(don) = &cfg.don {
-        let me = signer
-            .as_ref()
-            .map(|s| s.address())
-            .map_err(|e| anyhow::anyhow!("[don]: a member needs its own key: {e}"))?;
-        don.validate(me)?;
-        for w in &cfg.node.workflows {
-            let wf = cresolver_pipeline::workflow::Workflow::load(w)?;
-            anyhow::ensure!(
-                wf.submits_reports(),
-                "[don]: workflow {} submits directly; a DON delivers through the KeystoneForwarder: set [submit] mode = \"report\"",
-                w.display()
-            );
-        }
-        anyhow::ensure!(
-            cfg.submit.forwarder.is_some() && cfg.submit.receiver.is_some(),
-            "[don]: set submit.forwarder (the KeystoneForwarder) and submit.receiver"
-        );
-        println!(
-            "don {} version {}: member {me} of {} (f = {})",
-            don.don_id,
-            don.config_version,
-            don.members.len(),
-            don.f
-        );
-    }
-    println!("config ok");
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `cresolver node` checks before it runs: its key, then [`Node::check`].
+async fn check_as_node(
+    cfg: &NodeConfig,
+    seen: &mut Preflight,
+) -> Result<(), cresolver_node::NodeError> {
+    let signer = cresolver_node::signer(cfg)?;
+    seen.ok("signer", signer.address().to_string());
+    Node::check(cfg, Some(&signer), seen).await
 }

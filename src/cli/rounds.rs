@@ -2,19 +2,46 @@
 
 use super::*;
 
+/// A round's state as `--state` takes it: every stage of the store's [`Stage`], by the
+/// name the store, the API and the metrics use.
+///
+/// [`Stage`]: cresolver_store::Stage
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateArg(pub cresolver_store::Stage);
+
+/// Every stage, in the order a round passes them.
+const STATES: [StateArg; cresolver_store::Stage::ALL.len()] = {
+    let mut out = [StateArg(cresolver_store::Stage::Requested); cresolver_store::Stage::ALL.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = StateArg(cresolver_store::Stage::ALL[i]);
+        i += 1;
+    }
+    out
+};
+
+impl clap::ValueEnum for StateArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &STATES
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.as_str()))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum RoundsCmd {
     /// List stored rounds, newest first, as a table or JSON (SQLite or PostgreSQL store).
     ///
-    /// Filters: --state (requested, discovered, evaluated, submitted, confirmed, finalized,
-    /// failed, skipped; repeatable), --market-address, --since / --until (unix seconds or
-    /// RFC 3339, on the round's last update), --limit.
+    /// Filters: --state (repeatable), --market-address, --since / --until (unix seconds
+    /// or RFC 3339, on the round's last update), --limit.
     List {
         #[command(flatten)]
         config: BaseConfigArgs,
         /// Only rounds in this state (repeatable).
-        #[arg(long = "state", value_name = "STATE")]
-        states: Vec<String>,
+        #[arg(long = "state", value_name = "STATE", value_enum)]
+        states: Vec<StateArg>,
         /// Only rounds updated at or after this time (unix seconds or RFC 3339).
         #[arg(long, value_name = "TIME")]
         since: Option<String>,
@@ -466,39 +493,30 @@ fn rfc3339(secs: u64) -> String {
         .unwrap_or_else(|| secs.to_string())
 }
 
-/// `cresolver rounds list`.
+/// `cresolver rounds list`: the store keeps the rounds updated within --since/--until
+/// (by `updated_at`, whatever their age); the states and the market are filtered here.
 pub async fn rounds_list(
     config: &BaseConfigArgs,
-    states: &[String],
+    states: &[StateArg],
     since: Option<&str>,
     until: Option<&str>,
     limit: usize,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let wanted: Vec<cresolver_store::Stage> = states
-        .iter()
-        .map(|s| {
-            s.trim().parse::<cresolver_store::Stage>().ok().with_context(|| {
-                format!("unknown state {s:?}: use requested, discovered, evaluated, submitted, confirmed, finalized, failed or skipped")
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let since = since.map(parse_time).transpose()?;
-    let until = until.map(parse_time).transpose()?;
+    let wanted: Vec<cresolver_store::Stage> = states.iter().map(|s| s.0).collect();
+    let between = cresolver_store::UpdatedBetween {
+        since: since.map(parse_time).transpose()?,
+        until: until.map(parse_time).transpose()?,
+    };
     let cfg = config.load()?;
     let store = open_store(&cfg).await?;
     let mut out = Vec::new();
     let mut before = None;
     'pages: loop {
-        let (page, next) = store.list_summaries(200, before).await?;
+        let (page, next) = store.list_summaries_updated(200, before, between).await?;
         for r in page {
-            if since.is_some_and(|t| r.updated_at < t) {
-                // newest first: nothing older can match
-                break 'pages;
-            }
             let keep = (wanted.is_empty() || wanted.contains(&r.state))
-                && cfg.chain.market_address.is_none_or(|m| m == r.market)
-                && until.is_none_or(|t| r.updated_at < t);
+                && cfg.chain.market_address.is_none_or(|m| m == r.market);
             if keep {
                 out.push(r);
                 if out.len() >= limit {

@@ -54,20 +54,20 @@ pub enum DonSetupError {
     },
 }
 
-/// The DON member of a node config, checked: a key that is a member, report mode
-/// everywhere, and the embedded store.
-pub(super) fn member(
-    cfg: &NodeConfig,
-    signer: Option<PrivateKeySigner>,
+/// The checks of [`member`] that open nothing: a key that is a member of a consistent
+/// `[don]`, report mode everywhere, and the embedded store. Returns the `[don]` section
+/// (`None`: the node is no DON member).
+pub(super) fn check<'a>(
+    cfg: &'a NodeConfig,
+    me: Option<Address>,
     pipelines: &[Pipeline],
     shared_store: bool,
-    metrics: Arc<Metrics>,
-) -> Result<Option<Arc<Don>>, DonSetupError> {
+) -> Result<Option<&'a cresolver_don::DonConfig>, DonSetupError> {
     let Some(dc) = &cfg.don else {
         return Ok(None);
     };
-    let signer = signer.ok_or(DonSetupError::NoSigner)?;
-    dc.validate(signer.address())?;
+    let me = me.ok_or(DonSetupError::NoSigner)?;
+    dc.validate(me)?;
     if shared_store {
         return Err(DonSetupError::SharedStore);
     }
@@ -77,6 +77,28 @@ pub(super) fn member(
     {
         return Err(DonSetupError::DirectSubmission(p.workflow.name.clone()));
     }
+    Ok(Some(dc))
+}
+
+/// The DON member of a node config, checked: a key that is a member, report mode
+/// everywhere, and the embedded store.
+pub(super) fn member(
+    cfg: &NodeConfig,
+    signer: Option<PrivateKeySigner>,
+    pipelines: &[Pipeline],
+    shared_store: bool,
+    metrics: Arc<Metrics>,
+) -> Result<Option<Arc<Don>>, DonSetupError> {
+    let Some(dc) = check(
+        cfg,
+        signer.as_ref().map(|s| s.address()),
+        pipelines,
+        shared_store,
+    )?
+    else {
+        return Ok(None);
+    };
+    let signer = signer.ok_or(DonSetupError::NoSigner)?;
     std::fs::create_dir_all(&cfg.node.data_dir).map_err(|error| DonSetupError::DataDir {
         path: cfg.node.data_dir.clone(),
         error,

@@ -11,13 +11,15 @@ pub mod api;
 mod don;
 pub mod finality;
 pub mod http;
+pub mod preflight;
 mod round;
 mod run;
 mod setup;
 pub mod status;
 pub use cresolver_pipeline::stages::{discovery_config, protocol_set, submitter_config};
 pub use don::DonSetupError;
-pub use setup::{open_store, txm_config};
+pub use preflight::{Checked, Preflight, signer};
+pub use setup::{DataDirLock, lock_data_dir, open_store, txm_config};
 
 use alloy::network::EthereumWallet;
 use alloy::primitives::{Address, B256, U256};
@@ -65,12 +67,90 @@ pub enum NodeError {
     #[error(transparent)]
     Submit(#[from] SubmitError),
     /// The RPC serves another chain than the config names.
-    #[error("RPC chain id is {actual} but the config expects {expected}")]
+    #[error(
+        "the RPC endpoints serve chain {actual}, but {origin} is {expected}: point chain.rpc_url (or rpc_urls) at a node of chain {expected}, or set chain.chain_id = {actual}"
+    )]
     ChainId {
         /// `chain.chain_id` of the config.
         expected: u64,
         /// The endpoint's `eth_chainId`.
         actual: u64,
+        /// Where `chain.chain_id` was set.
+        origin: String,
+    },
+    /// The signing key cannot be read.
+    #[error("{error} ({origin}): {hint}")]
+    Signer {
+        /// What reading it met.
+        error: cresolver_pipeline::config::ConfigError,
+        /// Where the key (or its file, keystore or password) was named.
+        origin: String,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// The SQLite data dir cannot be used.
+    #[error(
+        "data dir {} ({origin}) {problem}: give the user the node runs as write access, or set node.data_dir (--data-dir) to a writable directory",
+        path.display()
+    )]
+    DataDir {
+        /// The data dir.
+        path: std::path::PathBuf,
+        /// Where `node.data_dir` was set.
+        origin: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// Another process holds the SQLite data dir.
+    #[error(
+        "the data dir {} is in use by another cresolver process ({holder}): a node and `resolve` each need its SQLite store to themselves; stop the other process first, or give this one its own --data-dir (read-only commands such as `rounds list` may run beside it)",
+        path.display()
+    )]
+    DataDirBusy {
+        /// The data dir.
+        path: std::path::PathBuf,
+        /// What the lock file says of its holder (pid, command, since when).
+        holder: String,
+    },
+    /// The data dir's lock file cannot be made or locked.
+    #[error("cannot lock {}: {error}", path.display())]
+    DataDirLock {
+        /// The lock file.
+        path: std::path::PathBuf,
+        /// The operating system's refusal.
+        error: std::io::Error,
+    },
+    /// The market address holds no contract.
+    #[error(
+        "no contract at market address {address} on chain {chain_id} ({origin}): set it to the CREsolver market's address on this chain, or point chain.rpc_url at the chain the market is on"
+    )]
+    NoMarket {
+        /// The address.
+        address: Address,
+        /// The chain asked.
+        chain_id: u64,
+        /// Where the address was set.
+        origin: String,
+    },
+    /// The contract at the market address does not answer as the market does.
+    #[error(
+        "the contract at market address {address} ({origin}) is not a CREsolver market: marketCount() failed ({error}); set the market's address, not the forwarder's, receiver's or a registry's"
+    )]
+    NotMarket {
+        /// The address.
+        address: Address,
+        /// Where the address was set.
+        origin: String,
+        /// What the call met.
+        error: String,
+    },
+    /// The market could not be read at start (the RPC failed).
+    #[error("cannot read the market at {address} at start: {error} (is the RPC up? try again)")]
+    MarketRead {
+        /// The address.
+        address: Address,
+        /// What the read met.
+        error: String,
     },
     /// Two workflows watch one market contract.
     #[error("workflows {0} and {1} both watch market {2}: give each its own [trigger].address")]
@@ -171,24 +251,51 @@ pub struct Node {
 }
 
 impl Node {
-    /// Connects, loads the workflows and opens the store. `signer` is the resolver key
+    /// Connects, loads the workflows and opens the store, after the start-up checks
+    /// `config check` runs too (see [`preflight`]). `signer` is the resolver key
     /// (`None`: the node can simulate but not submit).
     pub async fn build(
         cfg: NodeConfig,
         signer: Option<PrivateKeySigner>,
     ) -> Result<Arc<Self>, NodeError> {
-        // the store first: a database that cannot be used is the first thing to fix
-        let store = open_store(&cfg).await?;
-        let (pool, provider, chain_id) =
-            cresolver_chain::connect_pool_checked(&cfg.rpc_urls(), cfg.pool_config()).await?;
-        if let Some(expected) = cfg.chain.chain_id
-            && expected != chain_id
-        {
-            return Err(NodeError::ChainId {
-                expected,
-                actual: chain_id,
-            });
+        let mut seen = Preflight::default();
+        let built = Self::build_checked(cfg, signer, &mut seen).await;
+        seen.log();
+        built
+    }
+
+    /// Everything [`Self::build`] checks before it starts, without starting or creating
+    /// anything: the store, every RPC endpoint and the chain id, the workflows and their
+    /// markets, the DON membership (`signer`: the key the node would sign with); then
+    /// what the node does not wait for at start, as warnings (the LLM endpoints and the
+    /// DON's other members). What was checked is in `seen`, also when an error ends it.
+    pub async fn check(
+        cfg: &NodeConfig,
+        signer: Option<&PrivateKeySigner>,
+        seen: &mut Preflight,
+    ) -> Result<(), NodeError> {
+        preflight::check_store(cfg, seen).await?;
+        let mut cfg = cfg.clone();
+        if cfg.protocols.chorus.enabled && cfg.protocols.chorus.orchestrator_id.trim().is_empty() {
+            // drawn at the node's first start and kept in its store; any id checks alike
+            cfg.protocols.chorus.orchestrator_id = uuid::Uuid::new_v4().to_string();
         }
+        let from = signer.map(|s| s.address());
+        let up = start_up(&cfg, from, cfg.store.is_postgres(), seen).await?;
+        preflight::probe_peers(&cfg, &up.pipelines, from, seen).await;
+        Ok(())
+    }
+
+    async fn build_checked(
+        cfg: NodeConfig,
+        signer: Option<PrivateKeySigner>,
+        seen: &mut Preflight,
+    ) -> Result<Arc<Self>, NodeError> {
+        // the store first: a database that cannot be used is the first thing to fix
+        if !cfg.store.is_postgres() {
+            seen.ok("store", preflight::check_data_dir(&cfg)?);
+        }
+        let store = open_store(&cfg).await?;
         let mut cfg = cfg;
         if cfg.protocols.chorus.enabled && cfg.protocols.chorus.orchestrator_id.trim().is_empty() {
             // one id for this node's hiring history on Chorus: drawn once, kept in the
@@ -199,11 +306,17 @@ impl Node {
             tracing::debug!(orchestrator_id = %id, "Chorus orchestrator id (from the store)");
             cfg.protocols.chorus.orchestrator_id = id;
         }
-        let discovery = discovery_config(&cfg)?;
+        let from = signer.as_ref().map(|s| s.address());
+        let StartUp {
+            pool,
+            provider,
+            chain_id,
+            discovery,
+            pipelines,
+        } = start_up(&cfg, from, store.shared(), seen).await?;
         let don_signer = signer.clone();
-        let from = signer.as_ref().map(|s| s.address()).unwrap_or_default();
+        let from = from.unwrap_or_default();
         let wallet = signer.map(EthereumWallet::from);
-        let pipelines = load_pipelines(&cfg, &provider, from, &discovery)?;
         let metrics = Arc::new(Metrics::new());
         let don = don::member(
             &cfg,
@@ -553,6 +666,19 @@ impl Node {
         });
     }
 
+    /// The rounds being driven now (market contract and id), in no particular order.
+    pub fn rounds_in_flight(&self) -> Vec<(Address, U256)> {
+        let mut v: Vec<_> = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        v.sort();
+        v
+    }
+
     /// The stored state of a round.
     pub async fn report(&self, market: Address, market_id: U256) -> Result<RoundReport, NodeError> {
         let rec = self.store.get(market, market_id).await?;
@@ -582,6 +708,51 @@ impl Node {
             },
         })
     }
+}
+
+/// What the start-up checks leave for the build: the endpoints, the chain, the
+/// discovery settings and the workflows bound to their markets.
+struct StartUp {
+    pool: Arc<cresolver_chain::pool::RpcPool>,
+    provider: DynProvider,
+    chain_id: u64,
+    discovery: DiscoveryConfig,
+    pipelines: Vec<Pipeline>,
+}
+
+/// The start-up steps after the store, the same for [`Node::build`] and
+/// [`Node::check`]: the endpoints and the chain id, the workflows and their markets, the
+/// DON membership of the key `from`.
+async fn start_up(
+    cfg: &NodeConfig,
+    from: Option<Address>,
+    shared_store: bool,
+    seen: &mut Preflight,
+) -> Result<StartUp, NodeError> {
+    let (pool, provider, chain_id) = preflight::connect(cfg, seen).await?;
+    let discovery = discovery_config(cfg)?;
+    let pipelines = load_pipelines(cfg, &provider, from.unwrap_or_default(), &discovery)?;
+    preflight::note_workflows(cfg, &pipelines, seen);
+    preflight::check_markets(cfg, &provider, chain_id, &pipelines, seen).await?;
+    if let Some(dc) = don::check(cfg, from, &pipelines, shared_store)? {
+        seen.ok(
+            format!("don {}", dc.don_id),
+            format!(
+                "config version {}: member {} of {} (f = {})",
+                dc.config_version,
+                from.unwrap_or_default(),
+                dc.members.len(),
+                dc.f
+            ),
+        );
+    }
+    Ok(StartUp {
+        pool,
+        provider,
+        chain_id,
+        discovery,
+        pipelines,
+    })
 }
 
 /// Loads every workflow of the config, each bound to its market (two workflows on one

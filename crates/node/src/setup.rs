@@ -13,17 +13,9 @@ use std::time::Duration;
 /// SQLite file in the data dir.
 pub async fn open_store(cfg: &NodeConfig) -> Result<Arc<dyn RoundStore>, NodeError> {
     if cfg.store.is_postgres() {
-        let node_id = cfg.node_id();
-        let store = cresolver_store::PgStore::connect(
-            cfg.store.url.trim(),
-            cresolver_store::PgConfig {
-                node_id: node_id.clone(),
-                lease: Duration::from_secs(cfg.store.lease_secs),
-                max_connections: cfg.store.max_connections,
-                ca_file: cfg.store.ca_file.clone(),
-            },
-        )
-        .await?;
+        let settings = crate::preflight::pg_config(cfg);
+        let node_id = settings.node_id.clone();
+        let store = cresolver_store::PgStore::connect(cfg.store.url.trim(), settings).await?;
         tracing::info!(
             database = %cresolver_store::pg::redact_url(&cfg.store.url),
             node_id,
@@ -51,5 +43,89 @@ pub fn txm_config(cfg: &NodeConfig, chain_id: u64) -> TxmConfig {
         },
         poll_interval: Duration::from_millis(cfg.chain.poll_interval_ms.clamp(10, 2_000)),
         wait_bound: Duration::from_millis(cfg.submit.receipt_timeout_ms.max(1_000)),
+    }
+}
+
+/// An exclusive lock on a SQLite data dir (`cresolver.lock` in it), held while this
+/// value lives: a second `cresolver node` or `resolve` on the same dir is refused.
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+/// Takes the data dir's lock for a process that writes its SQLite store (`what`: the
+/// command, shown to a second one); `None` for a PostgreSQL store, which nodes share. The
+/// data dir is checked as the start-up check does, then created if missing.
+pub fn lock_data_dir(cfg: &NodeConfig, what: &str) -> Result<Option<DataDirLock>, NodeError> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    if cfg.store.is_postgres() {
+        return Ok(None);
+    }
+    crate::preflight::check_data_dir(cfg)?;
+    let dir = &cfg.node.data_dir;
+    let path = dir.join("cresolver.lock");
+    let lock_err = |error: std::io::Error| NodeError::DataDirLock {
+        path: path.clone(),
+        error,
+    };
+    std::fs::create_dir_all(dir).map_err(lock_err)?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(lock_err)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(NodeError::DataDirBusy {
+                path: dir.clone(),
+                holder: if holder.is_empty() {
+                    "it says nothing of itself".into()
+                } else {
+                    holder.to_string()
+                },
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(lock_err(e)),
+    }
+    let since = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    let note = format!(
+        "pid {}, `cresolver {what}`, since {since}\n",
+        std::process::id()
+    );
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| file.write_all(note.as_bytes()))
+        .map_err(lock_err)?;
+    Ok(Some(DataDirLock { _file: file }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_of_the_data_dir_is_refused_with_the_first_named() {
+        let dir = std::env::temp_dir().join(format!("cresolver-lock-{}", std::process::id()));
+        let mut cfg = NodeConfig::default();
+        cfg.node.data_dir = dir.clone();
+        let held = lock_data_dir(&cfg, "node").unwrap();
+        assert!(held.is_some());
+        let e = lock_data_dir(&cfg, "resolve").unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("pid {}, `cresolver node`", std::process::id()))
+                && e.contains("in use by another cresolver process"),
+            "{e}"
+        );
+        drop(held);
+        assert!(lock_data_dir(&cfg, "resolve").unwrap().is_some());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

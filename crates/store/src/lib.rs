@@ -74,6 +74,27 @@ pub struct Lease {
     pub taken_from: Option<String>,
 }
 
+/// Which rounds a listing keeps, by when they last changed (`updated_at`, unix seconds):
+/// at or after `since`, and before `until`. The default keeps every round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpdatedBetween {
+    /// Only rounds updated at or after this time.
+    pub since: Option<u64>,
+    /// Only rounds updated before this time.
+    pub until: Option<u64>,
+}
+
+impl UpdatedBetween {
+    /// The bounds as SQL integers: `since` (0 when open) and `until` (`i64::MAX` when open).
+    pub(crate) fn sql_bounds(self) -> (i64, i64) {
+        let clamp = |t: u64| i64::try_from(t).unwrap_or(i64::MAX);
+        (
+            self.since.map_or(0, clamp),
+            self.until.map_or(i64::MAX, clamp),
+        )
+    }
+}
+
 /// A round without its transcript: what `GET /rounds` lists.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoundSummary {

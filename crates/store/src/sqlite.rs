@@ -418,12 +418,25 @@ impl Store {
         limit: usize,
         before: Option<i64>,
     ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
+        self.list_summaries_updated(limit, before, crate::UpdatedBetween::default())
+    }
+
+    /// [`Self::list_summaries`], keeping only the rounds last updated within `between`.
+    pub fn list_summaries_updated(
+        &self,
+        limit: usize,
+        before: Option<i64>,
+        between: crate::UpdatedBetween,
+    ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
+        let (since, until) = between.sql_bounds();
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(
             "SELECT rowid, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, created_at, updated_at, holder
-             FROM rounds WHERE rowid < ?1 ORDER BY rowid DESC LIMIT ?2",
+             FROM rounds WHERE rowid < ?1 AND updated_at >= ?3 AND updated_at < ?4
+             ORDER BY rowid DESC LIMIT ?2",
         )?;
-        let rows = stmt.query_map(params![before.unwrap_or(i64::MAX), limit as i64], |r| {
+        let params = params![before.unwrap_or(i64::MAX), limit as i64, since, until];
+        let rows = stmt.query_map(params, |r| {
             Ok(SummaryRow {
                 cursor: r.get(0)?,
                 market: r.get(1)?,

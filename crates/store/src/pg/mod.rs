@@ -149,6 +149,37 @@ impl PgStore {
     /// Connects, checks the server's version and applies the migrations. Errors name the
     /// URL without its password.
     pub async fn connect(url: &str, settings: PgConfig) -> Result<Self, StoreError> {
+        let (store, _) = Self::connect_unmigrated(url, settings).await?;
+        let connect_err = |e: StoreError| StoreError::Connect {
+            url: redact_url(url),
+            error: e.to_string(),
+        };
+        store.migrate().await.map_err(connect_err)?;
+        Ok(store)
+    }
+
+    /// What `connect` checks, without applying a migration or writing anything: the URL,
+    /// the TLS settings, the connection (user and password) and the server's version.
+    /// Returns the server's version and whether the database holds the node's tables
+    /// already (`false`: the node creates them at its first start).
+    pub async fn probe(url: &str, settings: PgConfig) -> Result<(String, bool), StoreError> {
+        let (store, version) = Self::connect_unmigrated(url, settings).await?;
+        let client = store.pool.get().await.map_err(pool_err)?;
+        let exists: bool = client
+            .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+            .await
+            .map_err(pg_err)?
+            .try_get(0)
+            .map_err(|e| corrupt("column", e))?;
+        Ok((version, exists))
+    }
+
+    /// Connects and checks the server's version (no migration); returns the store and
+    /// the server's version.
+    async fn connect_unmigrated(
+        url: &str,
+        settings: PgConfig,
+    ) -> Result<(Self, String), StoreError> {
         let shown = redact_url(url);
         let invalid = |error: String| StoreError::Connect {
             url: shown.clone(),
@@ -228,8 +259,7 @@ impl PgStore {
             });
         }
         drop(client);
-        store.migrate().await.map_err(connect_err)?;
-        Ok(store)
+        Ok((store, version))
     }
 
     /// This node's name as a lease holder.

@@ -260,7 +260,9 @@ impl PgStore {
         &self,
         limit: usize,
         before: Option<i64>,
+        between: crate::UpdatedBetween,
     ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
+        let (since, until) = between.sql_bounds();
         let client = self.client().await?;
         let rows = client
             .query(
@@ -268,9 +270,10 @@ impl PgStore {
                     "SELECT id, market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx,
                         created_at, updated_at, holder, last_holder,
                         CASE WHEN lease_until > {NOW_MS} THEN lease_until - {NOW_MS} END
-                     FROM rounds WHERE id < $1 ORDER BY id DESC LIMIT $2"
+                     FROM rounds WHERE id < $1 AND updated_at >= $3 AND updated_at < $4
+                     ORDER BY id DESC LIMIT $2"
                 )).await.map_err(pg_err)?,
-                &[&before.unwrap_or(i64::MAX), &(limit as i64)],
+                &[&before.unwrap_or(i64::MAX), &(limit as i64), &since, &until],
             )
             .await
             .map_err(pg_err)?;
@@ -505,12 +508,13 @@ impl Rounds for PgStore {
 
 #[async_trait::async_trait]
 impl Overview for PgStore {
-    async fn list_summaries(
+    async fn list_summaries_updated(
         &self,
         limit: usize,
         before: Option<i64>,
+        between: crate::UpdatedBetween,
     ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
-        self.rounds_list_summaries(limit, before).await
+        self.rounds_list_summaries(limit, before, between).await
     }
 
     async fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {

@@ -2,7 +2,9 @@
 //! watcher has read ([`Checkpoints`]), its state, progress and outcome as the engine
 //! drives it ([`Rounds`]), and what operators see of all rounds ([`Overview`]).
 
-use crate::{LogRef, RequestDecision, RoundRecord, RoundSummary, Stage, StoreError};
+use crate::{
+    LogRef, RequestDecision, RoundRecord, RoundSummary, Stage, StoreError, UpdatedBetween,
+};
 use alloy_primitives::{Address, B256, U256};
 
 /// How a round starts: the trigger logs the watcher reads (de-duplicated by transaction
@@ -147,6 +149,18 @@ pub trait Overview: Send + Sync {
         &self,
         limit: usize,
         before: Option<i64>,
+    ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
+        self.list_summaries_updated(limit, before, UpdatedBetween::default())
+            .await
+    }
+    /// [`Self::list_summaries`], keeping only the rounds last updated within `between`
+    /// (filtered in the database: a page holds up to `limit` rounds that match, so a
+    /// round updated recently is listed whatever its age).
+    async fn list_summaries_updated(
+        &self,
+        limit: usize,
+        before: Option<i64>,
+        between: UpdatedBetween,
     ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError>;
     /// How many rounds are in each state.
     async fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError>;

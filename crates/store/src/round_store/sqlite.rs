@@ -199,12 +199,13 @@ impl Rounds for SqliteStore {
 
 #[async_trait::async_trait]
 impl Overview for SqliteStore {
-    async fn list_summaries(
+    async fn list_summaries_updated(
         &self,
         limit: usize,
         before: Option<i64>,
+        between: crate::UpdatedBetween,
     ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
-        blocking!(self, |s| s.list_summaries(limit, before))
+        blocking!(self, |s| s.list_summaries_updated(limit, before, between))
     }
 
     async fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {
