@@ -232,6 +232,10 @@ async fn the_documented_install_passes_config_check_as_an_unprivileged_user() {
     let dir = tmpdir("install");
     let root = dir.join("root");
     std::fs::create_dir_all(&root).unwrap();
+    // the directories every system has
+    for d in ["usr/local/bin", "etc", "var/lib"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
     // the temporary dir is 0700: the service user must reach the installed files
     for d in [&*dir, root.as_path()] {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
