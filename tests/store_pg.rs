@@ -747,7 +747,7 @@ async fn updated_filter_contract(s: &dyn RoundStore, backdate: impl Fn(&str)) {
     use cresolver_store::UpdatedBetween;
     let m = Address::repeat_byte(0x51);
     for id in 1..=3u8 {
-        s.record_request(m, U256::from(id), "wf", &log(0x60 + id))
+        s.record_request(m, U256::from(id), "wf", &log(0x20 + id))
             .await
             .unwrap();
     }
