@@ -471,3 +471,40 @@ async fn commands_without_a_config_say_to_pass_one() {
         text(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn a_second_holder_of_the_data_dir_is_refused_with_the_first_named() {
+    let dir = common::node::tmpdir("lock");
+    let mut cfg = cresolver_pipeline::config::NodeConfig::default();
+    cfg.node.data_dir = dir.join("data");
+    let held = cresolver_node::lock_data_dir(&cfg, "node").unwrap();
+    assert!(held.is_some());
+    let e = cresolver_node::lock_data_dir(&cfg, "resolve")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("pid {}, `cresolver node`", std::process::id()))
+            && e.contains("in use by another cresolver process"),
+        "{e}"
+    );
+    // the binary refuses too, naming the holder
+    let data = cfg.node.data_dir.to_str().unwrap();
+    let key = ("CRESOLVER_PRIVATE_KEY", format!("{:064x}", 1));
+    let out = run(
+        &["resolve", "--market", "1", "--data-dir", data],
+        std::slice::from_ref(&key),
+    )
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("in use by another cresolver process"),
+        "{}",
+        text(&out.stderr)
+    );
+    drop(held);
+    assert!(
+        cresolver_node::lock_data_dir(&cfg, "resolve")
+            .unwrap()
+            .is_some()
+    );
+}

@@ -107,25 +107,3 @@ pub fn lock_data_dir(cfg: &NodeConfig, what: &str) -> Result<Option<DataDirLock>
     Ok(Some(DataDirLock { _file: file }))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_second_holder_of_the_data_dir_is_refused_with_the_first_named() {
-        let dir = std::env::temp_dir().join(format!("cresolver-lock-{}", std::process::id()));
-        let mut cfg = NodeConfig::default();
-        cfg.node.data_dir = dir.clone();
-        let held = lock_data_dir(&cfg, "node").unwrap();
-        assert!(held.is_some());
-        let e = lock_data_dir(&cfg, "resolve").unwrap_err().to_string();
-        assert!(
-            e.contains(&format!("pid {}, `cresolver node`", std::process::id()))
-                && e.contains("in use by another cresolver process"),
-            "{e}"
-        );
-        drop(held);
-        assert!(lock_data_dir(&cfg, "resolve").unwrap().is_some());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
