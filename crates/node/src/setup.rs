@@ -106,4 +106,3 @@ pub fn lock_data_dir(cfg: &NodeConfig, what: &str) -> Result<Option<DataDirLock>
         .map_err(lock_err)?;
     Ok(Some(DataDirLock { _file: file }))
 }
-
