@@ -48,19 +48,20 @@ struct Case {
 }
 
 fn cases(c: &Ctx) -> Vec<Case> {
-    let key = || vec![("CRESOLVER_PRIVATE_KEY", c.key.clone())];
+    let mut v = chain_cases(c);
+    v.extend(node_cases(c));
+    v
+}
+
+/// The environment with the node's key.
+fn key(c: &Ctx) -> Vec<(&'static str, String)> {
+    vec![("CRESOLVER_PRIVATE_KEY", c.key.clone())]
+}
+
+/// Bad configs of the chain: the market, the chain id, the endpoints.
+fn chain_cases(c: &Ctx) -> Vec<Case> {
+    let key = || key(c);
     let good_market = market_line(c);
-    let blocker = c.dir.join("a-file");
-    std::fs::write(&blocker, "not a directory").unwrap();
-    let members: String = (1..=4)
-        .map(|i| {
-            format!(
-                "[[don.members]]\naddress = \"0x{:040x}\"\nurl = \"http://127.0.0.1:{}\"\n",
-                0x1000 + i,
-                40_000 + i
-            )
-        })
-        .collect();
     vec![
         Case {
             name: "no market address",
@@ -117,6 +118,25 @@ fn cases(c: &Ctx) -> Vec<Case> {
             env: key(),
             expect: "no RPC endpoint",
         },
+    ]
+}
+
+/// Bad configs of the node itself: its key, its store, its DON membership.
+fn node_cases(c: &Ctx) -> Vec<Case> {
+    let key = || key(c);
+    let good_market = market_line(c);
+    let blocker = c.dir.join("a-file");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let members: String = (1..=4)
+        .map(|i| {
+            format!(
+                "[[don.members]]\naddress = \"0x{:040x}\"\nurl = \"http://127.0.0.1:{}\"\n",
+                0x1000 + i,
+                40_000 + i
+            )
+        })
+        .collect();
+    vec![
         Case {
             name: "a data dir that cannot be created",
             toml: config(c, &good_market, "", "").replace(

@@ -221,26 +221,20 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_documented_install_passes_config_check_as_an_unprivileged_user() {
+/// Runs the install steps of the unit's header with every absolute path under `root`
+/// (in `dir`, made reachable by other users) and the built binary for the release one.
+fn install_layout(dir: &Path, root: &Path, unit: &str) {
     use std::os::unix::fs::PermissionsExt as _;
-    if !is_root() {
-        println!("skipped: installing as root and running as nobody needs root");
-        return;
-    }
-    let unit = std::fs::read_to_string(UNIT).unwrap();
-    let dir = tmpdir("install");
-    let root = dir.join("root");
-    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(root).unwrap();
     // the directories every system has
     for d in ["usr/local/bin", "etc", "var/lib"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
     // the temporary dir is 0700: the service user must reach the installed files
-    for d in [&*dir, root.as_path()] {
+    for d in [dir, root] {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let steps = install_steps(&unit);
+    let steps = install_steps(unit);
     assert!(steps.len() >= 4, "{steps:?}");
     for step in &steps {
         let args: Vec<String> = step[1..]
@@ -248,7 +242,7 @@ async fn the_documented_install_passes_config_check_as_an_unprivileged_user() {
             .map(|a| match a.as_str() {
                 "target/release/cresolver" => env!("CARGO_BIN_EXE_cresolver").to_string(),
                 "/dev/null" => a.clone(),
-                p if p.starts_with('/') => under(&root, p).display().to_string(),
+                p if p.starts_with('/') => under(root, p).display().to_string(),
                 _ => a.clone(),
             })
             .collect();
@@ -262,6 +256,45 @@ async fn the_documented_install_passes_config_check_as_an_unprivileged_user() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// The unit's `ExecStart=` binary (under `root`), its flags (absolute paths under
+/// `root`) and its `WorkingDirectory=`.
+fn service_command(unit: &str, root: &Path) -> (std::path::PathBuf, Vec<String>, String) {
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    let workdir = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("WorkingDirectory="))
+        .expect("the unit sets WorkingDirectory=");
+    let mut words = exec.split_whitespace();
+    let binary = under(root, words.next().unwrap());
+    assert_eq!(words.next(), Some("node"));
+    let flags: Vec<String> = words
+        .map(|w| {
+            if w.starts_with('/') {
+                under(root, w).display().to_string()
+            } else {
+                w.to_string()
+            }
+        })
+        .collect();
+    (binary, flags, workdir.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_install_passes_config_check_as_an_unprivileged_user() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !is_root() {
+        println!("skipped: installing as root and running as nobody needs root");
+        return;
+    }
+    let unit = std::fs::read_to_string(UNIT).unwrap();
+    let dir = tmpdir("install");
+    let root = dir.join("root");
+    install_layout(&dir, &root, &unit);
     // what the unit's header says goes in the env file, and a chain to check against
     let s = common::market_with_three_workers().await;
     let env_file = under(&root, "/etc/cresolver/env");
@@ -284,26 +317,7 @@ async fn the_documented_install_passes_config_check_as_an_unprivileged_user() {
     std::fs::create_dir_all(&state).unwrap();
     std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
 
-    let exec = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .expect("ExecStart");
-    let workdir = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("WorkingDirectory="))
-        .expect("the unit sets WorkingDirectory=");
-    let mut words = exec.split_whitespace();
-    let binary = under(&root, words.next().unwrap());
-    assert_eq!(words.next(), Some("node"));
-    let flags: Vec<String> = words
-        .map(|w| {
-            if w.starts_with('/') {
-                under(&root, w).display().to_string()
-            } else {
-                w.to_string()
-            }
-        })
-        .collect();
+    let (binary, flags, workdir) = service_command(&unit, &root);
     // systemd reads the env file as root and hands its variables to the service
     let vars: Vec<(String, String)> = std::fs::read_to_string(&env_file)
         .unwrap()
@@ -333,7 +347,7 @@ async fn the_documented_install_passes_config_check_as_an_unprivileged_user() {
         )
     };
     // as the unit runs it: in its working directory, as an unprivileged user
-    let (ok, text) = check(under(&root, workdir));
+    let (ok, text) = check(under(&root, &workdir));
     assert!(ok, "{text}");
     assert!(text.contains("config ok"), "{text}");
     assert!(text.contains("workflow cresolver-resolution"), "{text}");
