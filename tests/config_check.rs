@@ -254,6 +254,7 @@ async fn config_check_refuses_what_the_node_refuses_with_the_same_message() {
             case.name,
             case.expect
         );
+        println!("{}: {checked}", case.name);
         let (status, _, stderr, took) = run(&["node", "--config", f], &case.env).await;
         assert!(
             !status.success(),

@@ -79,13 +79,13 @@ pub enum NodeError {
         origin: String,
     },
     /// The signing key cannot be read.
-    #[error("{error} ({origin}): {hint}")]
+    #[error("{error} ({origin}){hint}")]
     Signer {
         /// What reading it met.
         error: cresolver_pipeline::config::ConfigError,
         /// Where the key (or its file, keystore or password) was named.
         origin: String,
-        /// What to do.
+        /// What to do (`: …`), or nothing when the error says it.
         hint: &'static str,
     },
     /// The SQLite data dir cannot be used.
@@ -164,8 +164,9 @@ pub enum NodeError {
         error: ReadError,
     },
     /// The node's DON membership (`[don]`) cannot be set up.
+    /// (The message holds the cause's, which is not repeated as a source.)
     #[error("[don]: {0}")]
-    Don(#[from] don::DonSetupError),
+    Don(don::DonSetupError),
     /// An HTTP listener cannot be bound.
     #[error(
         "cannot listen on {addr} for the HTTP API: {error}{what} (is another node running? set api.listen to a free address, or empty to disable)"
@@ -178,6 +179,12 @@ pub enum NodeError {
         /// Which listener, when it is not the API's (`""` for the API).
         what: &'static str,
     },
+}
+
+impl From<don::DonSetupError> for NodeError {
+    fn from(e: don::DonSetupError) -> Self {
+        NodeError::Don(e)
+    }
 }
 
 /// One workflow bound to its market.

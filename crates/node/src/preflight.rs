@@ -99,7 +99,8 @@ pub fn signer(cfg: &NodeConfig) -> Result<PrivateKeySigner, NodeError> {
     })
 }
 
-/// Which key of `[signer]` an error of `NodeConfig::signer` is about, and what to do.
+/// Which key of `[signer]` an error of `NodeConfig::signer` is about, and what to do
+/// (`: …`; empty where the error's own message says it).
 fn signer_key(cfg: &NodeConfig, error: &ConfigError) -> (&'static str, &'static str) {
     let keystore_key = if cfg.signer.keystore.is_none() && cfg.signer.account.is_some() {
         "signer.account"
@@ -107,14 +108,14 @@ fn signer_key(cfg: &NodeConfig, error: &ConfigError) -> (&'static str, &'static 
         "signer.keystore"
     };
     match error {
-        ConfigError::NoKey { .. } => ("signer.private_key_env", "a node signs its resolutions"),
+        ConfigError::NoKey { .. } => ("signer.private_key_env", ""),
         ConfigError::BadKey { source_name } if source_name.starts_with("env var") => (
             "signer.private_key_env",
-            "the key is 64 hex digits, with or without 0x",
+            ": the key is 64 hex digits, with or without 0x",
         ),
         ConfigError::BadKey { .. } => (
             "signer.key_file",
-            "the file's first line is the key: 64 hex digits, with or without 0x",
+            ": the file's first line is the key: 64 hex digits, with or without 0x",
         ),
         ConfigError::KeyFile { path, .. }
             if cfg
@@ -125,24 +126,22 @@ fn signer_key(cfg: &NodeConfig, error: &ConfigError) -> (&'static str, &'static 
         {
             (
                 "signer.password_file",
-                "check the path, and that the user the node runs as can read it",
+                ": check the path, and that the user the node runs as can read it",
             )
         }
         ConfigError::KeyFile { .. } => (
             "signer.key_file",
-            "check the path, and that the user the node runs as can read it",
+            ": check the path, and that the user the node runs as can read it",
         ),
-        ConfigError::NoKeystorePassword { .. } => (
-            "signer.password_env",
-            "set that env var or signer.password_file",
-        ),
+        ConfigError::NoKeystorePassword { .. } => ("signer.password_env", ""),
         ConfigError::KeystorePassword { source_name, .. }
             if source_name.starts_with("password file") =>
         {
-            ("signer.password_file", "fix the password")
+            ("signer.password_file", "")
         }
-        ConfigError::KeystorePassword { .. } => ("signer.password_env", "fix the password"),
-        _ => (keystore_key, "check the keystore's path"),
+        ConfigError::KeystorePassword { .. } => ("signer.password_env", ""),
+        // the keystore's own messages say what to do
+        _ => (keystore_key, ""),
     }
 }
 
