@@ -90,6 +90,20 @@ fn chain_cases(c: &Ctx) -> Vec<Case> {
             expect: "cannot read key file",
         },
         Case {
+            name: "a keystore that does not exist",
+            toml: config(
+                c,
+                &good_market,
+                "",
+                &format!(
+                    "[signer]\nkeystore = \"{}\"",
+                    c.dir.join("missing.json").display()
+                ),
+            ),
+            env: vec![("CRESOLVER_KEYSTORE_PASSWORD", "x".into())],
+            expect: "missing.json not found",
+        },
+        Case {
             name: "no key at all",
             toml: config(c, &good_market, "", ""),
             env: vec![],
@@ -308,4 +322,52 @@ async fn a_good_config_checks_ok_and_creates_nothing() {
         !dir.join("data").exists(),
         "config check created the data dir"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_the_node_does_not_wait_for_are_warnings() {
+    let dir = tmpdir("config-check-warn");
+    let (_dev, mut ctx) = setup(&dir).await;
+    // a workflow whose LLM does not answer
+    let wf = dir.join("llm.toml");
+    let text = std::fs::read_to_string(&ctx.workflow)
+        .unwrap()
+        .replace("kind = \"rubric\"", "kind = \"llm\"")
+        .replace(
+            "# [evaluator.llm]",
+            &format!(
+                "[evaluator.llm]\nbase_url = \"{}\"",
+                common::closed_port_url()
+            ),
+        );
+    std::fs::write(&wf, text).unwrap();
+    ctx.workflow = wf;
+    // a second RPC endpoint that does not answer
+    let down = common::closed_port_url();
+    let toml = config(&ctx, &market_line(&ctx), "", "").replace(
+        &format!("rpc_url = \"{}\"", ctx.rpc),
+        &format!("rpc_urls = [\"{}\", \"{down}\"]", ctx.rpc),
+    );
+    let file = dir.join("node.toml");
+    std::fs::write(&file, toml).unwrap();
+    let env = [
+        ("CRESOLVER_PRIVATE_KEY", ctx.key.clone()),
+        ("OPENAI_API_KEY", "sk-test".to_string()),
+    ];
+    let (status, stdout, stderr, _) = run(
+        &["config", "check", "--config", file.to_str().unwrap()],
+        &env,
+    )
+    .await;
+    assert!(status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("warning: rpc http://127.0.0.1:")
+            && stdout.contains("the node starts without it"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("warning: llm http://127.0.0.1:") && stdout.contains("does not answer"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("config ok (2 warning(s)"), "{stdout}");
 }
