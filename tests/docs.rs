@@ -296,12 +296,163 @@ fn metrics_reference() -> String {
     )
 }
 
+/// Every `const NAME: T = value;` of the sources, with simple products evaluated
+/// (`2 * 1024 * 1024` → 2097152) and string values unquoted.
+fn constants(files: &[PathBuf]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for f in files {
+        let src = std::fs::read_to_string(f).unwrap_or_default();
+        for line in src.lines() {
+            let t = line.trim().trim_start_matches("pub ").trim_start_matches("pub(crate) ");
+            let Some(rest) = t.strip_prefix("const ") else {
+                continue;
+            };
+            let (Some((name, _)), Some((_, value))) = (rest.split_once(':'), rest.split_once('='))
+            else {
+                continue;
+            };
+            let value = value.trim().trim_end_matches(';').trim();
+            let shown = if let Some(s) = value.strip_prefix('"') {
+                s.trim_end_matches('"').to_string()
+            } else {
+                let product: Option<u64> = value
+                    .split('*')
+                    .map(|p| p.trim().replace('_', "").parse::<u64>().ok())
+                    .product();
+                match product {
+                    Some(n) => n.to_string(),
+                    None => continue,
+                }
+            };
+            out.insert(name.trim().to_string(), shown);
+        }
+    }
+    out
+}
+
+/// The string literal an `#[error("…", args)]` attribute starts with, and its arguments.
+fn error_literal(attr: &str) -> Option<(String, Vec<String>)> {
+    let start = attr.find('"')? + 1;
+    let bytes = attr.as_bytes();
+    let mut end = start;
+    while end < bytes.len() {
+        match bytes[end] {
+            b'\\' => end += 2,
+            b'"' => break,
+            _ => end += 1,
+        }
+    }
+    let lit = attr.get(start..end)?.replace("\\\"", "\"");
+    let rest = attr.get(end + 1..).unwrap_or("");
+    let rest = rest.trim().trim_end_matches(")]").trim_start_matches(',');
+    // top-level commas split the format arguments
+    let (mut args, mut depth, mut cur) = (Vec::new(), 0i32, String::new());
+    for c in rest.chars() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                args.push(std::mem::take(&mut cur).trim().to_string());
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() {
+        args.push(cur.trim().to_string());
+    }
+    Some((lit, args))
+}
+
+/// What a tuple field of a given type holds, in words.
+fn words_for_type(ty: &str) -> &'static str {
+    let ty = ty.trim();
+    if ty.contains("Address") {
+        "address"
+    } else if ty.contains("U256") || ty.starts_with('u') || ty.starts_with('i') {
+        "number"
+    } else if ty.contains("PathBuf") || ty.contains("Path") {
+        "path"
+    } else if ty.contains("io::Error") {
+        "operating system error"
+    } else if ty == "String" || ty.contains("str") {
+        "detail"
+    } else {
+        "cause"
+    }
+}
+
+/// An error message with its placeholders in words (`{market_id}` → ‹market id›) and
+/// constants as their values (`{MAX_MESSAGE_BYTES}` → 2097152).
+fn readable(msg: &str, args: &[String], tuple: &[String], consts: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut positional = 0;
+    let mut rest = msg;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        if let Some(lit) = after.strip_prefix('{') {
+            out.push('{');
+            rest = lit;
+            continue;
+        }
+        let Some(close) = after.find('}') else {
+            out.push_str(&rest[open..]);
+            rest = "";
+            break;
+        };
+        let inner = after[..close].split(':').next().unwrap_or("").trim();
+        let word = if inner.is_empty() {
+            let arg = args.get(positional).cloned().unwrap_or_default();
+            positional += 1;
+            let ident: String = arg
+                .trim_start_matches('&')
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
+                .collect();
+            let ident = ident.rsplit('.').find(|p| !p.is_empty() && *p != "self").unwrap_or("detail").to_string();
+            format!("‹{}›", ident.replace('_', " "))
+        } else if let Some(v) = consts.get(inner) {
+            v.clone()
+        } else if let Ok(i) = inner.parse::<usize>() {
+            format!("‹{}›", tuple.get(i).map(|t| words_for_type(t)).unwrap_or("detail"))
+        } else if inner.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+            panic!("error message names constant {inner}, which the reference cannot resolve")
+        } else {
+            format!("‹{}›", inner.replace('_', " "))
+        };
+        out.push_str(&word);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out.replace('|', "\\|")
+}
+
+/// The field types of the tuple variant declared after line `i` (`Rpc(RpcFailure)`).
+fn tuple_types(lines: &[&str], mut i: usize) -> Vec<String> {
+    while i < lines.len() {
+        let t = lines[i].trim();
+        if t.is_empty() || t.starts_with("#[") || t.starts_with("///") || t.starts_with("//") {
+            i += 1;
+            continue;
+        }
+        let Some(open) = t.find('(') else {
+            return vec![];
+        };
+        let inner = t[open + 1..].trim_end_matches(',').trim_end_matches(')');
+        return inner.split(',').map(|s| s.trim().to_string()).collect();
+    }
+    vec![]
+}
+
 fn errors_reference() -> String {
-    let mut by_crate: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut by_crate: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut files = Vec::new();
     rust_files(&root().join("crates"), &mut files);
     rust_files(&root().join("src"), &mut files);
     files.sort();
+    let consts = constants(&files);
     for f in files {
         let rel = f
             .strip_prefix(root())
@@ -312,21 +463,10 @@ fn errors_reference() -> String {
             continue;
         }
         let src = std::fs::read_to_string(&f).unwrap_or_default();
-        let mut enum_name = String::new();
         let lines: Vec<&str> = src.lines().collect();
         let mut i = 0;
         while i < lines.len() {
             let t = lines[i].trim();
-            if let Some(rest) = t
-                .strip_prefix("pub enum ")
-                .or_else(|| t.strip_prefix("enum "))
-            {
-                enum_name = rest
-                    .split(|c: char| !c.is_alphanumeric() && c != '_')
-                    .next()
-                    .unwrap_or("")
-                    .to_string();
-            }
             if t.starts_with("#[error(") && !t.contains("transparent") {
                 // the attribute may span lines: join until its closing `)]`
                 let mut attr = t.to_string();
@@ -335,20 +475,19 @@ fn errors_reference() -> String {
                     attr.push(' ');
                     attr.push_str(lines[i].trim());
                 }
-                if let (Some(a), Some(b)) = (attr.find('"'), attr.rfind('"'))
-                    && b > a
-                {
-                    let msg = attr[a + 1..b].replace("\\\"", "\"").replace('|', "\\|");
-                    let krate = rel.split('/').nth(1).unwrap_or("cresolver").to_string();
-                    let krate = if rel.starts_with("src/") {
-                        "cresolver (CLI)".to_string()
-                    } else {
-                        krate
-                    };
-                    by_crate
-                        .entry(krate)
-                        .or_default()
-                        .push(format!("| `{enum_name}` | {msg} |"));
+                if let Some((msg, args)) = error_literal(&attr) {
+                    let tuple = tuple_types(&lines, i + 1);
+                    let shown = readable(&msg, &args, &tuple, &consts);
+                    // a message that is only its cause adds nothing: the cause is listed
+                    if !shown.starts_with('‹') || !shown.ends_with('›') || shown.matches('‹').count() > 1 {
+                        let krate = rel.split('/').nth(1).unwrap_or("cresolver").to_string();
+                        let krate = if rel.starts_with("src/") {
+                            "the command line".to_string()
+                        } else {
+                            krate
+                        };
+                        by_crate.entry(krate).or_default().insert(format!("| {shown} |"));
+                    }
                 }
             }
             i += 1;
@@ -357,13 +496,15 @@ fn errors_reference() -> String {
     let mut out = String::from(
         "# Error reference\n\n\
          Generated from the code by `tests/docs.rs`: every error message the program can\n\
-         print, by crate and type (`{…}` is filled in with the details). Most say what to do;\n\
-         the [troubleshooting guide](../troubleshooting.md) covers the common ones.\n",
+         print, by the part of the program that prints it. `‹…›` stands for the detail that\n\
+         is filled in (a market id, an address, the cause reported by the RPC or the\n\
+         operating system); limits are shown with their values. Most messages say what to\n\
+         do; the [troubleshooting guide](../troubleshooting.md) covers the common ones.\n",
     );
     for (krate, rows) in by_crate {
         out.push_str(&format!(
-            "\n## {krate}\n\n| type | message |\n|---|---|\n{}\n",
-            rows.join("\n")
+            "\n## {krate}\n\n| message |\n|---|\n{}\n",
+            rows.into_iter().collect::<Vec<_>>().join("\n")
         ));
     }
     out
