@@ -34,7 +34,6 @@ pub struct DonConfig {
     /// The consensus timeout of round 0 (milliseconds): how long members wait for the
     /// round's proposal; the prevote and precommit timeouts are half of it; each later
     /// round's timeouts are 50 % longer than round 0's times the round number, up to 60 s.
-    /// (Named for the attempts of earlier versions; existing files keep working.)
     #[serde(default = "default_attempt_timeout_ms")]
     pub attempt_timeout_ms: u64,
     /// How long the leader waits for more observations once it holds 2f+1 (ms).
