@@ -144,6 +144,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+    /// Print the command-line reference as Markdown (the book's CLI chapter is this).
+    #[command(hide = true)]
+    CliReference,
 }
 
 #[derive(Debug, Subcommand)]
@@ -270,6 +273,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Man { out } => man_pages(&out),
+        Command::CliReference => {
+            print!("{}", cli_reference());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Rounds(RoundsCmd::Retry {
             config,
             market_id,
@@ -354,6 +361,24 @@ fn workflow_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
         println!("{}", toml::to_string_pretty(&wf)?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command-line reference chapter: every command, its arguments and options, from
+/// the same definitions `--help` prints (clap-markdown renders them).
+fn cli_reference() -> String {
+    let options = clap_markdown::MarkdownOptions::new()
+        .title("Command-line reference".to_string())
+        .show_footer(false)
+        .show_table_of_contents(true);
+    let body = clap_markdown::help_markdown_custom::<Cli>(&options);
+    // the chapter says where it comes from; the hidden command itself is not listed
+    let intro = "Generated from the command definitions (`--help` prints the same text). \
+                 Every command also has `--help`, `cresolver man --out DIR` writes man pages, and \
+                 `cresolver completions SHELL` prints shell completions.\n\n";
+    match body.split_once('\n') {
+        Some((title, rest)) => format!("{title}\n\n{intro}{}", rest.trim_start()),
+        None => body,
+    }
 }
 
 /// `cresolver man --out DIR`: one page per command (`cresolver.1`, `cresolver-node.1`, …).

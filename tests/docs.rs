@@ -303,7 +303,10 @@ fn constants(files: &[PathBuf]) -> BTreeMap<String, String> {
     for f in files {
         let src = std::fs::read_to_string(f).unwrap_or_default();
         for line in src.lines() {
-            let t = line.trim().trim_start_matches("pub ").trim_start_matches("pub(crate) ");
+            let t = line
+                .trim()
+                .trim_start_matches("pub ")
+                .trim_start_matches("pub(crate) ");
             let Some(rest) = t.strip_prefix("const ") else {
                 continue;
             };
@@ -385,7 +388,12 @@ fn words_for_type(ty: &str) -> &'static str {
 
 /// An error message with its placeholders in words (`{market_id}` → ‹market id›) and
 /// constants as their values (`{MAX_MESSAGE_BYTES}` → 2097152).
-fn readable(msg: &str, args: &[String], tuple: &[String], consts: &BTreeMap<String, String>) -> String {
+fn readable(
+    msg: &str,
+    args: &[String],
+    tuple: &[String],
+    consts: &BTreeMap<String, String>,
+) -> String {
     let mut out = String::new();
     let mut positional = 0;
     let mut rest = msg;
@@ -411,12 +419,19 @@ fn readable(msg: &str, args: &[String], tuple: &[String], consts: &BTreeMap<Stri
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
                 .collect();
-            let ident = ident.rsplit('.').find(|p| !p.is_empty() && *p != "self").unwrap_or("detail").to_string();
+            let ident = ident
+                .rsplit('.')
+                .find(|p| !p.is_empty() && *p != "self")
+                .unwrap_or("detail")
+                .to_string();
             format!("‹{}›", ident.replace('_', " "))
         } else if let Some(v) = consts.get(inner) {
             v.clone()
         } else if let Ok(i) = inner.parse::<usize>() {
-            format!("‹{}›", tuple.get(i).map(|t| words_for_type(t)).unwrap_or("detail"))
+            format!(
+                "‹{}›",
+                tuple.get(i).map(|t| words_for_type(t)).unwrap_or("detail")
+            )
         } else if inner.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
             panic!("error message names constant {inner}, which the reference cannot resolve")
         } else {
@@ -426,7 +441,19 @@ fn readable(msg: &str, args: &[String], tuple: &[String], consts: &BTreeMap<Stri
         rest = &after[close + 1..];
     }
     out.push_str(rest);
-    out.replace('|', "\\|")
+    // `<` outside code spans would open an HTML tag in the rendered table
+    let escaped: Vec<String> = out
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 0 {
+                part.replace('<', "&lt;")
+            } else {
+                part.to_string()
+            }
+        })
+        .collect();
+    escaped.join("`").replace('|', "\\|")
 }
 
 /// The field types of the tuple variant declared after line `i` (`Rpc(RpcFailure)`).
@@ -479,14 +506,20 @@ fn errors_reference() -> String {
                     let tuple = tuple_types(&lines, i + 1);
                     let shown = readable(&msg, &args, &tuple, &consts);
                     // a message that is only its cause adds nothing: the cause is listed
-                    if !shown.starts_with('‹') || !shown.ends_with('›') || shown.matches('‹').count() > 1 {
+                    if !shown.starts_with('‹')
+                        || !shown.ends_with('›')
+                        || shown.matches('‹').count() > 1
+                    {
                         let krate = rel.split('/').nth(1).unwrap_or("cresolver").to_string();
                         let krate = if rel.starts_with("src/") {
                             "the command line".to_string()
                         } else {
                             krate
                         };
-                        by_crate.entry(krate).or_default().insert(format!("| {shown} |"));
+                        by_crate
+                            .entry(krate)
+                            .or_default()
+                            .insert(format!("| {shown} |"));
                     }
                 }
             }

@@ -41,7 +41,7 @@ pub enum RoundsCmd {
     /// Write every stored round's transcript, one JSON file per round, into a directory.
     ///
     /// With --market-address (or chain.market_address in the config), only that market's
-    /// rounds are written. Files are named <market address>-<market id>.json and hold the transcript (see
+    /// rounds are written. Files are named `<market address>-<market id>.json` and hold the transcript (see
     /// docs/transcript.md) with the store record under `round`. Rounds that never reached
     /// discovery have no transcript and are listed, not written.
     Export {
