@@ -64,6 +64,14 @@ enum Command {
     /// Run the reference worker (an A2A agent with deterministic, configurable behaviour).
     #[cfg(feature = "devnet")]
     Agent(cli::devnet::AgentArgs),
+    /// A local network that stays up: anvil, the contracts, reference workers and a node.
+    #[cfg(feature = "devnet")]
+    #[command(subcommand)]
+    Devnet(cli::devnet::DevnetCmd),
+    /// The contracts on any chain: deploy, create, join, request, show, register a worker,
+    /// authorize a resolver.
+    #[command(subcommand)]
+    Market(cli::market::MarketCmd),
     /// Run a whole resolution on a local anvil chain: deploy, workers, market, node, summary.
     #[cfg(feature = "devnet")]
     Demo {
@@ -226,6 +234,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agent(a) => cli::devnet::agent_cmd(a).await,
         #[cfg(feature = "devnet")]
         Command::Demo { workers, json } => cli::devnet::demo_cmd(workers, json).await,
+        #[cfg(feature = "devnet")]
+        Command::Devnet(cmd) => cli::devnet::devnet_cmd(cmd).await,
+        Command::Market(cmd) => cli::market::market_cmd(cmd).await,
         Command::Fuzz {
             cases,
             target,
