@@ -54,19 +54,17 @@ fn script(chapter: &str) -> String {
     out.join("\n")
 }
 
-/// Kills a process group when dropped (the shell, the node and the worker it started).
-struct Group(u32);
+/// Kills a child (by its pid) when dropped.
+struct Reap(std::process::Child);
 
-impl Drop for Group {
+impl Drop for Reap {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.0)])
-            .status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
-fn anvil(port: u16) -> (std::process::Child, Group) {
-    use std::os::unix::process::CommandExt;
+fn anvil(port: u16) -> Reap {
     let bin = std::env::var_os("ANVIL_BIN").map_or_else(
         || root().join(".tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil"),
         PathBuf::from,
@@ -74,10 +72,8 @@ fn anvil(port: u16) -> (std::process::Child, Group) {
     let mut child = Command::new(bin)
         .args(["--port", &port.to_string()])
         .stdout(Stdio::piped())
-        .process_group(0)
         .spawn()
         .expect("anvil (scripts/install-tools.sh installs it)");
-    let group = Group(child.id());
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let deadline = Instant::now() + Duration::from_secs(30);
     for l in lines.by_ref() {
@@ -88,12 +84,11 @@ fn anvil(port: u16) -> (std::process::Child, Group) {
     }
     // keep draining anvil's output
     std::thread::spawn(move || for _ in lines {});
-    (child, group)
+    Reap(child)
 }
 
 #[test]
 fn the_quickstart_chapter_runs_as_written_against_anvil() {
-    use std::os::unix::process::CommandExt;
     assert!(
         Command::new("jq").arg("--version").output().is_ok(),
         "the chapter reads contracts.json with jq: install it"
@@ -101,9 +96,13 @@ fn the_quickstart_chapter_runs_as_written_against_anvil() {
     let chapter = std::fs::read_to_string(root().join("docs/quickstart.md")).unwrap();
     assert!(chapter.contains("127.0.0.1:8701"));
     let worker_port = free_port();
-    let script = script(&chapter).replace("8701", &worker_port.to_string());
+    // the node and the worker the chapter starts in the background end with the shell
+    let script = format!(
+        "trap 'kill $(jobs -p) 2>/dev/null' EXIT\n{}",
+        script(&chapter).replace("8701", &worker_port.to_string())
+    );
     let port = free_port();
-    let (_anvil, _anvil_group) = anvil(port);
+    let _anvil = anvil(port);
     let tmp = tempfile::tempdir().unwrap();
     let dir: &Path = tmp.path();
     std::os::unix::fs::symlink(root().join("workflows"), dir.join("workflows")).unwrap();
@@ -116,7 +115,7 @@ fn the_quickstart_chapter_runs_as_written_against_anvil() {
     );
     let log_path = dir.join("chapter.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Command::new("bash")
+    let child = Command::new("bash")
         .args(["-e", "-x", "-c", &script])
         .current_dir(dir)
         .env("PATH", path)
@@ -131,15 +130,14 @@ fn the_quickstart_chapter_runs_as_written_against_anvil() {
         .env_remove("CRESOLVER_PRIVATE_KEY")
         .stdout(log.try_clone().unwrap())
         .stderr(log)
-        .process_group(0)
         .spawn()
         .unwrap();
-    let _group = Group(child.id());
     // the output goes to a file: the node and the worker the chapter starts in the
     // background keep it open after the shell ends
     let deadline = Instant::now() + Duration::from_secs(600);
+    let mut child = Reap(child);
     let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
+        if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
         assert!(Instant::now() < deadline, "the chapter did not end within 600 s");
