@@ -55,7 +55,10 @@ fn http_get(addr: &str, path: &str) -> (String, String) {
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     let status = text.lines().next().unwrap_or("").to_string();
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -113,7 +116,11 @@ impl Up {
         };
         let deadline = Instant::now() + Duration::from_secs(300);
         while !up.out.iter().any(|l| l.starts_with("devnet ready")) {
-            assert!(Instant::now() < deadline, "devnet up not ready: {:?}", up.out);
+            assert!(
+                Instant::now() < deadline,
+                "devnet up not ready: {:?}",
+                up.out
+            );
             if let Ok(l) = up.lines.recv_timeout(Duration::from_secs(1)) {
                 up.out.push(l);
             }
@@ -213,7 +220,10 @@ fn the_readme_tour_runs_against_devnet_up_and_a_restart_keeps_the_state() {
         .expect("the README starts the devnet with `cresolver devnet up`");
     let tour = blocks
         .iter()
-        .find(|b| b.iter().any(|l| l.contains("rounds list --config devnet/node.toml")))
+        .find(|b| {
+            b.iter()
+                .any(|l| l.contains("rounds list --config devnet/node.toml"))
+        })
         .expect("the README's tour block");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -239,7 +249,10 @@ fn the_readme_tour_runs_against_devnet_up_and_a_restart_keeps_the_state() {
     let up = Up::start(dir, &args);
     assert!(up.out.iter().any(|l| l.contains("(new)")), "{:?}", up.out);
     assert!(
-        up.out.iter().any(|l| l.contains("0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80")),
+        up.out
+            .iter()
+            .any(|l| l
+                .contains("0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80")),
         "the dev keys are printed: {:?}",
         up.out
     );
@@ -261,8 +274,16 @@ fn the_readme_tour_runs_against_devnet_up_and_a_restart_keeps_the_state() {
     let script = tour.join("\n");
     let (ok, out) = sh(dir, &script);
     assert!(ok, "the README's tour failed:\n{out}");
-    for expected in ["failed", "HTTP status 503", "resolved: YES", "runs the round of market 1"] {
-        assert!(out.contains(expected), "the tour's output lacks {expected:?}:\n{out}");
+    for expected in [
+        "failed",
+        "HTTP status 503",
+        "resolved: YES",
+        "runs the round of market 1",
+    ] {
+        assert!(
+            out.contains(expected),
+            "the tour's output lacks {expected:?}:\n{out}"
+        );
     }
 
     // after the tour: market 1 retried and resolved, market 2 requested and resolved
@@ -283,12 +304,26 @@ fn the_readme_tour_runs_against_devnet_up_and_a_restart_keeps_the_state() {
     assert!(dir.join("devnet/anvil-state.json").is_file());
 
     let up = Up::start(dir, &args);
-    assert!(up.out.iter().any(|l| l.contains("(resumed)")), "{:?}", up.out);
+    assert!(
+        up.out.iter().any(|l| l.contains("(resumed)")),
+        "{:?}",
+        up.out
+    );
     let again = snapshot(dir);
-    assert_eq!(again, settled, "the same markets and rounds after a restart");
+    assert_eq!(
+        again, settled,
+        "the same markets and rounds after a restart"
+    );
     let (ok, out) = cli(
         dir,
-        &["market", "show", "2", "--config", "devnet/node.toml", "--json"],
+        &[
+            "market",
+            "show",
+            "2",
+            "--config",
+            "devnet/node.toml",
+            "--json",
+        ],
     );
     assert!(ok && out.contains("\"resolved\": true"), "{out}");
     up.interrupt();

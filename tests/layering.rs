@@ -62,7 +62,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "cresolver-market",
-        &["cresolver-core", "cresolver-metrics", "cresolver-workers", "cresolver-chain"],
+        &[
+            "cresolver-core",
+            "cresolver-metrics",
+            "cresolver-workers",
+            "cresolver-chain",
+        ],
     ),
     (
         "cresolver-devnet",

@@ -126,7 +126,10 @@ fn the_quickstart_chapter_runs_as_written_against_anvil() {
         .env("NODE_ADDRESS", node.address().to_string())
         .env("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "true")
         .env("CRESOLVER__CHAIN__POLL_INTERVAL_MS", "200")
-        .env("CRESOLVER__API__LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env(
+            "CRESOLVER__API__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
         .env_remove("CRESOLVER_PRIVATE_KEY")
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -140,7 +143,10 @@ fn the_quickstart_chapter_runs_as_written_against_anvil() {
         if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
-        assert!(Instant::now() < deadline, "the chapter did not end within 600 s");
+        assert!(
+            Instant::now() < deadline,
+            "the chapter did not end within 600 s"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     let text = std::fs::read_to_string(&log_path).unwrap();

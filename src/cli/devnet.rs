@@ -139,7 +139,9 @@ async fn up_cmd(a: UpArgs) -> anyhow::Result<ExitCode> {
         }
     }
     print!("{}", banner(&running, &a.data_dir));
-    println!("devnet ready: Ctrl-C stops it (the chain's state is kept in the data dir); run `cresolver devnet up` again to resume");
+    println!(
+        "devnet ready: Ctrl-C stops it (the chain's state is kept in the data dir); run `cresolver devnet up` again to resume"
+    );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
     running.run_until(shutdown_signal()).await?;
@@ -153,13 +155,20 @@ fn banner(r: &cresolver_devnet::up::Running, shown: &std::path::Path) -> String 
     let s = &r.state;
     let d = shown.display();
     let mut out = String::new();
-    let _ = writeln!(out, "\ncresolver devnet ({})", if r.fresh { "new" } else { "resumed" });
+    let _ = writeln!(
+        out,
+        "\ncresolver devnet ({})",
+        if r.fresh { "new" } else { "resumed" }
+    );
     let _ = writeln!(out, "  data dir     {}", r.dir.display());
     let _ = writeln!(out, "  RPC URL      {} (chain {})", r.rpc_url(), s.chain_id);
     let _ = writeln!(out, "  market       {}", s.contracts.market);
     let _ = writeln!(out, "  identity     {}", s.contracts.identity);
     let _ = writeln!(out, "  status page  {}", r.status_url());
-    let _ = writeln!(out, "  node         --config {d}/node.toml, log {d}/node.log");
+    let _ = writeln!(
+        out,
+        "  node         --config {d}/node.toml, log {d}/node.log"
+    );
     if let Some(m) = s.markets {
         let _ = writeln!(
             out,
@@ -175,10 +184,17 @@ fn banner(r: &cresolver_devnet::up::Running, shown: &std::path::Path) -> String 
             w.port,
             w.agent_id,
             w.owner,
-            if w.refuses { " (refuses while the switch exists)" } else { "" }
+            if w.refuses {
+                " (refuses while the switch exists)"
+            } else {
+                ""
+            }
         );
     }
-    let _ = writeln!(out, "\nDev accounts: anvil's well-known keys, funded on this chain only (never use them elsewhere):");
+    let _ = writeln!(
+        out,
+        "\nDev accounts: anvil's well-known keys, funded on this chain only (never use them elsewhere):"
+    );
     let last = r.signers.len().saturating_sub(1);
     for (i, k) in r.signers.iter().enumerate() {
         let role = match i {

@@ -487,7 +487,10 @@ fn print_market(v: &MarketView) {
     let deadline = i64::try_from(v.deadline)
         .ok()
         .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
         .unwrap_or_else(|| v.deadline.to_string());
     println!("deadline  {deadline}");
     println!("creator   {}", v.creator);

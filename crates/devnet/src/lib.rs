@@ -16,8 +16,8 @@ use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use alloy::rpc::types::TransactionReceipt;
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_chain::bindings::{ICREsolverMarket, IIdentityRegistry};
-pub use cresolver_market::{Deployment, RegisteredAgent, data_uri, registration_json};
 use cresolver_market::{DeployOptions, MarketClient, MarketError, ReceiverOption};
+pub use cresolver_market::{Deployment, RegisteredAgent, data_uri, registration_json};
 use std::path::PathBuf;
 use std::time::Duration;
 

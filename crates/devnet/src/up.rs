@@ -183,7 +183,10 @@ pub async fn start(opts: &UpOptions) -> Result<Running, DevnetError> {
     let state_file = dir.join("devnet.json");
     let existing: Option<DevnetState> = match std::fs::read_to_string(&state_file) {
         Ok(text) => Some(serde_json::from_str(&text).map_err(|e| {
-            DevnetError::Setup(format!("{} is not readable ({e}): remove the data dir to start afresh", state_file.display()))
+            DevnetError::Setup(format!(
+                "{} is not readable ({e}): remove the data dir to start afresh",
+                state_file.display()
+            ))
         })?),
         Err(_) => None,
     };
@@ -230,8 +233,11 @@ pub async fn start(opts: &UpOptions) -> Result<Running, DevnetError> {
     running.workers = start_workers(&running.dir, &running.state.workers).await?;
     if fresh {
         write_node_files(&running)?;
-        std::fs::write(running.dir.join("refuse"), "while this file exists, the workers of market 1 refuse to answer\n")
-            .map_err(setup("cannot write the refuse switch"))?;
+        std::fs::write(
+            running.dir.join("refuse"),
+            "while this file exists, the workers of market 1 refuse to answer\n",
+        )
+        .map_err(setup("cannot write the refuse switch"))?;
     }
     running.node = Some(spawn_node(&running, &opts.node_exe).await?);
     Ok(running)
@@ -241,7 +247,9 @@ fn anyhow_range(workers: usize) -> Result<(), DevnetError> {
     if (1..=9).contains(&workers) {
         Ok(())
     } else {
-        Err(DevnetError::Setup("--workers must be between 1 and 9".into()))
+        Err(DevnetError::Setup(
+            "--workers must be between 1 and 9".into(),
+        ))
     }
 }
 
@@ -434,7 +442,8 @@ async fn refuse_while_switched(
 /// Writes the node's config, its workflow and its API token into the data dir.
 fn write_node_files(r: &Running) -> Result<(), DevnetError> {
     let wf = r.dir.join("cresolver-resolution.toml");
-    std::fs::write(&wf, crate::demo::DEFAULT_WORKFLOW).map_err(setup("cannot write the workflow"))?;
+    std::fs::write(&wf, crate::demo::DEFAULT_WORKFLOW)
+        .map_err(setup("cannot write the workflow"))?;
     let token = format!("devnet-{:016x}", rand_u64());
     std::fs::write(r.dir.join("api-token"), format!("{token}\n"))
         .map_err(setup("cannot write api-token"))?;
@@ -490,8 +499,8 @@ fn rand_u64() -> u64 {
 /// Starts `cresolver node --config <dir>/node.toml` (dev account 0's key, the API token),
 /// its output appended to `node.log`, and waits for its API.
 async fn spawn_node(r: &Running, exe: &Path) -> Result<tokio::process::Child, DevnetError> {
-    let token = std::fs::read_to_string(r.dir.join("api-token"))
-        .map_err(setup("cannot read api-token"))?;
+    let token =
+        std::fs::read_to_string(r.dir.join("api-token")).map_err(setup("cannot read api-token"))?;
     let log_path = r.dir.join("node.log");
     let log = std::fs::OpenOptions::new()
         .create(true)

@@ -43,10 +43,14 @@ pub async fn seed(r: &mut Running, say: &dyn Fn(&str)) -> Result<MarketIds, Devn
     ));
     market.request(m.resolved, requester).await?;
     let reader = market.clone();
-    wait_for(Duration::from_secs(120), "market 0 to be resolved", move || {
-        let reader = reader.clone();
-        async move { Ok(reader.show(m.resolved).await?.resolved) }
-    })
+    wait_for(
+        Duration::from_secs(120),
+        "market 0 to be resolved",
+        move || {
+            let reader = reader.clone();
+            async move { Ok(reader.show(m.resolved).await?.resolved) }
+        },
+    )
     .await?;
     say(&format!(
         "market {}: requesting its resolution; its workers refuse, so its round fails",
@@ -54,16 +58,20 @@ pub async fn seed(r: &mut Running, say: &dyn Fn(&str)) -> Result<MarketIds, Devn
     ));
     market.request(m.failed, requester).await?;
     let url = format!("http://{}/rounds/{}", r.state.api_listen, m.failed);
-    wait_for(Duration::from_secs(120), "the round of market 1 to fail", move || {
-        let url = url.clone();
-        async move {
-            let Ok(resp) = reqwest::get(&url).await else {
-                return Ok(false);
-            };
-            let v: serde_json::Value = resp.json().await.unwrap_or_default();
-            Ok(v["state"] == "failed")
-        }
-    })
+    wait_for(
+        Duration::from_secs(120),
+        "the round of market 1 to fail",
+        move || {
+            let url = url.clone();
+            async move {
+                let Ok(resp) = reqwest::get(&url).await else {
+                    return Ok(false);
+                };
+                let v: serde_json::Value = resp.json().await.unwrap_or_default();
+                Ok(v["state"] == "failed")
+            }
+        },
+    )
     .await?;
     r.state.markets = Some(m);
     write_state(&r.dir, &r.state)?;

@@ -4,27 +4,24 @@
 use alloy::primitives::U256;
 use alloy::primitives::utils::parse_units;
 
-/// An amount or a duration that cannot be read.
+/// An amount or a duration that cannot be read (what was given).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{input:?} is not {expected}")]
-pub struct ParseError {
-    /// What was given.
-    pub input: String,
-    /// What it should look like.
-    pub expected: &'static str,
+pub enum ParseError {
+    /// Not an amount.
+    #[error(
+        "{0:?} is not an amount: a number of ETH (0.1), or with a unit: 0.1ether, 100gwei, 5000wei"
+    )]
+    Amount(String),
+    /// Not a duration.
+    #[error("{0:?} is not a duration: seconds (3600), or with a unit: 90s, 30m, 12h, 7d")]
+    Duration(String),
 }
-
-const AMOUNT: &str = "an amount: a number of ETH (0.1), or with a unit: 0.1ether, 100gwei, 5000wei";
-const DURATION: &str = "a duration: seconds (3600), or with a unit: 90s, 30m, 12h, 7d";
 
 /// An amount in wei: a number with the unit `ether`/`eth`, `gwei` or `wei`; a bare number
 /// is ETH.
 pub fn parse_amount(s: &str) -> Result<U256, ParseError> {
     let t = s.trim().to_ascii_lowercase();
-    let err = || ParseError {
-        input: s.to_string(),
-        expected: AMOUNT,
-    };
+    let err = || ParseError::Amount(s.to_string());
     let (num, unit) = if let Some(n) = t.strip_suffix("ether") {
         (n, "ether")
     } else if let Some(n) = t.strip_suffix("gwei") {
@@ -40,6 +37,16 @@ pub fn parse_amount(s: &str) -> Result<U256, ParseError> {
     if num.is_empty() || num.starts_with('-') || num.starts_with('+') {
         return Err(err());
     }
+    // no fraction of a wei: at most 0, 9 or 18 decimals
+    let decimals = num.split_once('.').map_or(0, |(_, f)| f.len());
+    let allowed = match unit {
+        "wei" => 0,
+        "gwei" => 9,
+        _ => 18,
+    };
+    if decimals > allowed {
+        return Err(err());
+    }
     parse_units(num, unit)
         .map(|v| v.get_absolute())
         .map_err(|_| err())
@@ -49,10 +56,7 @@ pub fn parse_amount(s: &str) -> Result<U256, ParseError> {
 /// seconds.
 pub fn parse_duration(s: &str) -> Result<u64, ParseError> {
     let t = s.trim().to_ascii_lowercase();
-    let err = || ParseError {
-        input: s.to_string(),
-        expected: DURATION,
-    };
+    let err = || ParseError::Duration(s.to_string());
     let (num, mult) = match t.char_indices().last() {
         Some((i, 's')) => (&t[..i], 1),
         Some((i, 'm')) => (&t[..i], 60),
@@ -74,7 +78,10 @@ mod tests {
         assert_eq!(parse_amount("1").unwrap(), eth);
         assert_eq!(parse_amount("0.5ether").unwrap(), eth / U256::from(2));
         assert_eq!(parse_amount("0.5 eth").unwrap(), eth / U256::from(2));
-        assert_eq!(parse_amount("100gwei").unwrap(), U256::from(100_000_000_000u64));
+        assert_eq!(
+            parse_amount("100gwei").unwrap(),
+            U256::from(100_000_000_000u64)
+        );
         assert_eq!(parse_amount("5000wei").unwrap(), U256::from(5000));
         for bad in ["", "-1", "eth", "1.5wei", "abc", "1 dollar"] {
             assert!(parse_amount(bad).is_err(), "{bad}");

@@ -199,7 +199,8 @@ pub async fn deploy(
     opts: &DeployOptions,
     progress: &(dyn Fn(&str, Address) + Sync),
 ) -> Result<Deployment, MarketError> {
-    let err = |what: &'static str| move |e: alloy::contract::Error| MarketError::from_call(what, &e);
+    let err =
+        |what: &'static str| move |e: alloy::contract::Error| MarketError::from_call(what, &e);
     let identity = match opts.identity {
         Some(a) => a,
         None => IdentityRegistry::deploy_builder(provider)

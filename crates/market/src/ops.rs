@@ -152,7 +152,11 @@ impl MarketClient {
     }
 
     /// Asks for the resolution of market `id` (emits `ResolutionRequested`).
-    pub async fn request(&self, id: U256, from: Address) -> Result<TransactionReceipt, MarketError> {
+    pub async fn request(
+        &self,
+        id: U256,
+        from: Address,
+    ) -> Result<TransactionReceipt, MarketError> {
         let pending = self
             .contract()
             .requestResolution(id)
@@ -215,7 +219,11 @@ impl MarketClient {
     /// balances.
     pub async fn show(&self, id: U256) -> Result<MarketView, MarketError> {
         let c = self.contract();
-        let m = c.getMarket(id).call().await.map_err(call_err("getMarket"))?;
+        let m = c
+            .getMarket(id)
+            .call()
+            .await
+            .map_err(call_err("getMarket"))?;
         if m.deadline.is_zero() {
             let count = self.check().await?;
             return Err(MarketError::Invalid(format!(
