@@ -45,10 +45,16 @@ pub enum DevnetError {
     },
     /// A contract call or deployment failed (its revert decoded).
     #[error(transparent)]
-    Market(#[from] MarketError),
+    Market(Box<MarketError>),
     /// Any other failure of the set-up (a missing receipt or event, …).
     #[error("{0}")]
     Setup(String),
+}
+
+impl From<MarketError> for DevnetError {
+    fn from(e: MarketError) -> Self {
+        Self::Market(Box::new(e))
+    }
 }
 
 fn chain_err(what: &str) -> impl Fn(alloy::contract::Error) -> DevnetError + '_ {
