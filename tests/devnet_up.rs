@@ -209,10 +209,10 @@ fn snapshot(dir: &Path) -> (Vec<(String, String)>, String) {
     (rounds, info["market_count"].to_string())
 }
 
-#[test]
-fn the_readme_tour_runs_against_devnet_up_and_a_restart_keeps_the_state() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let blocks = sh_blocks(&readme);
+/// The README's `cresolver devnet up` line as arguments, with free ports added; and the
+/// tour's block.
+fn from_readme(readme: &str, api: &str) -> (Vec<String>, Vec<String>) {
+    let blocks = sh_blocks(readme);
     let up_line = blocks
         .iter()
         .flatten()
@@ -225,10 +225,6 @@ fn the_readme_tour_runs_against_devnet_up_and_a_restart_keeps_the_state() {
                 .any(|l| l.contains("rounds list --config devnet/node.toml"))
         })
         .expect("the README's tour block");
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let api_port = free_port();
-    let api = format!("127.0.0.1:{api_port}");
     let mut args: Vec<String> = up_line
         .split('#')
         .next()
@@ -241,18 +237,45 @@ fn the_readme_tour_runs_against_devnet_up_and_a_restart_keeps_the_state() {
         "--anvil-port".into(),
         free_port().to_string(),
         "--api-listen".into(),
-        api.clone(),
+        api.to_string(),
         "--worker-port".into(),
         free_ports(6).to_string(),
     ]);
+    (args, tour.clone())
+}
+
+/// Runs the tour's block in `dir` and checks what its steps said.
+fn run_tour(dir: &Path, tour: &[String]) {
+    let (ok, out) = sh(dir, &tour.join("\n"));
+    assert!(ok, "the README's tour failed:\n{out}");
+    for expected in [
+        "failed",
+        "HTTP status 503",
+        "1 of 1 market(s) agree with the chain",
+        "would_submit",
+        "runs the round of market 1",
+        "resolved: YES",
+    ] {
+        assert!(
+            out.contains(expected),
+            "the tour's output lacks {expected:?}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn the_readme_tour_runs_against_devnet_up_and_a_restart_keeps_the_state() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let api = format!("127.0.0.1:{}", free_port());
+    let (args, tour) = from_readme(&readme, &api);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
 
     let up = Up::start(dir, &args);
     assert!(up.out.iter().any(|l| l.contains("(new)")), "{:?}", up.out);
+    let key0 = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
     assert!(
-        up.out
-            .iter()
-            .any(|l| l
-                .contains("0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80")),
+        up.out.iter().any(|l| l.contains(key0)),
         "the dev keys are printed: {:?}",
         up.out
     );
@@ -271,20 +294,7 @@ fn the_readme_tour_runs_against_devnet_up_and_a_restart_keeps_the_state() {
         "{before:?}"
     );
 
-    let script = tour.join("\n");
-    let (ok, out) = sh(dir, &script);
-    assert!(ok, "the README's tour failed:\n{out}");
-    for expected in [
-        "failed",
-        "HTTP status 503",
-        "resolved: YES",
-        "runs the round of market 1",
-    ] {
-        assert!(
-            out.contains(expected),
-            "the tour's output lacks {expected:?}:\n{out}"
-        );
-    }
+    run_tour(dir, &tour);
 
     // after the tour: market 1 retried and resolved, market 2 requested and resolved
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -314,17 +324,15 @@ fn the_readme_tour_runs_against_devnet_up_and_a_restart_keeps_the_state() {
         again, settled,
         "the same markets and rounds after a restart"
     );
-    let (ok, out) = cli(
-        dir,
-        &[
-            "market",
-            "show",
-            "2",
-            "--config",
-            "devnet/node.toml",
-            "--json",
-        ],
-    );
+    let show = [
+        "market",
+        "show",
+        "2",
+        "--config",
+        "devnet/node.toml",
+        "--json",
+    ];
+    let (ok, out) = cli(dir, &show);
     assert!(ok && out.contains("\"resolved\": true"), "{out}");
     up.interrupt();
 }
