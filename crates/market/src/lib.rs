@@ -21,6 +21,7 @@ use alloy::providers::{DynProvider, PendingTransactionBuilder, Provider};
 use alloy::rpc::types::TransactionReceipt;
 use cresolver_chain::RevertReason;
 use cresolver_chain::bindings::ICREsolverMarket::ICREsolverMarketErrors as M;
+use cresolver_chain::bindings::IIdentityRegistry::IIdentityRegistryErrors as IdentityErrors;
 use cresolver_chain::bindings::artifacts::{
     CREReceiver, CREsolverMarket, IdentityRegistry, Multicall3, ReputationRegistry, TestForwarder,
 };
@@ -94,6 +95,12 @@ impl MarketError {
 
 /// What an operator does about a refusal of the market (empty when the reason says it).
 fn hint(reason: &RevertReason) -> String {
+    if let RevertReason::Identity(IdentityErrors::ERC721NonexistentToken(x)) = reason {
+        return format!(
+            ": the identity registry has no agent {}: register one with `cresolver market register-worker` (it prints the id)",
+            x.tokenId
+        );
+    }
     let RevertReason::Market(e) = reason else {
         return String::new();
     };

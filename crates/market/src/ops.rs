@@ -226,10 +226,17 @@ impl MarketClient {
             .map_err(call_err("getMarket"))?;
         if m.deadline.is_zero() {
             let count = self.check().await?;
+            let held = if count.is_zero() {
+                "it holds no market yet".to_string()
+            } else {
+                format!(
+                    "it holds {count} (ids 0 to {})",
+                    count.saturating_sub(U256::from(1))
+                )
+            };
             return Err(MarketError::Invalid(format!(
-                "market {id} does not exist on {}: it holds {count} markets (ids 0 to {})",
-                self.address,
-                count.saturating_sub(U256::from(1))
+                "market {id} does not exist on {}: {held}",
+                self.address
             )));
         }
         let active = c
