@@ -144,9 +144,24 @@ async fn up_cmd(a: UpArgs) -> anyhow::Result<ExitCode> {
     );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    running.run_until(shutdown_signal()).await?;
+    running.run_until(devnet_shutdown()).await?;
     eprintln!("devnet stopped; its state is in {}", a.data_dir.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C, SIGTERM, or SIGHUP (its terminal closed): the node and anvil run in process
+/// groups of their own, so they stop only when `devnet up` stops them.
+async fn devnet_shutdown() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::hangup()) {
+        Ok(mut hup) => {
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                _ = hup.recv() => {}
+            }
+        }
+        Err(_) => shutdown_signal().await,
+    }
 }
 
 /// What `devnet up` prints once it runs: where everything is, the dev keys, what to try.

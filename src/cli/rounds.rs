@@ -141,6 +141,18 @@ pub async fn rounds_retry(
             Err(e) => anyhow::bail!("cannot reach the node at {base}: {e}"),
         }
     }
+    if token.is_none()
+        && !cfg.store.is_postgres()
+        && !cfg.api.listen.is_empty()
+        && node_answers(&base).await
+    {
+        // a running node would not see a round reopened in its SQLite store until it
+        // restarts (a shared store's claim loop finds it)
+        anyhow::bail!(
+            "a node is running at {base}: set {} to its API token so that it runs the round of market {id} now (reopening it in the store under a running node would wait for its restart)",
+            cfg.api.token_env
+        );
+    }
     let decision = store
         .manual_request_judged(market, id, &rec.workflow, unresolved)
         .await?;
@@ -158,6 +170,17 @@ pub async fn rounds_retry(
         }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether a node's API answers `GET /health/live` at `base`.
+async fn node_answers(base: &str) -> bool {
+    let url = format!("{}/health/live", base.trim_end_matches('/'));
+    reqwest::Client::new()
+        .get(&url)
+        .timeout(std::time::Duration::from_secs(2))
+        .send()
+        .await
+        .is_ok()
 }
 
 /// `cresolver rounds show`: one stored round, as a summary or as its exported document.

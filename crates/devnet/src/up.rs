@@ -445,8 +445,11 @@ fn write_node_files(r: &Running) -> Result<(), DevnetError> {
     std::fs::write(&wf, crate::demo::DEFAULT_WORKFLOW)
         .map_err(setup("cannot write the workflow"))?;
     let token = format!("devnet-{:016x}", rand_u64());
-    std::fs::write(r.dir.join("api-token"), format!("{token}\n"))
-        .map_err(setup("cannot write api-token"))?;
+    let token_file = r.dir.join("api-token");
+    std::fs::write(&token_file, format!("{token}\n")).map_err(setup("cannot write api-token"))?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600))
+        .map_err(setup("api-token"))?;
     let c = &r.state.contracts;
     let toml = format!(
         r#"# Written by `cresolver devnet up` for its local chain. The node it runs reads this file,
