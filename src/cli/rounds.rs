@@ -56,7 +56,8 @@ pub enum RoundsCmd {
     /// Asks the running node through its API (POST /resolve on api.listen, with the bearer
     /// token from the env var named by api.token_env): the node reopens a failed round and
     /// runs it at once. When no node answers there, the round is reopened in the store and
-    /// the node runs it when it starts. A confirmed, finalized or skipped round is run again
+    /// the node runs it when it starts (a node that answers without the token set is
+    /// refused: it would not see the round until it restarts). A confirmed, finalized or skipped round is run again
     /// only when the chain (chain.rpc_url) says the market is unresolved: a finalized or
     /// skipped one as a new attempt (the old one is kept), a confirmed one by re-sending
     /// its transaction.
