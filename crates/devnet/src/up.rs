@@ -125,13 +125,14 @@ impl Running {
         mut self,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), DevnetError> {
-        let ended = {
-            let node = self.node.as_mut();
-            let anvil = &mut self.anvil;
-            tokio::select! {
-                _ = shutdown => None,
-                s = async { match node { Some(n) => n.wait().await, None => std::future::pending().await } } => Some(format!("the node exited ({}); see {}", s.map(|s| s.to_string()).unwrap_or_default(), self.dir.join("node.log").display())),
-                s = anvil.wait() => Some(format!("anvil exited ({}); see {}", s.map(|s| s.to_string()).unwrap_or_default(), self.dir.join("anvil.log").display())),
+        let (node_log, anvil_log) = (self.dir.join("node.log"), self.dir.join("anvil.log"));
+        let ended = tokio::select! {
+            _ = shutdown => None,
+            s = wait_for_exit(self.node.as_mut()) => {
+                Some(format!("the node exited ({s}); see {}", node_log.display()))
+            }
+            s = wait_for_exit(Some(&mut self.anvil)) => {
+                Some(format!("anvil exited ({s}); see {}", anvil_log.display()))
             }
         };
         self.stop().await;
@@ -151,6 +152,17 @@ impl Running {
             w.abort();
         }
         interrupt(&mut self.anvil, Duration::from_secs(20)).await;
+    }
+}
+
+/// How a child ended (never, when there is none).
+async fn wait_for_exit(child: Option<&mut tokio::process::Child>) -> String {
+    match child {
+        Some(c) => c
+            .wait()
+            .await
+            .map_or_else(|e| e.to_string(), |s| s.to_string()),
+        None => std::future::pending().await,
     }
 }
 
@@ -177,7 +189,7 @@ fn setup(what: &str) -> impl Fn(std::io::Error) -> DevnetError + '_ {
 /// Starts the network in `opts.data_dir`: a first start deploys, registers, writes the
 /// node's config and seeds; a later one resumes what the data dir holds.
 pub async fn start(opts: &UpOptions) -> Result<Running, DevnetError> {
-    anyhow_range(opts.workers)?;
+    check_workers(opts.workers)?;
     std::fs::create_dir_all(&opts.data_dir).map_err(setup("cannot create the data dir"))?;
     let dir = std::fs::canonicalize(&opts.data_dir).map_err(setup("data dir"))?;
     let state_file = dir.join("devnet.json");
@@ -197,8 +209,7 @@ pub async fn start(opts: &UpOptions) -> Result<Running, DevnetError> {
         )));
     }
     let port = existing.as_ref().map_or(opts.anvil_port, |s| s.anvil_port);
-    let (anvil, keys) = spawn_anvil(&dir, port).await?;
-    let signers = keys;
+    let (anvil, signers) = spawn_anvil(&dir, port).await?;
     let Some(first) = signers.first().cloned() else {
         return Err(DevnetError::AnvilStart("anvil printed no dev keys".into()));
     };
@@ -243,7 +254,7 @@ pub async fn start(opts: &UpOptions) -> Result<Running, DevnetError> {
     Ok(running)
 }
 
-fn anyhow_range(workers: usize) -> Result<(), DevnetError> {
+fn check_workers(workers: usize) -> Result<(), DevnetError> {
     if (1..=9).contains(&workers) {
         Ok(())
     } else {
