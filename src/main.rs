@@ -25,8 +25,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// challenges them, scores them (LLM or offline rubric), and submits the weighted
 /// result on chain — directly with resolveMarket, or as a CRE report.
 ///
-/// Start with `cresolver demo` (a whole round on a local anvil chain; part of the default
-/// `devnet` feature, which a production build may leave out).
+/// Start with `cresolver demo` (a whole round on a local anvil chain) or `cresolver devnet
+/// up` (a local network that stays up), both part of the default `devnet` feature, which a
+/// production build may leave out; `cresolver market` drives the contracts on any chain.
 #[derive(Debug, Parser)]
 #[command(name = "cresolver", version, about, long_about)]
 struct Cli {
