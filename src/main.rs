@@ -25,8 +25,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// challenges them, scores them (LLM or offline rubric), and submits the weighted
 /// result on chain — directly with resolveMarket, or as a CRE report.
 ///
-/// Start with `cresolver demo` (a whole round on a local anvil chain; part of the default
-/// `devnet` feature, which a production build may leave out).
+/// Start with `cresolver demo` (a whole round on a local anvil chain) or `cresolver devnet
+/// up` (a local network that stays up), both part of the default `devnet` feature, which a
+/// production build may leave out; `cresolver market` drives the contracts on any chain.
 #[derive(Debug, Parser)]
 #[command(name = "cresolver", version, about, long_about)]
 struct Cli {
@@ -64,6 +65,14 @@ enum Command {
     /// Run the reference worker (an A2A agent with deterministic, configurable behaviour).
     #[cfg(feature = "devnet")]
     Agent(cli::devnet::AgentArgs),
+    /// A local network that stays up: anvil, the contracts, reference workers and a node.
+    #[cfg(feature = "devnet")]
+    #[command(subcommand)]
+    Devnet(cli::devnet::DevnetCmd),
+    /// The contracts on any chain: deploy, create, join, request, show, register a worker,
+    /// authorize a resolver.
+    #[command(subcommand)]
+    Market(cli::market::MarketCmd),
     /// Run a whole resolution on a local anvil chain: deploy, workers, market, node, summary.
     #[cfg(feature = "devnet")]
     Demo {
@@ -229,6 +238,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agent(a) => cli::devnet::agent_cmd(a).await,
         #[cfg(feature = "devnet")]
         Command::Demo { workers, json } => cli::devnet::demo_cmd(workers, json).await,
+        #[cfg(feature = "devnet")]
+        Command::Devnet(cmd) => cli::devnet::devnet_cmd(cmd).await,
+        Command::Market(cmd) => cli::market::market_cmd(cmd).await,
         Command::Fuzz {
             cases,
             target,
