@@ -188,6 +188,12 @@ if [ -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
 else
   MISSING+=(chromium)
 fi
+# jq: the quick-start chapter's commands use it, and its test runs them as written
+if command -v jq >/dev/null 2>&1; then
+  log "jq present: $(command -v jq)"
+else
+  MISSING+=(jq)
+fi
 if [ -x "${PROMTOOL:-/usr/bin/promtool}" ]; then
   log "promtool present: ${PROMTOOL:-/usr/bin/promtool}"
 else
@@ -213,6 +219,7 @@ if [ "${#MISSING[@]}" -gt 0 ]; then
   fi
   [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || die "chromium missing after install"
   [ -x "${PROMTOOL:-/usr/bin/promtool}" ] || die "promtool missing after installing prometheus"
+  command -v jq >/dev/null 2>&1 || die "jq missing after install"
   log "installed: ${MISSING[*]}"
 fi
 
