@@ -4,16 +4,20 @@
 //! the environment or a key file and never logged.
 
 use alloy::primitives::Address;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+mod load;
 mod protocols;
+
+pub use load::{ENV_PREFIX, Origin, Provenance};
 
 /// Blocks the watcher rescans when the block hash at its checkpoint changed.
 pub const REORG_WINDOW: u64 = 64;
 
 /// A node's configuration (`node.toml`): one table per section.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeConfig {
     /// `[chain]`: the endpoints, the market and how the chain is watched.
@@ -36,13 +40,17 @@ pub struct NodeConfig {
     /// decides and submits alone, as before.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub don: Option<cresolver_don::DonConfig>,
+    /// Where each key's value came from (filled in by [`NodeConfig::load`]; see
+    /// [`NodeConfig::origin_of`]).
+    #[serde(skip)]
+    pub provenance: Provenance,
 }
 
 /// Where the node keeps its rounds. Empty `url`: the embedded SQLite file in
 /// `node.data_dir` (one node). A `postgres://` URL: a database that any number of nodes
 /// share; they split the rounds between them with leases (see `store::pg`). The URL's
 /// password is never shown; it can also come from `CRESOLVER__STORE__URL`.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreSection {
     /// Empty: the embedded SQLite file in `node.data_dir`; `postgres://user:password@host/db`
@@ -60,6 +68,7 @@ pub struct StoreSection {
     /// With `?sslmode=require` (or `verify-full`) in the URL, a PEM file of the CA that
     /// signed the server's certificate, trusted besides the system's roots. The
     /// certificate and the host name are always verified when TLS is used.
+    #[schemars(extend("x-path" = true))]
     pub ca_file: Option<PathBuf>,
 }
 
@@ -101,7 +110,7 @@ pub use protocols::{
 
 /// The chain: its endpoints, the market contract, and how the watcher scans, waits for
 /// confirmations and judges the endpoints' health.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChainSection {
     /// `http(s)://` (polling with eth_getLogs) or `ws(s)://` (a newHeads subscription
@@ -120,8 +129,10 @@ pub struct ChainSection {
     /// Expected chain id; checked at start when set.
     pub chain_id: Option<u64>,
     /// The market contract whose resolution requests the node serves (`--market-address`).
+    #[schemars(with = "Option<cresolver_core::schema::HexAddress>")]
     pub market_address: Option<Address>,
     /// Multicall3 address for batched reads (none: concurrent calls).
+    #[schemars(with = "Option<cresolver_core::schema::HexAddress>")]
     pub multicall_address: Option<Address>,
     /// Act only on logs at least this deep; default per chain id (0 on anvil/hardhat).
     pub confirmations: Option<u64>,
@@ -192,12 +203,14 @@ pub fn is_dev_chain(chain_id: u64) -> bool {
 
 /// The node itself: where it keeps its data, which workflows it runs, how many rounds
 /// at once.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeSection {
     /// Where the node keeps its SQLite store (and a DON member its `don.sqlite`).
+    #[schemars(extend("x-path" = true))]
     pub data_dir: PathBuf,
     /// Workflow files to run (the first one drives rounds of the configured market).
+    #[schemars(extend("x-path" = true))]
     pub workflows: Vec<PathBuf>,
     /// Rounds running at once, across markets.
     pub max_concurrent_rounds: usize,
@@ -215,21 +228,24 @@ impl Default for NodeSection {
 
 /// Where the resolver's signing key comes from: a hex key (env var or file) or an
 /// encrypted keystore with its password (env var or file). Only names are written here.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SignerSection {
     /// Env var holding the hex private key.
     pub private_key_env: String,
     /// Or a file holding it (first line, hex).
+    #[schemars(extend("x-path" = true))]
     pub key_file: Option<PathBuf>,
     /// Or an encrypted JSON keystore (the format `cast wallet import` writes). When set
     /// (or `account`), it is the key, whatever the env var holds.
+    #[schemars(extend("x-path" = true))]
     pub keystore: Option<PathBuf>,
     /// Or a foundry account name: `~/.foundry/keystores/<account>` (`--account`).
     pub account: Option<String>,
     /// Env var holding the keystore's password.
     pub password_env: String,
     /// Or a file holding it (first line).
+    #[schemars(extend("x-path" = true))]
     pub password_file: Option<PathBuf>,
 }
 
@@ -263,12 +279,14 @@ impl SignerSection {
 
 /// Where resolutions go (the forwarder and receiver of `report` mode) and how the
 /// transaction manager prices, replaces and follows their transactions.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SubmitTargets {
     /// Forwarder for `report` mode.
+    #[schemars(with = "Option<cresolver_core::schema::HexAddress>")]
     pub forwarder: Option<Address>,
     /// Receiver for `report` mode.
+    #[schemars(with = "Option<cresolver_core::schema::HexAddress>")]
     pub receiver: Option<Address>,
     /// Added to the gas estimate, in percent.
     pub gas_margin_percent: u64,
@@ -303,7 +321,7 @@ impl Default for SubmitTargets {
 
 /// How workers are discovered: which endpoints are allowed and how registration files
 /// are fetched.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DiscoverySection {
     /// Allow worker endpoints on loopback/private/link-local addresses (demo and tests only).
@@ -328,7 +346,7 @@ impl Default for DiscoverySection {
 }
 
 /// The node's HTTP API: its listen address and the token of its trigger.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiSection {
     /// Listen address of the HTTP API; empty disables it.
@@ -349,9 +367,51 @@ impl Default for ApiSection {
 /// A configuration that cannot be loaded or used, or a signing key that cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read or parsed (the message names the key).
+    /// The layers could not be turned into a configuration (the message names the key).
     #[error("config: {0}")]
     Load(String),
+    /// The configuration file does not exist.
+    #[error("config file {} not found", path.display())]
+    NotFound {
+        /// The file named.
+        path: PathBuf,
+    },
+    /// The configuration file cannot be read.
+    #[error("cannot read config file {}: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's refusal.
+        error: std::io::Error,
+    },
+    /// The configuration file is not TOML.
+    #[error("config file {} is not valid TOML: {message}", path.display())]
+    Toml {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (line, column and the text around it).
+        message: String,
+    },
+    /// A key's value is refused: `at` names the key and where it came from.
+    #[error("config: {at} {message}")]
+    Value {
+        /// The key and where its value came from: "`chain.chain_id` (in node.toml)".
+        at: String,
+        /// What is wrong and what a valid value looks like.
+        message: String,
+    },
+    /// An environment variable names no key.
+    #[error(
+        "config: the environment variable {var} names no key of node.toml (`{key}`; the keys there: {known})"
+    )]
+    UnknownEnv {
+        /// The variable.
+        var: String,
+        /// The key it would set.
+        key: String,
+        /// The keys of the table it reaches.
+        known: String,
+    },
     /// A key holds a value the node cannot use.
     #[error("config: `{key}` {message}")]
     Invalid {
@@ -437,51 +497,35 @@ pub struct Overrides {
 
 impl NodeConfig {
     /// Loads `file` (optional), then `CRESOLVER__SECTION__KEY` env vars, then the flags.
+    /// Relative paths in the file are resolved from the file's directory.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
-        let mut b = config::Config::builder();
-        if let Some(f) = file {
-            if !f.is_file() {
-                return Err(ConfigError::Load(format!(
-                    "config file {} not found",
-                    f.display()
-                )));
-            }
-            b = b.add_source(config::File::from(f).format(config::FileFormat::Toml));
-        }
-        b = b.add_source(
-            config::Environment::with_prefix("CRESOLVER")
-                .prefix_separator("__")
-                .separator("__")
-                .try_parsing(true)
-                .list_separator(",")
-                .with_list_parse_key("node.workflows")
-                .with_list_parse_key("chain.rpc_urls")
-                .with_list_parse_key("protocols.factagora.token_hosts")
-                .with_list_parse_key("protocols.roundtable.api_key_hosts"),
-        );
-        let raw = b.build().map_err(|e| ConfigError::Load(e.to_string()))?;
-        let mut cfg: NodeConfig = raw
-            .try_deserialize()
-            .map_err(|e| ConfigError::Load(e.to_string()))?;
-        if let Some(u) = &overrides.rpc_url {
-            // the command line names the one endpoint to use
-            cfg.chain.rpc_url = u.clone();
-            cfg.chain.rpc_urls.clear();
-        }
-        if let Some(m) = overrides.market_address {
-            cfg.chain.market_address = Some(m);
-        }
-        if let Some(d) = &overrides.data_dir {
-            cfg.node.data_dir = d.clone();
-        }
-        if !overrides.workflows.is_empty() {
-            cfg.node.workflows = overrides.workflows.clone();
-        }
-        if let Some(a) = &overrides.account {
-            cfg.signer.account = Some(a.clone());
-            cfg.signer.keystore = None;
-        }
-        cfg.validate()?;
+        Self::load_from(file, std::env::vars(), overrides)
+    }
+
+    /// [`NodeConfig::load`] with the environment given (`(name, value)` pairs; only
+    /// those named `CRESOLVER__…` are read).
+    pub fn load_from(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: &Overrides,
+    ) -> Result<Self, ConfigError> {
+        let layers = load::layers(file, env, overrides)?;
+        let mut cfg: NodeConfig =
+            serde_path_to_error::deserialize(layers.value).map_err(|e| {
+                let key = e.path().to_string();
+                ConfigError::Value {
+                    at: layers.provenance.describe(&key),
+                    message: e.into_inner().to_string(),
+                }
+            })?;
+        cfg.provenance = layers.provenance;
+        cfg.validate().map_err(|e| match e {
+            ConfigError::Invalid { key, message } => ConfigError::Value {
+                at: cfg.origin_of(key),
+                message,
+            },
+            other => other,
+        })?;
         Ok(cfg)
     }
 
@@ -642,9 +686,10 @@ impl NodeConfig {
 
     /// Where a key's value came from, for error messages: "`chain.chain_id` (in
     /// /etc/cresolver/node.toml)", "`chain.chain_id` (from CRESOLVER__CHAIN__CHAIN_ID)",
-    /// "`chain.chain_id` (--flag)" or "`chain.chain_id` (default)". `key` is dotted.
+    /// "`chain.market_address` (from --market-address)" or "`chain.chain_id` (default)".
+    /// `key` is dotted; a key a loaded file's table holds is "in" the file.
     pub fn origin_of(&self, key: &str) -> String {
-        format!("`{key}`")
+        self.provenance.describe(key)
     }
 
     /// The market address, or an error saying how to set it.
@@ -743,33 +788,182 @@ impl NodeConfig {
 mod tests {
     use super::*;
 
+    /// A config file with `text` in a fresh directory.
+    fn file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("node.toml");
+        std::fs::write(&f, text).unwrap();
+        (dir, f)
+    }
+
+    fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn load_err(text: &str, vars: &[(&str, &str)]) -> String {
+        let (_d, f) = file(text);
+        NodeConfig::load_from(Some(&f), env(vars), &Overrides::default())
+            .unwrap_err()
+            .to_string()
+            .replace(&f.display().to_string(), "FILE")
+    }
+
     #[test]
     fn file_env_and_flags_layer() {
-        let dir = std::env::temp_dir().join(format!("cresolver-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("node.toml");
-        std::fs::write(&f, "[chain]\nrpc_url = \"http://127.0.0.1:1\"\npoll_interval_ms = 500\n[node]\nmax_concurrent_rounds = 3\n").unwrap();
-        let cfg = NodeConfig::load(Some(&f), &Overrides::default()).unwrap();
+        let (_d, f) = file(
+            "[chain]\nrpc_url = \"http://127.0.0.1:1\"\npoll_interval_ms = 500\n[node]\nmax_concurrent_rounds = 3\n",
+        );
+        let cfg = NodeConfig::load_from(Some(&f), env(&[]), &Overrides::default()).unwrap();
         assert_eq!(cfg.chain.poll_interval_ms, 500);
         assert_eq!(cfg.node.max_concurrent_rounds, 3);
         let o = Overrides {
             rpc_url: Some("ws://127.0.0.1:2".into()),
             ..Default::default()
         };
-        assert_eq!(
-            NodeConfig::load(Some(&f), &o).unwrap().chain.rpc_url,
-            "ws://127.0.0.1:2"
+        let vars = env(&[("CRESOLVER__CHAIN__POLL_INTERVAL_MS", "700")]);
+        let cfg = NodeConfig::load_from(Some(&f), vars, &o).unwrap();
+        assert_eq!(cfg.chain.rpc_url, "ws://127.0.0.1:2");
+        assert_eq!(cfg.chain.poll_interval_ms, 700);
+        let e = load_err("[chain]\nrpc_urll = \"x\"\n", &[]);
+        assert!(
+            e.contains("`chain.rpc_urll` (in FILE) is not a key of [chain]"),
+            "{e}"
         );
-        std::fs::write(&f, "[chain]\nrpc_urll = \"x\"\n").unwrap();
-        let e = NodeConfig::load(Some(&f), &Overrides::default())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("rpc_urll"), "{e}");
-        std::fs::write(&f, "[chain]\nrpc_url = \"ftp://x\"\n").unwrap();
-        let e = NodeConfig::load(Some(&f), &Overrides::default())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("chain.rpc_url"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
+        let e = load_err("[chain]\nrpc_url = \"ftp://x\"\n", &[]);
+        assert!(e.contains("`chain.rpc_url` (in FILE)"), "{e}");
+    }
+
+    #[test]
+    fn errors_say_where_the_value_came_from() {
+        let e = load_err("[chain]\nmarket_address = \"0x123\"\n", &[]);
+        assert_eq!(
+            e,
+            "config: `chain.market_address` (in FILE) must be an address: 0x and 40 hex digits, not \"0x123\""
+        );
+        let e = load_err("", &[("CRESOLVER__CHAIN__MARKET_ADDRESS", "0x123")]);
+        assert!(
+            e.contains("`chain.market_address` (from CRESOLVER__CHAIN__MARKET_ADDRESS)")
+                && e.contains("0x and 40 hex digits"),
+            "{e}"
+        );
+        let e = load_err("", &[("CRESOLVER__CHAIN__FOO", "1")]);
+        assert!(
+            e.contains("environment variable CRESOLVER__CHAIN__FOO names no key")
+                && e.contains("rpc_url"),
+            "{e}"
+        );
+        let e = load_err("", &[("CRESOLVER__CHAINS__RPC_URL", "x")]);
+        assert!(e.contains("CRESOLVER__CHAINS__RPC_URL"), "{e}");
+        let e = load_err("[don]\nf = 1\n", &[]);
+        assert_eq!(e, "config: [don] (in FILE) lacks `don_id`, which is required");
+    }
+
+    #[test]
+    fn types_are_strict_in_the_file_and_the_environment() {
+        let e = load_err("[discovery]\nallow_private_endpoints = \"1\"\n", &[]);
+        assert!(e.contains("must be a boolean: true or false, not \"1\""), "{e}");
+        let e = load_err("[chain]\npoll_interval_ms = 2.5\n", &[]);
+        assert!(e.contains("`chain.poll_interval_ms` (in FILE) must be a whole number"), "{e}");
+        let e = load_err("[chain]\nchain_id = \"1\"\n", &[]);
+        assert!(e.contains("must be a whole number"), "{e}");
+        let e = load_err("", &[("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "1")]);
+        assert!(
+            e.contains("(from CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS) must be a boolean"),
+            "{e}"
+        );
+        let e = load_err("", &[("CRESOLVER__CHAIN__CHAIN_ID", "2.5")]);
+        assert!(e.contains("must be a whole number"), "{e}");
+        let e = load_err("", &[("CRESOLVER__DON__MEMBERS", "x")]);
+        assert!(e.contains("cannot come from the environment"), "{e}");
+        let (_d, f) = file("");
+        let ok = env(&[
+            ("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "true"),
+            ("CRESOLVER__CHAIN__CHAIN_ID", "31337"),
+            ("CRESOLVER__SUBMIT__MAX_FEE_PER_GAS_GWEI", "2.5"),
+            ("CRESOLVER__CHAIN__RPC_URLS", "http://a:1,http://b:2"),
+            ("CRESOLVER__STORE__CA_FILE", ""),
+        ]);
+        let cfg = NodeConfig::load_from(Some(&f), ok, &Overrides::default()).unwrap();
+        assert!(cfg.discovery.allow_private_endpoints);
+        assert_eq!(cfg.chain.chain_id, Some(31337));
+        assert_eq!(cfg.submit.max_fee_per_gas_gwei, 2.5);
+        assert_eq!(cfg.chain.rpc_urls.len(), 2);
+        assert_eq!(cfg.store.ca_file, None);
+    }
+
+    #[test]
+    fn origin_of_names_the_layer() {
+        let (_d, f) = file("[chain]\nchain_id = 1\n");
+        let o = Overrides {
+            market_address: Some(Address::repeat_byte(1)),
+            ..Default::default()
+        };
+        let vars = env(&[("CRESOLVER__CHAIN__POLL_INTERVAL_MS", "100")]);
+        let cfg = NodeConfig::load_from(Some(&f), vars, &o).unwrap();
+        let shown = f.display();
+        assert_eq!(
+            cfg.origin_of("chain.chain_id"),
+            format!("`chain.chain_id` (in {shown})")
+        );
+        assert_eq!(
+            cfg.origin_of("chain.poll_interval_ms"),
+            "`chain.poll_interval_ms` (from CRESOLVER__CHAIN__POLL_INTERVAL_MS)"
+        );
+        assert_eq!(
+            cfg.origin_of("chain.market_address"),
+            "`chain.market_address` (from --market-address)"
+        );
+        assert_eq!(
+            cfg.origin_of("chain.rpc_timeout_ms"),
+            "`chain.rpc_timeout_ms` (default)"
+        );
+    }
+
+    #[test]
+    fn paths_in_the_file_are_relative_to_it() {
+        let (d, f) = file(
+            "[node]\ndata_dir = \"./data\"\nworkflows = [\"../wf.toml\", \"/abs/wf.toml\"]\n[signer]\nkey_file = \"k.hex\"\n[store]\nca_file = \"ca.pem\"\n[protocols.agora]\nkey_file = \"agora.key\"\n",
+        );
+        let vars = env(&[("CRESOLVER__SIGNER__PASSWORD_FILE", "pw.txt")]);
+        let cfg = NodeConfig::load_from(Some(&f), vars, &Overrides::default()).unwrap();
+        let dir = d.path();
+        assert_eq!(cfg.node.data_dir, dir.join("data"));
+        assert_eq!(cfg.node.workflows[0], dir.join("../wf.toml"));
+        assert_eq!(cfg.node.workflows[1], PathBuf::from("/abs/wf.toml"));
+        assert_eq!(cfg.signer.key_file, Some(dir.join("k.hex")));
+        assert_eq!(cfg.store.ca_file, Some(dir.join("ca.pem")));
+        assert_eq!(cfg.protocols.agora.key_file, Some(dir.join("agora.key")));
+        // the environment and the flags are relative to the working directory
+        assert_eq!(cfg.signer.password_file, Some(PathBuf::from("pw.txt")));
+        let o = Overrides {
+            data_dir: Some("d".into()),
+            ..Default::default()
+        };
+        let cfg = NodeConfig::load_from(Some(&f), env(&[]), &o).unwrap();
+        assert_eq!(cfg.node.data_dir, PathBuf::from("d"));
+        // the defaults too
+        let cfg = NodeConfig::load_from(None, env(&[]), &Overrides::default()).unwrap();
+        assert_eq!(cfg.node.data_dir, PathBuf::from("./cresolver-data"));
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        use std::error::Error as _;
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.toml");
+        let e = NodeConfig::load_from(Some(&missing), env(&[]), &Overrides::default())
+            .unwrap_err();
+        assert!(e.to_string().contains("not found"), "{e}");
+        // a directory: read_to_string fails with an I/O error, shown once
+        let e = ConfigError::Read {
+            path: dir.path().into(),
+            error: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert!(e.source().is_none(), "the cause is in the message already");
+        let w = crate::workflow::Workflow::load(&missing).unwrap_err();
+        assert!(w.source().is_none());
+        assert_eq!(w.to_string().matches("os error").count(), 1, "{w}");
     }
 }
