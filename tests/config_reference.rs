@@ -51,7 +51,8 @@ fn toml_text(v: &Value) -> String {
 }
 
 /// A short name of a key's type.
-fn type_of(s: &Value) -> String {
+fn type_of(s: &Value, root: &Value) -> String {
+    let s = schema::resolve(s, root);
     if let Some(p) = s.get("pattern").and_then(Value::as_str) {
         if p == cresolver_core::schema::ADDRESS_PATTERN {
             return "address".into();
@@ -62,9 +63,7 @@ fn type_of(s: &Value) -> String {
     }
     if s.get(schema::PATH_KEYWORD).is_some() {
         return match s.get("type") {
-            Some(t) if t == "array" || t.get(0) == Some(&Value::from("array")) => {
-                "list of paths"
-            }
+            Some(t) if t == "array" || t.get(0) == Some(&Value::from("array")) => "list of paths",
             _ => "path",
         }
         .into();
@@ -81,7 +80,7 @@ fn type_of(s: &Value) -> String {
                 if b.get("const").is_some() {
                     "string".to_string()
                 } else {
-                    type_of(b)
+                    type_of(b, root)
                 }
             })
             .collect();
@@ -103,7 +102,7 @@ fn type_of(s: &Value) -> String {
     };
     match ty.as_str() {
         "array" => {
-            let item = s.get("items").map(type_of).unwrap_or_default();
+            let item = s.get("items").map(|i| type_of(i, root)).unwrap_or_default();
             if item == "table" {
                 "list of tables".into()
             } else {
@@ -160,9 +159,10 @@ fn rows(keys: &[Key], root: &Value, env: bool) -> Vec<String> {
         let s = &k.schema;
         let default = if let Some(need) = needed_at_start(&k.key) {
             need.to_string()
+        } else if let (true, Some((list, _))) = (k.required, k.key.split_once("[].")) {
+            format!("**required** in each `{list}` entry")
         } else if k.required && k.in_optional_table {
             let table = k.key.rsplit_once('.').map_or("", |(t, _)| t);
-            let table = table.trim_end_matches("[]");
             format!("**required** in `[{table}]`")
         } else if k.required {
             "**required**".into()
@@ -185,12 +185,12 @@ fn rows(keys: &[Key], root: &Value, env: bool) -> Vec<String> {
         let mut row = format!(
             "| `{}` | {} | {} | {} |",
             k.key,
-            type_of(s),
+            type_of(s, root),
             default,
             cell(&allowed(s, root)),
         );
         if env {
-            if k.key.contains("[]") || type_of(s) == "list of tables" {
+            if k.key.contains("[]") || type_of(s, root) == "list of tables" {
                 row.push_str(" – (in the file only) |");
             } else {
                 row.push_str(&format!(
@@ -314,7 +314,10 @@ fn every_field_of_every_config_type_is_in_the_schema_and_the_reference() {
                 .unwrap_or_else(|| panic!("{name} ({file}) is not in the schema"));
             let fields: BTreeSet<String> =
                 fields.into_iter().filter(|f| f != "provenance").collect();
-            assert_eq!(fields, props, "{name} ({file}): fields vs schema properties");
+            assert_eq!(
+                fields, props,
+                "{name} ({file}): fields vs schema properties"
+            );
         }
     }
     // the reference has a row for every key of the schemas
@@ -418,7 +421,10 @@ fn a_fully_populated_config_has_exactly_the_schema_keys_and_validates() {
     let mut keys = BTreeSet::new();
     leaf_keys(&cfg, "", &mut keys);
     let schema_keys: BTreeSet<String> = schema::keys(node).into_iter().map(|k| k.key).collect();
-    assert_eq!(keys, schema_keys, "a full node config's keys vs the schema's");
+    assert_eq!(
+        keys, schema_keys,
+        "a full node config's keys vs the schema's"
+    );
     let validator = jsonschema::validator_for(node).unwrap();
     assert!(validator.is_valid(&cfg));
 
@@ -430,10 +436,8 @@ fn a_fully_populated_config_has_exactly_the_schema_keys_and_validates() {
     let wf = serde_json::to_value(wf).unwrap();
     let mut keys = BTreeSet::new();
     leaf_keys(&wf, "", &mut keys);
-    let schema_keys: BTreeSet<String> = schema::keys(wf_schema)
-        .into_iter()
-        .map(|k| k.key)
-        .collect();
+    let schema_keys: BTreeSet<String> =
+        schema::keys(wf_schema).into_iter().map(|k| k.key).collect();
     assert_eq!(keys, schema_keys, "a full workflow's keys vs the schema's");
     assert!(jsonschema::validator_for(wf_schema).unwrap().is_valid(&wf));
 }
@@ -445,8 +449,8 @@ fn the_example_files_name_their_schema_and_validate() {
         ("examples", "node.schema.json"),
         ("workflows", "workflow.schema.json"),
     ] {
-        let schema: Value = serde_json::from_str(&read(&format!("docs/reference/{schema_file}")))
-            .unwrap();
+        let schema: Value =
+            serde_json::from_str(&read(&format!("docs/reference/{schema_file}"))).unwrap();
         let validator = jsonschema::validator_for(&schema).unwrap();
         for e in std::fs::read_dir(root().join(dir)).unwrap() {
             let path = e.unwrap().path();

@@ -510,14 +510,13 @@ impl NodeConfig {
         overrides: &Overrides,
     ) -> Result<Self, ConfigError> {
         let layers = load::layers(file, env, overrides)?;
-        let mut cfg: NodeConfig =
-            serde_path_to_error::deserialize(layers.value).map_err(|e| {
-                let key = e.path().to_string();
-                ConfigError::Value {
-                    at: layers.provenance.describe(&key),
-                    message: e.into_inner().to_string(),
-                }
-            })?;
+        let mut cfg: NodeConfig = serde_path_to_error::deserialize(layers.value).map_err(|e| {
+            let key = e.path().to_string();
+            ConfigError::Value {
+                at: layers.provenance.describe(&key),
+                message: e.into_inner().to_string(),
+            }
+        })?;
         cfg.provenance = layers.provenance;
         cfg.validate().map_err(|e| match e {
             ConfigError::Invalid { key, message } => ConfigError::Value {
@@ -857,18 +856,30 @@ mod tests {
         let e = load_err("", &[("CRESOLVER__CHAINS__RPC_URL", "x")]);
         assert!(e.contains("CRESOLVER__CHAINS__RPC_URL"), "{e}");
         let e = load_err("[don]\nf = 1\n", &[]);
-        assert_eq!(e, "config: [don] (in FILE) lacks `don_id`, which is required");
+        assert_eq!(
+            e,
+            "config: [don] (in FILE) lacks `don_id`, which is required"
+        );
     }
 
     #[test]
     fn types_are_strict_in_the_file_and_the_environment() {
         let e = load_err("[discovery]\nallow_private_endpoints = \"1\"\n", &[]);
-        assert!(e.contains("must be a boolean: true or false, not \"1\""), "{e}");
+        assert!(
+            e.contains("must be a boolean: true or false, not \"1\""),
+            "{e}"
+        );
         let e = load_err("[chain]\npoll_interval_ms = 2.5\n", &[]);
-        assert!(e.contains("`chain.poll_interval_ms` (in FILE) must be a whole number"), "{e}");
+        assert!(
+            e.contains("`chain.poll_interval_ms` (in FILE) must be a whole number"),
+            "{e}"
+        );
         let e = load_err("[chain]\nchain_id = \"1\"\n", &[]);
         assert!(e.contains("must be a whole number"), "{e}");
-        let e = load_err("", &[("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "1")]);
+        let e = load_err(
+            "",
+            &[("CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS", "1")],
+        );
         assert!(
             e.contains("(from CRESOLVER__DISCOVERY__ALLOW_PRIVATE_ENDPOINTS) must be a boolean"),
             "{e}"
@@ -953,8 +964,7 @@ mod tests {
         use std::error::Error as _;
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope.toml");
-        let e = NodeConfig::load_from(Some(&missing), env(&[]), &Overrides::default())
-            .unwrap_err();
+        let e = NodeConfig::load_from(Some(&missing), env(&[]), &Overrides::default()).unwrap_err();
         assert!(e.to_string().contains("not found"), "{e}");
         // a directory: read_to_string fails with an I/O error, shown once
         let e = ConfigError::Read {

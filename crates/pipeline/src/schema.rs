@@ -192,7 +192,14 @@ pub fn show(v: &Value) -> String {
         Value::Null => "nothing".into(),
         Value::String(s) => {
             let cut: String = s.chars().take(80).collect();
-            format!("{:?}", if cut.len() < s.len() { cut + "…" } else { cut })
+            format!(
+                "{:?}",
+                if cut.len() < s.len() {
+                    cut + "…"
+                } else {
+                    cut
+                }
+            )
         }
         other => other.to_string(),
     }
@@ -224,9 +231,7 @@ pub fn expected(s: &Value, root: &Value) -> String {
         "integer" => whole_number(s),
         "number" => "a number".into(),
         "string" if s.get(PATH_KEYWORD).is_some() => "a path (text)".into(),
-        "string" if s.get("format").and_then(Value::as_str) == Some("uri") => {
-            "a URL (text)".into()
-        }
+        "string" if s.get("format").and_then(Value::as_str) == Some("uri") => "a URL (text)".into(),
         "string" => "text (a quoted string)".into(),
         "array" => {
             let item = s
@@ -332,7 +337,10 @@ fn check_at(v: &Value, s: &Value, root: &Value, path: &mut Vec<Seg>) -> Result<(
     let s = resolve(s, root);
     let bs = branches(s);
     if !bs.is_empty() {
-        if bs.iter().any(|b| check_at(v, b, root, &mut path.clone()).is_ok()) {
+        if bs
+            .iter()
+            .any(|b| check_at(v, b, root, &mut path.clone()).is_ok())
+        {
             return Ok(());
         }
         // a table given for an `Option` of one: say which of its keys is wrong
@@ -406,7 +414,9 @@ fn check_table(
                 return Err(Mismatch {
                     path: path.clone(),
                     problem: Problem::Unknown {
-                        known: props.map(|p| p.keys().cloned().collect()).unwrap_or_default(),
+                        known: props
+                            .map(|p| p.keys().cloned().collect())
+                            .unwrap_or_default(),
                     },
                 });
             }
@@ -449,7 +459,10 @@ pub fn from_text(text: &str, s: &Value, root: &Value) -> Result<Value, String> {
             .find(|v| check(v, s, root).is_ok())
             .ok_or_else(|| expected(s, root));
     }
-    let ty = types(s).into_iter().find(|t| *t != "null").unwrap_or("string");
+    let ty = types(s)
+        .into_iter()
+        .find(|t| *t != "null")
+        .unwrap_or("string");
     let v = match ty {
         "boolean" => match text.trim() {
             "true" => Value::Bool(true),

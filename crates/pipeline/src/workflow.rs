@@ -358,11 +358,10 @@ impl Workflow {
                 m.message()
             ))
         })?;
-        let wf: Workflow = serde_path_to_error::deserialize(value)
-            .map_err(|e| {
-                let key = e.path().to_string();
-                parse_error(format!("`{key}` {}", e.into_inner()))
-            })?;
+        let wf: Workflow = serde_path_to_error::deserialize(value).map_err(|e| {
+            let key = e.path().to_string();
+            parse_error(format!("`{key}` {}", e.into_inner()))
+        })?;
         wf.validate()
             .map_err(|(key, message)| WorkflowError::Invalid {
                 path: path.into(),
@@ -589,7 +588,10 @@ mod tests {
         let e = parse("name='x'\n[resolve]\ntimeout_ms = 2.5")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("`resolve.timeout_ms` must be a whole number"), "{e}");
+        assert!(
+            e.contains("`resolve.timeout_ms` must be a whole number"),
+            "{e}"
+        );
         let e = parse("name='x'\n[evaluator]\nkind = 'gpt'")
             .unwrap_err()
             .to_string();
