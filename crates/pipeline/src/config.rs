@@ -371,13 +371,13 @@ pub enum ConfigError {
     #[error("config: {0}")]
     Load(String),
     /// The configuration file does not exist.
-    #[error("config file {} not found", path.display())]
+    #[error("config file {path} not found")]
     NotFound {
         /// The file named.
         path: PathBuf,
     },
     /// The configuration file cannot be read.
-    #[error("cannot read config file {}: {error}", path.display())]
+    #[error("cannot read config file {path}: {error}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -385,7 +385,7 @@ pub enum ConfigError {
         error: std::io::Error,
     },
     /// The configuration file is not TOML.
-    #[error("config file {} is not valid TOML: {message}", path.display())]
+    #[error("config file {path} is not valid TOML: {message}")]
     Toml {
         /// The file.
         path: PathBuf,

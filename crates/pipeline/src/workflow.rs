@@ -259,7 +259,7 @@ pub struct ReportSection {
 #[derive(Debug, thiserror::Error)]
 pub enum WorkflowError {
     /// The file could not be read.
-    #[error("cannot read workflow file {}: {error}", path.display())]
+    #[error("cannot read workflow file {path}: {error}")]
     Read {
         /// The workflow file.
         path: PathBuf,
@@ -267,7 +267,7 @@ pub enum WorkflowError {
         error: std::io::Error,
     },
     /// The file is not a workflow (bad TOML, an unknown key, a value of the wrong type).
-    #[error("workflow file {}: {message}", path.display())]
+    #[error("workflow file {path}: {message}")]
     Parse {
         /// The workflow file.
         path: PathBuf,
@@ -275,7 +275,7 @@ pub enum WorkflowError {
         message: String,
     },
     /// A key holds a value a round cannot run with.
-    #[error("workflow file {}: `{key}` {message}", path.display())]
+    #[error("workflow file {path}: `{key}` {message}")]
     Invalid {
         /// The workflow file.
         path: PathBuf,
