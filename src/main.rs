@@ -238,7 +238,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 cresolver_pipeline::schema::node()
             };
-            println!("{}", serde_json::to_string_pretty(schema)?);
+            use std::io::Write as _;
+            // a closed pipe (`| head`) ends the output quietly
+            let _ = writeln!(
+                std::io::stdout(),
+                "{}",
+                serde_json::to_string_pretty(schema)?
+            );
             Ok(ExitCode::SUCCESS)
         }
         #[cfg(feature = "devnet")]
