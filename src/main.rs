@@ -234,9 +234,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config(ConfigCmd::Check { config }) => cli::node::config_check(&config).await,
         Command::Config(ConfigCmd::Schema { workflow }) => {
             let schema = if workflow {
-                cresolver_pipeline::schema::workflow()
+                cresolver_pipeline::workflow::Workflow::schema()
             } else {
-                cresolver_pipeline::schema::node()
+                cresolver_pipeline::config::NodeConfig::schema()
             };
             use std::io::Write as _;
             // a closed pipe (`| head`) ends the output quietly

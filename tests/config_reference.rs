@@ -206,8 +206,8 @@ fn rows(keys: &[Key], root: &Value, env: bool) -> Vec<String> {
 }
 
 fn config_reference() -> String {
-    let node = schema::node();
-    let wf = schema::workflow();
+    let node = cresolver_pipeline::config::NodeConfig::schema();
+    let wf = cresolver_pipeline::workflow::Workflow::schema();
     format!(
         "# Configuration reference\n\n\
          Generated from the configuration types by `tests/config_reference.rs`\n\
@@ -241,10 +241,13 @@ fn config_reference() -> String {
 
 #[test]
 fn the_schemas_and_the_reference_are_current() {
-    check_generated("docs/reference/node.schema.json", &pretty(schema::node()));
+    check_generated(
+        "docs/reference/node.schema.json",
+        &pretty(cresolver_pipeline::config::NodeConfig::schema()),
+    );
     check_generated(
         "docs/reference/workflow.schema.json",
-        &pretty(schema::workflow()),
+        &pretty(cresolver_pipeline::workflow::Workflow::schema()),
     );
     check_generated("docs/reference/config.md", &config_reference());
 }
@@ -303,10 +306,22 @@ fn properties(root: &Value, name: &str) -> Option<BTreeSet<String>> {
 #[test]
 fn every_field_of_every_config_type_is_in_the_schema_and_the_reference() {
     let files = [
-        ("crates/pipeline/src/config.rs", schema::node()),
-        ("crates/pipeline/src/config/protocols.rs", schema::node()),
-        ("crates/don/src/config.rs", schema::node()),
-        ("crates/pipeline/src/workflow.rs", schema::workflow()),
+        (
+            "crates/pipeline/src/config.rs",
+            cresolver_pipeline::config::NodeConfig::schema(),
+        ),
+        (
+            "crates/pipeline/src/config/protocols.rs",
+            cresolver_pipeline::config::NodeConfig::schema(),
+        ),
+        (
+            "crates/don/src/config.rs",
+            cresolver_pipeline::config::NodeConfig::schema(),
+        ),
+        (
+            "crates/pipeline/src/workflow.rs",
+            cresolver_pipeline::workflow::Workflow::schema(),
+        ),
     ];
     for (file, root) in files {
         for (name, fields) in struct_fields(&read(file)) {
@@ -323,7 +338,10 @@ fn every_field_of_every_config_type_is_in_the_schema_and_the_reference() {
     // the reference has a row for every key of the schemas
     let doc = read("docs/reference/config.md");
     let (node_doc, wf_doc) = doc.split_once("## Workflow files").unwrap();
-    for (part, root) in [(node_doc, schema::node()), (wf_doc, schema::workflow())] {
+    for (part, root) in [
+        (node_doc, cresolver_pipeline::config::NodeConfig::schema()),
+        (wf_doc, cresolver_pipeline::workflow::Workflow::schema()),
+    ] {
         let rows: BTreeSet<String> = part
             .lines()
             .filter_map(|l| l.strip_prefix("| `"))
@@ -416,7 +434,7 @@ fn full_node_config() -> cresolver_pipeline::config::NodeConfig {
 
 #[test]
 fn a_fully_populated_config_has_exactly_the_schema_keys_and_validates() {
-    let node = schema::node();
+    let node = cresolver_pipeline::config::NodeConfig::schema();
     let cfg = serde_json::to_value(full_node_config()).unwrap();
     let mut keys = BTreeSet::new();
     leaf_keys(&cfg, "", &mut keys);
@@ -428,7 +446,7 @@ fn a_fully_populated_config_has_exactly_the_schema_keys_and_validates() {
     let validator = jsonschema::validator_for(node).unwrap();
     assert!(validator.is_valid(&cfg));
 
-    let wf_schema = schema::workflow();
+    let wf_schema = cresolver_pipeline::workflow::Workflow::schema();
     let mut wf = cresolver_pipeline::workflow::Workflow::default_named("w");
     wf.trigger.address = Some(alloy::primitives::Address::repeat_byte(1));
     wf.evaluator.llm = Some(Default::default());

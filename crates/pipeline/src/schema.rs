@@ -1,5 +1,5 @@
-//! The JSON Schemas of `node.toml` and of a workflow file, derived from the types
-//! (`schemars`), and the one reading of them that the loaders, the environment variables
+//! JSON Schemas derived from the types (`schemars`; `NodeConfig::schema()` is that of
+//! `node.toml`, `Workflow::schema()` that of a workflow file), and the one reading of them that the loaders, the environment variables
 //! and the generated reference share: which keys exist, what type each holds, and how a
 //! valid value is described to an operator ("an address: 0x and 40 hex digits", "one of:
 //! bft, majority, all, or a whole number of at least 1").
@@ -9,29 +9,16 @@
 
 use cresolver_core::schema::{ADDRESS_PATTERN, B256_PATTERN};
 use serde_json::{Map, Value};
-use std::sync::LazyLock;
 
 /// The extension keyword that marks a key holding a path.
 pub const PATH_KEYWORD: &str = "x-path";
 
-fn generate<T: schemars::JsonSchema>() -> Value {
+/// The JSON Schema (draft 2020-12) of `T`, as JSON.
+pub fn generate<T: schemars::JsonSchema>() -> Value {
     let schema = schemars::generate::SchemaSettings::draft2020_12()
         .into_generator()
         .into_root_schema_for::<T>();
     serde_json::to_value(schema).unwrap_or(Value::Null)
-}
-
-static NODE: LazyLock<Value> = LazyLock::new(generate::<crate::config::NodeConfig>);
-static WORKFLOW: LazyLock<Value> = LazyLock::new(generate::<crate::workflow::Workflow>);
-
-/// The JSON Schema of `node.toml`.
-pub fn node() -> &'static Value {
-    &NODE
-}
-
-/// The JSON Schema of a workflow file.
-pub fn workflow() -> &'static Value {
-    &WORKFLOW
 }
 
 /// A TOML file's text as JSON, for the schema: its tables and values (`Err`: the
@@ -581,44 +568,5 @@ fn collect(s: &Value, root: &Value, prefix: &str, optional: bool, out: &mut Vec<
         {
             collect(item, root, &format!("{key}[]"), optional, out);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn described_as_an_operator_writes_them() {
-        let root = node();
-        let addr = at(root, &["chain", "market_address"]).unwrap();
-        assert_eq!(expected(addr, root), "an address: 0x and 40 hex digits");
-        let flag = at(root, &["discovery", "allow_private_endpoints"]).unwrap();
-        assert_eq!(expected(flag, root), "a boolean: true or false");
-        let wf = workflow();
-        let rule = at(wf, &["quorum", "rule"]).unwrap();
-        assert_eq!(
-            expected(rule, wf),
-            "one of: bft, majority, all, or a whole number of at least 1"
-        );
-    }
-
-    #[test]
-    fn environment_text_takes_the_key_type() {
-        let root = node();
-        let flag = at(root, &["discovery", "allow_private_endpoints"]).unwrap();
-        assert_eq!(from_text("true", flag, root), Ok(Value::Bool(true)));
-        assert!(from_text("1", flag, root).is_err());
-        let n = at(root, &["chain", "poll_interval_ms"]).unwrap();
-        assert_eq!(from_text("250", n, root), Ok(Value::from(250u64)));
-        assert!(from_text("2.5", n, root).is_err());
-        assert!(from_text("-1", n, root).is_err());
-        let id = at(root, &["chain", "chain_id"]).unwrap();
-        assert_eq!(from_text("", id, root), Ok(Value::Null));
-        let urls = at(root, &["chain", "rpc_urls"]).unwrap();
-        assert_eq!(
-            from_text("http://a, http://b", urls, root),
-            Ok(serde_json::json!(["http://a", "http://b"]))
-        );
     }
 }

@@ -327,6 +327,13 @@ impl LlmSection {
 }
 
 impl Workflow {
+    /// The JSON Schema of a workflow file, derived from these types.
+    pub fn schema() -> &'static serde_json::Value {
+        static SCHEMA: std::sync::LazyLock<serde_json::Value> =
+            std::sync::LazyLock::new(crate::schema::generate::<Workflow>);
+        &SCHEMA
+    }
+
     /// Whether the workflow delivers a report through a forwarder (`[submit] mode =
     /// "report"`), as a DON member's must.
     pub fn submits_reports(&self) -> bool {
@@ -350,7 +357,7 @@ impl Workflow {
         };
         let value = crate::schema::toml_to_json(text)
             .map_err(|m| parse_error(format!("not valid TOML: {m}")))?;
-        let root = crate::schema::workflow();
+        let root = Self::schema();
         crate::schema::check(&value, root, root).map_err(|m| {
             parse_error(format!(
                 "`{}` {}",
@@ -604,5 +611,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`evaluator.llm.model` must be text"), "{e}");
+    }
+
+    #[test]
+    fn the_quorum_rule_is_described_with_its_words() {
+        let root = Workflow::schema();
+        let rule = crate::schema::at(root, &["quorum", "rule"]).unwrap();
+        assert_eq!(
+            crate::schema::expected(rule, root),
+            "one of: bft, majority, all, or a whole number of at least 1"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_named_with_its_cause_once() {
+        use std::error::Error as _;
+        let dir = tempfile::tempdir().unwrap();
+        let w = Workflow::load(&dir.path().join("nope.toml")).unwrap_err();
+        assert!(w.source().is_none(), "the cause is in the message already");
+        assert_eq!(w.to_string().matches("os error").count(), 1, "{w}");
     }
 }

@@ -124,7 +124,7 @@ pub(super) fn layers(
     env: impl IntoIterator<Item = (String, String)>,
     overrides: &Overrides,
 ) -> Result<Layers, ConfigError> {
-    let root = schema::node();
+    let root = super::NodeConfig::schema();
     let mut value = Value::Object(Map::new());
     let mut provenance = Provenance::default();
     if let Some(f) = file {
@@ -232,7 +232,7 @@ fn from_base(base: &Path, path: &str) -> String {
 
 /// The key an environment variable sets, and its value typed as that key's.
 fn env_value(var: &str, text: &str) -> Result<(String, Value), ConfigError> {
-    let root = schema::node();
+    let root = super::NodeConfig::schema();
     let words: Vec<String> = var[ENV_PREFIX.len()..]
         .split("__")
         .map(str::to_ascii_lowercase)
@@ -328,7 +328,7 @@ fn flags(v: &mut Value, p: &mut Provenance, o: &Overrides) {
 
 /// The merged layers against the schema: the first refused key, where it came from.
 fn check(v: &Value, p: &Provenance) -> Result<(), ConfigError> {
-    let root = schema::node();
+    let root = super::NodeConfig::schema();
     schema::check(v, root, root).map_err(|m| mismatch_error(&m, p))
 }
 
