@@ -177,6 +177,10 @@ pub fn show(v: &Value) -> String {
         Value::Object(_) => "a table".into(),
         Value::Array(_) => "a list".into(),
         Value::Null => "nothing".into(),
+        // a private key in the wrong place is not echoed into a log
+        Value::String(s) if is_hex(s, 64) || (s.len() == 64 && is_hex(&format!("0x{s}"), 64)) => {
+            "a 32-byte hex value (not shown: it may be a private key)".into()
+        }
         Value::String(s) => {
             let cut: String = s.chars().take(80).collect();
             format!(
