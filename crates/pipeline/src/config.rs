@@ -499,7 +499,7 @@ impl NodeConfig {
     /// Loads `file` (optional), then `CRESOLVER__SECTION__KEY` env vars, then the flags.
     /// Relative paths in the file are resolved from the file's directory.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
-        Self::load_from(file, std::env::vars(), overrides)
+        Self::load_from(file, load::process_env(), overrides)
     }
 
     /// [`NodeConfig::load`] with the environment given (`(name, value)` pairs; only

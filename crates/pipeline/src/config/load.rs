@@ -112,6 +112,18 @@ fn strip_indices(key: &str) -> String {
     out
 }
 
+/// The process's `CRESOLVER__…` variables. (`vars_os`: a variable that is not UTF-8,
+/// none of ours, must not panic the load.)
+pub(super) fn process_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let k = k.into_string().ok()?;
+            k.starts_with(ENV_PREFIX)
+                .then(|| (k, v.to_string_lossy().into_owned()))
+        })
+        .collect()
+}
+
 /// The layers merged: the JSON the config deserializes from, and where each key came from.
 pub(super) struct Layers {
     pub(super) value: Value,
