@@ -506,3 +506,21 @@ fn the_example_files_name_their_schema_and_validate() {
     }
     assert!(checked >= 3);
 }
+
+#[test]
+fn config_schema_prints_the_published_schemas() {
+    for (args, file) in [
+        (&["config", "schema"][..], "docs/reference/node.schema.json"),
+        (
+            &["config", "schema", "--workflow"][..],
+            "docs/reference/workflow.schema.json",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cresolver"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cresolver {args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), read(file), "{args:?}");
+    }
+}
