@@ -402,13 +402,15 @@ pub enum ConfigError {
     },
     /// An environment variable names no key.
     #[error(
-        "config: the environment variable {var} names no key of node.toml (`{key}`; the keys there: {known})"
+        "config: the environment variable {var} names no key of node.toml (`{key}`){hint} (the keys there: {known})"
     )]
     UnknownEnv {
         /// The variable.
         var: String,
         /// The key it would set.
         key: String,
+        /// ": did you mean `chain`?", or empty.
+        hint: String,
         /// The keys of the table it reaches.
         known: String,
     },

@@ -96,8 +96,14 @@ impl Mismatch {
                 } else {
                     format!("[{table}]")
                 };
+                let hint = match self.path.last() {
+                    Some(Seg::Key(k)) => closest(k, known)
+                        .map(|c| format!(": did you mean `{c}`?"))
+                        .unwrap_or_default(),
+                    _ => String::new(),
+                };
                 format!(
-                    "is not a key of {table} (its keys: {})",
+                    "is not a key of {table}{hint} (its keys: {})",
                     if known.is_empty() {
                         "none".to_string()
                     } else {
@@ -107,6 +113,35 @@ impl Mismatch {
             }
         }
     }
+}
+
+/// The key of `known` closest to a misspelt `word` (at most two edits away, or one
+/// that contains it or is contained in it).
+pub fn closest<'a>(word: &str, known: &'a [String]) -> Option<&'a str> {
+    let distance = |a: &str, b: &str| -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let here = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != *cb))
+                    .min(row[j] + 1)
+                    .min(here + 1);
+                prev = here;
+            }
+        }
+        row[b.len()]
+    };
+    known
+        .iter()
+        .map(|k| (distance(word, k), k))
+        .filter(|(d, k)| {
+            *d <= 2 || (word.len() > 3 && (k.contains(word) || word.contains(k.as_str())))
+        })
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k.as_str())
 }
 
 /// `schema` with its `$ref` followed (into `root`'s `$defs`).

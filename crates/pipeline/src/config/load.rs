@@ -251,21 +251,24 @@ fn env_value(var: &str, text: &str) -> Result<(String, Value), ConfigError> {
         .collect();
     let key = words.join(".");
     let path: Vec<&str> = words.iter().map(String::as_str).collect();
-    let unknown = |known: Vec<String>| ConfigError::UnknownEnv {
+    let unknown = |word: &str, known: Vec<String>| ConfigError::UnknownEnv {
         var: var.to_string(),
         key: key.clone(),
+        hint: schema::closest(word, &known)
+            .map(|c| format!(": did you mean `{c}`?"))
+            .unwrap_or_default(),
         known: known.join(", "),
     };
     // the deepest table the variable reaches, to list its keys when the next is wrong
     let mut s = root;
     for (i, w) in path.iter().enumerate() {
         let Some(props) = schema::table(s, root) else {
-            return Err(unknown(vec![]));
+            return Err(unknown(w, vec![]));
         };
         match props.get(*w) {
             Some(next) => s = next,
-            None if i == 0 && w.is_empty() => return Err(unknown(vec![])),
-            None => return Err(unknown(props.keys().cloned().collect())),
+            None if i == 0 && w.is_empty() => return Err(unknown(w, vec![])),
+            None => return Err(unknown(w, props.keys().cloned().collect())),
         }
     }
     let v = schema::from_text(text, s, root).map_err(|expected| ConfigError::Value {

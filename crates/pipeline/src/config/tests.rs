@@ -42,7 +42,7 @@ fn file_env_and_flags_layer() {
     assert_eq!(cfg.chain.poll_interval_ms, 700);
     let e = load_err("[chain]\nrpc_urll = \"x\"\n", &[]);
     assert!(
-        e.contains("`chain.rpc_urll` (in FILE) is not a key of [chain]"),
+        e.contains("`chain.rpc_urll` (in FILE) is not a key of [chain]: did you mean `rpc_url`?"),
         "{e}"
     );
     let e = load_err("[chain]\nrpc_url = \"ftp://x\"\n", &[]);
@@ -69,7 +69,10 @@ fn errors_say_where_the_value_came_from() {
         "{e}"
     );
     let e = load_err("", &[("CRESOLVER__CHAINS__RPC_URL", "x")]);
-    assert!(e.contains("CRESOLVER__CHAINS__RPC_URL"), "{e}");
+    assert!(
+        e.contains("CRESOLVER__CHAINS__RPC_URL") && e.contains("did you mean `chain`?"),
+        "{e}"
+    );
     let e = load_err("[don]\nf = 1\n", &[]);
     assert_eq!(
         e,
