@@ -165,6 +165,16 @@ enum ConfigCmd {
         #[command(flatten)]
         config: ConfigArgs,
     },
+    /// Print the JSON Schema of node.toml (with --workflow: of a workflow file).
+    ///
+    /// Editors check a TOML file against it as it is typed when its first line names it:
+    /// `#:schema ./node.schema.json` (taplo, Even Better TOML; a path relative to the
+    /// file, or a URL). docs/reference/ holds both schemas.
+    Schema {
+        /// The schema of a workflow file instead.
+        #[arg(long)]
+        workflow: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -234,6 +244,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => cli::node::resolve_cmd(&config, market, json).await,
         Command::Config(ConfigCmd::Check { config }) => cli::node::config_check(&config).await,
+        Command::Config(ConfigCmd::Schema { workflow }) => {
+            let schema = if workflow {
+                cresolver_pipeline::workflow::Workflow::schema()
+            } else {
+                cresolver_pipeline::config::NodeConfig::schema()
+            };
+            use std::io::Write as _;
+            // a closed pipe (`| head`) ends the output quietly
+            let _ = writeln!(
+                std::io::stdout(),
+                "{}",
+                serde_json::to_string_pretty(schema)?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         #[cfg(feature = "devnet")]
         Command::Agent(a) => cli::devnet::agent_cmd(a).await,
         #[cfg(feature = "devnet")]

@@ -1,10 +1,12 @@
 //! The documentation an operator reads, kept true by the suite: the references in
-//! `docs/reference/` are generated from the code (configuration keys with their defaults
-//! and environment variables, metric families with their labels, every error message) and
-//! must be current; every relative link and anchor in `README.md` and `docs/` resolves;
-//! every `cresolver …` command line in them parses with the real CLI.
+//! `docs/reference/` are generated from the code (metric families with their labels,
+//! every error message; the configuration reference and schemas in
+//! `tests/config_reference.rs`) and must be current; every relative link and anchor in
+//! `README.md` and `docs/` resolves; every `cresolver …` command line in them parses with
+//! the real CLI.
 //!
-//! `CRESOLVER_UPDATE_DOCS=1 cargo test --test docs` rewrites the generated references.
+//! `CRESOLVER_UPDATE_DOCS=1 cargo test --test docs --test config_reference` rewrites the
+//! generated references.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -29,169 +31,6 @@ fn check_generated(rel: &str, generated: &str) {
         on_disk == generated,
         "{rel} is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test docs` and commit it"
     );
-}
-
-/// `///` doc comments of each field, per struct, in a source file.
-fn field_docs(src: &str) -> BTreeMap<String, BTreeMap<String, (String, String)>> {
-    let mut out: BTreeMap<String, BTreeMap<String, (String, String)>> = BTreeMap::new();
-    let mut current: Option<String> = None;
-    let mut doc: Vec<String> = Vec::new();
-    for line in src.lines() {
-        let t = line.trim();
-        if let Some(rest) = t.strip_prefix("pub struct ") {
-            current = rest
-                .split(|c: char| !c.is_alphanumeric() && c != '_')
-                .next()
-                .map(String::from);
-            doc.clear();
-            continue;
-        }
-        if t == "}" && line.starts_with('}') {
-            current = None;
-        }
-        if let Some(d) = t.strip_prefix("///") {
-            doc.push(d.trim().to_string());
-            continue;
-        }
-        if t.starts_with("#[") {
-            continue;
-        }
-        if let (Some(s), Some(rest)) = (&current, t.strip_prefix("pub "))
-            && let Some((name, ty)) = rest.split_once(':')
-            && !name.contains('(')
-        {
-            let ty = ty.trim().trim_end_matches(',').to_string();
-            out.entry(s.clone())
-                .or_default()
-                .insert(name.trim().to_string(), (doc.join(" "), ty));
-        }
-        doc.clear();
-    }
-    out
-}
-
-/// The innermost type name of `Option<Vec<x::Y>>` etc.
-fn type_name(ty: &str) -> String {
-    let mut t = ty.trim();
-    for w in ["Option<", "Vec<", "Box<"] {
-        if let Some(inner) = t.strip_prefix(w) {
-            t = inner.strip_suffix('>').unwrap_or(inner);
-        }
-    }
-    t.rsplit("::").next().unwrap_or(t).to_string()
-}
-
-fn kind_of(v: &toml::Value) -> &'static str {
-    match v {
-        toml::Value::String(_) => "string",
-        toml::Value::Integer(_) => "integer",
-        toml::Value::Float(_) => "float",
-        toml::Value::Boolean(_) => "boolean",
-        toml::Value::Datetime(_) => "datetime",
-        toml::Value::Array(_) => "array",
-        toml::Value::Table(_) => "table",
-    }
-}
-
-fn shown(v: &toml::Value) -> String {
-    let s = match v {
-        toml::Value::String(s) if s.is_empty() => "\"\"".to_string(),
-        other => other.to_string(),
-    };
-    s.replace('|', "\\|")
-}
-
-/// One row per key of `value`, under `prefix`, described from the structs' docs.
-fn rows(
-    value: &toml::Value,
-    prefix: &str,
-    struct_name: &str,
-    docs: &BTreeMap<String, BTreeMap<String, (String, String)>>,
-    env: bool,
-    out: &mut Vec<String>,
-) {
-    let toml::Value::Table(t) = value else { return };
-    for (k, v) in t {
-        let key = if prefix.is_empty() {
-            k.clone()
-        } else {
-            format!("{prefix}.{k}")
-        };
-        let (doc, ty) = docs
-            .get(struct_name)
-            .and_then(|f| f.get(k))
-            .cloned()
-            .unwrap_or_default();
-        if let toml::Value::Table(_) = v {
-            rows(v, &key, &type_name(&ty), docs, env, out);
-            continue;
-        }
-        let var = if env {
-            format!(
-                "`CRESOLVER__{}`",
-                key.replace('.', "__").to_ascii_uppercase()
-            )
-        } else {
-            "–".into()
-        };
-        let doc = if doc.is_empty() {
-            "(see the section's description)".to_string()
-        } else {
-            doc.replace('|', "\\|")
-        };
-        out.push(format!(
-            "| `{key}` | {} | `{}` | {var} | {doc} |",
-            kind_of(v),
-            shown(v)
-        ));
-    }
-}
-
-fn config_reference() -> String {
-    use cresolver_pipeline::config::NodeConfig;
-    let mut docs = field_docs(&read("crates/pipeline/src/config.rs"));
-    docs.extend(field_docs(&read("crates/pipeline/src/config/protocols.rs")));
-    docs.extend(field_docs(&read("crates/don/src/config.rs")));
-    let cfg = NodeConfig {
-        don: Some(cresolver_don::DonConfig {
-            don_id: 1,
-            config_version: 1,
-            f: 1,
-            listen: "0.0.0.0:9500".into(),
-            members: vec![],
-            attempt_timeout_ms: 4_000,
-            observation_grace_ms: 300,
-            transmit_delay_ms: 30_000,
-            max_attempts: 12,
-        }),
-        ..NodeConfig::default()
-    };
-    let node: toml::Value = toml::Value::try_from(&cfg).expect("the config serializes");
-    let mut node_rows = Vec::new();
-    rows(&node, "", "NodeConfig", &docs, true, &mut node_rows);
-
-    let wf_docs = field_docs(&read("crates/pipeline/src/workflow.rs"));
-    let wf = cresolver_pipeline::workflow::Workflow::default_named("cresolver-resolution");
-    let wf: toml::Value = toml::Value::try_from(&wf).expect("the workflow serializes");
-    let mut wf_rows = Vec::new();
-    rows(&wf, "", "Workflow", &wf_docs, false, &mut wf_rows);
-
-    format!(
-        "# Configuration reference\n\n\
-         Generated from the code by `tests/docs.rs` (`CRESOLVER_UPDATE_DOCS=1 cargo test --test docs`).\n\n\
-         ## node.toml\n\n\
-         Every key, its type, its default and its environment variable (which overrides the\n\
-         file; `--rpc-url`, `--market-address`, `--data-dir` and `--workflow` override both).\n\
-         The `[don]` section is absent by default: the values shown are an example with the\n\
-         timers' defaults. `members` is a list of `{{ address, url }}` tables.\n\n\
-         | key | type | default | environment | meaning |\n|---|---|---|---|---|\n{}\n\n\
-         ## Workflow files\n\n\
-         Every key of a workflow file with its default (`workflows/cresolver-resolution.toml`\n\
-         documents each in place).\n\n\
-         | key | type | default | environment | meaning |\n|---|---|---|---|---|\n{}\n",
-        node_rows.join("\n"),
-        wf_rows.join("\n")
-    )
 }
 
 fn metrics_reference() -> String {
@@ -558,7 +397,6 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn the_generated_references_are_current() {
-    check_generated("docs/reference/config.md", &config_reference());
     check_generated("docs/reference/metrics.md", &metrics_reference());
     check_generated("docs/reference/errors.md", &errors_reference());
 }

@@ -8,17 +8,19 @@ use std::collections::HashSet;
 use url::Url;
 
 /// One member of the DON: the address its key signs with, and where it listens.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemberConfig {
     /// The address the member's key signs with (as in the forwarder's `setConfig`).
+    #[schemars(with = "cresolver_core::schema::HexAddress")]
     pub address: Address,
-    /// Where the member's endpoint listens, as the other members reach it.
+    /// Where the member's endpoint listens, as the other members reach it (`http(s)://`).
+    #[schemars(with = "String", extend("format" = "uri"))]
     pub url: Url,
 }
 
 /// The `[don]` section.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DonConfig {
     /// The DON id, as in the forwarder's `setConfig`.

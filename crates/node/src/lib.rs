@@ -83,9 +83,10 @@ pub enum NodeError {
         /// What the read met.
         error: ReadError,
     },
-    /// The node's DON membership (`[don]`) cannot be set up.
+    /// The node's DON membership (`[don]`) cannot be set up. (Shown in the message, so
+    /// not a `source`: the cause is printed once.)
     #[error("[don]: {0}")]
-    Don(#[from] don::DonSetupError),
+    Don(don::DonSetupError),
     /// An HTTP listener cannot be bound.
     #[error(
         "cannot listen on {addr} for the HTTP API: {error}{what} (is another node running? set api.listen to a free address, or empty to disable)"
@@ -98,6 +99,12 @@ pub enum NodeError {
         /// Which listener, when it is not the API's (`""` for the API).
         what: &'static str,
     },
+}
+
+impl From<don::DonSetupError> for NodeError {
+    fn from(e: don::DonSetupError) -> Self {
+        NodeError::Don(e)
+    }
 }
 
 /// One workflow bound to its market.
