@@ -412,10 +412,36 @@ fn cli_reference() -> String {
     let intro = "Generated from the command definitions (`--help` prints the same text). \
                  Every command also has `--help`, `cresolver man --out DIR` writes man pages, and \
                  `cresolver completions SHELL` prints shell completions.\n\n";
+    let body = escape_placeholders(&body);
     match body.split_once('\n') {
         Some((title, rest)) => format!("{title}\n\n{intro}{}", rest.trim_start()),
         None => body,
     }
+}
+
+/// `<`, outside code spans, as `&lt;` unless it opens one of the tags clap-markdown
+/// writes itself: a help text's `<data-dir>` would otherwise be read as HTML.
+fn escape_placeholders(markdown: &str) -> String {
+    const TAGS: [&str; 8] = ["a ", "/a>", "li>", "/li>", "ul>", "/ul>", "code>", "/code>"];
+    markdown
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                return part.to_string();
+            }
+            let mut out = String::with_capacity(part.len());
+            for (j, piece) in part.split('<').enumerate() {
+                if j > 0 {
+                    let tag = TAGS.iter().any(|t| piece.starts_with(t));
+                    out.push_str(if tag { "<" } else { "&lt;" });
+                }
+                out.push_str(piece);
+            }
+            out
+        })
+        .collect::<Vec<_>>()
+        .join("`")
 }
 
 /// `cresolver man --out DIR`: one page per command (`cresolver.1`, `cresolver-node.1`, …).
