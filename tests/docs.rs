@@ -1,10 +1,12 @@
 //! The documentation an operator reads, kept true by the suite: the references in
-//! `docs/reference/` are generated from the code (configuration keys with their defaults
-//! and environment variables, metric families with their labels, every error message) and
-//! must be current; every relative link and anchor in `README.md` and `docs/` resolves;
-//! every `cresolver …` command line in them parses with the real CLI.
+//! `docs/reference/` are generated from the code (metric families with their labels,
+//! every error message; the configuration reference and schemas in
+//! `tests/config_reference.rs`) and must be current; every relative link and anchor in
+//! `README.md` and `docs/` resolves; every `cresolver …` command line in them parses with
+//! the real CLI.
 //!
-//! `CRESOLVER_UPDATE_DOCS=1 cargo test --test docs` rewrites the generated references.
+//! `CRESOLVER_UPDATE_DOCS=1 cargo test --test docs --test config_reference` rewrites the
+//! generated references.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -29,169 +31,6 @@ fn check_generated(rel: &str, generated: &str) {
         on_disk == generated,
         "{rel} is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test docs` and commit it"
     );
-}
-
-/// `///` doc comments of each field, per struct, in a source file.
-fn field_docs(src: &str) -> BTreeMap<String, BTreeMap<String, (String, String)>> {
-    let mut out: BTreeMap<String, BTreeMap<String, (String, String)>> = BTreeMap::new();
-    let mut current: Option<String> = None;
-    let mut doc: Vec<String> = Vec::new();
-    for line in src.lines() {
-        let t = line.trim();
-        if let Some(rest) = t.strip_prefix("pub struct ") {
-            current = rest
-                .split(|c: char| !c.is_alphanumeric() && c != '_')
-                .next()
-                .map(String::from);
-            doc.clear();
-            continue;
-        }
-        if t == "}" && line.starts_with('}') {
-            current = None;
-        }
-        if let Some(d) = t.strip_prefix("///") {
-            doc.push(d.trim().to_string());
-            continue;
-        }
-        if t.starts_with("#[") {
-            continue;
-        }
-        if let (Some(s), Some(rest)) = (&current, t.strip_prefix("pub "))
-            && let Some((name, ty)) = rest.split_once(':')
-            && !name.contains('(')
-        {
-            let ty = ty.trim().trim_end_matches(',').to_string();
-            out.entry(s.clone())
-                .or_default()
-                .insert(name.trim().to_string(), (doc.join(" "), ty));
-        }
-        doc.clear();
-    }
-    out
-}
-
-/// The innermost type name of `Option<Vec<x::Y>>` etc.
-fn type_name(ty: &str) -> String {
-    let mut t = ty.trim();
-    for w in ["Option<", "Vec<", "Box<"] {
-        if let Some(inner) = t.strip_prefix(w) {
-            t = inner.strip_suffix('>').unwrap_or(inner);
-        }
-    }
-    t.rsplit("::").next().unwrap_or(t).to_string()
-}
-
-fn kind_of(v: &toml::Value) -> &'static str {
-    match v {
-        toml::Value::String(_) => "string",
-        toml::Value::Integer(_) => "integer",
-        toml::Value::Float(_) => "float",
-        toml::Value::Boolean(_) => "boolean",
-        toml::Value::Datetime(_) => "datetime",
-        toml::Value::Array(_) => "array",
-        toml::Value::Table(_) => "table",
-    }
-}
-
-fn shown(v: &toml::Value) -> String {
-    let s = match v {
-        toml::Value::String(s) if s.is_empty() => "\"\"".to_string(),
-        other => other.to_string(),
-    };
-    s.replace('|', "\\|")
-}
-
-/// One row per key of `value`, under `prefix`, described from the structs' docs.
-fn rows(
-    value: &toml::Value,
-    prefix: &str,
-    struct_name: &str,
-    docs: &BTreeMap<String, BTreeMap<String, (String, String)>>,
-    env: bool,
-    out: &mut Vec<String>,
-) {
-    let toml::Value::Table(t) = value else { return };
-    for (k, v) in t {
-        let key = if prefix.is_empty() {
-            k.clone()
-        } else {
-            format!("{prefix}.{k}")
-        };
-        let (doc, ty) = docs
-            .get(struct_name)
-            .and_then(|f| f.get(k))
-            .cloned()
-            .unwrap_or_default();
-        if let toml::Value::Table(_) = v {
-            rows(v, &key, &type_name(&ty), docs, env, out);
-            continue;
-        }
-        let var = if env {
-            format!(
-                "`CRESOLVER__{}`",
-                key.replace('.', "__").to_ascii_uppercase()
-            )
-        } else {
-            "–".into()
-        };
-        let doc = if doc.is_empty() {
-            "(see the section's description)".to_string()
-        } else {
-            doc.replace('|', "\\|")
-        };
-        out.push(format!(
-            "| `{key}` | {} | `{}` | {var} | {doc} |",
-            kind_of(v),
-            shown(v)
-        ));
-    }
-}
-
-fn config_reference() -> String {
-    use cresolver_pipeline::config::NodeConfig;
-    let mut docs = field_docs(&read("crates/pipeline/src/config.rs"));
-    docs.extend(field_docs(&read("crates/pipeline/src/config/protocols.rs")));
-    docs.extend(field_docs(&read("crates/don/src/config.rs")));
-    let cfg = NodeConfig {
-        don: Some(cresolver_don::DonConfig {
-            don_id: 1,
-            config_version: 1,
-            f: 1,
-            listen: "0.0.0.0:9500".into(),
-            members: vec![],
-            attempt_timeout_ms: 4_000,
-            observation_grace_ms: 300,
-            transmit_delay_ms: 30_000,
-            max_attempts: 12,
-        }),
-        ..NodeConfig::default()
-    };
-    let node: toml::Value = toml::Value::try_from(&cfg).expect("the config serializes");
-    let mut node_rows = Vec::new();
-    rows(&node, "", "NodeConfig", &docs, true, &mut node_rows);
-
-    let wf_docs = field_docs(&read("crates/pipeline/src/workflow.rs"));
-    let wf = cresolver_pipeline::workflow::Workflow::default_named("cresolver-resolution");
-    let wf: toml::Value = toml::Value::try_from(&wf).expect("the workflow serializes");
-    let mut wf_rows = Vec::new();
-    rows(&wf, "", "Workflow", &wf_docs, false, &mut wf_rows);
-
-    format!(
-        "# Configuration reference\n\n\
-         Generated from the code by `tests/docs.rs` (`CRESOLVER_UPDATE_DOCS=1 cargo test --test docs`).\n\n\
-         ## node.toml\n\n\
-         Every key, its type, its default and its environment variable (which overrides the\n\
-         file; `--rpc-url`, `--market-address`, `--data-dir` and `--workflow` override both).\n\
-         The `[don]` section is absent by default: the values shown are an example with the\n\
-         timers' defaults. `members` is a list of `{{ address, url }}` tables.\n\n\
-         | key | type | default | environment | meaning |\n|---|---|---|---|---|\n{}\n\n\
-         ## Workflow files\n\n\
-         Every key of a workflow file with its default (`workflows/cresolver-resolution.toml`\n\
-         documents each in place).\n\n\
-         | key | type | default | environment | meaning |\n|---|---|---|---|---|\n{}\n",
-        node_rows.join("\n"),
-        wf_rows.join("\n")
-    )
 }
 
 fn metrics_reference() -> String {
@@ -296,12 +135,190 @@ fn metrics_reference() -> String {
     )
 }
 
+/// Every `const NAME: T = value;` of the sources, with simple products evaluated
+/// (`2 * 1024 * 1024` → 2097152) and string values unquoted.
+fn constants(files: &[PathBuf]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for f in files {
+        let src = std::fs::read_to_string(f).unwrap_or_default();
+        for line in src.lines() {
+            let t = line
+                .trim()
+                .trim_start_matches("pub ")
+                .trim_start_matches("pub(crate) ");
+            let Some(rest) = t.strip_prefix("const ") else {
+                continue;
+            };
+            let (Some((name, _)), Some((_, value))) = (rest.split_once(':'), rest.split_once('='))
+            else {
+                continue;
+            };
+            let value = value.trim().trim_end_matches(';').trim();
+            let shown = if let Some(s) = value.strip_prefix('"') {
+                s.trim_end_matches('"').to_string()
+            } else {
+                let product: Option<u64> = value
+                    .split('*')
+                    .map(|p| p.trim().replace('_', "").parse::<u64>().ok())
+                    .product();
+                match product {
+                    Some(n) => n.to_string(),
+                    None => continue,
+                }
+            };
+            out.insert(name.trim().to_string(), shown);
+        }
+    }
+    out
+}
+
+/// The string literal an `#[error("…", args)]` attribute starts with, and its arguments.
+fn error_literal(attr: &str) -> Option<(String, Vec<String>)> {
+    let start = attr.find('"')? + 1;
+    let bytes = attr.as_bytes();
+    let mut end = start;
+    while end < bytes.len() {
+        match bytes[end] {
+            b'\\' => end += 2,
+            b'"' => break,
+            _ => end += 1,
+        }
+    }
+    let lit = attr.get(start..end)?.replace("\\\"", "\"");
+    let rest = attr.get(end + 1..).unwrap_or("");
+    let rest = rest.trim().trim_end_matches(")]").trim_start_matches(',');
+    // top-level commas split the format arguments
+    let (mut args, mut depth, mut cur) = (Vec::new(), 0i32, String::new());
+    for c in rest.chars() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                args.push(std::mem::take(&mut cur).trim().to_string());
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() {
+        args.push(cur.trim().to_string());
+    }
+    Some((lit, args))
+}
+
+/// What a tuple field of a given type holds, in words.
+fn words_for_type(ty: &str) -> &'static str {
+    let ty = ty.trim();
+    if ty.contains("Address") {
+        "address"
+    } else if ty.contains("U256") || ty.starts_with('u') || ty.starts_with('i') {
+        "number"
+    } else if ty.contains("PathBuf") || ty.contains("Path") {
+        "path"
+    } else if ty.contains("io::Error") {
+        "operating system error"
+    } else if ty == "String" || ty.contains("str") {
+        "detail"
+    } else {
+        "cause"
+    }
+}
+
+/// An error message with its placeholders in words (`{market_id}` → ‹market id›) and
+/// constants as their values (`{MAX_MESSAGE_BYTES}` → 2097152).
+fn readable(
+    msg: &str,
+    args: &[String],
+    tuple: &[String],
+    consts: &BTreeMap<String, String>,
+) -> String {
+    let mut out = String::new();
+    let mut positional = 0;
+    let mut rest = msg;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        if let Some(lit) = after.strip_prefix('{') {
+            out.push('{');
+            rest = lit;
+            continue;
+        }
+        let Some(close) = after.find('}') else {
+            out.push_str(&rest[open..]);
+            rest = "";
+            break;
+        };
+        let inner = after[..close].split(':').next().unwrap_or("").trim();
+        let word = if inner.is_empty() {
+            let arg = args.get(positional).cloned().unwrap_or_default();
+            positional += 1;
+            let ident: String = arg
+                .trim_start_matches('&')
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
+                .collect();
+            let ident = ident
+                .rsplit('.')
+                .find(|p| !p.is_empty() && *p != "self")
+                .unwrap_or("detail")
+                .to_string();
+            format!("‹{}›", ident.replace('_', " "))
+        } else if let Some(v) = consts.get(inner) {
+            v.clone()
+        } else if let Ok(i) = inner.parse::<usize>() {
+            format!(
+                "‹{}›",
+                tuple.get(i).map(|t| words_for_type(t)).unwrap_or("detail")
+            )
+        } else if inner.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+            panic!("error message names constant {inner}, which the reference cannot resolve")
+        } else {
+            format!("‹{}›", inner.replace('_', " "))
+        };
+        out.push_str(&word);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    // `<` outside code spans would open an HTML tag in the rendered table
+    let escaped: Vec<String> = out
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 0 {
+                part.replace('<', "&lt;")
+            } else {
+                part.to_string()
+            }
+        })
+        .collect();
+    escaped.join("`").replace('|', "\\|")
+}
+
+/// The field types of the tuple variant declared after line `i` (`Rpc(RpcFailure)`).
+fn tuple_types(lines: &[&str], mut i: usize) -> Vec<String> {
+    while i < lines.len() {
+        let t = lines[i].trim();
+        if t.is_empty() || t.starts_with("#[") || t.starts_with("///") || t.starts_with("//") {
+            i += 1;
+            continue;
+        }
+        let Some(open) = t.find('(') else {
+            return vec![];
+        };
+        let inner = t[open + 1..].trim_end_matches(',').trim_end_matches(')');
+        return inner.split(',').map(|s| s.trim().to_string()).collect();
+    }
+    vec![]
+}
+
 fn errors_reference() -> String {
-    let mut by_crate: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut by_crate: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut files = Vec::new();
     rust_files(&root().join("crates"), &mut files);
     rust_files(&root().join("src"), &mut files);
     files.sort();
+    let consts = constants(&files);
     for f in files {
         let rel = f
             .strip_prefix(root())
@@ -312,21 +329,10 @@ fn errors_reference() -> String {
             continue;
         }
         let src = std::fs::read_to_string(&f).unwrap_or_default();
-        let mut enum_name = String::new();
         let lines: Vec<&str> = src.lines().collect();
         let mut i = 0;
         while i < lines.len() {
             let t = lines[i].trim();
-            if let Some(rest) = t
-                .strip_prefix("pub enum ")
-                .or_else(|| t.strip_prefix("enum "))
-            {
-                enum_name = rest
-                    .split(|c: char| !c.is_alphanumeric() && c != '_')
-                    .next()
-                    .unwrap_or("")
-                    .to_string();
-            }
             if t.starts_with("#[error(") && !t.contains("transparent") {
                 // the attribute may span lines: join until its closing `)]`
                 let mut attr = t.to_string();
@@ -335,20 +341,25 @@ fn errors_reference() -> String {
                     attr.push(' ');
                     attr.push_str(lines[i].trim());
                 }
-                if let (Some(a), Some(b)) = (attr.find('"'), attr.rfind('"'))
-                    && b > a
-                {
-                    let msg = attr[a + 1..b].replace("\\\"", "\"").replace('|', "\\|");
-                    let krate = rel.split('/').nth(1).unwrap_or("cresolver").to_string();
-                    let krate = if rel.starts_with("src/") {
-                        "cresolver (CLI)".to_string()
-                    } else {
-                        krate
-                    };
-                    by_crate
-                        .entry(krate)
-                        .or_default()
-                        .push(format!("| `{enum_name}` | {msg} |"));
+                if let Some((msg, args)) = error_literal(&attr) {
+                    let tuple = tuple_types(&lines, i + 1);
+                    let shown = readable(&msg, &args, &tuple, &consts);
+                    // a message that is only its cause adds nothing: the cause is listed
+                    if !shown.starts_with('‹')
+                        || !shown.ends_with('›')
+                        || shown.matches('‹').count() > 1
+                    {
+                        let krate = rel.split('/').nth(1).unwrap_or("cresolver").to_string();
+                        let krate = if rel.starts_with("src/") {
+                            "the command line".to_string()
+                        } else {
+                            krate
+                        };
+                        by_crate
+                            .entry(krate)
+                            .or_default()
+                            .insert(format!("| {shown} |"));
+                    }
                 }
             }
             i += 1;
@@ -357,13 +368,15 @@ fn errors_reference() -> String {
     let mut out = String::from(
         "# Error reference\n\n\
          Generated from the code by `tests/docs.rs`: every error message the program can\n\
-         print, by crate and type (`{…}` is filled in with the details). Most say what to do;\n\
-         the [troubleshooting guide](../troubleshooting.md) covers the common ones.\n",
+         print, by the part of the program that prints it. `‹…›` stands for the detail that\n\
+         is filled in (a market id, an address, the cause reported by the RPC or the\n\
+         operating system); limits are shown with their values. Most messages say what to\n\
+         do; the [troubleshooting guide](../troubleshooting.md) covers the common ones.\n",
     );
     for (krate, rows) in by_crate {
         out.push_str(&format!(
-            "\n## {krate}\n\n| type | message |\n|---|---|\n{}\n",
-            rows.join("\n")
+            "\n## {krate}\n\n| message |\n|---|\n{}\n",
+            rows.into_iter().collect::<Vec<_>>().join("\n")
         ));
     }
     out
@@ -384,7 +397,6 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn the_generated_references_are_current() {
-    check_generated("docs/reference/config.md", &config_reference());
     check_generated("docs/reference/metrics.md", &metrics_reference());
     check_generated("docs/reference/errors.md", &errors_reference());
 }

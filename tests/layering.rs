@@ -61,11 +61,21 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "cresolver-market",
+        &[
+            "cresolver-core",
+            "cresolver-metrics",
+            "cresolver-workers",
+            "cresolver-chain",
+        ],
+    ),
+    (
         "cresolver-devnet",
         &[
             "cresolver-core",
             "cresolver-workers",
             "cresolver-chain",
+            "cresolver-market",
             "cresolver-store",
             "cresolver-pipeline",
             "cresolver-node",
@@ -86,6 +96,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "cresolver-node",
             "cresolver-devnet",
             "cresolver-don",
+            "cresolver-market",
         ],
     ),
 ];
@@ -130,6 +141,11 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
         "cresolver-pipeline",
         &["axum"],
         "the round pipeline serves nothing: the node (cresolver-node) owns the HTTP API",
+    ),
+    (
+        "cresolver-market",
+        &["rusqlite", "tokio-postgres", "axum"],
+        "operating the contracts persists nothing and serves nothing",
     ),
     (
         "cresolver-don",

@@ -5,6 +5,7 @@
 #[cfg(feature = "devnet")]
 pub mod devnet;
 pub mod dry_run;
+pub mod market;
 pub mod node;
 pub mod replay_cmd;
 pub mod rounds;

@@ -68,7 +68,7 @@ pub enum RoundsCmd {
     /// Write every stored round's transcript, one JSON file per round, into a directory.
     ///
     /// With --market-address (or chain.market_address in the config), only that market's
-    /// rounds are written. Files are named <market address>-<market id>.json and hold the transcript (see
+    /// rounds are written. Files are named `<market address>-<market id>.json` and hold the transcript (see
     /// docs/transcript.md) with the store record under `round`. Rounds that never reached
     /// discovery have no transcript and are listed, not written.
     Export {
@@ -83,7 +83,8 @@ pub enum RoundsCmd {
     /// Asks the running node through its API (POST /resolve on api.listen, with the bearer
     /// token from the env var named by api.token_env): the node reopens a failed round and
     /// runs it at once. When no node answers there, the round is reopened in the store and
-    /// the node runs it when it starts. A confirmed, finalized or skipped round is run again
+    /// the node runs it when it starts (a node that answers without the token set is
+    /// refused: it would not see the round until it restarts). A confirmed, finalized or skipped round is run again
     /// only when the chain (chain.rpc_url) says the market is unresolved: a finalized or
     /// skipped one as a new attempt (the old one is kept), a confirmed one by re-sending
     /// its transaction.
@@ -168,6 +169,18 @@ pub async fn rounds_retry(
             Err(e) => anyhow::bail!("cannot reach the node at {base}: {e}"),
         }
     }
+    if token.is_none()
+        && !cfg.store.is_postgres()
+        && !cfg.api.listen.is_empty()
+        && node_answers(&base).await
+    {
+        // a running node would not see a round reopened in its SQLite store until it
+        // restarts (a shared store's claim loop finds it)
+        anyhow::bail!(
+            "a node is running at {base}: set {} to its API token so that it runs the round of market {id} now (reopening it in the store under a running node would wait for its restart)",
+            cfg.api.token_env
+        );
+    }
     let decision = store
         .manual_request_judged(market, id, &rec.workflow, unresolved)
         .await?;
@@ -185,6 +198,17 @@ pub async fn rounds_retry(
         }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether a node's API answers `GET /health/live` at `base`.
+async fn node_answers(base: &str) -> bool {
+    let url = format!("{}/health/live", base.trim_end_matches('/'));
+    reqwest::Client::new()
+        .get(&url)
+        .timeout(std::time::Duration::from_secs(2))
+        .send()
+        .await
+        .is_ok()
 }
 
 /// `cresolver rounds show`: one stored round, as a summary or as its exported document.

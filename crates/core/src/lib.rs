@@ -9,6 +9,7 @@ pub mod position;
 pub mod quorum;
 pub mod report;
 pub mod request;
+pub mod schema;
 pub mod tally;
 pub mod untrusted;
 

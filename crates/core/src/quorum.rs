@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A quorum rule from the workflow file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum QuorumRule {
     /// BFT supermajority, `ceil(2n/3)` (the reference's rule).
@@ -14,9 +14,9 @@ pub enum QuorumRule {
     Majority,
     /// Every registered worker must answer.
     All,
-    /// A fixed number of valid responses.
+    /// A fixed number of valid responses (at least 1).
     #[serde(untagged)]
-    Fixed(usize),
+    Fixed(#[schemars(range(min = 1))] usize),
 }
 
 impl QuorumRule {

@@ -169,7 +169,9 @@ impl Reputation {
 }
 
 /// How an exactly tied vote is decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TieRule {
     /// YES wins a tie (the reference's behaviour).

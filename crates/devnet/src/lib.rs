@@ -6,6 +6,8 @@
 pub mod agent;
 pub mod demo;
 pub mod keystone;
+pub mod up;
+pub mod up_seed;
 
 use alloy::network::EthereumWallet;
 use alloy::node_bindings::{Anvil, AnvilInstance};
@@ -13,12 +15,9 @@ use alloy::primitives::{Address, U256, utils::parse_ether};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use alloy::rpc::types::TransactionReceipt;
 use alloy::signers::local::PrivateKeySigner;
-use base64::Engine as _;
-use cresolver_chain::bindings::artifacts::{
-    CREReceiver, CREsolverMarket, IdentityRegistry, Multicall3, ReputationRegistry, TestForwarder,
-};
 use cresolver_chain::bindings::{ICREsolverMarket, IIdentityRegistry};
-use serde_json::json;
+use cresolver_market::{DeployOptions, MarketClient, MarketError, ReceiverOption};
+pub use cresolver_market::{Deployment, RegisteredAgent, data_uri, registration_json};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -44,9 +43,18 @@ pub enum DevnetError {
         /// The decoded revert reason, or the error.
         detail: String,
     },
+    /// A contract call or deployment failed (its revert decoded).
+    #[error(transparent)]
+    Market(Box<MarketError>),
     /// Any other failure of the set-up (a missing receipt or event, …).
     #[error("{0}")]
     Setup(String),
+}
+
+impl From<MarketError> for DevnetError {
+    fn from(e: MarketError) -> Self {
+        Self::Market(Box::new(e))
+    }
 }
 
 fn chain_err(what: &str) -> impl Fn(alloy::contract::Error) -> DevnetError + '_ {
@@ -85,23 +93,6 @@ pub fn anvil_path() -> Result<PathBuf, DevnetError> {
         .ok_or_else(|| DevnetError::AnvilMissing(candidates[0].clone()))
 }
 
-/// Addresses of a deployment.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct Deployment {
-    /// The ERC-8004 identity registry.
-    pub identity: Address,
-    /// The ERC-8004 reputation registry.
-    pub reputation: Address,
-    /// The CREsolver market.
-    pub market: Address,
-    /// The test forwarder (it checks no signatures).
-    pub forwarder: Address,
-    /// The CRE receiver, which takes reports from the forwarder and resolves markets.
-    pub receiver: Address,
-    /// Multicall3, for batched reads.
-    pub multicall: Address,
-}
-
 /// A running local chain with the contracts deployed.
 pub struct Devnet {
     /// Killed on drop.
@@ -116,17 +107,6 @@ pub struct Devnet {
     pub contracts: Deployment,
     /// The chain id anvil reports.
     pub chain_id: u64,
-}
-
-/// An agent registered in the identity registry.
-#[derive(Debug, Clone)]
-pub struct RegisteredAgent {
-    /// The agent id the registry assigned.
-    pub agent_id: U256,
-    /// The account that owns the agent.
-    pub owner: Address,
-    /// The token URI it was registered with (empty for none).
-    pub uri: String,
 }
 
 impl Devnet {
@@ -160,49 +140,21 @@ impl Devnet {
         let accounts: Vec<Address> = signers.iter().map(|s| s.address()).collect();
         let chain_id = anvil.chain_id();
 
-        let identity = *IdentityRegistry::deploy(&provider)
-            .await
-            .map_err(chain_err("deploying IdentityRegistry"))?
-            .address();
-        let reputation = *ReputationRegistry::deploy(&provider, identity)
-            .await
-            .map_err(chain_err("deploying ReputationRegistry"))?
-            .address();
         let min_stake = parse_ether("0.0001").unwrap_or(U256::from(100_000_000_000_000u64));
-        let market = *CREsolverMarket::deploy(&provider, identity, reputation, min_stake)
-            .await
-            .map_err(chain_err("deploying CREsolverMarket"))?
-            .address();
-        let forwarder = *TestForwarder::deploy(&provider)
-            .await
-            .map_err(chain_err("deploying TestForwarder"))?
-            .address();
-        let receiver = *CREReceiver::deploy(&provider, forwarder, market)
-            .await
-            .map_err(chain_err("deploying CREReceiver"))?
-            .address();
-        let multicall = *Multicall3::deploy(&provider)
-            .await
-            .map_err(chain_err("deploying Multicall3"))?
-            .address();
-        let contracts = Deployment {
-            identity,
-            reputation,
-            market,
-            forwarder,
-            receiver,
-            multicall,
+        let opts = DeployOptions {
+            min_stake,
+            receiver: ReceiverOption::TestForwarder,
+            ..Default::default()
         };
-        let dev = Self {
+        let contracts = cresolver_market::deploy(&provider, accounts[0], &opts, &|_, _| {}).await?;
+        Ok(Self {
             anvil,
             provider,
             accounts,
             signers,
             contracts,
             chain_id,
-        };
-        dev.set_resolver(receiver, true).await?;
-        Ok(dev)
+        })
     }
 
     /// The HTTP endpoint of the anvil.
@@ -239,17 +191,16 @@ impl Devnet {
         drop(anvil);
     }
 
+    /// The market contract as [`MarketClient`] sees it.
+    pub fn client(&self) -> MarketClient {
+        MarketClient::new(self.provider.clone(), self.contracts.market)
+    }
+
     /// Authorizes (or not) a resolver, as the market owner.
     pub async fn set_resolver(&self, who: Address, allowed: bool) -> Result<(), DevnetError> {
-        self.market()
-            .setAuthorizedResolver(who, allowed)
-            .from(self.accounts[0])
-            .send()
-            .await
-            .map_err(chain_err("setAuthorizedResolver"))?
-            .get_receipt()
-            .await
-            .map_err(|e| DevnetError::Setup(e.to_string()))?;
+        self.client()
+            .set_resolver(who, allowed, self.accounts[0])
+            .await?;
         Ok(())
     }
 
@@ -259,24 +210,10 @@ impl Devnet {
         owner: Address,
         uri: Option<String>,
     ) -> Result<RegisteredAgent, DevnetError> {
-        let identity = self.identity();
-        let receipt = match &uri {
-            Some(u) => identity.register_2(u.clone()).from(owner).send().await,
-            None => identity.register_0().from(owner).send().await,
-        }
-        .map_err(chain_err("register"))?
-        .get_receipt()
-        .await
-        .map_err(|e| DevnetError::Setup(e.to_string()))?;
-        let agent_id = receipt
-            .decoded_log::<IIdentityRegistry::Registered>()
-            .map(|l| l.data.agentId)
-            .ok_or_else(|| DevnetError::Setup("register emitted no Registered event".into()))?;
-        Ok(RegisteredAgent {
-            agent_id,
-            owner,
-            uri: uri.unwrap_or_default(),
-        })
+        Ok(
+            cresolver_market::register_agent(&self.provider, self.contracts.identity, owner, uri)
+                .await?,
+        )
     }
 
     /// A registration-v1 file with an A2A service at `endpoint`, as a base64 data URI.
@@ -292,21 +229,10 @@ impl Devnet {
         reward: U256,
         duration: u64,
     ) -> Result<U256, DevnetError> {
-        let receipt = self
-            .market()
-            .createMarket(question.to_string(), U256::from(duration))
-            .value(reward)
-            .from(self.accounts[0])
-            .send()
-            .await
-            .map_err(chain_err("createMarket"))?
-            .get_receipt()
-            .await
-            .map_err(|e| DevnetError::Setup(e.to_string()))?;
-        receipt
-            .decoded_log::<ICREsolverMarket::MarketCreated>()
-            .map(|l| l.data.marketId)
-            .ok_or_else(|| DevnetError::Setup("createMarket emitted no MarketCreated event".into()))
+        Ok(self
+            .client()
+            .create(question, reward, duration, self.accounts[0])
+            .await?)
     }
 
     /// `worker` joins `market` with `agent_id` and `stake` wei.
@@ -317,16 +243,7 @@ impl Devnet {
         agent_id: U256,
         stake: U256,
     ) -> Result<(), DevnetError> {
-        self.market()
-            .joinMarket(market, agent_id)
-            .value(stake)
-            .from(worker)
-            .send()
-            .await
-            .map_err(chain_err("joinMarket"))?
-            .get_receipt()
-            .await
-            .map_err(|e| DevnetError::Setup(e.to_string()))?;
+        self.client().join(market, agent_id, stake, worker).await?;
         Ok(())
     }
 
@@ -341,15 +258,7 @@ impl Devnet {
         &self,
         market: U256,
     ) -> Result<TransactionReceipt, DevnetError> {
-        self.market()
-            .requestResolution(market)
-            .from(self.requester())
-            .send()
-            .await
-            .map_err(chain_err("requestResolution"))?
-            .get_receipt()
-            .await
-            .map_err(|e| DevnetError::Setup(e.to_string()))
+        Ok(self.client().request(market, self.requester()).await?)
     }
 
     /// Balance of an account in wei.
@@ -372,42 +281,4 @@ impl Devnet {
             .await
             .map_err(|e| DevnetError::Setup(e.to_string()))
     }
-}
-
-/// A registration-v1 JSON document (ERC-8004), with an A2A service when `endpoint` is set.
-pub fn registration_json(
-    name: &str,
-    chain_id: u64,
-    owner: Address,
-    endpoint: Option<&str>,
-) -> serde_json::Value {
-    let mut services =
-        vec![json!({"name": "wallet", "endpoint": format!("eip155:{chain_id}:{owner}")})];
-    if let Some(e) = endpoint {
-        services.push(json!({
-            "name": "A2A",
-            "endpoint": e,
-            "protocol": "cresolver",
-            "category": "resolution",
-            "tags": ["prediction-market", "resolution", "ai-agent"],
-        }));
-    }
-    json!({
-        "type": "https://eips.ethereum.org/EIPS/eip-8004#registration-v1",
-        "name": name,
-        "description": format!("{name}: cresolver worker"),
-        "image": "",
-        "services": services,
-        "x402Support": false,
-        "active": true,
-        "supportedTrust": ["reputation"],
-    })
-}
-
-/// `data:application/json;base64,…` of a JSON document.
-pub fn data_uri(doc: &serde_json::Value) -> String {
-    format!(
-        "data:application/json;base64,{}",
-        base64::engine::general_purpose::STANDARD.encode(doc.to_string())
-    )
 }

@@ -8,17 +8,19 @@ use std::collections::HashSet;
 use url::Url;
 
 /// One member of the DON: the address its key signs with, and where it listens.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemberConfig {
     /// The address the member's key signs with (as in the forwarder's `setConfig`).
+    #[schemars(with = "cresolver_core::schema::HexAddress")]
     pub address: Address,
-    /// Where the member's endpoint listens, as the other members reach it.
+    /// Where the member's endpoint listens, as the other members reach it (`http(s)://`).
+    #[schemars(with = "String", extend("format" = "uri"))]
     pub url: Url,
 }
 
 /// The `[don]` section.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DonConfig {
     /// The DON id, as in the forwarder's `setConfig`.
@@ -34,7 +36,6 @@ pub struct DonConfig {
     /// The consensus timeout of round 0 (milliseconds): how long members wait for the
     /// round's proposal; the prevote and precommit timeouts are half of it; each later
     /// round's timeouts are 50 % longer than round 0's times the round number, up to 60 s.
-    /// (Named for the attempts of earlier versions; existing files keep working.)
     #[serde(default = "default_attempt_timeout_ms")]
     pub attempt_timeout_ms: u64,
     /// How long the leader waits for more observations once it holds 2f+1 (ms).

@@ -85,7 +85,9 @@ pub enum EvalError {
 }
 
 /// What to do when the LLM evaluator cannot produce valid scores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Fallback {
     /// Score with the offline rubric.

@@ -163,8 +163,8 @@ pub enum NodeError {
         /// What the read met.
         error: ReadError,
     },
-    /// The node's DON membership (`[don]`) cannot be set up.
-    /// (The message holds the cause's, which is not repeated as a source.)
+    /// The node's DON membership (`[don]`) cannot be set up. (Shown in the message, so
+    /// not a `source`: the cause is printed once.)
     #[error("[don]: {0}")]
     Don(don::DonSetupError),
     /// An HTTP listener cannot be bound.

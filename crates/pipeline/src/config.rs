@@ -4,16 +4,20 @@
 //! the environment or a key file and never logged.
 
 use alloy::primitives::Address;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+mod load;
 mod protocols;
+
+pub use load::{ENV_PREFIX, Origin, Provenance};
 
 /// Blocks the watcher rescans when the block hash at its checkpoint changed.
 pub const REORG_WINDOW: u64 = 64;
 
 /// A node's configuration (`node.toml`): one table per section.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeConfig {
     /// `[chain]`: the endpoints, the market and how the chain is watched.
@@ -36,13 +40,17 @@ pub struct NodeConfig {
     /// decides and submits alone, as before.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub don: Option<cresolver_don::DonConfig>,
+    /// Where each key's value came from (filled in by [`NodeConfig::load`]; see
+    /// [`NodeConfig::origin_of`]).
+    #[serde(skip)]
+    pub provenance: Provenance,
 }
 
 /// Where the node keeps its rounds. Empty `url`: the embedded SQLite file in
 /// `node.data_dir` (one node). A `postgres://` URL: a database that any number of nodes
 /// share; they split the rounds between them with leases (see `store::pg`). The URL's
 /// password is never shown; it can also come from `CRESOLVER__STORE__URL`.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreSection {
     /// Empty: the embedded SQLite file in `node.data_dir`; `postgres://user:password@host/db`
@@ -60,6 +68,7 @@ pub struct StoreSection {
     /// With `?sslmode=require` (or `verify-full`) in the URL, a PEM file of the CA that
     /// signed the server's certificate, trusted besides the system's roots. The
     /// certificate and the host name are always verified when TLS is used.
+    #[schemars(extend("x-path" = true))]
     pub ca_file: Option<PathBuf>,
 }
 
@@ -101,7 +110,7 @@ pub use protocols::{
 
 /// The chain: its endpoints, the market contract, and how the watcher scans, waits for
 /// confirmations and judges the endpoints' health.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChainSection {
     /// `http(s)://` (polling with eth_getLogs) or `ws(s)://` (a newHeads subscription
@@ -120,8 +129,10 @@ pub struct ChainSection {
     /// Expected chain id; checked at start when set.
     pub chain_id: Option<u64>,
     /// The market contract whose resolution requests the node serves (`--market-address`).
+    #[schemars(with = "Option<cresolver_core::schema::HexAddress>")]
     pub market_address: Option<Address>,
     /// Multicall3 address for batched reads (none: concurrent calls).
+    #[schemars(with = "Option<cresolver_core::schema::HexAddress>")]
     pub multicall_address: Option<Address>,
     /// Act only on logs at least this deep; default per chain id (0 on anvil/hardhat).
     pub confirmations: Option<u64>,
@@ -192,12 +203,14 @@ pub fn is_dev_chain(chain_id: u64) -> bool {
 
 /// The node itself: where it keeps its data, which workflows it runs, how many rounds
 /// at once.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeSection {
     /// Where the node keeps its SQLite store (and a DON member its `don.sqlite`).
+    #[schemars(extend("x-path" = true))]
     pub data_dir: PathBuf,
     /// Workflow files to run (the first one drives rounds of the configured market).
+    #[schemars(extend("x-path" = true))]
     pub workflows: Vec<PathBuf>,
     /// Rounds running at once, across markets.
     pub max_concurrent_rounds: usize,
@@ -215,21 +228,24 @@ impl Default for NodeSection {
 
 /// Where the resolver's signing key comes from: a hex key (env var or file) or an
 /// encrypted keystore with its password (env var or file). Only names are written here.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SignerSection {
     /// Env var holding the hex private key.
     pub private_key_env: String,
     /// Or a file holding it (first line, hex).
+    #[schemars(extend("x-path" = true))]
     pub key_file: Option<PathBuf>,
     /// Or an encrypted JSON keystore (the format `cast wallet import` writes). When set
     /// (or `account`), it is the key, whatever the env var holds.
+    #[schemars(extend("x-path" = true))]
     pub keystore: Option<PathBuf>,
     /// Or a foundry account name: `~/.foundry/keystores/<account>` (`--account`).
     pub account: Option<String>,
     /// Env var holding the keystore's password.
     pub password_env: String,
     /// Or a file holding it (first line).
+    #[schemars(extend("x-path" = true))]
     pub password_file: Option<PathBuf>,
 }
 
@@ -263,12 +279,14 @@ impl SignerSection {
 
 /// Where resolutions go (the forwarder and receiver of `report` mode) and how the
 /// transaction manager prices, replaces and follows their transactions.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SubmitTargets {
     /// Forwarder for `report` mode.
+    #[schemars(with = "Option<cresolver_core::schema::HexAddress>")]
     pub forwarder: Option<Address>,
     /// Receiver for `report` mode.
+    #[schemars(with = "Option<cresolver_core::schema::HexAddress>")]
     pub receiver: Option<Address>,
     /// Added to the gas estimate, in percent.
     pub gas_margin_percent: u64,
@@ -303,7 +321,7 @@ impl Default for SubmitTargets {
 
 /// How workers are discovered: which endpoints are allowed and how registration files
 /// are fetched.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DiscoverySection {
     /// Allow worker endpoints on loopback/private/link-local addresses (demo and tests only).
@@ -328,7 +346,7 @@ impl Default for DiscoverySection {
 }
 
 /// The node's HTTP API: its listen address and the token of its trigger.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiSection {
     /// Listen address of the HTTP API; empty disables it.
@@ -349,9 +367,53 @@ impl Default for ApiSection {
 /// A configuration that cannot be loaded or used, or a signing key that cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read or parsed (the message names the key).
+    /// The layers could not be turned into a configuration (the message names the key).
     #[error("config: {0}")]
     Load(String),
+    /// The configuration file does not exist.
+    #[error("config file {path} not found")]
+    NotFound {
+        /// The file named.
+        path: PathBuf,
+    },
+    /// The configuration file cannot be read.
+    #[error("cannot read config file {path}: {error}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's refusal.
+        error: std::io::Error,
+    },
+    /// The configuration file is not TOML.
+    #[error("config file {path} is not valid TOML: {message}")]
+    Toml {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (line, column and the text around it).
+        message: String,
+    },
+    /// A key's value is refused: `at` names the key and where it came from.
+    #[error("config: {at} {message}")]
+    Value {
+        /// The key and where its value came from: "`chain.chain_id` (in node.toml)".
+        at: String,
+        /// What is wrong and what a valid value looks like.
+        message: String,
+    },
+    /// An environment variable names no key.
+    #[error(
+        "config: the environment variable {var} names no key of node.toml (`{key}`){hint} (the keys there: {known})"
+    )]
+    UnknownEnv {
+        /// The variable.
+        var: String,
+        /// The key it would set.
+        key: String,
+        /// ": did you mean `chain`?", or empty.
+        hint: String,
+        /// The keys of the table it reaches.
+        known: String,
+    },
     /// A key holds a value the node cannot use.
     #[error("config: `{key}` {message}")]
     Invalid {
@@ -437,51 +499,34 @@ pub struct Overrides {
 
 impl NodeConfig {
     /// Loads `file` (optional), then `CRESOLVER__SECTION__KEY` env vars, then the flags.
+    /// Relative paths in the file are resolved from the file's directory.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
-        let mut b = config::Config::builder();
-        if let Some(f) = file {
-            if !f.is_file() {
-                return Err(ConfigError::Load(format!(
-                    "config file {} not found",
-                    f.display()
-                )));
+        Self::load_from(file, load::process_env(), overrides)
+    }
+
+    /// [`NodeConfig::load`] with the environment given (`(name, value)` pairs; only
+    /// those named `CRESOLVER__…` are read).
+    pub fn load_from(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: &Overrides,
+    ) -> Result<Self, ConfigError> {
+        let layers = load::layers(file, env, overrides)?;
+        let mut cfg: NodeConfig = serde_path_to_error::deserialize(layers.value).map_err(|e| {
+            let key = e.path().to_string();
+            ConfigError::Value {
+                at: layers.provenance.describe(&key),
+                message: e.into_inner().to_string(),
             }
-            b = b.add_source(config::File::from(f).format(config::FileFormat::Toml));
-        }
-        b = b.add_source(
-            config::Environment::with_prefix("CRESOLVER")
-                .prefix_separator("__")
-                .separator("__")
-                .try_parsing(true)
-                .list_separator(",")
-                .with_list_parse_key("node.workflows")
-                .with_list_parse_key("chain.rpc_urls")
-                .with_list_parse_key("protocols.factagora.token_hosts")
-                .with_list_parse_key("protocols.roundtable.api_key_hosts"),
-        );
-        let raw = b.build().map_err(|e| ConfigError::Load(e.to_string()))?;
-        let mut cfg: NodeConfig = raw
-            .try_deserialize()
-            .map_err(|e| ConfigError::Load(e.to_string()))?;
-        if let Some(u) = &overrides.rpc_url {
-            // the command line names the one endpoint to use
-            cfg.chain.rpc_url = u.clone();
-            cfg.chain.rpc_urls.clear();
-        }
-        if let Some(m) = overrides.market_address {
-            cfg.chain.market_address = Some(m);
-        }
-        if let Some(d) = &overrides.data_dir {
-            cfg.node.data_dir = d.clone();
-        }
-        if !overrides.workflows.is_empty() {
-            cfg.node.workflows = overrides.workflows.clone();
-        }
-        if let Some(a) = &overrides.account {
-            cfg.signer.account = Some(a.clone());
-            cfg.signer.keystore = None;
-        }
-        cfg.validate()?;
+        })?;
+        cfg.provenance = layers.provenance;
+        cfg.validate().map_err(|e| match e {
+            ConfigError::Invalid { key, message } => ConfigError::Value {
+                at: cfg.origin_of(key),
+                message,
+            },
+            other => other,
+        })?;
         Ok(cfg)
     }
 
@@ -640,11 +685,19 @@ impl NodeConfig {
         std::time::Duration::from_millis(self.chain.max_backoff_ms.max(self.chain.poll_interval_ms))
     }
 
+    /// The JSON Schema of `node.toml`, derived from these types.
+    pub fn schema() -> &'static serde_json::Value {
+        static SCHEMA: std::sync::LazyLock<serde_json::Value> =
+            std::sync::LazyLock::new(crate::schema::generate::<NodeConfig>);
+        &SCHEMA
+    }
+
     /// Where a key's value came from, for error messages: "`chain.chain_id` (in
     /// /etc/cresolver/node.toml)", "`chain.chain_id` (from CRESOLVER__CHAIN__CHAIN_ID)",
-    /// "`chain.chain_id` (--flag)" or "`chain.chain_id` (default)". `key` is dotted.
+    /// "`chain.market_address` (from --market-address)" or "`chain.chain_id` (default)".
+    /// `key` is dotted; a key a loaded file's table holds is "in" the file.
     pub fn origin_of(&self, key: &str) -> String {
-        format!("`{key}`")
+        self.provenance.describe(key)
     }
 
     /// The market address, or an error saying how to set it.
@@ -740,36 +793,4 @@ impl NodeConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_env_and_flags_layer() {
-        let dir = std::env::temp_dir().join(format!("cresolver-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("node.toml");
-        std::fs::write(&f, "[chain]\nrpc_url = \"http://127.0.0.1:1\"\npoll_interval_ms = 500\n[node]\nmax_concurrent_rounds = 3\n").unwrap();
-        let cfg = NodeConfig::load(Some(&f), &Overrides::default()).unwrap();
-        assert_eq!(cfg.chain.poll_interval_ms, 500);
-        assert_eq!(cfg.node.max_concurrent_rounds, 3);
-        let o = Overrides {
-            rpc_url: Some("ws://127.0.0.1:2".into()),
-            ..Default::default()
-        };
-        assert_eq!(
-            NodeConfig::load(Some(&f), &o).unwrap().chain.rpc_url,
-            "ws://127.0.0.1:2"
-        );
-        std::fs::write(&f, "[chain]\nrpc_urll = \"x\"\n").unwrap();
-        let e = NodeConfig::load(Some(&f), &Overrides::default())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("rpc_urll"), "{e}");
-        std::fs::write(&f, "[chain]\nrpc_url = \"ftp://x\"\n").unwrap();
-        let e = NodeConfig::load(Some(&f), &Overrides::default())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("chain.rpc_url"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

@@ -15,6 +15,7 @@ pub mod fuzz;
 pub mod live;
 pub mod replay;
 pub mod round;
+pub mod schema;
 pub mod stages;
 pub mod store_sink;
 pub mod transcript;

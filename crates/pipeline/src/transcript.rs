@@ -313,12 +313,12 @@ impl From<&RoundRecord> for RoundInfo {
 #[derive(Debug, thiserror::Error)]
 pub enum TranscriptError {
     /// The file could not be read.
-    #[error("cannot read transcript {}: {source}", path.display())]
+    #[error("cannot read transcript {}: {error}", path.display())]
     Read {
         /// The transcript's source.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (shown in the message, so not a `source`: printed once).
+        error: std::io::Error,
     },
     /// The text is not JSON.
     #[error("transcript {}: not valid JSON: {message}", path.display())]
@@ -366,9 +366,9 @@ pub enum TranscriptError {
 impl Transcript {
     /// Reads and checks a transcript file.
     pub fn load(path: &Path) -> Result<Self, TranscriptError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TranscriptError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| TranscriptError::Read {
             path: path.into(),
-            source,
+            error,
         })?;
         Self::parse(&text, path)
     }

@@ -7,12 +7,13 @@ use cresolver_core::{QuorumRule, TieRule};
 use cresolver_evaluate::Fallback;
 use cresolver_submit::SubmitMode;
 use cresolver_workers::challenge::{self, ChallengeTemplates};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A loaded, validated workflow.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Workflow {
     /// Shown in logs; also the CRE workflow name of report metadata unless overridden.
@@ -41,7 +42,7 @@ pub struct Workflow {
 }
 
 /// The event that starts a round: the market's `ResolutionRequested`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Trigger {
     /// Which configured contract emits the trigger; only `market` exists today.
@@ -50,6 +51,7 @@ pub struct Trigger {
     pub event: String,
     /// The market contract this workflow watches; defaults to the node's
     /// `chain.market_address`. Two workflows of one node must not watch the same market.
+    #[schemars(with = "Option<cresolver_core::schema::HexAddress>")]
     pub address: Option<Address>,
 }
 
@@ -64,7 +66,7 @@ impl Default for Trigger {
 }
 
 /// The resolve stage's limits: its timeout, body size, retries and concurrency.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ResolveStageSection {
     /// How long a worker has to answer the resolve call, in ms.
@@ -92,7 +94,7 @@ impl Default for ResolveStageSection {
 }
 
 /// How many valid answers a round needs, and how long it waits for the rest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuorumSection {
     /// Answers needed: `bft` (ceil(2n/3) of the registered workers), `majority`, `all`, or a number.
@@ -112,7 +114,7 @@ impl Default for QuorumSection {
 }
 
 /// The challenge stage (its texts and limits) and the ratifying vote after the tally.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChallengeSection {
     /// Challenge every responder with the others' answers (`POST /a2a/challenge`).
@@ -155,7 +157,7 @@ impl ChallengeSection {
 }
 
 /// Which evaluator scores the answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EvaluatorKind {
     /// An OpenAI-compatible chat completions API (`[evaluator.llm]`).
@@ -166,7 +168,7 @@ pub enum EvaluatorKind {
 }
 
 /// The evaluator: its kind, its fallback and the LLM's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EvaluatorSection {
     /// `rubric` (offline, deterministic) or `llm` (an OpenAI-compatible API).
@@ -178,7 +180,7 @@ pub struct EvaluatorSection {
 }
 
 /// The LLM evaluator's endpoint, model and limits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LlmSection {
     /// The API's base URL; `/chat/completions` is appended.
@@ -221,7 +223,7 @@ impl Default for LlmSection {
 }
 
 /// The tally's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TallySection {
     /// The resolution when the weighted vote ties: `yes` (as the reference), `no`, or `fail`.
@@ -229,7 +231,7 @@ pub struct TallySection {
 }
 
 /// How a resolution goes on chain.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SubmitSection {
     /// `direct` (`resolveMarket` from the node's key) or `report` (a CRE report through the
@@ -240,14 +242,16 @@ pub struct SubmitSection {
 }
 
 /// Report metadata for the `report` mode (what the receiver sees as metadata).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReportSection {
     /// Defaults to the workflow's name.
     pub workflow_name: Option<String>,
     /// The workflow id the report's metadata carries.
+    #[schemars(with = "cresolver_core::schema::HexB256")]
     pub workflow_id: B256,
     /// The workflow owner the report's metadata carries (a receiver may check it).
+    #[schemars(with = "cresolver_core::schema::HexAddress")]
     pub workflow_owner: Address,
 }
 
@@ -255,12 +259,12 @@ pub struct ReportSection {
 #[derive(Debug, thiserror::Error)]
 pub enum WorkflowError {
     /// The file could not be read.
-    #[error("cannot read workflow file {path}: {source}")]
+    #[error("cannot read workflow file {path}: {error}")]
     Read {
         /// The workflow file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (shown in the message, so not a `source`: printed once).
+        error: std::io::Error,
     },
     /// The file is not a workflow (bad TOML, an unknown key, a value of the wrong type).
     #[error("workflow file {path}: {message}")]
@@ -323,6 +327,13 @@ impl LlmSection {
 }
 
 impl Workflow {
+    /// The JSON Schema of a workflow file, derived from these types.
+    pub fn schema() -> &'static serde_json::Value {
+        static SCHEMA: std::sync::LazyLock<serde_json::Value> =
+            std::sync::LazyLock::new(crate::schema::generate::<Workflow>);
+        &SCHEMA
+    }
+
     /// Whether the workflow delivers a report through a forwarder (`[submit] mode =
     /// "report"`), as a DON member's must.
     pub fn submits_reports(&self) -> bool {
@@ -331,18 +342,32 @@ impl Workflow {
 
     /// Reads and validates a workflow file.
     pub fn load(path: &Path) -> Result<Self, WorkflowError> {
-        let text = std::fs::read_to_string(path).map_err(|source| WorkflowError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| WorkflowError::Read {
             path: path.into(),
-            source,
+            error,
         })?;
         Self::parse(&text, path)
     }
 
     /// Parses and validates workflow text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Self, WorkflowError> {
-        let wf: Workflow = toml::from_str(text).map_err(|e| WorkflowError::Parse {
+        let parse_error = |message: String| WorkflowError::Parse {
             path: path.into(),
-            message: e.to_string(),
+            message,
+        };
+        let value = crate::schema::toml_to_json(text)
+            .map_err(|m| parse_error(format!("not valid TOML: {m}")))?;
+        let root = Self::schema();
+        crate::schema::check(&value, root, root).map_err(|m| {
+            parse_error(format!(
+                "`{}` {}",
+                crate::schema::dotted(&m.path),
+                m.message()
+            ))
+        })?;
+        let wf: Workflow = serde_path_to_error::deserialize(value).map_err(|e| {
+            let key = e.path().to_string();
+            parse_error(format!("`{key}` {}", e.into_inner()))
         })?;
         wf.validate()
             .map_err(|(key, message)| WorkflowError::Invalid {
@@ -516,7 +541,13 @@ mod tests {
                 .rule,
             QuorumRule::Majority
         );
-        assert!(parse("name='x'\n[quorum]\nrule = 'most'").is_err());
+        let e = parse("name='x'\n[quorum]\nrule = 'most'")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "workflow file t.toml: `quorum.rule` must be one of: bft, majority, all, or a whole number of at least 1, not \"most\""
+        );
         let e = parse("name='x'\n[quorum]\nrule = 0")
             .unwrap_err()
             .to_string();
@@ -548,5 +579,56 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("evaluator.llm"), "{e}");
+    }
+
+    #[test]
+    fn messages_name_the_key_and_a_valid_value() {
+        let e = parse("[quorum]\nrule = 'all'").unwrap_err().to_string();
+        assert_eq!(e, "workflow file t.toml: `name` is required");
+        let e = parse("name='x'\n[challenge]\nenabled = 'true'")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`challenge.enabled` must be a boolean: true or false, not \"true\""),
+            "{e}"
+        );
+        let e = parse("name='x'\n[resolve]\ntimeout_ms = 2.5")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`resolve.timeout_ms` must be a whole number"),
+            "{e}"
+        );
+        let e = parse("name='x'\n[evaluator]\nkind = 'gpt'")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("one of: llm, rubric, not \"gpt\""), "{e}");
+        let e = parse("name='x'\n[trigger]\naddress = '0x12'")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`trigger.address` must be an address"), "{e}");
+        let e = parse("name='x'\n[evaluator.llm]\nmodel = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`evaluator.llm.model` must be text"), "{e}");
+    }
+
+    #[test]
+    fn the_quorum_rule_is_described_with_its_words() {
+        let root = Workflow::schema();
+        let rule = crate::schema::at(root, &["quorum", "rule"]).unwrap();
+        assert_eq!(
+            crate::schema::expected(rule, root),
+            "one of: bft, majority, all, or a whole number of at least 1"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_named_with_its_cause_once() {
+        use std::error::Error as _;
+        let dir = tempfile::tempdir().unwrap();
+        let w = Workflow::load(&dir.path().join("nope.toml")).unwrap_err();
+        assert!(w.source().is_none(), "the cause is in the message already");
+        assert_eq!(w.to_string().matches("os error").count(), 1, "{w}");
     }
 }

@@ -29,7 +29,17 @@ use serde::Serialize;
 
 /// How a round's result reaches the chain: `resolveMarket(...)` from the node's key
 /// (`direct`), or a report through a forwarder to a receiver (`report`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    Default,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SubmitMode {
     /// `resolveMarket(...)` sent to the market from the node's key.

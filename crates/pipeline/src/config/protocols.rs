@@ -1,13 +1,14 @@
 //! The `[protocols]` section of the node configuration: which agent protocols the node
 //! speaks besides A2A, and their settings (secrets named by env var, never written here).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// The agent protocols the node speaks besides A2A, and their settings. Every protocol
 /// is on by default: an agent built for another platform can serve as a worker as it is.
 /// Secrets are named by env var, never written here.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProtocolsSection {
     /// `[protocols.factagora]`: Factagora BYOA webhooks.
@@ -21,7 +22,7 @@ pub struct ProtocolsSection {
 }
 
 /// Factagora BYOA: whether it is spoken, and the bearer token and the hosts it may go to.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FactagoraSection {
     /// Speak Factagora BYOA to the workers whose registration names it.
@@ -44,7 +45,7 @@ impl Default for FactagoraSection {
 }
 
 /// Round-table: whether it is spoken, and the API key and the hosts it may go to.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RoundtableSection {
     /// Speak round-table to the workers whose registration names it.
@@ -68,7 +69,7 @@ impl Default for RoundtableSection {
 
 /// Chorus: whether it is spoken, the skills of its jobs, their budget and this node's
 /// orchestrator id.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChorusSection {
     /// Speak Chorus to the workers whose registration names it.
@@ -99,7 +100,7 @@ impl Default for ChorusSection {
 
 /// Agora: whether it is spoken, the node's identity, the price cap and the relay's
 /// long-poll timeout.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgoraSection {
     /// Speak Agora to the workers whose registration names it.
@@ -108,6 +109,7 @@ pub struct AgoraSection {
     pub key_env: String,
     /// Or a file holding it (first line, hex). Neither set: a fresh identity per start
     /// (logged as a warning with the did).
+    #[schemars(extend("x-path" = true))]
     pub key_file: Option<PathBuf>,
     /// Largest offer price accepted (USD).
     pub max_cost_usd: f64,
