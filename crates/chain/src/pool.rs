@@ -55,7 +55,7 @@ impl Default for PoolConfig {
 }
 
 /// What is known of one endpoint.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, utoipa::ToSchema)]
 pub struct EndpointView {
     /// The endpoint as logs may show it (scheme, host, port).
     pub name: String,
