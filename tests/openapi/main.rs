@@ -126,3 +126,25 @@ fn version_names_the_commit() {
         text.split(['(', ' ', ')']).nth(3).unwrap_or_default()
     );
 }
+
+/// The validation is strict: a field the description does not name, a value outside
+/// its pattern, and a missing required field all fail.
+#[test]
+fn validation_refuses_what_the_description_does_not_say() {
+    let d = Described::new();
+    let live = serde_json::json!({ "$ref": "#/components/schemas/Live" });
+    assert!(d.validate(&live, &serde_json::json!({"status": "live"})).is_ok());
+    for bad in [
+        serde_json::json!({"status": "live", "extra": 1}),
+        serde_json::json!({"status": "dead"}),
+        serde_json::json!({}),
+    ] {
+        assert!(d.validate(&live, &bad).is_err(), "{bad}");
+    }
+    // a flattened round (allOf) is strict too
+    let detail = serde_json::json!({ "$ref": "#/components/schemas/RoundDetail" });
+    let err = d
+        .validate(&detail, &serde_json::json!({"transactions": [], "nope": true}))
+        .unwrap_err();
+    assert!(err.contains("nope") || err.contains("Additional"), "{err}");
+}

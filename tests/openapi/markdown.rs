@@ -195,7 +195,7 @@ fn schema(out: &mut String, name: &str, s: &Value) {
         .as_array()
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    out.push_str("| Field | Type | Always present | Meaning |\n|---|---|---|---|\n");
+    out.push_str("| Field | Type | Required | Meaning |\n|---|---|---|---|\n");
     for (field, p) in props {
         let _ = writeln!(
             out,
@@ -212,7 +212,7 @@ pub fn reference(doc: &Value) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n## Endpoints\n\nOpenAPI {} description of version {}, served by the node at `GET /openapi.json`.",
+        "\n## Endpoints\n\nOpenAPI {} description of version {}, served by the node at `GET /openapi.json`. In the schemas, a field that is not required may be left out, and one whose type says `or null` may be `null`.",
         doc["openapi"].as_str().unwrap_or_default(),
         doc["info"]["version"].as_str().unwrap_or_default()
     );

@@ -206,8 +206,10 @@ pub async fn serve(
     .await
 }
 
-/// Takes a signed message from another member of this DON (see the module's doc for
-/// the order of the checks). Served on `[don].listen`, not on the API's address.
+/// Takes a signed message from another member of this DON. Served on `[don].listen`,
+/// not on the API's address. The cheap checks come first (size, the source's rate, a
+/// replay, the DON and the member named, the member's rate); signatures are checked
+/// last.
 #[utoipa::path(post, path = "/don/v1/message", tag = "don",
     params(("x-cresolver-don-signature" = String, Header, description = "The sender's secp256k1 signature (0x and 130 hex digits) over keccak256 of `cresolver-don-message-v1` followed by the body")),
     request_body(content = Object, content_type = "application/json",

@@ -56,11 +56,11 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(events))
 }
 
-/// `GET /status/don`: this member's consensus now: for each execution in agreement its
-/// round (epoch) and leader, its step, the set it is locked on, the decided set with the
-/// precommits that certify it, and its leader changes; the executions decided lately
-/// (at most [`cresolver_don::decided::DECIDED_SHOWN`]); and what peers' messages hold in
-/// its books. `null` on a node that is not a DON member.
+/// This DON member's consensus now: for each execution in agreement its round (epoch)
+/// and leader, its step, the set it is locked on, the decided set with the precommits
+/// that certify it, and its leader changes; the 32 executions decided last, with their
+/// set, certificate, signers and transmitter; and what peers' messages hold in its
+/// books. `null` on a node that is not a DON member.
 #[utoipa::path(get, path = "/status/don", tag = "status page",
     responses((status = OK, description = "This member's consensus, or `null` on a node that is not a DON member", body = Option<DonStatus>)))]
 async fn don_status(State(s): State<ApiState>) -> Response {
