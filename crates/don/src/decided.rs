@@ -32,6 +32,7 @@ pub struct DecidedExecution {
     pub leader: Address,
     /// Leader changes before the decision; `null` for an agreement read back from the
     /// state file (decided before the node's last start).
+    #[schema(required = true)]
     pub leader_changes: Option<u32>,
     /// The observers whose observations make the decided set.
     #[schema(value_type = Vec<String>)]
@@ -47,7 +48,7 @@ pub struct DecidedExecution {
     pub digest: B256,
     /// The member whose transmission delivered (or is delivering) the report, once the
     /// node knows it.
-    #[schema(value_type = Option<String>)]
+    #[schema(required = true, value_type = Option<String>)]
     pub transmitter: Option<Address>,
     /// When this member saw the agreement, in unix seconds.
     pub decided_at: u64,

@@ -88,10 +88,10 @@ pub struct InstanceStatus {
     #[schema(value_type = String, pattern = "^(propose|prevote|precommit|commit)$")]
     pub step: &'static str,
     /// The round and set id this member is locked on, if any.
-    #[schema(schema_with = locked_schema)]
+    #[schema(required = true, schema_with = locked_schema)]
     pub locked: Option<(u32, B256)>,
     /// The decided round and set id, with the precommits' signers.
-    #[schema(schema_with = decided_schema)]
+    #[schema(required = true, schema_with = decided_schema)]
     pub decided: Option<(u32, B256, Vec<Address>)>,
     /// Leader changes so far.
     pub leader_changes: u32,

@@ -25,17 +25,19 @@ pub struct PastAttempt {
     /// The state it ended in.
     pub state: Stage,
     /// Why it ended there, when a reason was recorded.
+    #[schema(required = true)]
     pub reason: Option<String>,
     /// The transaction of the request log that started it (`None`: a manual request).
-    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub request_tx: Option<B256>,
     /// The block it was judged at.
+    #[schema(required = true)]
     pub request_block: Option<u64>,
     /// Its newest submission transaction, when it signed one.
-    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub submit_tx: Option<B256>,
     /// Its transcript, when it got that far.
-    #[schema(value_type = Option<Object>)]
+    #[schema(required = true, value_type = Option<Object>)]
     pub outcome: Option<serde_json::Value>,
     /// When the next attempt replaced it, in unix seconds.
     pub ended_at: u64,

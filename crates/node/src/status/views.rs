@@ -22,31 +22,39 @@ pub struct RoundView {
     /// The round's attempt (1 for the market's first).
     pub attempt: u32,
     /// Why the round is in its state, cut to 512 bytes.
+    #[schema(required = true)]
     pub reason: Option<String>,
     /// The transaction of the request log (`null`: a manual request).
-    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub request_tx: Option<B256>,
     /// The block the round is judged at.
+    #[schema(required = true)]
     pub request_block: Option<u64>,
     /// The node that holds the round's lease, while it is unfinished.
+    #[schema(required = true)]
     pub holder: Option<String>,
     /// When the round last changed, in unix seconds.
     pub updated_at: u64,
     /// The resolve stage's quorum, once the workers answered.
+    #[schema(required = true)]
     pub quorum: Option<QuorumView>,
     /// Each worker of the resolve stage.
     pub workers: Vec<WorkerView>,
     /// The tallied resolution (`true`: YES), once evaluated.
+    #[schema(required = true)]
     pub resolution: Option<bool>,
     /// What the market was resolved to and the weight behind it, or why there is none.
     pub outcome: OutcomeView,
     /// Each nonce reserved for the round's transaction.
     pub transactions: Vec<TxView>,
     /// How the submission ended.
+    #[schema(required = true)]
     pub confirmation: Option<ConfirmationView>,
     /// A DON member's agreement on the round.
+    #[schema(required = true)]
     pub don: Option<DonRoundView>,
     /// What the finality watch saw.
+    #[schema(required = true)]
     pub finality: Option<FinalityView>,
     /// The node that claimed the round last (a cluster; list views only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -80,22 +88,26 @@ pub struct WorkerView {
     #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub address: Address,
     /// `YES`, `NO` or `abstain`; `null` when it failed.
-    #[schema(value_type = Option<String>, pattern = "^(YES|NO|abstain)$")]
+    #[schema(required = true, value_type = Option<String>, pattern = "^(YES|NO|abstain)$")]
     pub answer: Option<&'static str>,
     /// Its confidence (0 to 1).
+    #[schema(required = true)]
     pub confidence: Option<f64>,
     /// Its three on-chain scores (resolution quality, source quality, analysis depth),
     /// once evaluated.
-    #[schema(value_type = Option<Vec<u8>>, min_items = 3, max_items = 3)]
+    #[schema(required = true, value_type = Option<Vec<u8>>, min_items = 3, max_items = 3)]
     pub scores: Option<[u8; 3]>,
     /// Its vote weight in the tally.
+    #[schema(required = true)]
     pub weight: Option<u64>,
     /// What the market pays it, in wei (decimal).
-    #[schema(pattern = "^[0-9]+$")]
+    #[schema(required = true, pattern = "^[0-9]+$")]
     pub payout_wei: Option<String>,
     /// What the market pays it, in ether.
+    #[schema(required = true)]
     pub payout_eth: Option<String>,
     /// Why it gave no answer.
+    #[schema(required = true)]
     pub failure: Option<String>,
     /// Its evidence, cut to 16 KiB (one round's view only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -110,7 +122,7 @@ pub struct WorkerView {
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct OutcomeView {
     /// `YES` or `NO`; `null` when there is none.
-    #[schema(value_type = Option<String>, pattern = "^(YES|NO)$")]
+    #[schema(required = true, value_type = Option<String>, pattern = "^(YES|NO)$")]
     pub resolution: Option<&'static str>,
     /// The transaction is not confirmed yet.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -145,9 +157,10 @@ pub struct TxView {
     #[schema(value_type = Vec<String>)]
     pub hashes: Vec<B256>,
     /// The attempt that was mined.
-    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub mined_tx: Option<B256>,
     /// The block it was mined in.
+    #[schema(required = true)]
     pub mined_block: Option<u64>,
 }
 
@@ -157,9 +170,10 @@ pub struct ConfirmationView {
     /// `confirmed`, `failed` or `skipped`.
     pub status: cresolver_pipeline::transcript::ConfirmationStatus,
     /// The transaction.
-    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub tx_hash: Option<B256>,
     /// The block it was mined in.
+    #[schema(required = true)]
     pub block_number: Option<u64>,
 }
 
@@ -188,7 +202,7 @@ pub struct DonRoundView {
     #[schema(value_type = Vec<String>)]
     pub signers: Vec<Address>,
     /// The member whose transmission delivered the report.
-    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{40}$")]
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub transmitter: Option<Address>,
 }
 
@@ -198,8 +212,10 @@ pub struct FinalityView {
     /// `final` or `reorged`.
     pub status: String,
     /// The finalized block that covered the transaction's block.
+    #[schema(required = true)]
     pub finalized_block: Option<u64>,
     /// Where finality came from (the chain's `finalized` tag or the configured depth).
+    #[schema(required = true)]
     pub source: Option<String>,
     /// Reorgs seen.
     pub reorgs: usize,
@@ -211,15 +227,19 @@ pub struct RoundsPage {
     /// The rounds, newest first (20 a page).
     pub rounds: Vec<RoundView>,
     /// The cursor of the next page, when there is one.
+    #[schema(required = true)]
     pub next: Option<i64>,
     /// The chain id the node serves.
+    #[schema(required = true)]
     pub chain_id: Option<u64>,
     /// The newest head any endpoint reported.
+    #[schema(required = true)]
     pub head: Option<u64>,
     /// The watcher's lag, in blocks.
+    #[schema(required = true)]
     pub lag_blocks: Option<u64>,
     /// `ok`, `degraded` or `down` (`null`: no chain attached).
-    #[schema(value_type = Option<String>, pattern = "^(ok|degraded|down)$")]
+    #[schema(required = true, value_type = Option<String>, pattern = "^(ok|degraded|down)$")]
     pub status: Option<&'static str>,
 }
 

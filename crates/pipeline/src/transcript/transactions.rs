@@ -18,11 +18,13 @@ pub struct TransactionRecord {
     /// The gas limit the call was signed with.
     pub gas_limit: u64,
     /// The attempt that was mined, if any.
-    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub mined_tx: Option<B256>,
     /// The block it was mined in.
+    #[schema(required = true)]
     pub mined_block: Option<u64>,
     /// Why the nonce ended as it did, when something went wrong.
+    #[schema(required = true)]
     pub detail: Option<String>,
     /// Unix seconds the nonce was reserved.
     pub reserved_at: u64,
@@ -47,6 +49,7 @@ pub struct AttemptView {
     #[schema(value_type = String, pattern = "^[0-9]+$")]
     pub max_priority_fee_per_gas: u128,
     /// The head block when it was first broadcast (`None`: never broadcast).
+    #[schema(required = true)]
     pub sent_block: Option<u64>,
     /// Unix seconds it was signed.
     pub signed_at: u64,
