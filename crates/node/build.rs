@@ -38,7 +38,10 @@ fn main() {
         }
     }
     let (commit, date) = match git(&["rev-parse", "--short=12", "HEAD"]) {
-        Some(c) => (c, git(&["log", "-1", "--format=%cs", "HEAD"]).unwrap_or_default()),
+        Some(c) => (
+            c,
+            git(&["log", "-1", "--format=%cs", "HEAD"]).unwrap_or_default(),
+        ),
         None => (
             std::env::var("CRESOLVER_GIT_COMMIT")
                 .ok()

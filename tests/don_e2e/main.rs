@@ -518,7 +518,10 @@ async fn four_members_resolve_once_through_the_production_forwarder() {
     assert_eq!(live["decided"].as_array().unwrap().len(), 1, "{live}");
     assert_eq!(decided["execution_id"], don["execution_id"], "{live}");
     assert_eq!(decided["set"], d["set"], "{live}");
-    assert_eq!(decided["precommits"].as_array().unwrap().len(), precommits.len());
+    assert_eq!(
+        decided["precommits"].as_array().unwrap().len(),
+        precommits.len()
+    );
     assert_eq!(decided["signers"].as_array().unwrap().len(), 2);
     assert_eq!(decided["leader"], don["leader"]);
     assert!(decided["leader_changes"].is_u64(), "{live}");

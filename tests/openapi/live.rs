@@ -110,7 +110,10 @@ async fn reads(c: &mut Caller<'_>, id: U256) {
     assert_eq!(c.get(one, "/rounds/abc").await, 400);
     assert_eq!(c.get(one, "/rounds/987654321").await, 404);
     assert_eq!(c.get("/status/rounds", "/status/rounds").await, 200);
-    assert_eq!(c.get("/status/rounds", "/status/rounds?cursor=x").await, 400);
+    assert_eq!(
+        c.get("/status/rounds", "/status/rounds?cursor=x").await,
+        400
+    );
     let view = "/status/rounds/{market_id}";
     assert_eq!(c.get(view, &format!("/status/rounds/{id}")).await, 200);
     assert_eq!(c.get(view, "/status/rounds/-1").await, 400);
@@ -123,7 +126,9 @@ async fn reads(c: &mut Caller<'_>, id: U256) {
 async fn trigger(c: &mut Caller<'_>, token: &str) {
     let body = || Some(r#"{"market_id": 987654321}"#.to_string());
     let post = Method::POST;
-    let (status, headers, _) = c.call(post.clone(), "/resolve", "/resolve", None, body()).await;
+    let (status, headers, _) = c
+        .call(post.clone(), "/resolve", "/resolve", None, body())
+        .await;
     assert_eq!(status, 401);
     assert_eq!(headers["www-authenticate"], "Bearer");
     let (status, ..) = c
@@ -135,7 +140,10 @@ async fn trigger(c: &mut Caller<'_>, token: &str) {
         .call(post.clone(), "/resolve", "/resolve", Some(token), bad)
         .await;
     assert_eq!(status, 400);
-    let huge = Some(format!(r#"{{"market_id": 1, "pad": "{}"}}"#, "x".repeat(20_000)));
+    let huge = Some(format!(
+        r#"{{"market_id": 1, "pad": "{}"}}"#,
+        "x".repeat(20_000)
+    ));
     let (status, ..) = c
         .call(post.clone(), "/resolve", "/resolve", Some(token), huge)
         .await;
@@ -159,11 +167,18 @@ async fn undescribed_methods(c: &Caller<'_>) {
             }
             let resp = c
                 .http
-                .request(Method::from_bytes(m.as_bytes()).unwrap(), format!("{}{path}", c.base))
+                .request(
+                    Method::from_bytes(m.as_bytes()).unwrap(),
+                    format!("{}{path}", c.base),
+                )
                 .send()
                 .await
                 .unwrap();
-            assert_eq!(resp.status().as_u16(), 405, "{m} {path} is served but not described");
+            assert_eq!(
+                resp.status().as_u16(),
+                405,
+                "{m} {path} is served but not described"
+            );
         }
     }
 }
@@ -236,8 +251,7 @@ fn member(dir: &std::path::Path) -> Arc<cresolver_don::Don> {
     };
     let persist = cresolver_don::persist::Persist::open(&dir.join("don.sqlite")).unwrap();
     Arc::new(
-        cresolver_don::Don::new(cfg, keys[0].clone(), persist, Arc::new(Metrics::new()))
-            .unwrap(),
+        cresolver_don::Don::new(cfg, keys[0].clone(), persist, Arc::new(Metrics::new())).unwrap(),
     )
 }
 
@@ -260,7 +274,11 @@ async fn api(token: Option<&str>, don: Option<Arc<cresolver_don::Don>>) -> Strin
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(cresolver_node::api::serve(listener, state, std::future::pending()));
+    tokio::spawn(cresolver_node::api::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
     base
 }
 
@@ -276,12 +294,24 @@ async fn in_process(d: &Described) -> BTreeSet<(String, String)> {
     assert_eq!(c.get("/status/don", "/status/don").await, 200);
     let body = Some(r#"{"market_id": 1}"#.to_string());
     let (status, ..) = c
-        .call(Method::POST, "/resolve", "/resolve", Some("any"), body.clone())
+        .call(
+            Method::POST,
+            "/resolve",
+            "/resolve",
+            Some("any"),
+            body.clone(),
+        )
         .await;
     assert_eq!(status, 403);
     c.base = api(Some("t"), None).await;
     let (status, ..) = c
-        .call(Method::POST, "/resolve", "/resolve", Some("t"), body.clone())
+        .call(
+            Method::POST,
+            "/resolve",
+            "/resolve",
+            Some("t"),
+            body.clone(),
+        )
         .await;
     assert_eq!(status, 202);
     let (status, ..) = c
@@ -309,7 +339,13 @@ async fn don_endpoint(d: &Described) -> BTreeSet<(String, String)> {
     };
     let path = cresolver_don::wire::PATH;
     let (status, ..) = c
-        .call(Method::POST, path, path, None, Some(r#"{"don_id": 1}"#.into()))
+        .call(
+            Method::POST,
+            path,
+            path,
+            None,
+            Some(r#"{"don_id": 1}"#.into()),
+        )
         .await;
     assert_eq!(status, 403);
     c.called

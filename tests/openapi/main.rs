@@ -46,7 +46,10 @@ fn the_description_is_openapi_3_1_and_every_schema_compiles() {
         let _ = d.validate(&schema, &serde_json::Value::Null);
         let compiled = d.validate(&schema, &serde_json::json!({}));
         assert!(
-            compiled.as_ref().err().is_none_or(|e| !e.contains("does not compile")),
+            compiled
+                .as_ref()
+                .err()
+                .is_none_or(|e| !e.contains("does not compile")),
             "{name}: {compiled:?}"
         );
     }
@@ -133,7 +136,10 @@ fn version_names_the_commit() {
 fn validation_refuses_what_the_description_does_not_say() {
     let d = Described::new();
     let live = serde_json::json!({ "$ref": "#/components/schemas/Live" });
-    assert!(d.validate(&live, &serde_json::json!({"status": "live"})).is_ok());
+    assert!(
+        d.validate(&live, &serde_json::json!({"status": "live"}))
+            .is_ok()
+    );
     for bad in [
         serde_json::json!({"status": "live", "extra": 1}),
         serde_json::json!({"status": "dead"}),
@@ -144,7 +150,10 @@ fn validation_refuses_what_the_description_does_not_say() {
     // a flattened round (allOf) is strict too
     let detail = serde_json::json!({ "$ref": "#/components/schemas/RoundDetail" });
     let err = d
-        .validate(&detail, &serde_json::json!({"transactions": [], "nope": true}))
+        .validate(
+            &detail,
+            &serde_json::json!({"transactions": [], "nope": true}),
+        )
         .unwrap_err();
     assert!(err.contains("nope") || err.contains("Additional"), "{err}");
 }

@@ -107,7 +107,11 @@ fn parameters(out: &mut String, op: &Value) {
             p["name"].as_str().unwrap_or_default(),
             p["in"].as_str().unwrap_or_default(),
             cell(&type_of(&p["schema"])),
-            if p["required"].as_bool() == Some(true) { "yes" } else { "no" },
+            if p["required"].as_bool() == Some(true) {
+                "yes"
+            } else {
+                "no"
+            },
             cell(p["description"].as_str().unwrap_or_default()),
         );
     }
@@ -118,7 +122,11 @@ fn request_body(out: &mut String, op: &Value) {
         return;
     };
     for (ctype, media) in content {
-        let _ = write!(out, "\nRequest body (`{ctype}`): {}", type_of(&media["schema"]));
+        let _ = write!(
+            out,
+            "\nRequest body (`{ctype}`): {}",
+            type_of(&media["schema"])
+        );
         if let Some(d) = op["requestBody"]["description"].as_str() {
             let _ = write!(out, ": {d}");
         }
@@ -201,7 +209,11 @@ fn schema(out: &mut String, name: &str, s: &Value) {
             out,
             "| `{field}` | {} | {} | {} |",
             cell(&type_of(p)),
-            if required.contains(&field.as_str()) { "yes" } else { "no" },
+            if required.contains(&field.as_str()) {
+                "yes"
+            } else {
+                "no"
+            },
             cell(p["description"].as_str().unwrap_or_default()),
         );
     }

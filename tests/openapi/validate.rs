@@ -129,7 +129,10 @@ impl Described {
     ) {
         let what = format!("{method} {path} → {status}");
         let op = &self.doc["paths"][path][method.to_lowercase()];
-        assert!(op.is_object(), "{what}: the description has no such operation");
+        assert!(
+            op.is_object(),
+            "{what}: the description has no such operation"
+        );
         let resp = &op["responses"][status.to_string()];
         assert!(
             resp.is_object(),
@@ -139,7 +142,10 @@ impl Described {
         for (name, _) in resp["headers"].as_object().into_iter().flatten() {
             // the next page's cursor is absent on the last page
             if name != "x-next-cursor" {
-                assert!(headers.contains_key(name.as_str()), "{what}: no {name} header");
+                assert!(
+                    headers.contains_key(name.as_str()),
+                    "{what}: no {name} header"
+                );
             }
         }
         let ctype = headers
@@ -152,15 +158,18 @@ impl Described {
             .trim()
             .to_string();
         let Some(content) = resp["content"].as_object() else {
-            assert!(body.is_empty(), "{what}: a body the description does not have");
+            assert!(
+                body.is_empty(),
+                "{what}: a body the description does not have"
+            );
             return;
         };
         let media = content
             .get(&ctype)
             .unwrap_or_else(|| panic!("{what}: content type {ctype:?} is not described"));
         if ctype == "application/json" {
-            let value: Value = serde_json::from_slice(body)
-                .unwrap_or_else(|e| panic!("{what}: not JSON ({e})"));
+            let value: Value =
+                serde_json::from_slice(body).unwrap_or_else(|e| panic!("{what}: not JSON ({e})"));
             if let Err(e) = self.validate(&media["schema"], &value) {
                 panic!("{what}: the body does not match the description: {e}\nbody: {value}");
             }

@@ -13,8 +13,7 @@ use std::collections::VecDeque;
 pub const DECIDED_SHOWN: usize = 32;
 
 /// One decided execution, as the operator sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[derive(utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct DecidedExecution {
     /// The execution (the forwarder's `workflowExecutionId`).
     #[schema(value_type = String, pattern = "^0x[0-9a-f]{64}$")]
@@ -145,7 +144,10 @@ mod tests {
         }
         let kept = log.newest_first();
         assert_eq!(kept.len(), DECIDED_SHOWN);
-        assert_eq!(kept[0].execution_id, B256::repeat_byte(DECIDED_SHOWN as u8 + 4));
+        assert_eq!(
+            kept[0].execution_id,
+            B256::repeat_byte(DECIDED_SHOWN as u8 + 4)
+        );
         assert_eq!(kept[DECIDED_SHOWN - 1].execution_id, B256::repeat_byte(5));
     }
 

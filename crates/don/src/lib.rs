@@ -37,4 +37,6 @@ mod shared;
 pub mod wire;
 
 pub use config::{DonConfig, DonConfigError, MemberConfig};
-pub use member::{AgreeError, Agreed, DecidedExecution, BuildError, Don, InstanceStatus, Job, ReportRefusal};
+pub use member::{
+    AgreeError, Agreed, BuildError, DecidedExecution, Don, InstanceStatus, Job, ReportRefusal,
+};

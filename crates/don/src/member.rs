@@ -5,9 +5,9 @@
 //! an execution this member already decided, answers its sender with the decision.
 
 pub use crate::agreed::Agreed;
-pub use crate::decided::DecidedExecution;
 use crate::book::{Books, Full};
 use crate::config::DonConfig;
+pub use crate::decided::DecidedExecution;
 pub use crate::job::{AgreeError, BuildError, BuildReport, InstanceStatus, Job, ReportRefusal};
 use crate::persist::{Persist, PersistError};
 use crate::shared::{REPLY_EVERY, Shared};

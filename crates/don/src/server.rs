@@ -14,13 +14,13 @@ use alloy::primitives::{Address, B256};
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Messages a source address may send per second (burst: twice that).
 const PER_SOURCE_PER_SEC: f64 = 200.0;

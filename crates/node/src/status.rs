@@ -277,7 +277,10 @@ pub fn round_view(
                 tx_hash: c.tx_hash,
                 block_number: c.block_number,
             }),
-        don: transcript.as_ref().and_then(|t| t.don.as_ref()).map(don_view),
+        don: transcript
+            .as_ref()
+            .and_then(|t| t.don.as_ref())
+            .map(don_view),
         finality: transcript
             .as_ref()
             .and_then(|t| t.finality.as_ref())
