@@ -1,8 +1,9 @@
 //! Stamps the build with the git commit it was built from: `CRESOLVER_COMMIT` (12 hex
 //! digits of `git rev-parse HEAD`, else the `CRESOLVER_GIT_COMMIT` environment variable,
 //! else `unknown`) and `CRESOLVER_COMMIT_DATE` (the commit's date, `YYYY-MM-DD`, or
-//! empty). Reruns when HEAD moves: on the worktree's `HEAD`, the branch's ref and
-//! `packed-refs` (a worktree's `.git` is a file; `git rev-parse` finds the real dirs).
+//! empty). Reruns when HEAD moves: on the worktree's `HEAD` and its reflog, the
+//! branch's ref and `packed-refs` (a worktree's `.git` is a file; `git rev-parse` finds
+//! the real dirs).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -29,6 +30,9 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CRESOLVER_GIT_COMMIT");
     if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]).map(PathBuf::from) {
         watch(git_dir.join("HEAD"));
+        // the worktree's reflog grows on every commit, checkout and reset here, also
+        // when the branch's ref is packed (a loose ref created later is not watched)
+        watch(git_dir.join("logs").join("HEAD"));
         let common = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"])
             .map(PathBuf::from)
             .unwrap_or_else(|| git_dir.clone());
