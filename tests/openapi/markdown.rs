@@ -195,10 +195,30 @@ fn schema(out: &mut String, name: &str, s: &Value) {
     if let Some(d) = s["description"].as_str() {
         let _ = writeln!(out, "{d}\n");
     }
-    let Some(props) = s["properties"].as_object() else {
+    if let Some(parts) = s["allOf"].as_array() {
+        // a flattened struct: the fields of the named parts, and those listed here
+        let named: Vec<String> = parts
+            .iter()
+            .filter(|p| p.get("$ref").is_some())
+            .map(type_of)
+            .collect();
+        let _ = writeln!(out, "Every field of {}, and:\n", named.join(", "));
+        for p in parts.iter().filter(|p| p.get("properties").is_some()) {
+            fields(out, p);
+        }
+        return;
+    }
+    if s.get("properties").is_none() {
         let _ = writeln!(out, "{}.", type_of(s));
         return;
-    };
+    }
+    fields(out, s);
+}
+
+/// The table of an object schema's fields.
+fn fields(out: &mut String, s: &Value) {
+    let empty = Map::new();
+    let props = s["properties"].as_object().unwrap_or(&empty);
     let required: Vec<&str> = s["required"]
         .as_array()
         .map(|r| r.iter().filter_map(Value::as_str).collect())

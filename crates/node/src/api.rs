@@ -381,7 +381,13 @@ fn market_id_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>
         .schema_type(Type::String)
         .pattern(Some("^[0-9]+$"));
     utoipa::openapi::RefOr::T(Schema::OneOf(
-        OneOfBuilder::new().item(int).item(dec).build(),
+        OneOfBuilder::new()
+            .item(int)
+            .item(dec)
+            .description(Some(
+                "The market to resolve: a non-negative JSON integer, or a decimal string (for ids beyond 2^64)",
+            ))
+            .build(),
     ))
 }
 
