@@ -49,7 +49,8 @@ pub struct DecidedExecution {
     /// node knows it.
     #[schema(required = true, value_type = Option<String>)]
     pub transmitter: Option<Address>,
-    /// When this member saw the agreement, in unix seconds.
+    /// When this member reached the agreement (or, for one read back from the state
+    /// file, first read it), in unix seconds.
     pub decided_at: u64,
 }
 
