@@ -29,7 +29,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// up` (a local network that stays up), both part of the default `devnet` feature, which a
 /// production build may leave out; `cresolver market` drives the contracts on any chain.
 #[derive(Debug, Parser)]
-#[command(name = "cresolver", version, about, long_about)]
+#[command(name = "cresolver", version = cresolver_node::build_info::long_version(), about, long_about)]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, env = "CRESOLVER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]

@@ -88,6 +88,7 @@ async fn health_reports_status_version_and_extra_fields() {
     assert_eq!(status, 200);
     assert_eq!(body["status"], "ok");
     assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(body["commit"], cresolver_node::build_info::COMMIT);
     assert!(body["uptime_s"].is_u64(), "{body}");
     assert_eq!(body["chain_id"], 31337);
     assert_eq!(body["last_processed_block"], 12);

@@ -162,6 +162,12 @@ async fn the_status_page_shows_a_round_confirmed_live_and_worker_html_as_text() 
         "updated without a reload"
     );
     check_confirmed_row(&s, &mut page, &row).await;
+    // a node that is not a DON member has no DON panel
+    assert_eq!(
+        page.eval("document.getElementById('don-view').hidden")
+            .await,
+        serde_json::json!(true)
+    );
     std::fs::create_dir_all("target").ok();
     std::fs::write("target/status-page.png", page.screenshot().await).unwrap();
 

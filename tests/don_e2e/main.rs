@@ -512,6 +512,20 @@ async fn four_members_resolve_once_through_the_production_forwarder() {
     assert_eq!(live["quorum"], 3, "{live}");
     assert_eq!(live["members"].as_array().unwrap().len(), 4);
     assert_eq!(live["executions"].as_array().unwrap().len(), 0, "{live}");
+    // ... and the decision it reached stays in view: the set, the certificate, the
+    // signers, the round and leader changes, and the transmitter
+    let decided = &live["decided"][0];
+    assert_eq!(live["decided"].as_array().unwrap().len(), 1, "{live}");
+    assert_eq!(decided["execution_id"], don["execution_id"], "{live}");
+    assert_eq!(decided["set"], d["set"], "{live}");
+    assert_eq!(
+        decided["precommits"].as_array().unwrap().len(),
+        precommits.len()
+    );
+    assert_eq!(decided["signers"].as_array().unwrap().len(), 2);
+    assert_eq!(decided["leader"], don["leader"]);
+    assert!(decided["leader_changes"].is_u64(), "{live}");
+    assert_eq!(decided["transmitter"], d["transmitter"], "{live}");
     // metrics of the agreement
     let m = reqwest::get(format!("http://127.0.0.1:{}/metrics", dn.api[0]))
         .await

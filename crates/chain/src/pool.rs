@@ -55,7 +55,7 @@ impl Default for PoolConfig {
 }
 
 /// What is known of one endpoint.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, utoipa::ToSchema)]
 pub struct EndpointView {
     /// The endpoint as logs may show it (scheme, host, port).
     pub name: String,
@@ -64,15 +64,19 @@ pub struct EndpointView {
     /// Reads go to this endpoint now (the first one in service).
     pub reads: bool,
     /// The newest head it reported to its probe.
+    #[schema(required = true)]
     pub head: Option<u64>,
     /// Timestamp of that head's block.
     #[serde(skip)]
     pub head_timestamp: Option<u64>,
     /// Blocks behind the best head of all endpoints.
+    #[schema(required = true)]
     pub behind: Option<u64>,
     /// Why it is out of service (None when in service).
+    #[schema(required = true)]
     pub reason: Option<String>,
     /// Last call or probe latency.
+    #[schema(required = true)]
     pub latency_ms: Option<u64>,
     /// When it last answered a call or probe.
     #[serde(skip)]

@@ -74,20 +74,89 @@ pub enum AgreeError {
 }
 
 /// What the operator sees of one execution's consensus.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct InstanceStatus {
     /// The execution.
+    #[schema(value_type = String, pattern = "^0x[0-9a-f]{64}$")]
     pub execution_id: B256,
     /// The current round (epoch) and its leader.
     pub round: u32,
     /// The leader of the current round.
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub leader: Address,
     /// `propose`, `prevote`, `precommit` or `commit`.
+    #[schema(value_type = String, pattern = "^(propose|prevote|precommit|commit)$")]
     pub step: &'static str,
     /// The round and set id this member is locked on, if any.
+    #[schema(required = true, schema_with = locked_schema)]
     pub locked: Option<(u32, B256)>,
     /// The decided round and set id, with the precommits' signers.
+    #[schema(required = true, schema_with = decided_schema)]
     pub decided: Option<(u32, B256, Vec<Address>)>,
     /// Leader changes so far.
     pub leader_changes: u32,
+}
+
+/// `[round, set id]` or `null` (the schema of [`InstanceStatus::locked`]).
+fn locked_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    tuple_schema(
+        vec![round_schema(), hex_schema("^0x[0-9a-f]{64}$")],
+        "[round, set id] this member is locked on, or null",
+    )
+}
+
+/// `[round, set id, [precommit signers]]` or `null` (the schema of
+/// [`InstanceStatus::decided`]).
+fn decided_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ArrayBuilder, Schema};
+    let signers = ArrayBuilder::new()
+        .items(utoipa::openapi::RefOr::T(hex_schema("^0x[0-9a-fA-F]{40}$")))
+        .build();
+    tuple_schema(
+        vec![
+            round_schema(),
+            hex_schema("^0x[0-9a-f]{64}$"),
+            Schema::Array(signers),
+        ],
+        "[round, set id, precommit signers] of the decision, or null",
+    )
+}
+
+fn round_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0))
+            .build(),
+    )
+}
+
+fn hex_schema(pattern: &str) -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(pattern))
+            .build(),
+    )
+}
+
+/// A fixed-length JSON array of `items`, or `null`.
+fn tuple_schema(
+    items: Vec<utoipa::openapi::schema::Schema>,
+    what: &str,
+) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ArrayBuilder, ArrayItems, Schema, SchemaType, Type};
+    let n = items.len();
+    utoipa::openapi::RefOr::T(Schema::Array(
+        ArrayBuilder::new()
+            .schema_type(SchemaType::Array(vec![Type::Array, Type::Null]))
+            .prefix_items(items)
+            .items(ArrayItems::False)
+            .min_items(Some(n))
+            .max_items(Some(n))
+            .description(Some(what))
+            .build(),
+    ))
 }

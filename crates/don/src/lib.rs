@@ -13,6 +13,7 @@
 //! - [`config`]: the `[don]` section and its start-up checks.
 //! - [`wire`]: the signed messages between members and their bounds.
 //! - [`context`]: the DON's types for the Tendermint state machine.
+//! - [`decided`]: the executions decided lately, for the operator.
 //! - [`instance`]: one execution's consensus on one member.
 //! - [`book`]: the bounded inboxes messages wait in.
 //! - [`persist`]: what a member must remember across a restart (its observation, its
@@ -26,6 +27,7 @@ pub mod agreed;
 pub mod book;
 pub mod config;
 pub mod context;
+pub mod decided;
 pub mod instance;
 pub mod job;
 pub mod member;
@@ -35,4 +37,6 @@ mod shared;
 pub mod wire;
 
 pub use config::{DonConfig, DonConfigError, MemberConfig};
-pub use member::{AgreeError, Agreed, BuildError, Don, InstanceStatus, Job, ReportRefusal};
+pub use member::{
+    AgreeError, Agreed, BuildError, DecidedExecution, Don, InstanceStatus, Job, ReportRefusal,
+};

@@ -7,6 +7,7 @@
 pub use crate::agreed::Agreed;
 use crate::book::{Books, Full};
 use crate::config::DonConfig;
+pub use crate::decided::DecidedExecution;
 pub use crate::job::{AgreeError, BuildError, BuildReport, InstanceStatus, Job, ReportRefusal};
 use crate::persist::{Persist, PersistError};
 use crate::shared::{REPLY_EVERY, Shared};
@@ -79,6 +80,7 @@ impl Don {
                 books: Books::default(),
                 done: Mutex::new((HashMap::new(), VecDeque::new())),
                 status: Mutex::new(HashMap::new()),
+                decided: Mutex::new(crate::decided::DecidedLog::default()),
                 stop: watch::channel(false).0,
                 sent: std::sync::atomic::AtomicU64::new(0),
             },
@@ -137,13 +139,33 @@ impl Don {
         self.s.persist.own_observation(exec)
     }
 
-    /// What the operator sees of the executions in consensus now, and of the last ones
-    /// decided.
+    /// What the operator sees of the executions in consensus now (an agreed one leaves
+    /// it: see [`Don::decided`]).
     pub fn status(&self) -> Vec<InstanceStatus> {
         let s = self.s.status.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<InstanceStatus> = s.values().cloned().collect();
         v.sort_by_key(|x| x.execution_id);
         v
+    }
+
+    /// The executions decided lately, newest first (at most
+    /// [`crate::decided::DECIDED_SHOWN`]).
+    pub fn decided(&self) -> Vec<DecidedExecution> {
+        self.s
+            .decided
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .newest_first()
+    }
+
+    /// Names the member whose transmission delivered (or is delivering) an execution's
+    /// report, for [`Don::decided`].
+    pub fn transmitted(&self, exec: &B256, by: Address) {
+        self.s
+            .decided
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .transmitted(exec, by);
     }
 
     /// Messages this member has sent to other members so far (one per recipient).
@@ -277,6 +299,11 @@ impl Don {
         let exec = job.execution_id;
         if let Some(a) = self.s.persist.agreed(&exec)? {
             self.s.remember_done(&a, []);
+            self.s
+                .decided
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .record(DecidedExecution::of(&a, None));
             return Ok(a);
         }
         if *self.s.stop.borrow() {

@@ -9,17 +9,18 @@
 //! /64), each within 5 s.
 
 use crate::member::Don;
-use crate::wire::{self, MAX_MESSAGE_BYTES, PATH, SIGNATURE_HEADER};
+use crate::wire::{self, MAX_MESSAGE_BYTES, SIGNATURE_HEADER};
 use alloy::primitives::{Address, B256};
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Messages a source address may send per second (burst: twice that).
 const PER_SOURCE_PER_SEC: f64 = 200.0;
@@ -155,6 +156,17 @@ struct ServerState {
     seen: Mutex<Seen>,
 }
 
+/// The member API's route with its OpenAPI description.
+fn described() -> OpenApiRouter<Arc<ServerState>> {
+    OpenApiRouter::new().routes(routes!(message))
+}
+
+/// The OpenAPI description of the member endpoint (`POST /don/v1/message`); the node's
+/// HTTP API description includes it.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    described().into_openapi()
+}
+
 /// The member API's router.
 pub fn router(don: Arc<Don>) -> Router {
     let state = Arc::new(ServerState {
@@ -167,8 +179,8 @@ pub fn router(don: Arc<Don>) -> Router {
             order: VecDeque::new(),
         }),
     });
-    Router::new()
-        .route(PATH, post(message))
+    let (router, _) = described().split_for_parts();
+    router
         .layer(DefaultBodyLimit::max(MAX_MESSAGE_BYTES))
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
             MAX_CONCURRENT,
@@ -194,6 +206,22 @@ pub async fn serve(
     .await
 }
 
+/// Takes a signed message from another member of this DON. Served on `[don].listen`,
+/// not on the API's address. The cheap checks come first (size, the source's rate, a
+/// replay, the DON and the member named, the member's rate); signatures are checked
+/// last.
+#[utoipa::path(post, path = "/don/v1/message", tag = "don",
+    params(("x-cresolver-don-signature" = String, Header, description = "The sender's secp256k1 signature (0x and 130 hex digits) over keccak256 of `cresolver-don-message-v1` followed by the body")),
+    request_body(content = Object, content_type = "application/json",
+        description = "A signed message of this DON (`don_id`, `config_version`, `execution_id`, `market`, `market_id`, `sender` and its body: an observation, a proposal, a vote, or a decision), at most 2 MiB"),
+    responses(
+        (status = OK, description = "Taken (`ok`), or taken before (`duplicate`)", content_type = "text/plain", body = String),
+        (status = FORBIDDEN, description = "Not a message of this DON naming a member, or not signed by the member it names (`refused`)", content_type = "text/plain", body = String),
+        (status = REQUEST_TIMEOUT, description = "The body was not read within 5 s", content_type = "text/plain", body = String),
+        (status = CONFLICT, description = "The sender has too much waiting in the execution's book (`book_full`)", content_type = "text/plain", body = String),
+        (status = PAYLOAD_TOO_LARGE, description = "The body is over the bound", content_type = "text/plain", body = String),
+        (status = TOO_MANY_REQUESTS, description = "The source address or the member is over its rate, or the source has too many messages being read", content_type = "text/plain", body = String),
+    ))]
 async fn message(
     State(s): State<Arc<ServerState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,

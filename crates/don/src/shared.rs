@@ -5,6 +5,7 @@
 use crate::agreed::Agreed;
 use crate::book::Books;
 use crate::config::{DonConfig, leader_of};
+use crate::decided::DecidedLog;
 use crate::job::InstanceStatus;
 use crate::persist::Persist;
 use crate::wire::{self, Body, Envelope};
@@ -65,6 +66,8 @@ pub(crate) struct Shared {
     pub(crate) books: Books,
     pub(crate) done: Mutex<(HashMap<B256, Done>, VecDeque<B256>)>,
     pub(crate) status: Mutex<HashMap<B256, InstanceStatus>>,
+    /// The executions decided lately, for the operator.
+    pub(crate) decided: Mutex<DecidedLog>,
     pub(crate) stop: watch::Sender<bool>,
     /// Messages sent to other members (one per recipient).
     pub(crate) sent: std::sync::atomic::AtomicU64,

@@ -4,8 +4,12 @@
 //! hands market ids to the node over a channel.
 //!
 //! Every error is answered as JSON `{"error": "..."}`, unknown routes included.
+//!
+//! Every route is registered with its OpenAPI description (`utoipa`'s `routes!`): the
+//! router and the description served at `GET /openapi.json` ([`openapi`]) are built
+//! from the same handlers.
 
-use super::http::{ApiState, ManualTrigger, error, parse_decimal};
+use super::http::{ApiState, ErrorBody, ManualTrigger, error, parse_decimal};
 use alloy::primitives::U256;
 use axum::Router;
 use axum::body::Bytes;
@@ -13,12 +17,16 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use cresolver_store::Stage;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use cresolver_store::{PastAttempt, RoundRecord, RoundSummary, Stage};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc::error::TrySendError;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+mod description;
+pub use description::{ApiDescription, openapi};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -33,17 +41,24 @@ const TRIGGER_DISABLED: &str =
     "the HTTP trigger is disabled: set api.token_env to the name of an env var holding a token";
 const BAD_MARKET_ID_PATH: &str = "market_id must be a non-negative integer";
 
+/// The API's routes, as an axum router and its OpenAPI description.
+fn described() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(health))
+        .routes(routes!(live))
+        .routes(routes!(ready))
+        .routes(routes!(metrics))
+        .routes(routes!(list_rounds))
+        .routes(routes!(get_round))
+        .routes(routes!(resolve))
+        .routes(routes!(description::openapi_json))
+        .merge(super::status::routes())
+}
+
 /// The API's routes.
 pub fn router(state: ApiState) -> Router {
-    Router::new()
-        .route("/health", get(health))
-        .route("/health/live", get(live))
-        .route("/health/ready", get(ready))
-        .route("/metrics", get(metrics))
-        .route("/rounds", get(list_rounds))
-        .route("/rounds/{market_id}", get(get_round))
-        .route("/resolve", post(resolve))
-        .merge(super::status::routes())
+    let (router, _) = described().split_for_parts();
+    router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -79,40 +94,117 @@ async fn method_not_allowed(method: Method, uri: Uri) -> Response {
     )
 }
 
+/// `GET /health`: the chain as the node sees it, the build and the node's own state.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`, `degraded` (serving, but an endpoint is out of service, the head is stale
+    /// or the watcher is behind) or `down` (no endpoint in service).
+    #[schema(value_type = String, pattern = "^(ok|degraded|down)$")]
+    pub status: &'static str,
+    /// Why the status is not `ok`, one sentence each.
+    pub reasons: Vec<String>,
+    /// The newest head any endpoint reported (with a chain attached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head: Option<u64>,
+    /// That head's age, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head_age_s: Option<u64>,
+    /// How many blocks the watcher trails the safe head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_blocks: Option<u64>,
+    /// Every RPC endpoint as the last probe saw it (with a chain attached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Vec<cresolver_chain::pool::EndpointView>>,
+    /// The binary's version.
+    #[schema(value_type = String)]
+    pub version: &'static str,
+    /// The git commit the binary was built from (12 hex digits, or `unknown`).
+    #[schema(value_type = String)]
+    pub commit: &'static str,
+    /// Seconds since the API started.
+    pub uptime_s: u64,
+    /// The chain id the node serves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chain_id: Option<u64>,
+    /// The market contracts the node's workflows watch.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    pub markets: Vec<String>,
+    /// The last block the watcher has fully processed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_processed_block: Option<u64>,
+    /// A cluster node's lease counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<super::http::ClusterHealth>,
+}
+
+/// The chain's health, the build, and the node's state. Always 200.
+#[utoipa::path(get, path = "/health", tag = "health",
+    responses((status = OK, description = "The node's health (always 200: `status` says how it is)", body = Health)))]
 async fn health(State(s): State<ApiState>) -> Response {
-    let mut body = serde_json::Map::new();
-    {
-        let extra = s.health.read().unwrap_or_else(|p| p.into_inner());
-        if let Ok(Value::Object(fields)) = serde_json::to_value(&*extra) {
-            body.extend(fields);
-        }
-    }
-    // The fixed fields win over extra fields of the same name.
-    let (status, reasons) = match &s.chain {
-        Some(c) => {
-            let a = c.assess();
-            body.insert("head".into(), json!(a.head));
-            body.insert("head_age_s".into(), json!(a.head_age_s));
-            body.insert("lag_blocks".into(), json!(a.lag_blocks));
-            body.insert("endpoints".into(), json!(c.endpoints()));
-            (a.status, a.reasons)
-        }
-        None => ("ok", vec![]),
+    let node = s.health.read().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut h = Health {
+        status: "ok",
+        reasons: vec![],
+        head: None,
+        head_age_s: None,
+        lag_blocks: None,
+        endpoints: None,
+        version: crate::build_info::VERSION,
+        commit: crate::build_info::COMMIT,
+        uptime_s: s.started.elapsed().as_secs(),
+        chain_id: node.chain_id,
+        markets: node.markets,
+        last_processed_block: node.last_processed_block,
+        cluster: node.cluster,
     };
-    body.insert("status".into(), json!(status));
-    body.insert("reasons".into(), json!(reasons));
-    body.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
-    body.insert("uptime_s".into(), json!(s.started.elapsed().as_secs()));
-    axum::Json(Value::Object(body)).into_response()
+    if let Some(c) = &s.chain {
+        let a = c.assess();
+        h.status = a.status;
+        h.reasons = a.reasons;
+        h.head = a.head;
+        h.head_age_s = a.head_age_s;
+        h.lag_blocks = a.lag_blocks;
+        h.endpoints = Some(c.endpoints());
+    }
+    axum::Json(h).into_response()
+}
+
+/// `GET /health/live`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Live {
+    /// Always `live`.
+    #[schema(value_type = String, pattern = "^live$")]
+    pub status: &'static str,
 }
 
 /// The process serves HTTP.
+#[utoipa::path(get, path = "/health/live", tag = "health",
+    responses((status = OK, description = "The process serves HTTP", body = Live)))]
 async fn live() -> Response {
-    axum::Json(json!({"status": "live"})).into_response()
+    axum::Json(Live { status: "live" }).into_response()
+}
+
+/// `GET /health/ready`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Ready {
+    /// `ready` or `not ready`.
+    #[schema(value_type = String, pattern = "^(ready|not ready)$")]
+    pub status: &'static str,
+    /// Why the node is not ready (empty when it is).
+    pub reasons: Vec<String>,
+    /// What is wrong without making the node unready (an endpoint out while another
+    /// serves).
+    pub warnings: Vec<String>,
 }
 
 /// The node can do its work: an endpoint answers, the head is fresh, the watcher is
 /// within its lag budget, the store takes writes. 503 with the reasons when not.
+#[utoipa::path(get, path = "/health/ready", tag = "health",
+    responses(
+        (status = OK, description = "The node can do its work", body = Ready),
+        (status = SERVICE_UNAVAILABLE, description = "The node cannot do its work: `reasons` says why", body = Ready),
+    ))]
 async fn ready(State(s): State<ApiState>) -> Response {
     let (mut reasons, mut warnings) = (vec![], vec![]);
     if let Some(a) = s.chain.as_ref().map(|c| c.assess()) {
@@ -133,15 +225,17 @@ async fn ready(State(s): State<ApiState>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
-        code,
-        axum::Json(
-            json!({"status": if ready { "ready" } else { "not ready" }, "reasons": reasons, "warnings": warnings}),
-        ),
-    )
-        .into_response()
+    let body = Ready {
+        status: if ready { "ready" } else { "not ready" },
+        reasons,
+        warnings,
+    };
+    (code, axum::Json(body)).into_response()
 }
 
+/// The node's metrics, in the OpenMetrics text format.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = OK, description = "Every metric family (see the metrics reference)", content_type = "application/openmetrics-text", body = String)))]
 async fn metrics(State(s): State<ApiState>) -> Response {
     let store = s.store.clone();
     match store.count_by_state().await {
@@ -163,15 +257,27 @@ async fn metrics(State(s): State<ApiState>) -> Response {
         .into_response()
 }
 
-#[derive(Debug, Deserialize)]
+/// `GET /rounds`' query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Rounds per page (default 100, at most 1000: larger values are clamped).
+    #[param(minimum = 0)]
     limit: Option<usize>,
+    /// Where the page starts: the `x-next-cursor` header of the previous page.
     cursor: Option<i64>,
 }
 
 /// Round summaries, newest first, without transcripts (`GET /rounds/{id}` has those);
 /// `limit` (default 100, at most 1000) and `cursor` (from the `x-next-cursor` header of
 /// the previous page).
+#[utoipa::path(get, path = "/rounds", tag = "rounds", params(ListQuery),
+    responses(
+        (status = OK, description = "Round summaries, newest first (reasons cut to 512 bytes)", body = Vec<RoundSummary>,
+            headers(("x-next-cursor" = String, description = "The `cursor` of the next page; absent on the last page"))),
+        (status = BAD_REQUEST, description = "`limit` or `cursor` is not a non-negative integer", body = ErrorBody),
+        (status = INTERNAL_SERVER_ERROR, description = "The store cannot be read", body = ErrorBody),
+    ))]
 async fn list_rounds(
     State(s): State<ApiState>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -205,6 +311,30 @@ async fn list_rounds(
     }
 }
 
+/// `GET /rounds/{market_id}`: the stored round with its transactions.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RoundDetail {
+    /// The round as stored (its `outcome` is the transcript).
+    #[serde(flatten)]
+    pub round: RoundRecord,
+    /// Every nonce reserved for the round's transaction, with every signed attempt.
+    pub transactions: Vec<cresolver_pipeline::transcript::TransactionRecord>,
+    /// The market's earlier attempts, when a new request started another one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    pub previous_attempts: Vec<PastAttempt>,
+}
+
+/// One round of the node's market: its state, reason, transcript and every transaction
+/// attempt.
+#[utoipa::path(get, path = "/rounds/{market_id}", tag = "rounds",
+    params(("market_id" = String, Path, description = "The market id, in decimal", pattern = "^[0-9]+$")),
+    responses(
+        (status = OK, description = "The round", body = RoundDetail),
+        (status = BAD_REQUEST, description = "`market_id` is not a non-negative integer", body = ErrorBody),
+        (status = NOT_FOUND, description = "No round for this market of the node's market contract", body = ErrorBody),
+        (status = INTERNAL_SERVER_ERROR, description = "The store cannot be read", body = ErrorBody),
+    ))]
 async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Response {
     let Some(market_id) = parse_decimal(&raw) else {
         return error(StatusCode::BAD_REQUEST, BAD_MARKET_ID_PATH);
@@ -218,17 +348,12 @@ async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Respon
     }
     .await;
     match round {
-        Ok(Some((round, txs, past))) => {
-            let mut v = serde_json::to_value(&round).unwrap_or_default();
-            v["transactions"] = serde_json::to_value(
-                cresolver_pipeline::transcript::TransactionRecord::of_history(&txs),
-            )
-            .unwrap_or_default();
-            if !past.is_empty() {
-                v["previous_attempts"] = serde_json::to_value(&past).unwrap_or_default();
-            }
-            axum::Json(v).into_response()
-        }
+        Ok(Some((round, txs, past))) => axum::Json(RoundDetail {
+            round,
+            transactions: cresolver_pipeline::transcript::TransactionRecord::of_history(&txs),
+            previous_attempts: past,
+        })
+        .into_response(),
         Ok(None) => error(
             StatusCode::NOT_FOUND,
             format!("no round for market {market_id}"),
@@ -237,6 +362,60 @@ async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Respon
     }
 }
 
+/// `POST /resolve`'s body: `{"market_id": N}`.
+#[derive(Debug, Clone, ToSchema)]
+pub struct TriggerRequest {
+    /// The market to resolve: a non-negative JSON integer, or a decimal string (for ids
+    /// beyond 2^64).
+    #[schema(schema_with = market_id_schema)]
+    pub market_id: serde_json::Value,
+}
+
+/// A non-negative integer, or a string of decimal digits.
+fn market_id_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+    let int = ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .minimum(Some(0));
+    let dec = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some("^[0-9]+$"));
+    utoipa::openapi::RefOr::T(Schema::OneOf(
+        OneOfBuilder::new()
+            .item(int)
+            .item(dec)
+            .description(Some(
+                "The market to resolve: a non-negative JSON integer, or a decimal string (for ids beyond 2^64)",
+            ))
+            .build(),
+    ))
+}
+
+/// `POST /resolve`'s answer: the request was handed to the node.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TriggerAccepted {
+    /// Always `true`.
+    pub accepted: bool,
+    /// The market id, in decimal.
+    #[schema(pattern = "^[0-9]+$")]
+    pub market_id: String,
+}
+
+/// Asks the node to resolve a market of its market contract (the HTTP trigger; it also
+/// resumes a round that waits for a retry, or reopens a failed one). Disabled when no
+/// token is set.
+#[utoipa::path(post, path = "/resolve", tag = "rounds",
+    request_body(content = TriggerRequest, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses(
+        (status = ACCEPTED, description = "Handed to the node, which judges it like a request log", body = TriggerAccepted),
+        (status = BAD_REQUEST, description = "The body is not `{\"market_id\": N}`", body = ErrorBody),
+        (status = UNAUTHORIZED, description = "No bearer token, or the wrong one", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = FORBIDDEN, description = "The HTTP trigger is disabled (no token configured: `api.token_env` names an unset variable)", body = ErrorBody),
+        (status = PAYLOAD_TOO_LARGE, description = "The body is over 16 KiB", body = ErrorBody),
+        (status = SERVICE_UNAVAILABLE, description = "Too many pending triggers, or the node is shutting down", body = ErrorBody),
+    ))]
 async fn resolve(State(s): State<ApiState>, req: Request) -> Response {
     use secrecy::ExposeSecret;
     let Some(expected) = s.token.as_ref().map(|t| t.expose_secret()) else {
@@ -273,7 +452,10 @@ async fn resolve(State(s): State<ApiState>, req: Request) -> Response {
     match s.trigger.try_send(ManualTrigger { market_id }) {
         Ok(()) => (
             StatusCode::ACCEPTED,
-            axum::Json(json!({ "accepted": true, "market_id": market_id.to_string() })),
+            axum::Json(TriggerAccepted {
+                accepted: true,
+                market_id: market_id.to_string(),
+            }),
         )
             .into_response(),
         Err(TrySendError::Full(_)) => error(
@@ -311,7 +493,7 @@ fn tokens_equal(given: &str, expected: &str) -> bool {
 /// `{"market_id": N}` with N a JSON integer ≥ 0 or a decimal string.
 fn parse_trigger_body(body: &[u8]) -> Result<U256, String> {
     const EXPECTED: &str = r#"expected a JSON object {"market_id": N} with N a non-negative integer or a decimal string"#;
-    let value: Value =
+    let value: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| format!("invalid JSON ({e}): {EXPECTED}"))?;
     let Some(obj) = value.as_object() else {
         return Err(EXPECTED.to_string());
@@ -321,8 +503,8 @@ fn parse_trigger_body(body: &[u8]) -> Result<U256, String> {
     };
     let bad = || format!("market_id must be a non-negative integer or a decimal string, got {id}");
     match id {
-        Value::Number(n) => n.as_u64().map(U256::from).ok_or_else(bad),
-        Value::String(s) => parse_decimal(s).ok_or_else(bad),
+        serde_json::Value::Number(n) => n.as_u64().map(U256::from).ok_or_else(bad),
+        serde_json::Value::String(s) => parse_decimal(s).ok_or_else(bad),
         _ => Err(bad()),
     }
 }

@@ -6,7 +6,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cresolver_metrics::Metrics;
 use cresolver_store::RoundStore;
-use serde_json::json;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -63,7 +62,7 @@ pub struct NodeHealth {
 }
 
 /// A cluster node's view of its leases, in `/health`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct ClusterHealth {
     /// This node's id in the cluster.
     pub node_id: String,
@@ -79,9 +78,19 @@ pub struct ClusterHealth {
     pub leases_lost: u64,
 }
 
+/// Every error the API answers: `{"error": message}`.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, in a sentence.
+    pub error: String,
+}
+
 /// A JSON `{"error": message}` answer.
 pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, axum::Json(json!({ "error": message.into() }))).into_response()
+    let body = ErrorBody {
+        error: message.into(),
+    };
+    (status, axum::Json(body)).into_response()
 }
 
 /// A decimal `U256`: ASCII digits only (no sign, no `0x`, no spaces).

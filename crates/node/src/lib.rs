@@ -8,6 +8,7 @@
 //! persisted state first.
 
 pub mod api;
+pub mod build_info;
 mod don;
 pub mod finality;
 pub mod http;

@@ -118,7 +118,7 @@ pub struct DonMemberRecord {
 }
 
 /// How a round's submission ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ConfirmationStatus {
     /// The market was resolved by our transaction (or, in a DON, by the report this

@@ -18,21 +18,26 @@ pub(crate) const ARCHIVE_SQL: &str = "INSERT INTO round_attempts (market, market
      WHERE market = ?1 AND market_id = ?2 ON CONFLICT DO NOTHING";
 
 /// A round's earlier attempt, kept when a new request started another one.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct PastAttempt {
     /// Its number: 1 for the market's first attempt.
     pub attempt: u32,
     /// The state it ended in.
     pub state: Stage,
     /// Why it ended there, when a reason was recorded.
+    #[schema(required = true)]
     pub reason: Option<String>,
     /// The transaction of the request log that started it (`None`: a manual request).
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub request_tx: Option<B256>,
     /// The block it was judged at.
+    #[schema(required = true)]
     pub request_block: Option<u64>,
     /// Its newest submission transaction, when it signed one.
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub submit_tx: Option<B256>,
     /// Its transcript, when it got that far.
+    #[schema(required = true, value_type = Option<Object>)]
     pub outcome: Option<serde_json::Value>,
     /// When the next attempt replaced it, in unix seconds.
     pub ended_at: u64,

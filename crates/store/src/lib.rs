@@ -29,11 +29,13 @@ use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A round as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RoundRecord {
     /// The market contract.
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub market: Address,
     /// The market's id in its contract.
+    #[schema(value_type = String, pattern = "^0x[0-9a-f]+$")]
     pub market_id: U256,
     /// Where the round is.
     pub state: Stage,
@@ -42,18 +44,23 @@ pub struct RoundRecord {
     /// The name of the workflow that runs the round.
     pub workflow: String,
     /// The transaction of the request log that started it (`None`: a manual request).
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub request_tx: Option<B256>,
     /// The block the round is judged at: its request log's, or for a manual request
     /// the head at its first run.
+    #[schema(required = true)]
     pub request_block: Option<u64>,
     /// Why the round is in its state (a failure, a skip, a reopening).
+    #[schema(required = true)]
     pub reason: Option<String>,
     /// Its newest signed submission transaction.
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub submit_tx: Option<B256>,
     /// That transaction's signed bytes.
     #[serde(skip)]
     pub raw_tx: Option<Bytes>,
     /// The round's outcome/transcript as JSON, once evaluated.
+    #[schema(required = true, value_type = Option<Object>)]
     pub outcome: Option<serde_json::Value>,
     /// When the round was first recorded, in unix seconds.
     pub created_at: u64,
@@ -96,11 +103,13 @@ impl UpdatedBetween {
 }
 
 /// A round without its transcript: what `GET /rounds` lists.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RoundSummary {
     /// The market contract.
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub market: Address,
     /// The market's id in its contract.
+    #[schema(value_type = String, pattern = "^0x[0-9a-f]+$")]
     pub market_id: U256,
     /// Where the round is.
     pub state: Stage,
@@ -109,12 +118,16 @@ pub struct RoundSummary {
     /// The name of the workflow that runs the round.
     pub workflow: String,
     /// The transaction of the request log that started it (`None`: a manual request).
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub request_tx: Option<B256>,
     /// The block the round is judged at.
+    #[schema(required = true)]
     pub request_block: Option<u64>,
     /// Why the round is in its state, cut to [`SUMMARY_REASON_BYTES`].
+    #[schema(required = true)]
     pub reason: Option<String>,
     /// Its newest signed submission transaction.
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub submit_tx: Option<B256>,
     /// When the round was first recorded, in unix seconds.
     pub created_at: u64,

@@ -6,7 +6,7 @@ use serde::Serialize;
 use std::str::FromStr;
 
 /// Where a round is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
     /// A request is recorded; nothing of the round has run yet.

@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS tx_attempts (
 ";
 
 /// Where a reserved nonce is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NonceState {
     /// Reserved for a payload; attempts may or may not exist yet.

@@ -163,6 +163,14 @@ impl Instance<'_> {
         let a = self.don.persist.save_agreed(&self.exec(), &a)?;
         // keep every signature seen, for a transmitter whose f+1 hold one the forwarder refuses
         self.don.remember_done(&a, &self.sigs);
+        self.don
+            .decided
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(crate::decided::DecidedExecution::of(
+                &a,
+                Some(self.leader_changes),
+            ));
         self.don.metrics.don_event("agreement", "reached");
         tracing::info!(execution_id = %self.exec(), round = a.attempt, leader = %a.leader, signers = ?a.signers, "DON agreement");
         self.clear_status();

@@ -166,6 +166,7 @@ impl Node {
                     if let Some(d) = t.don.as_mut() {
                         d.transmitter = Some(don.address());
                     }
+                    don.transmitted(&agreed.execution_id, don.address());
                     t.submission = Some(SubmissionRecord::from(&*prepared));
                 }
                 self.save_transcript(round).await?;
@@ -195,6 +196,9 @@ impl Node {
         self.metrics.don_event("transmission", "succeeded");
         if let Some(d) = round.transcript.as_mut().and_then(|t| t.don.as_mut()) {
             d.transmitter = Some(by);
+            if let Some(don) = &self.don {
+                don.transmitted(&d.execution_id, by);
+            }
         }
         Next::End(Ending::Concluded {
             confirmation: ConfirmationRecord {

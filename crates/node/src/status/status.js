@@ -141,6 +141,63 @@ async function loadPage() {
   renderList(data);
 }
 
+function hexList(xs) {
+  return (xs || []).map(shortHex).join(", ");
+}
+
+// The DON panel: this member's consensus now and the executions it decided lately
+// (GET /status/don; null on a node that is not a member, and the panel stays hidden).
+function renderDon(d) {
+  const view = $("don-view");
+  if (!d) {
+    view.hidden = true;
+    return;
+  }
+  view.hidden = false;
+  $("don-summary").textContent = "member " + shortHex(d.member) + " of " + d.members.length +
+    " (f = " + d.f + ", quorum " + d.quorum + "); " + d.books + " book(s), " + d.book_bytes + " bytes waiting";
+  const live = $("don-live");
+  live.replaceChildren();
+  for (const x of d.executions || []) {
+    live.appendChild(el("div", "in consensus: " + shortHex(x.execution_id) + " round " + x.round +
+      " (" + x.step + "), leader " + shortHex(x.leader) + ", " + x.leader_changes + " leader change(s)"));
+  }
+  const body = $("don-decided-body");
+  body.replaceChildren();
+  for (const x of d.decided || []) {
+    const tr = el("tr");
+    tr.dataset.executionId = x.execution_id;
+    for (const [text, cls] of [
+      [shortHex(x.execution_id), "mono"],
+      [BigInt(x.market_id).toString(), "mono"],
+      [x.round, null],
+      [shortHex(x.leader), "mono"],
+      [x.leader_changes === null ? "—" : x.leader_changes, null],
+      [hexList(x.set), "mono"],
+      [hexList(x.precommits), "mono"],
+      [hexList(x.signers), "mono"],
+      [x.transmitter ? shortHex(x.transmitter) : "—", "mono"],
+      [age(x.decided_at), null],
+    ]) {
+      tr.appendChild(el("td", text, cls));
+    }
+    body.appendChild(tr);
+  }
+  if ((d.decided || []).length === 0) {
+    const tr = el("tr");
+    const td = el("td", "nothing decided since the node started");
+    td.colSpan = 10;
+    tr.appendChild(td);
+    body.appendChild(tr);
+  }
+}
+
+async function loadDon() {
+  const resp = await fetch("/status/don");
+  if (!resp.ok) return;
+  renderDon(await resp.json());
+}
+
 function fact(dl, name, value) {
   dl.appendChild(el("dt", name));
   dl.appendChild(el("dd", value === null || value === undefined ? "—" : value, "mono"));
@@ -209,6 +266,8 @@ document.addEventListener("DOMContentLoaded", () => {
   connect((data) => {
     renderChain(data);
     if (page === 0) renderList(data);
+    loadDon();
   });
   loadPage();
+  loadDon();
 });

@@ -6,21 +6,25 @@ use serde::{Deserialize, Serialize};
 
 /// One reserved nonce of a round's submission, as the transcript, `GET /rounds/{id}`
 /// and `cresolver rounds show` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TransactionRecord {
     /// The nonce of the resolver key.
     pub nonce: u64,
     /// Where the nonce is (pending, mined, replaced by another transaction …).
     pub state: cresolver_store::NonceState,
     /// The contract called.
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub to: Address,
     /// The gas limit the call was signed with.
     pub gas_limit: u64,
     /// The attempt that was mined, if any.
+    #[schema(required = true, value_type = Option<String>, pattern = "^0x[0-9a-f]{64}$")]
     pub mined_tx: Option<B256>,
     /// The block it was mined in.
+    #[schema(required = true)]
     pub mined_block: Option<u64>,
     /// Why the nonce ended as it did, when something went wrong.
+    #[schema(required = true)]
     pub detail: Option<String>,
     /// Unix seconds the nonce was reserved.
     pub reserved_at: u64,
@@ -29,19 +33,23 @@ pub struct TransactionRecord {
 }
 
 /// One signed attempt at a nonce (fees in wei, as decimal strings).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AttemptView {
     /// The attempt's number at its nonce (1 for the first).
     pub seq: u32,
     /// The signed transaction's hash.
+    #[schema(value_type = String, pattern = "^0x[0-9a-f]{64}$")]
     pub tx_hash: B256,
     /// EIP-1559 max fee per gas, in wei.
     #[serde(with = "decimal")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
     pub max_fee_per_gas: u128,
     /// EIP-1559 max priority fee per gas, in wei.
     #[serde(with = "decimal")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
     pub max_priority_fee_per_gas: u128,
     /// The head block when it was first broadcast (`None`: never broadcast).
+    #[schema(required = true)]
     pub sent_block: Option<u64>,
     /// Unix seconds it was signed.
     pub signed_at: u64,
@@ -50,7 +58,7 @@ pub struct AttemptView {
 }
 
 /// What became of a signed attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptState {
     /// Mined: the nonce's transaction.
