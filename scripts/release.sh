@@ -57,6 +57,7 @@ for shell in bash zsh fish; do
   "$PKG/bin/cresolver" completions "$shell" > "$PKG/completions/cresolver.$shell"
 done
 cp examples/*.toml "$PKG/examples/"
+ln -s ../workflows "$PKG/examples/workflows"   # the examples name workflows/ beside them
 cp workflows/*.toml "$PKG/workflows/"
 cp -r deploy/systemd deploy/prometheus deploy/grafana "$PKG/deploy/"
 for f in docs/reference/*.schema.json; do [ -f "$f" ] && cp "$f" "$PKG/schema/"; done
