@@ -132,6 +132,15 @@ fn chain_cases(c: &Ctx) -> Vec<Case> {
             env: key(),
             expect: "no RPC endpoint",
         },
+        Case {
+            name: "a websocket endpoint that does not answer",
+            toml: config(c, &good_market, "", "").replace(
+                &c.rpc,
+                &common::closed_port_url().replace("http://", "ws://"),
+            ),
+            env: key(),
+            expect: "websocket",
+        },
     ]
 }
 
@@ -242,6 +251,7 @@ async fn setup(dir: &Path) -> (Devnet, Ctx) {
 async fn config_check_refuses_what_the_node_refuses_with_the_same_message() {
     let dir = tmpdir("config-check");
     let (_dev, ctx) = setup(&dir).await;
+    let mut seen = Vec::new();
     for (i, case) in cases(&ctx).into_iter().enumerate() {
         let file = dir.join(format!("case-{i}.toml"));
         std::fs::write(&file, &case.toml).unwrap();
@@ -286,7 +296,78 @@ async fn config_check_refuses_what_the_node_refuses_with_the_same_message() {
             "{}: the node and the check disagree:\n{stderr}",
             case.name
         );
+        seen.push((case.name, shown(&ctx, &checked)));
     }
+    check_reference(&seen);
+}
+
+/// A message as an operator would see it on an installed node: the test's directories as
+/// `/etc/cresolver`, anvil's port as 8545, a closed port as 9, PostgreSQL's as 5432.
+fn shown(c: &Ctx, line: &str) -> String {
+    let repo = env!("CARGO_MANIFEST_DIR");
+    let mut s = line
+        .trim_start_matches("error: ")
+        .replace(&c.dir.display().to_string(), "/etc/cresolver")
+        .replace(repo, "/etc/cresolver")
+        .replace(&c.rpc, "http://127.0.0.1:8545");
+    let mut out = String::new();
+    while let Some(i) = s.find("127.0.0.1:") {
+        let (head, tail) = s.split_at(i + "127.0.0.1:".len());
+        out.push_str(head);
+        let digits = tail.chars().take_while(char::is_ascii_digit).count();
+        let port = tail[..digits].to_string();
+        out.push_str(if port == "8545" {
+            "8545"
+        } else if head.contains("postgres") {
+            "5432"
+        } else {
+            "9"
+        });
+        s = tail[digits..].to_string();
+    }
+    out.push_str(&s);
+    // `<` outside code spans would open an HTML tag in the rendered table
+    let escaped: Vec<String> = out
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 0 {
+                part.replace('<', "&lt;")
+            } else {
+                part.to_string()
+            }
+        })
+        .collect();
+    escaped.join("`").replace('|', "\\|")
+}
+
+/// `docs/reference/startup-errors.md`: what the table's cases really print (rewritten by
+/// `CRESOLVER_UPDATE_DOCS=1`; otherwise it must be current).
+fn check_reference(seen: &[(&str, String)]) {
+    let rows: Vec<String> = seen
+        .iter()
+        .map(|(name, msg)| format!("| {name} | {msg} |"))
+        .collect();
+    let text = format!(
+        "# Start-up errors\n\n\
+         What `cresolver node` refuses to start with, and `cresolver config check` refuses\n\
+         with the same message and a non-zero exit, as printed (after `error: `). Generated\n\
+         by `tests/config_check.rs` from real runs against a local chain, with its paths shown\n\
+         as `/etc/cresolver` and its ports as the usual ones. Every other message is in the\n\
+         [error reference](errors.md).\n\n\
+         | what is wrong | message |\n|---|---|\n{}\n",
+        rows.join("\n")
+    );
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/startup-errors.md");
+    if std::env::var_os("CRESOLVER_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &text).unwrap();
+        return;
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == text,
+        "docs/reference/startup-errors.md is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test config_check` and commit it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

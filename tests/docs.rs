@@ -371,7 +371,9 @@ fn errors_reference() -> String {
          print, by the part of the program that prints it. `‹…›` stands for the detail that\n\
          is filled in (a market id, an address, the cause reported by the RPC or the\n\
          operating system); limits are shown with their values. Most messages say what to\n\
-         do; the [troubleshooting guide](../troubleshooting.md) covers the common ones.\n",
+         do; the [troubleshooting guide](../troubleshooting.md) covers the common ones, and\n\
+         [start-up errors](startup-errors.md) shows what `cresolver node` and\n\
+         `cresolver config check` refuse to start with, as printed.\n",
     );
     for (krate, rows) in by_crate {
         out.push_str(&format!(

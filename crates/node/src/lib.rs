@@ -82,8 +82,8 @@ pub enum NodeError {
     /// The signing key cannot be read.
     #[error("{error} ({origin}){hint}")]
     Signer {
-        /// What reading it met.
-        error: cresolver_pipeline::config::ConfigError,
+        /// What reading it met (boxed: a config error is large).
+        error: Box<cresolver_pipeline::config::ConfigError>,
         /// Where the key (or its file, keystore or password) was named.
         origin: String,
         /// What to do (`: …`), or nothing when the error says it.

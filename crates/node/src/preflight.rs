@@ -94,7 +94,7 @@ pub fn signer(cfg: &NodeConfig) -> Result<PrivateKeySigner, NodeError> {
         NodeError::Signer {
             origin: cfg.origin_of(key),
             hint,
-            error,
+            error: Box::new(error),
         }
     })
 }
