@@ -19,7 +19,7 @@ use std::time::Duration;
 mod lz4;
 #[path = "store_pg/requests.rs"]
 mod requests;
-// the listing by update time, on both backends
+#[path = "store_pg/updated.rs"]
 mod updated;
 
 fn settings(node: &str, lease: Duration) -> PgConfig {
