@@ -2,6 +2,9 @@
 //! `.tools/mdbook`), its summary names only chapters inside `docs/`, and every link of
 //! the built HTML between its pages resolves, anchors included.
 
+#[path = "common/generated.rs"]
+mod generated;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -153,14 +156,5 @@ fn the_cli_reference_is_current() {
         .unwrap();
     assert!(out.status.success(), "cresolver cli-reference failed");
     let generated = String::from_utf8(out.stdout).unwrap();
-    let path = root().join("docs/reference/cli.md");
-    if std::env::var_os("CRESOLVER_UPDATE_DOCS").is_some() {
-        std::fs::write(&path, &generated).unwrap();
-        return;
-    }
-    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        on_disk == generated,
-        "docs/reference/cli.md is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test book` and commit it"
-    );
+    generated::check("docs/reference/cli.md", &generated, "book");
 }

@@ -129,27 +129,38 @@ async fn config_check_and_one_shot_resolve_on_anvil() {
     assert_eq!(v["state"], "confirmed");
 }
 
+/// A SQLite store in `dir` holding requests of markets 1, 2 and 3 of `market`.
+async fn requests_1_to_3(
+    dir: &std::path::Path,
+    market: alloy::primitives::Address,
+) -> cresolver_store::SqliteStore {
+    use alloy::primitives::{B256, U256};
+    use cresolver_core::request::LogRef;
+    use cresolver_store::{Requests, SqliteStore, Store};
+    let store = SqliteStore::new(Store::open(dir).unwrap());
+    for id in 1..=3u64 {
+        let log = LogRef {
+            block_number: id,
+            block_hash: B256::repeat_byte(id as u8),
+            tx_hash: B256::repeat_byte(0x40 + id as u8),
+            log_index: 0,
+        };
+        store
+            .record_request(market, U256::from(id), "wf", &log)
+            .await
+            .unwrap();
+    }
+    store
+}
+
 #[tokio::test]
 async fn rounds_list_filters_the_stored_rounds() {
-    use alloy::primitives::{Address, B256, U256};
-    use cresolver_core::request::LogRef;
-    use cresolver_store::{Requests, Rounds, SqliteStore, Stage, Store};
+    use alloy::primitives::{Address, U256};
+    use cresolver_store::{Rounds, Stage};
     let dir = common::node::tmpdir("rounds-list");
     let market = Address::repeat_byte(0x11);
     {
-        let store = SqliteStore::new(Store::open(&dir).unwrap());
-        for id in 1..=3u64 {
-            let log = LogRef {
-                block_number: id,
-                block_hash: B256::repeat_byte(id as u8),
-                tx_hash: B256::repeat_byte(0x40 + id as u8),
-                log_index: 0,
-            };
-            store
-                .record_request(market, U256::from(id), "wf", &log)
-                .await
-                .unwrap();
-        }
+        let store = requests_1_to_3(&dir, market).await;
         store
             .set_state(market, U256::from(2u64), Stage::Failed, Some("no quorum"))
             .await
@@ -373,26 +384,10 @@ async fn rounds_list_help_names_every_state() {
 
 #[tokio::test]
 async fn rounds_list_since_keeps_an_old_round_updated_recently() {
-    use alloy::primitives::{Address, B256, U256};
-    use cresolver_core::request::LogRef;
-    use cresolver_store::{Requests, SqliteStore, Store};
+    use alloy::primitives::{Address, U256};
     let dir = common::node::tmpdir("rounds-since");
     let market = Address::repeat_byte(0x11);
-    {
-        let store = SqliteStore::new(Store::open(&dir).unwrap());
-        for id in 1..=3u64 {
-            let log = LogRef {
-                block_number: id,
-                block_hash: B256::repeat_byte(id as u8),
-                tx_hash: B256::repeat_byte(0x40 + id as u8),
-                log_index: 0,
-            };
-            store
-                .record_request(market, U256::from(id), "wf", &log)
-                .await
-                .unwrap();
-        }
-    }
+    drop(requests_1_to_3(&dir, market).await);
     // round 1, the oldest, changed now; 2 and 3 long ago
     let c = rusqlite::Connection::open(dir.join("cresolver.sqlite3")).unwrap();
     c.execute(

@@ -326,19 +326,7 @@ fn shown(c: &Ctx, line: &str) -> String {
         s = tail[digits..].to_string();
     }
     out.push_str(&s);
-    // `<` outside code spans would open an HTML tag in the rendered table
-    let escaped: Vec<String> = out
-        .split('`')
-        .enumerate()
-        .map(|(i, part)| {
-            if i % 2 == 0 {
-                part.replace('<', "&lt;")
-            } else {
-                part.to_string()
-            }
-        })
-        .collect();
-    escaped.join("`").replace('|', "\\|")
+    common::generated::table_cell(&out)
 }
 
 /// `docs/reference/startup-errors.md`: what the table's cases really print (rewritten by
@@ -358,16 +346,7 @@ fn check_reference(seen: &[(&str, String)]) {
          | what is wrong | message |\n|---|---|\n{}\n",
         rows.join("\n")
     );
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/startup-errors.md");
-    if std::env::var_os("CRESOLVER_UPDATE_DOCS").is_some() {
-        std::fs::write(&path, &text).unwrap();
-        return;
-    }
-    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        on_disk == text,
-        "docs/reference/startup-errors.md is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test config_check` and commit it"
-    );
+    common::generated::check("docs/reference/startup-errors.md", &text, "config_check");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

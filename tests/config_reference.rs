@@ -8,6 +8,9 @@
 //! `CRESOLVER_UPDATE_DOCS=1 cargo test --test config_reference` rewrites the generated files.
 
 use cresolver_pipeline::schema::{self, Key};
+#[path = "common/generated.rs"]
+mod generated;
+
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -18,20 +21,6 @@ fn root() -> PathBuf {
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
-}
-
-/// Compares a generated file with the committed one (or writes it, when asked to).
-fn check_generated(rel: &str, generated: &str) {
-    let path = root().join(rel);
-    if std::env::var_os("CRESOLVER_UPDATE_DOCS").is_some() {
-        std::fs::write(&path, generated).unwrap();
-        return;
-    }
-    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        on_disk == generated,
-        "{rel} is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test config_reference` and commit it"
-    );
 }
 
 fn pretty(v: &Value) -> String {
@@ -241,15 +230,21 @@ fn config_reference() -> String {
 
 #[test]
 fn the_schemas_and_the_reference_are_current() {
-    check_generated(
+    generated::check(
         "docs/reference/node.schema.json",
         &pretty(cresolver_pipeline::config::NodeConfig::schema()),
+        "config_reference",
     );
-    check_generated(
+    generated::check(
         "docs/reference/workflow.schema.json",
         &pretty(cresolver_pipeline::workflow::Workflow::schema()),
+        "config_reference",
     );
-    check_generated("docs/reference/config.md", &config_reference());
+    generated::check(
+        "docs/reference/config.md",
+        &config_reference(),
+        "config_reference",
+    );
 }
 
 /// The `pub` fields of each `pub struct` deriving `Deserialize` in a source file.

@@ -8,6 +8,9 @@
 //! `CRESOLVER_UPDATE_DOCS=1 cargo test --test docs --test config_reference` rewrites the
 //! generated references.
 
+#[path = "common/generated.rs"]
+mod generated;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -17,20 +20,6 @@ fn root() -> PathBuf {
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
-}
-
-/// Compares a generated reference with its file (or writes it, when asked to).
-fn check_generated(rel: &str, generated: &str) {
-    let path = root().join(rel);
-    if std::env::var_os("CRESOLVER_UPDATE_DOCS").is_some() {
-        std::fs::write(&path, generated).unwrap();
-        return;
-    }
-    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        on_disk == generated,
-        "{rel} is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test docs` and commit it"
-    );
 }
 
 fn metrics_reference() -> String {
@@ -280,19 +269,7 @@ fn readable(
         rest = &after[close + 1..];
     }
     out.push_str(rest);
-    // `<` outside code spans would open an HTML tag in the rendered table
-    let escaped: Vec<String> = out
-        .split('`')
-        .enumerate()
-        .map(|(i, part)| {
-            if i % 2 == 0 {
-                part.replace('<', "&lt;")
-            } else {
-                part.to_string()
-            }
-        })
-        .collect();
-    escaped.join("`").replace('|', "\\|")
+    generated::table_cell(&out)
 }
 
 /// The field types of the tuple variant declared after line `i` (`Rpc(RpcFailure)`).
@@ -399,8 +376,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn the_generated_references_are_current() {
-    check_generated("docs/reference/metrics.md", &metrics_reference());
-    check_generated("docs/reference/errors.md", &errors_reference());
+    generated::check("docs/reference/metrics.md", &metrics_reference(), "docs");
+    generated::check("docs/reference/errors.md", &errors_reference(), "docs");
 }
 
 #[test]

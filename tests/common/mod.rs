@@ -7,6 +7,7 @@ pub mod browser;
 pub mod chain;
 pub mod chorus_peer;
 pub mod factagora_peer;
+pub mod generated;
 pub mod node;
 pub mod pg;
 pub mod proxy;
