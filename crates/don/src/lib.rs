@@ -14,7 +14,10 @@
 //! - [`wire`]: the signed messages between members and their bounds.
 //! - [`context`]: the DON's types for the Tendermint state machine.
 //! - [`decided`]: the executions decided lately, for the operator.
-//! - [`instance`]: one execution's consensus on one member.
+//! - [`consensus`]: one execution's consensus as a pure state machine (no I/O, no
+//!   clock): inputs in, effects out.
+//! - [`host`]: the async host that performs a core's effects.
+//! - [`journal`]: the group commit of the state file.
 //! - [`book`]: the bounded inboxes messages wait in.
 //! - [`persist`]: what a member must remember across a restart (its observation, its
 //!   consensus log, the one report it signed, the agreement).
@@ -26,10 +29,12 @@
 pub mod agreed;
 pub mod book;
 pub mod config;
+pub mod consensus;
 pub mod context;
 pub mod decided;
-pub mod instance;
+pub mod host;
 pub mod job;
+pub mod journal;
 pub mod member;
 pub mod persist;
 pub mod server;

@@ -7,8 +7,11 @@
 pub use crate::agreed::Agreed;
 use crate::book::{Books, Full};
 use crate::config::DonConfig;
+use crate::consensus::{Params, Secp256k1Keys};
 pub use crate::decided::DecidedExecution;
+use crate::host::Phases;
 pub use crate::job::{AgreeError, BuildError, BuildReport, InstanceStatus, Job, ReportRefusal};
+use crate::journal::{Journal, Write};
 use crate::persist::{Persist, PersistError};
 use crate::shared::{REPLY_EVERY, Shared};
 use crate::wire::{self, Body, Envelope, SignedObservation};
@@ -61,6 +64,19 @@ impl Don {
             cfg.f,
             &members,
         ));
+        let params = Arc::new(Params {
+            don_id: cfg.don_id,
+            config_version: cfg.config_version,
+            f: usize::from(cfg.f),
+            members: members.clone(),
+            context: context.clone(),
+            attempt_timeout_ms: cfg.attempt_timeout_ms,
+            observation_grace_ms: cfg.observation_grace_ms,
+            max_attempts: cfg.max_attempts,
+            #[cfg(feature = "mutations")]
+            mutation: None,
+        });
+        let keys = Arc::new(Secp256k1Keys(signer.clone()));
         let http = reqwest::Client::builder()
             .timeout(SEND_TIMEOUT)
             .connect_timeout(SEND_TIMEOUT)
@@ -74,8 +90,11 @@ impl Don {
                 members,
                 signer,
                 context,
+                params,
+                keys,
                 http,
-                persist,
+                journal: Journal::start(Arc::new(persist)),
+                phases: Mutex::new(VecDeque::new()),
                 metrics,
                 books: Books::default(),
                 done: Mutex::new((HashMap::new(), VecDeque::new())),
@@ -120,7 +139,25 @@ impl Don {
 
     /// The agreement stored for an execution, if this member saw one.
     pub fn agreed(&self, exec: &B256) -> Result<Option<Agreed>, PersistError> {
-        self.s.persist.agreed(exec)
+        self.s.journal.persist().agreed(exec)
+    }
+
+    /// Transactions committed to the state file so far (each one fsync; concurrent
+    /// executions share them).
+    pub fn commits(&self) -> u64 {
+        self.s.journal.commits()
+    }
+
+    /// The phases of the executions this member agreed lately (at most
+    /// [`crate::host::PHASES_KEPT`]), oldest first.
+    pub fn phases(&self) -> Vec<Phases> {
+        self.s
+            .phases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect()
     }
 
     /// Every valid signature this member holds over the report `digest` of `exec`, by
@@ -136,7 +173,7 @@ impl Don {
 
     /// This member's own observation of an execution, as stored.
     pub fn own_observation(&self, exec: &B256) -> Result<Option<SignedObservation>, PersistError> {
-        self.s.persist.own_observation(exec)
+        self.s.journal.persist().own_observation(exec)
     }
 
     /// What the operator sees of the executions in consensus now (an agreed one leaves
@@ -198,9 +235,9 @@ impl Don {
     /// Takes in a message the server checked ([`wire::open`]): into its execution's book,
     /// or, when this member already decided the execution, answers the sender with the
     /// decision (and keeps a spare report signature it carries).
-    pub fn receive(&self, env: Envelope, bytes: usize) -> Result<(), Refused> {
+    pub async fn receive(&self, env: Envelope, bytes: usize) -> Result<(), Refused> {
         let exec = env.execution_id;
-        if self.answer_if_decided(&env) {
+        if self.answer_if_decided(&env).await {
             return Ok(());
         }
         let slot = self.s.books.for_peer(exec, env.sender);
@@ -219,9 +256,9 @@ impl Don {
 
     /// `true` when the message's execution is decided here: the sender gets this member's
     /// decision (at most once per second), and a report signature it carries is kept.
-    pub fn answer_if_decided(&self, env: &Envelope) -> bool {
+    pub async fn answer_if_decided(&self, env: &Envelope) -> bool {
         let exec = env.execution_id;
-        if !self.knows_decided(&exec) {
+        if !self.knows_decided(&exec).await {
             return false;
         }
         if let Body::Decided {
@@ -237,15 +274,15 @@ impl Don {
             }
         }
         let agreed = matches!(env.body, Body::Decided { agreed: true, .. });
-        self.answer_replay(&exec, env.sender, agreed)
+        self.answer_replay(&exec, env.sender, agreed).await
     }
 
     /// For a message taken before and sent again (the server keeps what it needs of it):
     /// `true` when its execution is decided here, and its sender then gets this member's
     /// decision, at most once per second, unless it said it holds f+1 signatures itself
     /// (`agreed`: two members answering each other's answers would never stop).
-    pub fn answer_replay(&self, exec: &B256, sender: Address, agreed: bool) -> bool {
-        if !self.knows_decided(exec) {
+    pub async fn answer_replay(&self, exec: &B256, sender: Address, agreed: bool) -> bool {
+        if !self.knows_decided(exec).await {
             return false;
         }
         let reply = {
@@ -268,8 +305,8 @@ impl Don {
     }
 
     /// Whether `exec` is decided here: kept in memory, or (for an execution with no book
-    /// open here) stored in the state file.
-    fn knows_decided(&self, exec: &B256) -> bool {
+    /// open here) stored in the state file (read on the blocking pool).
+    async fn knows_decided(&self, exec: &B256) -> bool {
         if self
             .s
             .done
@@ -283,7 +320,8 @@ impl Don {
         if self.s.books.is_open(exec) {
             return false;
         }
-        match self.s.persist.agreed(exec) {
+        let e = *exec;
+        match self.s.journal.read(move |p| p.agreed(&e)).await {
             Ok(Some(a)) => {
                 self.s.remember_done(&a, []);
                 true
@@ -297,7 +335,12 @@ impl Don {
     /// previous run persisted (the observation, the consensus log, the signed report).
     pub async fn agree(&self, job: Job) -> Result<Agreed, AgreeError> {
         let exec = job.execution_id;
-        if let Some(a) = self.s.persist.agreed(&exec)? {
+        let (agreed, stored) = self
+            .s
+            .journal
+            .read(move |p| Ok((p.agreed(&exec)?, p.own_observation(&exec)?)))
+            .await?;
+        if let Some(a) = agreed {
             self.s.remember_done(&a, []);
             self.s
                 .decided
@@ -309,22 +352,28 @@ impl Don {
         if *self.s.stop.borrow() {
             return Err(AgreeError::ShuttingDown);
         }
-        let own = match self.s.persist.own_observation(&exec)? {
+        let own = match stored {
             Some(o) => o,
             None => {
                 let signed = wire::sign_observation(job.observation.clone(), &self.s.signer)?;
-                let stored = self.s.persist.save_own_observation(&exec, &signed)?;
+                self.s
+                    .journal
+                    .commit(vec![Write::Observation(exec, Box::new(signed))])
+                    .await?;
                 crate::shared::crash_point("don_observed");
-                stored
+                // the first stored stays (a concurrent call may have stored its own)
+                self.s
+                    .journal
+                    .read(move |p| p.own_observation(&exec))
+                    .await?
+                    .ok_or(PersistError::Closed)?
             }
         };
         self.s.metrics.don_event("observation_received", "own");
         tracing::info!(execution_id = %exec, leader = %self.s.leader(&exec, 0), "consensus started for the execution");
         let slot = self.s.books.own(exec);
-        let result = crate::instance::Instance::new(&self.s, job, own, slot)
-            .run()
-            .await;
-        // the instance remembered its agreement (with every signature it saw)
+        let result = crate::host::run(&self.s, job, own, slot).await;
+        // the host remembered its agreement (with every signature it saw)
         if result.is_ok() {
             self.s.books.close(&exec);
         }

@@ -22,6 +22,12 @@ pub enum PersistError {
     /// A stored row does not decode (or a value does not encode) as JSON.
     #[error("DON state database holds unreadable JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// The group commit this write was part of failed.
+    #[error(transparent)]
+    Batch(std::sync::Arc<PersistError>),
+    /// The journal's writer thread or the blocking pool is gone (the node is stopping).
+    #[error("the DON state file's writer has stopped")]
+    Closed,
 }
 
 /// The one report this member signed for an execution.
@@ -154,18 +160,25 @@ impl Persist {
         }
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        let key = exec.to_string();
-        let next: i64 = tx.query_row(
-            "SELECT COALESCE(MAX(seq), -1) + 1 FROM don_consensus_log WHERE execution_id = ?1",
-            params![key],
-            |r| r.get(0),
-        )?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO don_consensus_log (execution_id, seq, body) VALUES (?1, ?2, ?3)",
-            )?;
-            for (i, e) in entries.iter().enumerate() {
-                stmt.execute(params![key, next + i as i64, e])?;
+        append_log(&tx, exec, entries)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Commits writes of any executions in one transaction (one fsync): the journal's
+    /// group commit.
+    pub fn commit(&self, writes: &[&crate::journal::Write]) -> Result<(), PersistError> {
+        use crate::journal::Write;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for w in writes {
+            match w {
+                Write::Log(exec, entries) => append_log(&tx, exec, entries)?,
+                Write::Lock(exec, l) => insert_once(&tx, "don_locks", exec, l.as_ref())?,
+                Write::Observation(exec, o) => {
+                    insert_once(&tx, "don_own_observations", exec, o.as_ref())?;
+                }
+                Write::Agreed(exec, a) => insert_once(&tx, "don_agreements", exec, a.as_ref())?,
             }
         }
         tx.commit()?;
@@ -191,4 +204,40 @@ impl Persist {
     pub fn save_agreed(&self, exec: &B256, a: &Agreed) -> Result<Agreed, PersistError> {
         self.put_once("don_agreements", exec, a)
     }
+}
+
+/// Appends entries after an execution's last logged one.
+fn append_log(
+    tx: &rusqlite::Transaction<'_>,
+    exec: &B256,
+    entries: &[String],
+) -> Result<(), PersistError> {
+    let key = exec.to_string();
+    let next: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(seq), -1) + 1 FROM don_consensus_log WHERE execution_id = ?1",
+        params![key],
+        |r| r.get(0),
+    )?;
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO don_consensus_log (execution_id, seq, body) VALUES (?1, ?2, ?3)",
+    )?;
+    for (i, e) in entries.iter().enumerate() {
+        stmt.execute(params![key, next + i as i64, e])?;
+    }
+    Ok(())
+}
+
+/// Inserts a row unless the execution has one (the first write stays).
+fn insert_once<T: serde::Serialize>(
+    tx: &rusqlite::Transaction<'_>,
+    table: &str,
+    exec: &B256,
+    value: &T,
+) -> Result<(), PersistError> {
+    let body = serde_json::to_string(value)?;
+    tx.execute(
+        &format!("INSERT OR IGNORE INTO {table} (execution_id, body) VALUES (?1, ?2)"),
+        params![exec.to_string(), body],
+    )?;
+    Ok(())
 }

@@ -262,7 +262,7 @@ async fn message(
         // taken before (its signatures were checked then): nothing more to check, parse
         // or charge, but a member that asks again about an execution decided here is
         // answered (a member resends the same bytes until it has what it needs)
-        s.don.answer_replay(&exec, sender, agreed);
+        s.don.answer_replay(&exec, sender, agreed).await;
         return (StatusCode::OK, "duplicate");
     }
     let sig = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
@@ -292,7 +292,7 @@ async fn message(
         env.sender,
         matches!(env.body, wire::Body::Decided { agreed: true, .. }),
     );
-    match don.receive(env, body.len()) {
+    match don.receive(env, body.len()).await {
         Ok(()) => {
             // only a message taken is a replay next time: one refused (its book full)
             // is read again when it is sent again

@@ -5,13 +5,14 @@
 use crate::agreed::Agreed;
 use crate::book::Books;
 use crate::config::{DonConfig, leader_of};
+use crate::consensus::{Keys, Params};
 use crate::decided::DecidedLog;
+use crate::host::Phases;
 use crate::job::InstanceStatus;
-use crate::persist::Persist;
+use crate::journal::Journal;
 use crate::wire::{self, Body, Envelope};
 use alloy::primitives::{Address, B256, Bytes};
 use alloy::signers::local::PrivateKeySigner;
-use cresolver_core::don::forwarder_digest;
 use cresolver_metrics::Metrics;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -60,8 +61,15 @@ pub(crate) struct Shared {
     pub(crate) members: Vec<Address>,
     pub(crate) signer: PrivateKeySigner,
     pub(crate) context: Bytes,
+    /// What every execution's consensus core shares.
+    pub(crate) params: Arc<Params>,
+    /// This member's key, as the cores sign with it.
+    pub(crate) keys: Arc<dyn Keys>,
     pub(crate) http: reqwest::Client,
-    pub(crate) persist: Persist,
+    /// The state file, written through the group commit.
+    pub(crate) journal: Journal,
+    /// The phases of the executions agreed lately.
+    pub(crate) phases: Mutex<VecDeque<Phases>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) books: Books,
     pub(crate) done: Mutex<(HashMap<B256, Done>, VecDeque<B256>)>,
@@ -74,14 +82,9 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The faults tolerated.
-    pub(crate) fn f(&self) -> usize {
-        usize::from(self.cfg.f)
-    }
-
     /// Votes that decide: more than two thirds of the members (2f+1 when n = 3f+1).
     pub(crate) fn quorum(&self) -> usize {
-        self.members.len() * 2 / 3 + 1
+        self.params.quorum()
     }
 
     /// This member's signer address.
@@ -203,10 +206,5 @@ impl Shared {
                 }
             });
         }
-    }
-
-    /// The report digest of raw report bytes, with this DON's context.
-    pub(crate) fn digest(&self, report: &[u8]) -> B256 {
-        forwarder_digest(report, &self.context)
     }
 }

@@ -5,12 +5,14 @@
 //! a report from a proposed set with these functions alone.
 
 pub mod aggregate;
+pub mod report;
 
 use alloy_primitives::{Address, B256, U256, keccak256};
 use alloy_sol_types::{SolValue, sol};
 use serde::{Deserialize, Serialize};
 
 pub use aggregate::{Aggregate, AggregateError, AggregatedWorker, Binding, aggregate};
+pub use report::{ReportRefused, ReportSpec, build_report};
 
 /// Domain tag of an observation digest (so that no other signed message can pass as one).
 pub const OBSERVATION_DOMAIN: &[u8] = b"cresolver-don-observation-v1";

@@ -12,8 +12,7 @@ use crate::Node;
 use crate::don::{don_record, observe, observe_failed};
 use alloy::primitives::{Address, Bytes};
 use cresolver_core::Reputation;
-use cresolver_core::don::{Aggregate, execution_id};
-use cresolver_core::report::{ExecutionHeader, build_raw_report};
+use cresolver_core::don::{Aggregate, ReportSpec, build_report, execution_id};
 use cresolver_don::{Agreed, Job, ReportRefusal};
 use cresolver_pipeline::transcript::{ConfirmationRecord, ConfirmationStatus, SubmissionRecord};
 use cresolver_store::Stage;
@@ -57,26 +56,18 @@ impl Node {
             (None, Some(stage)) => observe_failed(stage, binding, don.address()),
             (None, None) => return Ok(Next::End(Ending::Untouched)),
         };
-        let (tie, quorum) = (round.p.workflow.tally.tie, round.p.workflow.quorum.rule);
-        let metadata = round.p.submitter.metadata().clone();
+        let spec = ReportSpec {
+            market_id,
+            execution_id: exec,
+            don_id: dc.don_id,
+            config_version: dc.config_version,
+            quorum: round.p.workflow.quorum.rule,
+            tie: round.p.workflow.tally.tie,
+            reputations,
+            metadata: round.p.submitter.metadata().clone(),
+        };
         let build = move |agg: &Aggregate| -> Result<Bytes, ReportRefusal> {
-            let n = agg.workers.len();
-            let answered = agg.workers.iter().filter(|w| w.answer.is_some()).count();
-            if !quorum.is_met(answered, n) {
-                return Err(format!(
-                    "the DON's aggregate has {answered} answered worker(s) of {n}: quorum {quorum} is not met"
-                )
-                .into());
-            }
-            let t = cresolver_core::tally(market_id, &agg.tally_workers(&reputations), tie)?;
-            let header = ExecutionHeader {
-                version: 1,
-                workflow_execution_id: exec,
-                timestamp: agg.timestamp,
-                don_id: dc.don_id,
-                don_config_version: dc.config_version,
-            };
-            Ok(build_raw_report(&header, &metadata, &t.report()))
+            Ok(build_report(&spec, agg)?)
         };
         let job = Job {
             execution_id: exec,

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Instance<'_> {
+impl Core {
     pub(super) fn on_decide(&mut self, round: Round, p: Proposal) {
         if self.decided.is_some() {
             return;
@@ -36,17 +36,16 @@ impl Instance<'_> {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(execution_id = %self.exec(), round, error = %e, "the decided set makes no report on this member: check its workflow and chain against the others'");
-                self.don
-                    .metrics
-                    .don_event("message_refused", "decided_set_unbuildable");
+                self.event("message_refused", "decided_set_unbuildable");
                 return;
             }
         };
-        let digest = self.don.digest(&report);
-        let leader = self.don.leader(&self.exec(), round);
+        let digest = self.p.digest(&report);
+        let leader = self.p.leader(&self.exec(), round);
         if !self.replaying {
             tracing::info!(execution_id = %self.exec(), round, %leader, set = %value.id, precommits = commits.len(), "set decided");
         }
+        let set = value.id;
         self.decided = Some(Decision {
             round,
             value,
@@ -55,46 +54,73 @@ impl Instance<'_> {
             report,
             digest,
         });
-        self.timers.clear();
         self.want_value = None;
+        if !self.replaying {
+            self.out.push(Effect::Decided { round, set });
+        }
     }
 
-    /// Signs the decided report (once: the lock is persisted before the signature
-    /// leaves) and sends the decision.
-    pub(super) fn sign_decided(&mut self) -> Result<(), AgreeError> {
+    /// Signs the decided report (once: the lock is returned as an effect, durable before
+    /// the signature leaves) and sends the decision.
+    pub(super) fn sign_decided(&mut self) -> Result<(), crate::wire::WireError> {
         let Some(d) = &self.decided else {
             return Ok(());
         };
-        if self.sigs.contains_key(&self.don.address()) {
+        if self.sigs.contains_key(&self.me()) {
             return Ok(());
         }
-        let signature = wire::sign_digest(&self.don.signer, &d.digest)?;
-        let lock = Lock {
-            digest: d.digest,
-            report: d.report.clone(),
-            signature: signature.clone(),
-            observations: d.value.observations.to_vec(),
-            attempt: d.round,
+        let signature = match &self.stored_lock {
+            Some(stored) if stored.digest == d.digest => stored.signature.clone(),
+            Some(stored) => {
+                // only a member whose state file predates this protocol can hold another
+                tracing::error!(execution_id = %self.exec(), signed = %stored.digest, decided = %d.digest, "this member signed another report for this execution before: not signing the decided one");
+                self.event("message_refused", "signed_another");
+                self.finished = true;
+                self.out.push(Effect::SignedAnother);
+                return Ok(());
+            }
+            None => {
+                let signature = self.keys.sign(&d.digest)?;
+                let lock = Lock {
+                    digest: d.digest,
+                    report: d.report.clone(),
+                    signature: signature.clone(),
+                    observations: d.value.observations.to_vec(),
+                    attempt: d.round,
+                };
+                self.stored_lock = Some(lock.clone());
+                self.lock = Some(lock);
+                signature
+            }
         };
-        let stored = self.don.persist.lock_once(&self.exec(), &lock)?;
-        if stored.digest != d.digest {
-            // only a member whose state file predates this protocol can hold another
-            tracing::error!(execution_id = %self.exec(), signed = %stored.digest, decided = %d.digest, "this member signed another report for this execution before: not signing the decided one");
-            self.don
-                .metrics
-                .don_event("message_refused", "signed_another");
-            return Err(AgreeError::SignedAnother);
-        }
-        self.sigs
-            .insert(self.don.address(), stored.signature.clone());
+        self.sigs.insert(self.me(), signature);
         let early = std::mem::take(&mut self.early_sigs);
         for (who, sig) in early {
             self.add_report_signature(who, &sig);
         }
         let env = self.decided_envelope();
-        self.outbox.push(env);
-        crash_point("don_signed");
+        self.send(env);
         Ok(())
+    }
+
+    /// Mutation only: signs the report of a proposed set before any decision and sends
+    /// it, as a member that broke the rule "sign only what was decided" would.
+    #[cfg(feature = "mutations")]
+    pub(super) fn sign_early(&mut self, round: u32, value: &SetValue) {
+        let Ok(report) = self.build(&value.observations) else {
+            return;
+        };
+        let Ok(sig) = self.keys.sign(&self.p.digest(&report)) else {
+            return;
+        };
+        let env = self.envelope(Body::Decided {
+            round,
+            observations: value.observations.to_vec(),
+            commits: Vec::new(),
+            report_signature: Some(sig),
+            agreed: false,
+        });
+        self.send(env);
     }
 
     pub(super) fn decided_envelope(&self) -> Envelope {
@@ -106,39 +132,36 @@ impl Instance<'_> {
             round,
             observations,
             commits,
-            report_signature: self.sigs.get(&self.don.address()).cloned(),
+            report_signature: self.sigs.get(&self.me()).cloned(),
             agreed: false,
         })
     }
 
     pub(super) fn add_report_signature(&mut self, who: Address, sig: &Bytes) {
         let Some(d) = &self.decided else {
-            if self.early_sigs.len() < self.don.members.len() * 2 {
+            if self.early_sigs.len() < self.p.members.len() * 2 {
                 self.early_sigs.push((who, sig.clone()));
             }
             return;
         };
-        if wire::recover(&d.digest, sig).ok() == Some(who) {
+        if self.keys.recover(&d.digest, sig).ok() == Some(who) {
             self.sigs.entry(who).or_insert_with(|| sig.clone());
         } else {
-            self.don
-                .metrics
-                .don_event("message_refused", "bad_report_signature");
+            self.event("message_refused", "bad_report_signature");
         }
     }
 
-    /// f+1 report signatures over the decided report, this member's own first.
-    pub(super) fn agreement(&mut self) -> Result<Option<Agreed>, AgreeError> {
-        self.sign_decided()?;
-        self.flush()?;
-        let need = self.don.f() + 1;
+    /// f+1 report signatures over the decided report, this member's own first: the
+    /// agreement, returned once as [`Effect::Agreed`].
+    pub(super) fn agreement(&mut self) -> bool {
+        let need = self.p.f + 1;
         let Some(d) = &self.decided else {
-            return Ok(None);
+            return false;
         };
-        if self.sigs.len() < need {
-            return Ok(None);
+        if self.sigs.len() < need || !self.sigs.contains_key(&self.me()) {
+            return false;
         }
-        let me = self.don.address();
+        let me = self.me();
         let (signers, signatures): (Vec<Address>, Vec<Bytes>) = self
             .sigs
             .get_key_value(&me)
@@ -150,7 +173,7 @@ impl Instance<'_> {
         let a = Agreed {
             execution_id: self.exec(),
             report: d.report.clone(),
-            context: self.don.context.clone(),
+            context: self.p.context.clone(),
             digest: d.digest,
             signers,
             signatures,
@@ -160,20 +183,20 @@ impl Instance<'_> {
             recomputed: true,
             commits: d.commits.clone(),
         };
-        let a = self.don.persist.save_agreed(&self.exec(), &a)?;
-        // keep every signature seen, for a transmitter whose f+1 hold one the forwarder refuses
-        self.don.remember_done(&a, &self.sigs);
-        self.don
-            .decided
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .record(crate::decided::DecidedExecution::of(
-                &a,
-                Some(self.leader_changes),
-            ));
-        self.don.metrics.don_event("agreement", "reached");
+        self.event("agreement", "reached");
         tracing::info!(execution_id = %self.exec(), round = a.attempt, leader = %a.leader, signers = ?a.signers, "DON agreement");
-        self.clear_status();
-        Ok(Some(a))
+        self.finished = true;
+        self.out.push(Effect::Agreed(Box::new(a)));
+        true
+    }
+
+    /// Every valid report signature this member holds over the decided report.
+    pub fn signatures(&self) -> &BTreeMap<Address, Bytes> {
+        &self.sigs
+    }
+
+    /// Leader changes this run saw.
+    pub fn leader_changes(&self) -> u32 {
+        self.leader_changes
     }
 }

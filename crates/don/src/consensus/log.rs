@@ -3,80 +3,100 @@
 //! causes is sent, and replayed into a new driver when the member starts again.
 
 use super::*;
+use serde::{Deserialize, Serialize};
 
 /// One entry of the consensus log: an input the driver took that this member cannot
 /// derive again (what it received, what it proposed, which timeouts fired).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "input", rename_all = "snake_case")]
-pub(super) enum LogEntry {
+pub enum LogEntry {
+    /// This member, as the round's leader, proposed a set.
     ProposeValue {
+        /// The round.
         round: u32,
+        /// The set.
         observations: Vec<SignedObservation>,
     },
+    /// A leader's proposal, checked.
     Proposal {
+        /// The round.
         round: u32,
+        /// The round of the polka it carries, if any.
         pol_round: Option<u32>,
+        /// The leader.
         proposer: Address,
+        /// The set.
         observations: Vec<SignedObservation>,
+        /// The leader's signature.
         signature: Bytes,
+        /// Whether the set is valid on this member.
         valid: bool,
     },
+    /// A member's vote, checked.
     Vote {
+        /// The round.
         round: u32,
+        /// Prevote or precommit.
         kind: VoteKind,
+        /// The set id, or nil.
         value: Option<B256>,
+        /// The voter.
         voter: Address,
+        /// The voter's signature.
         signature: Bytes,
     },
+    /// A timeout fired.
     Timeout {
+        /// The round.
         round: u32,
-        kind: VoteKindOrPropose,
+        /// The step.
+        kind: StepKind,
     },
 }
 
-/// The kind of a timeout, as logged.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+/// The step a timeout ends, as logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(super) enum VoteKindOrPropose {
+pub enum StepKind {
+    /// Waiting for the leader's proposal.
     Propose,
+    /// Waiting for 2f+1 prevotes for one set.
     Prevote,
+    /// Waiting for 2f+1 precommits for one set.
     Precommit,
 }
 
-impl Instance<'_> {
+impl Core {
     /// Rebuilds the driver's state from the consensus log (votes regenerated, not sent:
-    /// they are sent again below as this member's current votes).
-    pub(super) fn replay(&mut self) -> Result<(), AgreeError> {
-        let entries = self.don.persist.log(&self.exec())?;
-        self.logged = entries.len();
+    /// they are sent again as this member's current votes); the timeouts of the current
+    /// round are scheduled again.
+    pub(super) fn replay(&mut self, entries: Vec<LogEntry>) {
+        let count = entries.len();
+        self.logged = count;
         self.replaying = true;
         self.enqueue_new_round(0);
         self.drive();
-        for e in &entries {
-            match serde_json::from_str::<LogEntry>(e) {
-                Ok(entry) => {
-                    if let Some(input) = self.input_of(entry) {
-                        self.queue.push_back(input);
-                        self.drive();
-                    }
-                }
-                Err(err) => {
-                    tracing::error!(execution_id = %self.exec(), error = %err, "unreadable consensus log entry: skipped");
-                }
+        for entry in entries {
+            if let Some(input) = self.input_of(entry) {
+                self.queue.push_back(input);
+                self.drive();
             }
         }
         self.replaying = false;
-        self.outbox.clear();
         let round = self.round;
-        self.timers.retain(|(_, t)| t.round.as_u32() == Some(round));
-        if !entries.is_empty() {
-            tracing::info!(execution_id = %self.exec(), entries = entries.len(), round, "consensus resumed from its log");
+        let timers = std::mem::take(&mut self.replay_timers);
+        for (at, t) in timers {
+            if matches!(t, Timer::Step { round: r, .. } if r == round) {
+                self.schedule(at, t);
+            }
         }
-        Ok(())
+        if count > 0 {
+            tracing::info!(execution_id = %self.exec(), entries = count, round, "consensus resumed from its log");
+        }
     }
 
     /// The driver input a log entry stands for (and what it tells this member).
-    pub(super) fn input_of(&mut self, entry: LogEntry) -> Option<Input<DonContext>> {
+    pub(super) fn input_of(&mut self, entry: LogEntry) -> Option<DriverInput<DonContext>> {
         Some(match entry {
             LogEntry::ProposeValue {
                 round,
@@ -85,7 +105,7 @@ impl Instance<'_> {
                 if self.want_value == Some(round) {
                     self.want_value = None;
                 }
-                Input::ProposeValue(Round::new(round), SetValue::new(observations))
+                DriverInput::ProposeValue(Round::new(round), SetValue::new(observations))
             }
             LogEntry::Proposal {
                 round,
@@ -96,7 +116,9 @@ impl Instance<'_> {
                 valid,
             } => {
                 let value = SetValue::new(observations);
-                self.proposals_seen.entry(round).or_insert(value.id);
+                self.proposals_seen
+                    .entry(round)
+                    .or_insert((value.id, valid));
                 for o in value.observations.iter() {
                     if self.usable(o) {
                         self.observations
@@ -104,7 +126,7 @@ impl Instance<'_> {
                             .or_insert_with(|| o.clone());
                     }
                 }
-                Input::Proposal(
+                DriverInput::Proposal(
                     SignedMessage::new(
                         Proposal {
                             round: Round::new(round),
@@ -125,7 +147,7 @@ impl Instance<'_> {
                 signature,
             } => {
                 self.votes_seen.insert((voter, round, kind), value);
-                Input::Vote(SignedMessage::new(
+                DriverInput::Vote(SignedMessage::new(
                     Vote {
                         kind: vote_type(kind),
                         round: Round::new(round),
@@ -138,12 +160,12 @@ impl Instance<'_> {
                     Sig(signature.to_vec()),
                 ))
             }
-            LogEntry::Timeout { round, kind } => Input::TimeoutElapsed(Timeout::new(
+            LogEntry::Timeout { round, kind } => DriverInput::TimeoutElapsed(Timeout::new(
                 Round::new(round),
                 match kind {
-                    VoteKindOrPropose::Propose => TimeoutKind::Propose,
-                    VoteKindOrPropose::Prevote => TimeoutKind::Prevote,
-                    VoteKindOrPropose::Precommit => TimeoutKind::Precommit,
+                    StepKind::Propose => TimeoutKind::Propose,
+                    StepKind::Prevote => TimeoutKind::Prevote,
+                    StepKind::Precommit => TimeoutKind::Precommit,
                 },
             )),
         })
@@ -155,13 +177,7 @@ impl Instance<'_> {
         if self.logged + self.log.len() >= MAX_LOG_ENTRIES {
             return;
         }
-        match serde_json::to_string(&entry) {
-            Ok(s) => self.log.push(s),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot log a consensus input");
-                return;
-            }
-        }
+        self.log.push(entry.clone());
         if let Some(input) = self.input_of(entry) {
             self.queue.push_back(input);
             self.drive();

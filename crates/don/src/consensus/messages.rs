@@ -1,20 +1,20 @@
-//! The messages waiting in the execution's book, each checked against the consensus
-//! (its round's leader, its own signature, equivocation, the round window, a commit
-//! certificate) and, if it passes, logged and fed to the driver.
+//! A member's message, checked against the consensus (its round's leader, its own
+//! signature, equivocation, the round window, a commit certificate) and, if it passes,
+//! logged and fed to the driver.
 
 use super::*;
 
-impl Instance<'_> {
-    /// Takes the messages waiting in the book.
-    pub(super) fn take_messages(&mut self) {
-        let msgs = self.slot.inbox().drain();
-        for env in msgs {
+impl Core {
+    /// Takes one member's message of this execution.
+    pub(super) fn on_message(&mut self, env: Envelope) {
+        {
             if env.execution_id != self.exec()
                 || env.market != self.job.market
                 || env.market_id != self.job.market_id
+                || !self.p.members.contains(&env.sender)
             {
                 self.refuse(&env, "wrong_market");
-                continue;
+                return;
             }
             let sender = env.sender;
             match env.body {
@@ -42,25 +42,23 @@ impl Instance<'_> {
         }
     }
 
-    pub(super) fn refuse(&self, env: &Envelope, why: &'static str) {
-        self.don.metrics.don_event("message_refused", why);
+    pub(super) fn refuse(&mut self, env: &Envelope, why: &'static str) {
+        self.event("message_refused", why);
         tracing::debug!(execution_id = %self.exec(), sender = %env.sender, kind = env.kind(), reason = why, "a member's DON message dropped");
     }
 
-    pub(super) fn refuse_from(&self, sender: Address, kind: &'static str, why: &'static str) {
-        self.don.metrics.don_event("message_refused", why);
+    pub(super) fn refuse_from(&mut self, sender: Address, kind: &'static str, why: &'static str) {
+        self.event("message_refused", why);
         tracing::warn!(execution_id = %self.exec(), %sender, kind, reason = why, "a member's DON message dropped");
     }
 
     pub(super) fn on_observation(&mut self, o: SignedObservation) {
         if !self.usable(&o) {
-            self.don
-                .metrics
-                .don_event("message_refused", "unusable_observation");
+            self.event("message_refused", "unusable_observation");
             return;
         }
         if !self.observations.contains_key(&o.observation.observer) {
-            self.don.metrics.don_event("observation_received", "peer");
+            self.event("observation_received", "peer");
             self.observations.insert(o.observation.observer, o);
         }
     }
@@ -76,7 +74,11 @@ impl Instance<'_> {
         if self.decided.is_some() {
             return;
         }
-        if self.don.leader(&self.exec(), round) != sender {
+        #[cfg(feature = "mutations")]
+        let any_proposer = self.p.mutated(Mutation::AcceptNonLeaderProposal);
+        #[cfg(not(feature = "mutations"))]
+        let any_proposer = false;
+        if self.p.leader(&self.exec(), round) != sender && !any_proposer {
             return self.refuse_from(sender, "proposal", "not_the_leader");
         }
         if round > self.round.saturating_add(ROUND_WINDOW) {
@@ -87,21 +89,25 @@ impl Instance<'_> {
         }
         let value = SetValue::new(observations);
         let digest = self.proposal_digest(round, pol_round, &value.id);
-        if wire::recover(&digest, &signature).ok() != Some(sender) {
+        if self.keys.recover(&digest, &signature).ok() != Some(sender) {
             return self.refuse_from(sender, "proposal", "bad_proposal_signature");
         }
         match self.proposals_seen.get(&round) {
-            Some(id) if *id == value.id => return,
+            Some((id, _)) if *id == value.id => return,
             Some(_) => {
                 self.equivocated.insert(round);
-                self.don.metrics.don_event("equivocation_seen", "proposal");
+                self.event("equivocation_seen", "proposal");
                 return self.refuse_from(sender, "proposal", "equivocating_leader");
             }
             None => {}
         }
         let valid = self.valid(&value.observations);
+        #[cfg(feature = "mutations")]
+        if valid && self.p.mutated(Mutation::SignBeforeDecision) {
+            self.sign_early(round, &value);
+        }
         if !valid {
-            self.don.metrics.don_event("message_refused", "invalid_set");
+            self.event("message_refused", "invalid_set");
             tracing::warn!(execution_id = %self.exec(), %sender, round, "the leader's set is not valid (fewer than 2f+1 usable observations, or it makes no report): prevoting nil");
         }
         self.take(LogEntry::Proposal {
@@ -129,13 +135,13 @@ impl Instance<'_> {
         match self.votes_seen.get(&(sender, round, kind)) {
             Some(v) if *v == value => return,
             Some(_) => {
-                self.don.metrics.don_event("equivocation_seen", "vote");
+                self.event("equivocation_seen", "vote");
                 return self.refuse_from(sender, "vote", "equivocating_voter");
             }
             None => {}
         }
         let digest = self.vote_digest(kind, round, value.as_ref());
-        if wire::recover(&digest, &signature).ok() != Some(sender) {
+        if self.keys.recover(&digest, &signature).ok() != Some(sender) {
             return self.refuse_from(sender, "vote", "bad_vote_signature");
         }
         if far {
@@ -164,7 +170,7 @@ impl Instance<'_> {
         let Some(round) = by_round
             .iter()
             .rev()
-            .find(|(_, c)| **c > self.don.f())
+            .find(|(_, c)| **c > self.p.f)
             .map(|(r, _)| *r)
         else {
             return;
@@ -225,15 +231,26 @@ impl Instance<'_> {
     /// 2f+1 distinct members' valid precommits for `id` in `round`.
     pub(super) fn certified(&self, round: u32, id: &B256, commits: &[CommitVote]) -> bool {
         let digest = self.vote_digest(VoteKind::Precommit, round, Some(id));
+        #[cfg(feature = "mutations")]
+        if self.p.mutated(Mutation::DuplicateSigners) {
+            let counted = commits
+                .iter()
+                .filter(|c| {
+                    self.p.members.contains(&c.voter)
+                        && self.keys.recover(&digest, &c.signature).ok() == Some(c.voter)
+                })
+                .count();
+            return counted >= self.p.quorum();
+        }
         let mut voters = HashSet::new();
         for c in commits {
-            if self.don.members.contains(&c.voter)
+            if self.p.members.contains(&c.voter)
                 && !voters.contains(&c.voter)
-                && wire::recover(&digest, &c.signature).ok() == Some(c.voter)
+                && self.keys.recover(&digest, &c.signature).ok() == Some(c.voter)
             {
                 voters.insert(c.voter);
             }
         }
-        voters.len() >= self.don.quorum()
+        voters.len() >= self.p.quorum()
     }
 }

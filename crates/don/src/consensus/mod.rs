@@ -1,0 +1,798 @@
+//! One execution's consensus as a pure state machine: [`Core::handle`] takes an
+//! [`Input`] (the start with what was persisted, a member's message, a timer) and the
+//! member's clock reading, and returns the [`Effect`]s the host must perform, in order.
+//! The core does no I/O and reads no clock; it signs through [`Keys`] (a pure function of
+//! key and digest). Inside, Malachite's Tendermint driver
+//! ([`malachitebft_core_driver::Driver`]) is fed the checked messages and the timeouts.
+//!
+//! - Round `r` has one leader, [`crate::config::leader_of`]; a proposal counts only from
+//!   it, and only a proposal puts a set forward. A set is valid when it holds at least
+//!   2f+1 usable observations and builds a report.
+//! - The driver prevotes, locks on a set with 2f+1 prevotes, precommits, and decides a set
+//!   with 2f+1 precommits; a leader re-proposes the set it saw 2f+1 prevotes for, with that
+//!   round, so locked members can follow it (Tendermint's `validValue`/`validRound`).
+//! - f+1 votes of a later round move a member to it; 2f+1 votes of a round start its
+//!   timeouts; timeouts grow with the round.
+//! - Every input is returned as an [`Effect::Append`] to the consensus log *before* the
+//!   sends it causes: the host makes it durable before it sends, so a restarted member
+//!   replays to the same state and never votes twice in a round.
+//! - Only once a set is decided does the member build its report, sign the forwarder
+//!   digest ([`Effect::Lock`], durable before the signature leaves) and send a `Decided`
+//!   message: the set, the 2f+1 precommits and its report signature. A member that missed
+//!   the decision takes it from that message.
+
+use crate::agreed::Agreed;
+use crate::context::{
+    DonContext, MemberId, Proposal, SetId, SetValue, Sig, Validator, Validators, Vote,
+};
+use crate::job::{BuildError, InstanceStatus, Job};
+use crate::persist::{Lock, MAX_LOG_ENTRIES};
+use crate::wire::{self, Body, CommitVote, Envelope, SignedObservation, VoteKind};
+use alloy::primitives::{Address, B256, Bytes};
+use cresolver_core::don::aggregate::{Binding, aggregate, check_observation};
+use malachitebft_core_driver::{Driver, Input as DriverInput, Output, ThresholdParams};
+use malachitebft_core_types::{
+    NilOrVal, Round, SignedMessage, Timeout, TimeoutKind, Validity, VoteType,
+};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+mod decision;
+mod keys;
+mod log;
+mod messages;
+#[cfg(test)]
+mod tests;
+
+pub use keys::{Keys, Secp256k1Keys};
+pub use log::{LogEntry, StepKind};
+
+/// Rounds ahead of its own a member takes proposals and votes for.
+pub const ROUND_WINDOW: u32 = 8;
+/// The longest any one timeout grows to.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A vote held from beyond the round window: its round, kind, set id (or nil) and
+/// signature.
+type HeldVote = (u32, VoteKind, Option<B256>, Bytes);
+
+/// A rule the simulator's mutation tests break on purpose, to show it finds the
+/// violation (compiled in only with the `mutations` feature; never in a node).
+#[cfg(feature = "mutations")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// Prevote a valid proposal even when locked on another set.
+    SkipLockCheck,
+    /// Count f votes (not 2f+1) as a quorum, in the driver and in certificates.
+    FVotesQuorum,
+    /// Sign the report of a valid proposal's set before it is decided.
+    SignBeforeDecision,
+    /// Take a proposal from a member that is not the round's leader.
+    AcceptNonLeaderProposal,
+    /// Count a certificate's precommits without checking that the signers differ.
+    DuplicateSigners,
+}
+
+/// What every execution's core of one member shares: the DON's configuration.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// The DON id, as on the forwarder.
+    pub don_id: u32,
+    /// The configuration version, as on the forwarder.
+    pub config_version: u32,
+    /// The faults tolerated.
+    pub f: usize,
+    /// Every member, in configuration order.
+    pub members: Vec<Address>,
+    /// The report context every member signs with.
+    pub context: Bytes,
+    /// The base of the consensus timeouts.
+    pub attempt_timeout_ms: u64,
+    /// How long a leader holding 2f+1 observations waits for the others.
+    pub observation_grace_ms: u64,
+    /// Rounds after which the instance gives up (the node retries it later).
+    pub max_attempts: u32,
+    /// The rule this member breaks (mutation tests only).
+    #[cfg(feature = "mutations")]
+    pub mutation: Option<Mutation>,
+}
+
+impl Params {
+    /// Votes that decide: more than two thirds of the members (2f+1 when n = 3f+1).
+    pub fn quorum(&self) -> usize {
+        #[cfg(feature = "mutations")]
+        if self.mutation == Some(Mutation::FVotesQuorum) {
+            return self.f.max(1);
+        }
+        self.members.len() * 2 / 3 + 1
+    }
+
+    /// The leader of `round` of an execution.
+    pub fn leader(&self, exec: &B256, round: u32) -> Address {
+        crate::config::leader_of(&self.members, exec, round)
+    }
+
+    /// The forwarder digest of a raw report with this DON's context.
+    pub fn digest(&self, report: &[u8]) -> B256 {
+        cresolver_core::don::forwarder_digest(report, &self.context)
+    }
+
+    /// How long the host waits between resends of what other members may have missed.
+    pub fn rebroadcast_every(&self) -> Duration {
+        Duration::from_millis((self.attempt_timeout_ms / 4).clamp(100, 2_000))
+    }
+
+    fn thresholds(&self) -> ThresholdParams {
+        #[cfg(feature = "mutations")]
+        if self.mutation == Some(Mutation::FVotesQuorum) {
+            let (f, n) = (self.f.max(1) as u64, self.members.len() as u64);
+            return ThresholdParams {
+                quorum: malachitebft_core_types::ThresholdParam::new(f - 1, n),
+                honest: malachitebft_core_types::ThresholdParam::F_PLUS_ONE,
+            };
+        }
+        ThresholdParams::default()
+    }
+
+    /// Whether this member breaks `m` (mutation tests only).
+    #[cfg(feature = "mutations")]
+    pub fn mutated(&self, m: Mutation) -> bool {
+        self.mutation == Some(m)
+    }
+}
+
+/// A timer the core asks the host for ([`Effect::Schedule`]) and is given back
+/// ([`Input::Timeout`]) when it is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// A Tendermint timeout of a round and step.
+    Step {
+        /// The round.
+        round: u32,
+        /// Propose, prevote or precommit.
+        kind: StepKind,
+    },
+    /// Send again what other members may have missed.
+    Rebroadcast,
+    /// The leader's wait for the last observations is over.
+    Grace,
+}
+
+/// What the host gives the core.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// The first input: the execution's consensus log as persisted and the report this
+    /// member signed for it, if any.
+    Start {
+        /// The consensus log, in order.
+        log: Vec<LogEntry>,
+        /// The report signed before (never replaced).
+        lock: Option<Lock>,
+    },
+    /// A member's message of this execution, its envelope signature checked.
+    Message(Envelope),
+    /// A timer the core asked for is due.
+    Timeout(Timer),
+}
+
+/// What the core asks the host to do, in order. `Append` and `Lock` must be durable
+/// before any `Send` returned with them is performed.
+#[derive(Debug, Clone)]
+pub enum Effect {
+    /// Append these inputs to the execution's consensus log.
+    Append(Vec<LogEntry>),
+    /// Store the report this member signs (insert once: never replaced).
+    Lock(Lock),
+    /// Send a message to one member, or to every other member (`to: None`).
+    Send {
+        /// The recipient, or `None` for all the others.
+        to: Option<Address>,
+        /// The message.
+        env: Envelope,
+    },
+    /// Give [`Input::Timeout`] back at this reading of the member's clock.
+    Schedule {
+        /// When.
+        at: Duration,
+        /// Which.
+        timer: Timer,
+    },
+    /// A set is decided (its report built and about to be signed).
+    Decided {
+        /// The deciding round.
+        round: u32,
+        /// The set's id.
+        set: B256,
+    },
+    /// f+1 report signatures over the decided report: the instance is done.
+    Agreed(Box<Agreed>),
+    /// No decision within the rounds allowed: the instance stops (its log is kept).
+    Stalled {
+        /// The rounds run.
+        rounds: u32,
+    },
+    /// This member's state file holds its signature of another report for this
+    /// execution (a state file older than the consensus protocol): the instance stops.
+    SignedAnother,
+    /// A metric event (`don_event(what, why)`).
+    Event(&'static str, &'static str),
+}
+
+/// A decided set and what this member made of it.
+struct Decision {
+    round: u32,
+    value: SetValue,
+    leader: Address,
+    commits: Vec<CommitVote>,
+    report: Bytes,
+    digest: B256,
+}
+
+/// One execution's consensus on one member.
+pub struct Core {
+    p: Arc<Params>,
+    keys: Arc<dyn Keys>,
+    job: Job,
+    own: SignedObservation,
+    driver: Driver<DonContext>,
+    round: u32,
+    now: Duration,
+    /// Usable observations, by observer.
+    observations: BTreeMap<Address, SignedObservation>,
+    /// The round whose leader this member is and that still needs a set.
+    want_value: Option<u32>,
+    quorum_since: Option<Duration>,
+    /// This member's votes and proposals, newest round last (sent again until decided).
+    own_votes: BTreeMap<(u32, VoteKind), Envelope>,
+    own_proposals: BTreeMap<u32, Envelope>,
+    /// The first proposal of each round (and whether it was valid) and the first vote of
+    /// each sender per round: a second, different one is equivocation, seen and dropped.
+    proposals_seen: HashMap<u32, (B256, bool)>,
+    votes_seen: HashMap<(Address, u32, VoteKind), Option<B256>>,
+    equivocated: HashSet<u32>,
+    /// Each sender's newest vote from beyond [`ROUND_WINDOW`], held (one per sender) until
+    /// f+1 senders vote in one such round: then they are taken, and the member joins it.
+    ahead: HashMap<Address, HeldVote>,
+    decided: Option<Decision>,
+    sigs: BTreeMap<Address, Bytes>,
+    early_sigs: Vec<(Address, Bytes)>,
+    /// The report signed before this run, from the state file.
+    stored_lock: Option<Lock>,
+    queue: VecDeque<DriverInput<DonContext>>,
+    log: Vec<LogEntry>,
+    logged: usize,
+    lock: Option<Lock>,
+    out: Vec<Effect>,
+    replaying: bool,
+    replay_timers: Vec<(Duration, Timer)>,
+    leader_changes: u32,
+    finished: bool,
+}
+
+impl Core {
+    /// The core of `job` on the member holding `keys`, with its own signed observation.
+    pub fn new(p: Arc<Params>, keys: Arc<dyn Keys>, job: Job, own: SignedObservation) -> Self {
+        let validators = Validators(
+            p.members
+                .iter()
+                .map(|a| Validator {
+                    address: MemberId(*a),
+                })
+                .collect(),
+        );
+        let driver = Driver::new(
+            DonContext,
+            crate::context::Height::ONE,
+            validators,
+            MemberId(keys.address()),
+            p.thresholds(),
+        );
+        Self {
+            p,
+            keys,
+            job,
+            own,
+            driver,
+            round: 0,
+            now: Duration::ZERO,
+            observations: BTreeMap::new(),
+            want_value: None,
+            quorum_since: None,
+            own_votes: BTreeMap::new(),
+            own_proposals: BTreeMap::new(),
+            proposals_seen: HashMap::new(),
+            votes_seen: HashMap::new(),
+            equivocated: HashSet::new(),
+            ahead: HashMap::new(),
+            decided: None,
+            sigs: BTreeMap::new(),
+            early_sigs: Vec::new(),
+            stored_lock: None,
+            queue: VecDeque::new(),
+            log: Vec::new(),
+            logged: 0,
+            lock: None,
+            out: Vec::new(),
+            replaying: false,
+            replay_timers: Vec::new(),
+            leader_changes: 0,
+            finished: false,
+        }
+    }
+
+    /// Takes one input at `now` (the member's clock) and returns what to do, in order.
+    pub fn handle(&mut self, input: Input, now: Duration) -> Vec<Effect> {
+        self.now = now;
+        if self.finished {
+            return Vec::new();
+        }
+        match input {
+            Input::Start { log, lock } => self.start(log, lock),
+            Input::Message(env) => self.on_message(env),
+            Input::Timeout(t) => self.on_timer(t),
+        }
+        self.settle();
+        self.take_effects()
+    }
+
+    /// The execution.
+    pub fn execution_id(&self) -> B256 {
+        self.job.execution_id
+    }
+
+    /// The current round.
+    pub fn round(&self) -> u32 {
+        self.round
+    }
+
+    /// This member's address.
+    pub fn address(&self) -> Address {
+        self.keys.address()
+    }
+
+    /// The decided round and set id, once decided.
+    pub fn decided(&self) -> Option<(u32, B256)> {
+        self.decided.as_ref().map(|d| (d.round, d.value.id))
+    }
+
+    /// Whether the instance ended (agreed or stalled).
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// What this member holds for one peer, against the documented bounds.
+    pub fn held_for(&self, peer: Address) -> Held {
+        Held {
+            observations: usize::from(self.observations.contains_key(&peer)),
+            ahead_votes: usize::from(self.ahead.contains_key(&peer)),
+            early_signatures: self.early_sigs.iter().filter(|(a, _)| *a == peer).count(),
+            early_signatures_total: self.early_sigs.len(),
+            votes_seen: self.votes_seen.keys().filter(|(a, ..)| *a == peer).count(),
+            log_entries: self.logged + self.log.len(),
+        }
+    }
+
+    fn exec(&self) -> B256 {
+        self.job.execution_id
+    }
+
+    fn me(&self) -> Address {
+        self.keys.address()
+    }
+
+    fn event(&mut self, what: &'static str, why: &'static str) {
+        self.out.push(Effect::Event(what, why));
+    }
+
+    fn send(&mut self, env: Envelope) {
+        self.out.push(Effect::Send { to: None, env });
+    }
+
+    fn schedule(&mut self, at: Duration, timer: Timer) {
+        if self.replaying {
+            self.replay_timers.push((at, timer));
+        } else {
+            self.out.push(Effect::Schedule { at, timer });
+        }
+    }
+
+    fn take_effects(&mut self) -> Vec<Effect> {
+        let mut v = Vec::with_capacity(self.out.len() + 2);
+        if !self.log.is_empty() {
+            self.logged += self.log.len();
+            v.push(Effect::Append(std::mem::take(&mut self.log)));
+        }
+        if let Some(l) = self.lock.take() {
+            v.push(Effect::Lock(l));
+        }
+        v.append(&mut self.out);
+        v
+    }
+
+    fn binding(&self) -> Binding {
+        Binding {
+            don_id: self.p.don_id,
+            config_version: self.p.config_version,
+            execution_id: self.job.execution_id,
+            market: self.job.market,
+            market_id: self.job.market_id,
+        }
+    }
+
+    fn usable(&self, o: &SignedObservation) -> bool {
+        check_observation(&o.observation, &self.binding(), &self.job.workers).is_ok()
+    }
+
+    /// The report a set makes, as this member computes it.
+    fn build(&self, set: &[SignedObservation]) -> Result<Bytes, BuildError> {
+        let obs: Vec<_> = set.iter().map(|o| o.observation.clone()).collect();
+        let agg = aggregate(&obs, &self.binding(), &self.job.workers, self.p.f)?;
+        (self.job.build)(&agg).map_err(BuildError::Refused)
+    }
+
+    /// A set a leader may propose and a member prevotes for: 2f+1 usable observations
+    /// (distinct, signed: the wire checked that) that build a report.
+    fn valid(&self, set: &[SignedObservation]) -> bool {
+        set.len() > 2 * self.p.f && set.iter().all(|o| self.usable(o)) && self.build(set).is_ok()
+    }
+
+    fn envelope(&self, body: Body) -> Envelope {
+        Envelope {
+            don_id: self.p.don_id,
+            config_version: self.p.config_version,
+            execution_id: self.job.execution_id,
+            market: self.job.market,
+            market_id: self.job.market_id,
+            sender: self.me(),
+            body,
+        }
+    }
+
+    /// What a vote of this execution signs ([`wire::vote_digest`]).
+    fn vote_digest(&self, kind: VoteKind, round: u32, value: Option<&B256>) -> B256 {
+        let p = &self.p;
+        wire::vote_digest(p.don_id, p.config_version, &self.exec(), kind, round, value)
+    }
+
+    /// What a proposal of this execution signs ([`wire::proposal_digest`]).
+    fn proposal_digest(&self, round: u32, pol_round: Option<u32>, value: &B256) -> B256 {
+        let p = &self.p;
+        wire::proposal_digest(
+            p.don_id,
+            p.config_version,
+            &self.exec(),
+            round,
+            pol_round,
+            value,
+        )
+    }
+
+    fn timeout_after(&self, t: Timeout) -> Duration {
+        let base = self.p.attempt_timeout_ms.max(1);
+        let unit = match t.kind {
+            TimeoutKind::Propose => base,
+            _ => base.div_ceil(2),
+        };
+        let r = u64::from(t.round.as_u32().unwrap_or(0));
+        Duration::from_millis(unit.saturating_add(unit.saturating_mul(r) / 2)).min(MAX_TIMEOUT)
+    }
+
+    /// Replays what was persisted, then sends what other members may have missed.
+    fn start(&mut self, log: Vec<LogEntry>, lock: Option<Lock>) {
+        self.stored_lock = lock;
+        self.observations
+            .insert(self.own.observation.observer, self.own.clone());
+        self.replay(log);
+        self.rebroadcast();
+        let every = self.p.rebroadcast_every();
+        self.schedule(self.now + every, Timer::Rebroadcast);
+    }
+
+    fn on_timer(&mut self, t: Timer) {
+        match t {
+            Timer::Rebroadcast => {
+                self.rebroadcast();
+                let every = self.p.rebroadcast_every();
+                self.schedule(self.now + every, Timer::Rebroadcast);
+            }
+            Timer::Grace => {}
+            Timer::Step { round, kind } => {
+                if self.decided.is_none() {
+                    self.take(LogEntry::Timeout { round, kind });
+                }
+            }
+        }
+    }
+
+    /// What follows any input: a leader's proposal, the report signature once decided,
+    /// the agreement, or the end of the rounds allowed.
+    fn settle(&mut self) {
+        self.try_propose();
+        if let Err(e) = self.sign_decided() {
+            tracing::error!(execution_id = %self.exec(), error = %e, "cannot sign the decided report");
+        }
+        if self.finished || self.agreement() {
+            return;
+        }
+        if self.decided.is_none() && self.round >= self.p.max_attempts {
+            self.finished = true;
+            self.out.push(Effect::Stalled { rounds: self.round });
+        } else if self.logged + self.log.len() >= MAX_LOG_ENTRIES && self.decided.is_none() {
+            tracing::error!(execution_id = %self.exec(), "the consensus log of this execution is full: stopping it");
+            self.finished = true;
+            self.out.push(Effect::Stalled { rounds: self.round });
+        }
+    }
+
+    fn enqueue_new_round(&mut self, round: u32) {
+        let leader = self.p.leader(&self.exec(), round);
+        self.queue.push_back(DriverInput::NewRound(
+            crate::context::Height::ONE,
+            Round::new(round),
+            MemberId(leader),
+        ));
+    }
+
+    /// Runs the driver over the queued inputs and acts on its outputs.
+    fn drive(&mut self) {
+        while let Some(input) = self.queue.pop_front() {
+            let outputs = match self.driver.process(input) {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::debug!(execution_id = %self.exec(), error = %e, "consensus input not taken");
+                    continue;
+                }
+            };
+            for o in outputs {
+                self.on_output(o);
+            }
+        }
+    }
+
+    fn on_output(&mut self, output: Output<DonContext>) {
+        match output {
+            Output::NewRound(_, round) => {
+                let r = round.as_u32().unwrap_or(0);
+                if r > self.round {
+                    if r > 0 && !self.replaying && self.decided.is_none() {
+                        self.leader_changes += 1;
+                        let why = if self.equivocated.contains(&self.round) {
+                            "equivocation"
+                        } else {
+                            "timeout"
+                        };
+                        self.event("leader_change", why);
+                        tracing::info!(execution_id = %self.exec(), round = r, leader = %self.p.leader(&self.exec(), r), reason = why, "consensus moves to a new round and leader");
+                    }
+                    self.round = r;
+                    self.quorum_since = None;
+                    self.enqueue_new_round(r);
+                }
+            }
+            Output::Propose(p) => self.send_proposal(p),
+            Output::Vote(v) => self.send_vote(v),
+            Output::Decide(round, p) => self.on_decide(round, p),
+            Output::ScheduleTimeout(t) => {
+                let at = self.now + self.timeout_after(t);
+                let round = t.round.as_u32().unwrap_or(0);
+                let kind = match t.kind {
+                    TimeoutKind::Propose => StepKind::Propose,
+                    TimeoutKind::Prevote => StepKind::Prevote,
+                    TimeoutKind::Precommit => StepKind::Precommit,
+                    TimeoutKind::Rebroadcast => return,
+                };
+                self.schedule(at, Timer::Step { round, kind });
+            }
+            Output::GetValue(_, round, _) => {
+                self.want_value = round.as_u32();
+            }
+        }
+    }
+
+    fn send_proposal(&mut self, p: Proposal) {
+        let round = p.round.as_u32().unwrap_or(0);
+        let pol_round = p.pol_round.as_u32();
+        let digest = self.proposal_digest(round, pol_round, &p.value.id);
+        let Ok(signature) = self.keys.sign(&digest) else {
+            tracing::error!("cannot sign a proposal");
+            return;
+        };
+        self.proposals_seen
+            .entry(round)
+            .or_insert((p.value.id, true));
+        let env = self.envelope(Body::Proposal {
+            round,
+            pol_round,
+            observations: p.value.observations.to_vec(),
+            signature: signature.clone(),
+        });
+        if !self.replaying {
+            tracing::info!(execution_id = %self.exec(), round, pol_round, observations = p.value.observations.len(), "proposing a set as the round's leader");
+            self.send(env.clone());
+        }
+        self.own_proposals.insert(round, env);
+        self.queue.push_back(DriverInput::Proposal(
+            SignedMessage::new(p, Sig(signature.to_vec())),
+            Validity::Valid,
+        ));
+    }
+
+    fn send_vote(&mut self, v: Vote) {
+        let round = v.round.as_u32().unwrap_or(0);
+        #[cfg(feature = "mutations")]
+        let mut v = v;
+        #[cfg(feature = "mutations")]
+        if self.p.mutated(Mutation::SkipLockCheck)
+            && v.kind == VoteType::Prevote
+            && v.value == NilOrVal::Nil
+            && let Some((id, true)) = self.proposals_seen.get(&round)
+        {
+            v.value = NilOrVal::Val(SetId(*id));
+        }
+        let kind = match v.kind {
+            VoteType::Prevote => VoteKind::Prevote,
+            VoteType::Precommit => VoteKind::Precommit,
+        };
+        let value = match &v.value {
+            NilOrVal::Val(id) => Some(id.0),
+            NilOrVal::Nil => None,
+        };
+        let digest = self.vote_digest(kind, round, value.as_ref());
+        let Ok(signature) = self.keys.sign(&digest) else {
+            tracing::error!("cannot sign a vote");
+            return;
+        };
+        let env = self.envelope(Body::Vote {
+            round,
+            kind,
+            value,
+            signature: signature.clone(),
+        });
+        self.own_votes.insert((round, kind), env.clone());
+        // nil votes matter for the current round only; votes for a set are kept (the
+        // newest 64): they are the polka evidence a later leader's re-proposal needs
+        let current = self.round;
+        self.own_votes.retain(|(r, _), e| {
+            *r + 1 >= current || matches!(e.body, Body::Vote { value: Some(_), .. })
+        });
+        while self.own_votes.len() > 64 {
+            self.own_votes.pop_first();
+        }
+        self.votes_seen.insert((self.me(), round, kind), value);
+        if !self.replaying {
+            self.send(env);
+        }
+        self.queue.push_back(DriverInput::Vote(SignedMessage::new(
+            v,
+            Sig(signature.to_vec()),
+        )));
+    }
+
+    /// Sends again what other members may have missed: the decision once decided, else
+    /// this member's observation, its proposal of the current round, its votes of the
+    /// current and the previous round, and every vote it cast for a set (a member that
+    /// missed a polka needs those prevotes to follow a leader that carries its set).
+    fn rebroadcast(&mut self) {
+        if self.decided.is_some() {
+            if self.sigs.contains_key(&self.me()) {
+                let env = self.decided_envelope();
+                self.send(env);
+            }
+            return;
+        }
+        let obs = self.envelope(Body::Observation {
+            observation: self.own.clone(),
+        });
+        self.send(obs);
+        if let Some(p) = self.own_proposals.get(&self.round).cloned() {
+            self.send(p);
+        }
+        let current: Vec<Envelope> = self.own_votes.values().cloned().collect();
+        for env in current {
+            self.send(env);
+        }
+    }
+
+    /// As the round's leader with no set to carry: propose every usable observation held,
+    /// once 2f+1 are and every member's arrived or the grace passed.
+    fn try_propose(&mut self) {
+        let Some(round) = self.want_value else {
+            return;
+        };
+        if round != self.round || self.decided.is_some() {
+            self.want_value = None;
+            return;
+        }
+        let held: Vec<SignedObservation> = self.observations.values().cloned().collect();
+        if held.len() <= 2 * self.p.f {
+            return;
+        }
+        let grace = Duration::from_millis(self.p.observation_grace_ms);
+        let since = match self.quorum_since {
+            Some(s) => s,
+            None => {
+                self.quorum_since = Some(self.now);
+                if held.len() < self.p.members.len() {
+                    self.schedule(self.now + grace, Timer::Grace);
+                }
+                self.now
+            }
+        };
+        if held.len() < self.p.members.len() && self.now.saturating_sub(since) < grace {
+            return;
+        }
+        if self.build(&held).is_err() {
+            tracing::warn!(execution_id = %self.exec(), round, "as leader: the observations held make no report");
+            return;
+        }
+        self.want_value = None;
+        self.take(LogEntry::ProposeValue {
+            round,
+            observations: held,
+        });
+    }
+
+    /// The current step: `propose`, `prevote`, `precommit` or `commit`.
+    pub fn step(&self) -> &'static str {
+        if self.decided.is_some() {
+            "commit"
+        } else if self.driver.step_is_prevote() {
+            "prevote"
+        } else if self.driver.step_is_precommit() {
+            "precommit"
+        } else {
+            "propose"
+        }
+    }
+
+    /// What the operator sees of this execution now.
+    pub fn status(&self) -> InstanceStatus {
+        let rs = self.driver.round_state();
+        let step = self.step();
+        InstanceStatus {
+            execution_id: self.exec(),
+            round: self.round,
+            leader: self.p.leader(&self.exec(), self.round),
+            step,
+            locked: rs
+                .locked
+                .as_ref()
+                .map(|l| (l.round.as_u32().unwrap_or(0), l.value.id)),
+            decided: self.decided.as_ref().map(|d| {
+                (
+                    d.round,
+                    d.value.id,
+                    d.commits.iter().map(|c| c.voter).collect(),
+                )
+            }),
+            leader_changes: self.leader_changes,
+        }
+    }
+}
+
+/// What one member holds for one peer (see [`Core::held_for`]); the simulator checks it
+/// against the bounds after every step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// The peer's observations held: at most 1.
+    pub observations: usize,
+    /// The peer's votes held from beyond the round window: at most 1.
+    pub ahead_votes: usize,
+    /// The peer's report signatures held before the decision.
+    pub early_signatures: usize,
+    /// Report signatures held before the decision, from every peer: at most 2n.
+    pub early_signatures_total: usize,
+    /// The peer's (round, kind) votes remembered: at most 2 per round reached, plus the
+    /// window ahead.
+    pub votes_seen: usize,
+    /// Consensus log entries of the execution: at most [`MAX_LOG_ENTRIES`].
+    pub log_entries: usize,
+}
+
+fn vote_type(kind: VoteKind) -> VoteType {
+    match kind {
+        VoteKind::Prevote => VoteType::Prevote,
+        VoteKind::Precommit => VoteType::Precommit,
+    }
+}

@@ -1,0 +1,108 @@
+//! Group commit of the member's state file: the consensus cores' appends, report locks,
+//! own observations and agreements go to one writer thread, which takes every write
+//! waiting, commits them in one SQLite transaction (one fsync for all the executions
+//! that wrote meanwhile) and only then answers each writer. The async threads never wait
+//! on the disk; an instance waits for its own writes before it sends what they caused.
+
+use crate::agreed::Agreed;
+use crate::persist::{Lock, Persist, PersistError};
+use crate::wire::SignedObservation;
+use alloy::primitives::B256;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use tokio::sync::oneshot;
+
+/// One durable write.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// Entries appended to an execution's consensus log (JSON, in order).
+    Log(B256, Vec<String>),
+    /// The report this member signs for an execution (insert once).
+    Lock(B256, Box<Lock>),
+    /// This member's observation of an execution (insert once).
+    Observation(B256, Box<SignedObservation>),
+    /// An execution's agreement (insert once).
+    Agreed(B256, Box<Agreed>),
+}
+
+struct Request {
+    writes: Vec<Write>,
+    done: oneshot::Sender<Result<(), PersistError>>,
+}
+
+/// The writer thread's handle; cheap to clone.
+#[derive(Clone)]
+pub struct Journal {
+    tx: mpsc::Sender<Request>,
+    persist: Arc<Persist>,
+    commits: Arc<AtomicU64>,
+}
+
+impl Journal {
+    /// Starts the writer thread over `persist` (it ends when every handle is dropped).
+    pub fn start(persist: Arc<Persist>) -> Self {
+        let (tx, rx) = mpsc::channel::<Request>();
+        let commits = Arc::new(AtomicU64::new(0));
+        let (p, c) = (persist.clone(), commits.clone());
+        let spawned = std::thread::Builder::new()
+            .name("don-journal".into())
+            .spawn(move || writer(&p, &c, &rx));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the DON journal thread: writes fail");
+        }
+        Self {
+            tx,
+            persist,
+            commits,
+        }
+    }
+
+    /// The state file, for reads (on the blocking pool: see [`Journal::read`]).
+    pub fn persist(&self) -> &Arc<Persist> {
+        &self.persist
+    }
+
+    /// Transactions committed so far (each one fsync).
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Makes `writes` durable, with whatever other writes wait, in one transaction.
+    pub async fn commit(&self, writes: Vec<Write>) -> Result<(), PersistError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Request { writes, done })
+            .map_err(|_| PersistError::Closed)?;
+        rx.await.map_err(|_| PersistError::Closed)?
+    }
+
+    /// Runs a read of the state file on the blocking pool.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Persist) -> Result<T, PersistError> + Send + 'static,
+    ) -> Result<T, PersistError> {
+        let p = self.persist.clone();
+        tokio::task::spawn_blocking(move || f(&p))
+            .await
+            .map_err(|_| PersistError::Closed)?
+    }
+}
+
+fn writer(persist: &Persist, commits: &AtomicU64, rx: &mpsc::Receiver<Request>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        let writes: Vec<&Write> = batch.iter().flat_map(|r| r.writes.iter()).collect();
+        let result = persist.commit(&writes).map_err(Arc::new);
+        commits.fetch_add(1, Ordering::Relaxed);
+        for r in batch {
+            let _ = r.done.send(result.clone().map_err(PersistError::Batch));
+        }
+    }
+}
