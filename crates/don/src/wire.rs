@@ -377,6 +377,19 @@ pub fn precheck(
         return Err(WireError::TooLarge);
     }
     let env: Envelope = serde_json::from_slice(body).map_err(|e| WireError::Json(e.to_string()))?;
+    check_shape(&env, members, don_id, config_version)?;
+    Ok(env)
+}
+
+/// The checks of a parsed message that cost no signature recovery: the DON and
+/// version, a member named as sender, a set of at most one observation per member,
+/// signature shapes, and each observation's binding to the message.
+pub fn check_shape(
+    env: &Envelope,
+    members: &[Address],
+    don_id: u32,
+    config_version: u32,
+) -> Result<(), WireError> {
     if env.don_id != don_id || env.config_version != config_version {
         return Err(WireError::OtherDon {
             don_id: env.don_id,
@@ -439,9 +452,9 @@ pub fn precheck(
         if !observers.insert(o.observation.observer) {
             return Err(WireError::DuplicateObserver(o.observation.observer));
         }
-        check_binding(o, &env, members)?;
+        check_binding(o, env, members)?;
     }
-    Ok(env)
+    Ok(())
 }
 
 /// The signature recoveries: the message's own (its sender's), then each carried
@@ -465,13 +478,33 @@ pub fn authenticate(
             named: env.sender,
         });
     }
+    check_carried(env, members, recover)
+}
+
+/// Each carried observation: bound to the message, from a member, signed by its observer
+/// (as `recover` says: secp256k1 here, the simulator's scheme there), in range.
+pub fn check_carried(
+    env: &Envelope,
+    members: &[Address],
+    recover: impl Fn(&B256, &[u8]) -> Result<Address, WireError>,
+) -> Result<(), WireError> {
     let set: &[SignedObservation] = match &env.body {
         Body::Observation { observation } => std::slice::from_ref(observation),
         Body::Proposal { observations, .. } | Body::Decided { observations, .. } => observations,
         Body::Vote { .. } => &[],
     };
     for o in set {
-        check_observation(o, env, members)?;
+        check_binding(o, env, members)?;
+        let obs = &o.observation;
+        let observer = obs.observer;
+        if recover(&obs.digest(), &o.signature)? != observer {
+            return Err(WireError::Invalid {
+                observer,
+                detail: "its signature is not the observer's".into(),
+            });
+        }
+        obs.check_ranges()
+            .map_err(|detail| WireError::Invalid { observer, detail })?;
     }
     Ok(())
 }
@@ -504,25 +537,6 @@ fn check_binding(
         return Err(WireError::BadSignature);
     }
     Ok(())
-}
-
-/// One carried observation: bound to the message, from a member, validly signed, in range.
-pub fn check_observation(
-    o: &SignedObservation,
-    env: &Envelope,
-    members: &[Address],
-) -> Result<(), WireError> {
-    check_binding(o, env, members)?;
-    let obs = &o.observation;
-    let observer = obs.observer;
-    if recover(&obs.digest(), &o.signature)? != observer {
-        return Err(WireError::Invalid {
-            observer,
-            detail: "its signature is not the observer's".into(),
-        });
-    }
-    obs.check_ranges()
-        .map_err(|detail| WireError::Invalid { observer, detail })
 }
 
 /// Signs one's own observation.

@@ -253,7 +253,7 @@ pub struct Core {
     equivocated: HashSet<u32>,
     /// Each sender's newest vote from beyond [`ROUND_WINDOW`], held (one per sender) until
     /// f+1 senders vote in one such round: then they are taken, and the member joins it.
-    ahead: HashMap<Address, HeldVote>,
+    ahead: BTreeMap<Address, HeldVote>,
     decided: Option<Decision>,
     sigs: BTreeMap<Address, Bytes>,
     early_sigs: Vec<(Address, Bytes)>,
@@ -304,7 +304,7 @@ impl Core {
             proposals_seen: HashMap::new(),
             votes_seen: HashMap::new(),
             equivocated: HashSet::new(),
-            ahead: HashMap::new(),
+            ahead: BTreeMap::new(),
             decided: None,
             sigs: BTreeMap::new(),
             early_sigs: Vec::new(),
