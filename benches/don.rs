@@ -73,9 +73,55 @@ async fn start(
     Ok((node, Member { stop, task }))
 }
 
-/// Milliseconds from each request to the market's resolution on chain, and the DON
-/// messages sent per execution (`n` members, f = (n - 1) / 3; 0: one node).
-async fn latency(n: usize) -> anyhow::Result<(Vec<f64>, f64)> {
+/// What one configuration measured.
+struct Measured {
+    /// Milliseconds from each request to the market's resolution on chain.
+    latencies: Vec<f64>,
+    /// DON messages sent per execution (all members).
+    messages: f64,
+    /// State-file commits (fsyncs) per execution (all members).
+    fsyncs: f64,
+    /// Median milliseconds per part: the members' own rounds (request → the last
+    /// member's consensus start), to the prevote step, the prevote step, the precommit
+    /// step, the report signatures, and the transmission (first agreement → resolved).
+    parts: [f64; 6],
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The median of each part over the markets (see [`Measured::parts`]).
+fn breakdown(nodes: &[Arc<Node>], sent: &[Instant], resolved: &[Instant]) -> [f64; 6] {
+    let phases: Vec<Vec<cresolver_don::host::Phases>> = nodes
+        .iter()
+        .filter_map(|n| n.don.as_ref())
+        .map(|d| d.phases())
+        .collect();
+    let mut parts: [Vec<f64>; 6] = Default::default();
+    for (i, (t0, done)) in sent.iter().zip(resolved).enumerate() {
+        let of: Vec<_> = phases.iter().filter_map(|p| p.get(i)).collect();
+        let (Some(last_began), Some(first_agreed)) = (
+            of.iter().map(|p| p.began).max(),
+            of.iter().map(|p| p.agreed).min(),
+        ) else {
+            continue;
+        };
+        let avg = |f: &dyn Fn(&cresolver_don::host::Phases) -> Duration| {
+            of.iter().map(|p| ms(f(p))).sum::<f64>() / of.len() as f64
+        };
+        parts[0].push(ms(last_began.saturating_duration_since(*t0)));
+        parts[1].push(avg(&|p| p.to_prevote));
+        parts[2].push(avg(&|p| p.prevote));
+        parts[3].push(avg(&|p| p.precommit));
+        parts[4].push(avg(&|p| p.signatures));
+        parts[5].push(ms(done.saturating_duration_since(first_agreed)));
+    }
+    parts.map(|mut v| if v.is_empty() { 0.0 } else { pct(&mut v, 0.5) })
+}
+
+/// Request → resolved on chain for `n` members, f = (n - 1) / 3 (0: one node).
+async fn latency(n: usize) -> anyhow::Result<Measured> {
     let (dev, ids) = common::devnet_with_markets(MARKETS, "bench?").await?;
     let mut members = vec![];
     let mut nodes = vec![];
@@ -136,8 +182,10 @@ async fn latency(n: usize) -> anyhow::Result<(Vec<f64>, f64)> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let market = dev.market();
     let mut out = vec![];
+    let (mut sent_at, mut resolved_at) = (vec![], vec![]);
     for id in ids {
         let t0 = Instant::now();
+        sent_at.push(t0);
         let _pending = market
             .requestResolution(id)
             .from(dev.requester())
@@ -153,28 +201,38 @@ async fn latency(n: usize) -> anyhow::Result<(Vec<f64>, f64)> {
             );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        resolved_at.push(Instant::now());
         out.push(t0.elapsed().as_secs_f64() * 1000.0);
     }
-    let sent: u64 = nodes
-        .iter()
-        .filter_map(|n| n.don.as_ref())
-        .map(|d| d.messages_sent())
-        .sum();
+    let dons = || nodes.iter().filter_map(|n| n.don.as_ref());
+    let sent: u64 = dons().map(|d| d.messages_sent()).sum();
+    let commits: u64 = dons().map(|d| d.commits()).sum();
+    let parts = breakdown(&nodes, &sent_at, &resolved_at);
     for m in members {
         let _ = m.stop.send(());
         let _ = m.task.await;
     }
-    Ok((out, sent as f64 / MARKETS as f64))
+    Ok(Measured {
+        latencies: out,
+        messages: sent as f64 / MARKETS as f64,
+        fsyncs: commits as f64 / MARKETS as f64,
+        parts,
+    })
 }
 
 fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let mut table = String::from(
-            "| request → resolved on chain (ws heads, 3 instant workers) | p50 | p90 | max | messages per execution |\n|---|---|---|---|---|\n",
+            "| request → resolved on chain (ws heads, 3 instant workers) | p50 | p90 | max | × one node | messages per execution | fsyncs per execution |\n|---|---|---|---|---|---|---|\n",
         );
+        let mut parts = String::from(
+            "| median ms per execution | members' own rounds (request → last member's consensus start) | → prevote step | prevote step | precommit step | report signatures | transmission (first agreement → resolved) |\n|---|---|---|---|---|---|---|\n",
+        );
+        let mut one = f64::NAN;
         for n in [0usize, 4, 7] {
-            let (mut v, messages) = latency(n).await?;
+            let m = latency(n).await?;
+            let mut v = m.latencies;
             let label = match n {
                 0 => "one node, report mode through the unsigned forwarder".to_string(),
                 n => format!(
@@ -183,20 +241,30 @@ fn main() -> anyhow::Result<()> {
                     (n - 1) / 3 + 1
                 ),
             };
-            let messages = if n == 0 {
-                "–".to_string()
+            let (messages, fsyncs) = if n == 0 {
+                ("–".to_string(), "–".to_string())
             } else {
-                format!("{messages:.0}")
+                (format!("{:.0}", m.messages), format!("{:.1}", m.fsyncs))
             };
+            let p50 = pct(&mut v, 0.5);
+            if n == 0 {
+                one = p50;
+            } else {
+                let p = m.parts;
+                parts.push_str(&format!(
+                    "| {n} members | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
+                    p[0], p[1], p[2], p[3], p[4], p[5]
+                ));
+            }
             table.push_str(&format!(
-                "| {label} | {:.0} ms | {:.0} ms | {:.0} ms | {messages} |\n",
-                pct(&mut v, 0.5),
+                "| {label} | {p50:.0} ms | {:.0} ms | {:.0} ms | {:.1}× | {messages} | {fsyncs} |\n",
                 pct(&mut v, 0.9),
-                pct(&mut v, 1.0)
+                pct(&mut v, 1.0),
+                p50 / one
             ));
         }
-        println!("{table}");
-        let _ = std::fs::write("target/bench-don.md", &table);
+        println!("{table}\n{parts}");
+        let _ = std::fs::write("target/bench-don.md", format!("{table}\n{parts}"));
         Ok(())
     })
 }

@@ -44,8 +44,12 @@ impl Timers {
 pub const PHASES_KEPT: usize = 1_024;
 
 /// When each phase of one execution was first reached, for the bench's breakdown.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Phases {
+    /// When the consensus started (the member's own round had ended).
+    pub began: Instant,
+    /// When the agreement was reached.
+    pub agreed: Instant,
     /// From the start of consensus to the first prevote step.
     pub to_prevote: Duration,
     /// From the prevote step to the precommit step.
@@ -274,6 +278,8 @@ impl Marks {
             self.decided.unwrap_or(now),
         );
         let phases = Phases {
+            began: self.start,
+            agreed: now,
             to_prevote: pv.saturating_duration_since(self.start),
             prevote: pc.saturating_duration_since(pv),
             precommit: d.saturating_duration_since(pc),

@@ -562,3 +562,20 @@ fn a_core_gives_up_after_the_rounds_allowed() {
     }
     assert_eq!(stalled, Some(fx.params.max_attempts));
 }
+
+#[test]
+fn the_consensus_log_reads_what_the_previous_version_wrote_and_writes_it_alike() {
+    // entries as the version before the pure core wrote them (`instance::log`)
+    let written = [
+        r#"{"input":"timeout","round":3,"kind":"propose"}"#,
+        r#"{"input":"timeout","round":0,"kind":"precommit"}"#,
+        r#"{"input":"vote","round":1,"kind":"prevote","value":null,"voter":"0x00000000000000000000000000000000000000aa","signature":"0x0102"}"#,
+        r#"{"input":"vote","round":2,"kind":"precommit","value":"0x0909090909090909090909090909090909090909090909090909090909090909","voter":"0x00000000000000000000000000000000000000aa","signature":"0x"}"#,
+        r#"{"input":"proposal","round":4,"pol_round":2,"proposer":"0x00000000000000000000000000000000000000bb","observations":[],"signature":"0x05","valid":false}"#,
+        r#"{"input":"propose_value","round":5,"observations":[]}"#,
+    ];
+    for line in written {
+        let entry: LogEntry = serde_json::from_str(line).expect("reads the previous format");
+        assert_eq!(serde_json::to_string(&entry).expect("writes"), line);
+    }
+}
