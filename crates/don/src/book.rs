@@ -148,3 +148,62 @@ impl Books {
         (map.len(), map.values().map(|s| s.inbox().bytes()).sum())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Body, VoteKind};
+    use alloy::primitives::{Bytes, U256};
+
+    fn vote(sender: Address, exec: B256) -> Envelope {
+        Envelope {
+            don_id: 1,
+            config_version: 1,
+            execution_id: exec,
+            market: Address::ZERO,
+            market_id: U256::ZERO,
+            sender,
+            body: Body::Vote {
+                round: 0,
+                kind: VoteKind::Prevote,
+                value: None,
+                signature: Bytes::from(vec![0u8; 65]),
+            },
+        }
+    }
+
+    #[test]
+    fn a_sender_holds_at_most_its_bounds_in_one_inbox_and_a_drain_frees_them() {
+        let (a, b) = (Address::repeat_byte(1), Address::repeat_byte(2));
+        let mut inbox = Inbox::default();
+        for _ in 0..SENDER_MESSAGES {
+            inbox
+                .push(vote(a, B256::ZERO), 10)
+                .expect("within the count");
+        }
+        assert_eq!(inbox.push(vote(a, B256::ZERO), 10), Err(Full::Sender));
+        // another sender is not charged for a's messages
+        assert_eq!(inbox.push(vote(b, B256::ZERO), SENDER_BYTES), Ok(()));
+        assert_eq!(inbox.push(vote(b, B256::ZERO), 1), Err(Full::Sender));
+        assert_eq!(inbox.drain().len(), SENDER_MESSAGES + 1);
+        assert_eq!(inbox.bytes(), 0);
+        assert_eq!(inbox.push(vote(a, B256::ZERO), 10), Ok(()));
+    }
+
+    #[test]
+    fn a_peer_opens_at_most_its_share_of_books_and_loses_its_oldest() {
+        let books = Books::default();
+        let peer = Address::repeat_byte(3);
+        let execs: Vec<B256> = (0..=PEER_BOOKS as u8).map(B256::repeat_byte).collect();
+        for e in &execs {
+            books.for_peer(*e, peer);
+        }
+        assert_eq!(books.size().0, PEER_BOOKS);
+        assert!(!books.is_open(&execs[0]), "the oldest went");
+        assert!(books.is_open(&execs[PEER_BOOKS]));
+        // a book this member runs a round of is not charged to the peer
+        books.own(execs[1]);
+        books.for_peer(B256::repeat_byte(0xee), peer);
+        assert!(books.is_open(&execs[1]));
+    }
+}

@@ -106,3 +106,52 @@ fn writer(persist: &Persist, commits: &AtomicU64, rx: &mpsc::Receiver<Request>) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_waiting_together_share_one_commit_and_are_durable_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("don.sqlite");
+        let journal = Journal::start(Arc::new(Persist::open(&path).expect("opens")));
+        let execs: Vec<B256> = (0..20u8).map(B256::repeat_byte).collect();
+        let mut waiting = Vec::new();
+        {
+            // the state file is busy: every write queues behind it
+            let _busy = journal.persist.conn();
+            for (i, exec) in execs.iter().enumerate() {
+                let (done, rx) = oneshot::channel();
+                let lines = vec![format!("{i}-a"), format!("{i}-b")];
+                journal
+                    .tx
+                    .send(Request {
+                        writes: vec![Write::Log(*exec, lines)],
+                        done,
+                    })
+                    .expect("the writer runs");
+                waiting.push(rx);
+            }
+        }
+        for rx in waiting {
+            rx.await.expect("answered").expect("committed");
+        }
+        // the first write may be taken alone before the others queue; never more
+        assert!(journal.commits() <= 2, "{} commits", journal.commits());
+        journal
+            .commit(vec![Write::Log(execs[0], vec!["0-c".into()])])
+            .await
+            .expect("commits");
+        drop(journal);
+        let reopened = Persist::open(&path).expect("reopens");
+        assert_eq!(
+            reopened.log(&execs[0]).expect("reads"),
+            vec!["0-a", "0-b", "0-c"]
+        );
+        assert_eq!(
+            reopened.log(&execs[19]).expect("reads"),
+            vec!["19-a", "19-b"]
+        );
+    }
+}
