@@ -206,7 +206,7 @@ async fn latency(n: usize) -> anyhow::Result<Measured> {
     }
     let dons = || nodes.iter().filter_map(|n| n.don.as_ref());
     let sent: u64 = dons().map(|d| d.messages_sent()).sum();
-    let commits: u64 = dons().map(|d| d.commits()).sum();
+    let commits: u64 = dons().map(|d| d.commits().1).sum();
     let parts = breakdown(&nodes, &sent_at, &resolved_at);
     for m in members {
         let _ = m.stop.send(());
@@ -221,6 +221,12 @@ async fn latency(n: usize) -> anyhow::Result<Measured> {
 }
 
 fn main() -> anyhow::Result<()> {
+    if std::env::var("BENCH_TRACE").is_ok() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let mut table = String::from(
@@ -230,7 +236,7 @@ fn main() -> anyhow::Result<()> {
             "| median ms per execution | members' own rounds (request → last member's consensus start) | → prevote step | prevote step | precommit step | report signatures | transmission (first agreement → resolved) |\n|---|---|---|---|---|---|---|\n",
         );
         let mut one = f64::NAN;
-        for n in [0usize, 4, 7] {
+        for n in std::env::var("BENCH_N").map(|v| v.split(',').map(|x| x.parse().unwrap()).collect::<Vec<usize>>()).unwrap_or(vec![0usize, 4, 7]) {
             let m = latency(n).await?;
             let mut v = m.latencies;
             let label = match n {

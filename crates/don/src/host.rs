@@ -98,6 +98,14 @@ pub(crate) async fn run(
     let mut effects = core.handle(Input::Start { log, lock }, clock.elapsed());
     marks.step(core.step());
     loop {
+        // what waits in the book (messages that came before this run began, or while the
+        // last effects were performed) is taken before the host sleeps
+        let now = clock.elapsed();
+        let msgs = slot.inbox().drain();
+        for env in msgs {
+            effects.extend(core.handle(Input::Message(env), now));
+            marks.step(core.step());
+        }
         if let Some(end) = perform(s, &core, &mut timers, effects).await? {
             clear_status(s, &exec);
             return match end {
@@ -130,11 +138,6 @@ pub(crate) async fn run(
             effects.extend(core.handle(Input::Timeout(t), now));
             marks.step(core.step());
         }
-        let msgs = slot.inbox().drain();
-        for env in msgs {
-            effects.extend(core.handle(Input::Message(env), now));
-            marks.step(core.step());
-        }
     }
 }
 
@@ -156,6 +159,10 @@ async fn perform(
     let exec = core.execution_id();
     let mut writes = Vec::new();
     let mut signed = false;
+    // synced to disk only when something leaves after it (see `journal`)
+    let durable = effects
+        .iter()
+        .any(|e| matches!(e, Effect::Send { .. } | Effect::Lock(_)));
     for e in &effects {
         match e {
             Effect::Append(entries) => {
@@ -174,7 +181,11 @@ async fn perform(
             _ => {}
         }
     }
-    s.journal.commit(writes).await?;
+    let (count, began) = (writes.len(), Instant::now());
+    s.journal.commit(writes, durable).await?;
+    if count > 0 {
+        tracing::debug!(execution_id = %exec, writes = count, micros = began.elapsed().as_micros() as u64, "journal commit");
+    }
     let mut end = None;
     let mut voted = false;
     for e in effects {
@@ -213,8 +224,10 @@ async fn perform(
 /// Stores the agreement (the first stored stays) and remembers it to answer late members.
 async fn agreed(s: &Shared, core: &Core, a: Agreed) -> Result<Agreed, AgreeError> {
     let exec = a.execution_id;
+    // not synced: a member that loses it to a power cut rebuilds it from its lock and
+    // its peers' decisions
     s.journal
-        .commit(vec![Write::Agreed(exec, Box::new(a.clone()))])
+        .commit(vec![Write::Agreed(exec, Box::new(a.clone()))], false)
         .await?;
     let stored = s.journal.read(move |p| p.agreed(&exec)).await?.unwrap_or(a);
     // keep every signature seen, for a transmitter whose f+1 hold one the forwarder refuses

@@ -1,8 +1,15 @@
 //! Group commit of the member's state file: the consensus cores' appends, report locks,
 //! own observations and agreements go to one writer thread, which takes every write
-//! waiting, commits them in one SQLite transaction (one fsync for all the executions
-//! that wrote meanwhile) and only then answers each writer. The async threads never wait
-//! on the disk; an instance waits for its own writes before it sends what they caused.
+//! waiting, commits them in one SQLite transaction and only then answers each writer.
+//! The transaction is synced to disk (`synchronous = FULL`, one fsync for all the
+//! executions that wrote meanwhile) when any of its writes is durable: one that a vote,
+//! a proposal or a report signature sent next rests on (an honest member must never
+//! sign two different votes of one round, or two reports). The others (an input that
+//! caused nothing to be sent; this member's observation, which it would make again after
+//! a power cut, as honestly; an agreement it rebuilds from its lock and its peers)
+//! survive the process's crash at once and a power loss from the next synced commit on,
+//! as the round store's writes do. The async threads never wait on the
+//! disk; an instance waits for its own writes before it sends what they caused.
 
 use crate::agreed::Agreed;
 use crate::persist::{Lock, Persist, PersistError};
@@ -28,6 +35,7 @@ pub enum Write {
 
 struct Request {
     writes: Vec<Write>,
+    durable: bool,
     done: oneshot::Sender<Result<(), PersistError>>,
 }
 
@@ -37,6 +45,7 @@ pub struct Journal {
     tx: mpsc::Sender<Request>,
     persist: Arc<Persist>,
     commits: Arc<AtomicU64>,
+    fsyncs: Arc<AtomicU64>,
 }
 
 impl Journal {
@@ -44,10 +53,11 @@ impl Journal {
     pub fn start(persist: Arc<Persist>) -> Self {
         let (tx, rx) = mpsc::channel::<Request>();
         let commits = Arc::new(AtomicU64::new(0));
-        let (p, c) = (persist.clone(), commits.clone());
+        let fsyncs = Arc::new(AtomicU64::new(0));
+        let (p, c, f) = (persist.clone(), commits.clone(), fsyncs.clone());
         let spawned = std::thread::Builder::new()
             .name("don-journal".into())
-            .spawn(move || writer(&p, &c, &rx));
+            .spawn(move || writer(&p, (&c, &f), &rx));
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start the DON journal thread: writes fail");
         }
@@ -55,6 +65,7 @@ impl Journal {
             tx,
             persist,
             commits,
+            fsyncs,
         }
     }
 
@@ -63,19 +74,29 @@ impl Journal {
         &self.persist
     }
 
-    /// Transactions committed so far (each one fsync).
+    /// Transactions committed so far.
     pub fn commits(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
     }
 
-    /// Makes `writes` durable, with whatever other writes wait, in one transaction.
-    pub async fn commit(&self, writes: Vec<Write>) -> Result<(), PersistError> {
+    /// Transactions synced to disk so far (one fsync each).
+    pub fn fsyncs(&self) -> u64 {
+        self.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Commits `writes`, with whatever other writes wait, in one transaction; synced to
+    /// disk before this returns when `durable`.
+    pub async fn commit(&self, writes: Vec<Write>, durable: bool) -> Result<(), PersistError> {
         if writes.is_empty() {
             return Ok(());
         }
         let (done, rx) = oneshot::channel();
         self.tx
-            .send(Request { writes, done })
+            .send(Request {
+                writes,
+                durable,
+                done,
+            })
             .map_err(|_| PersistError::Closed)?;
         rx.await.map_err(|_| PersistError::Closed)?
     }
@@ -92,15 +113,23 @@ impl Journal {
     }
 }
 
-fn writer(persist: &Persist, commits: &AtomicU64, rx: &mpsc::Receiver<Request>) {
+fn writer(
+    persist: &Persist,
+    (commits, fsyncs): (&AtomicU64, &AtomicU64),
+    rx: &mpsc::Receiver<Request>,
+) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while let Ok(more) = rx.try_recv() {
             batch.push(more);
         }
         let writes: Vec<&Write> = batch.iter().flat_map(|r| r.writes.iter()).collect();
-        let result = persist.commit(&writes).map_err(Arc::new);
+        let durable = batch.iter().any(|r| r.durable);
+        let result = persist.commit(&writes, durable).map_err(Arc::new);
         commits.fetch_add(1, Ordering::Relaxed);
+        if durable {
+            fsyncs.fetch_add(1, Ordering::Relaxed);
+        }
         for r in batch {
             let _ = r.done.send(result.clone().map_err(PersistError::Batch));
         }
@@ -128,6 +157,7 @@ mod tests {
                     .tx
                     .send(Request {
                         writes: vec![Write::Log(*exec, lines)],
+                        durable: true,
                         done,
                     })
                     .expect("the writer runs");
@@ -140,7 +170,7 @@ mod tests {
         // the first write may be taken alone before the others queue; never more
         assert!(journal.commits() <= 2, "{} commits", journal.commits());
         journal
-            .commit(vec![Write::Log(execs[0], vec!["0-c".into()])])
+            .commit(vec![Write::Log(execs[0], vec!["0-c".into()])], false)
             .await
             .expect("commits");
         drop(journal);

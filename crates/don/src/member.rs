@@ -142,10 +142,10 @@ impl Don {
         self.s.journal.persist().agreed(exec)
     }
 
-    /// Transactions committed to the state file so far (each one fsync; concurrent
-    /// executions share them).
-    pub fn commits(&self) -> u64 {
-        self.s.journal.commits()
+    /// Transactions committed to the state file so far, and how many of them were
+    /// synced to disk (one fsync each; concurrent executions share them).
+    pub fn commits(&self) -> (u64, u64) {
+        (self.s.journal.commits(), self.s.journal.fsyncs())
     }
 
     /// The phases of the executions this member agreed lately (at most
@@ -358,7 +358,9 @@ impl Don {
                 let signed = wire::sign_observation(job.observation.clone(), &self.s.signer)?;
                 self.s
                     .journal
-                    .commit(vec![Write::Observation(exec, Box::new(signed))])
+                    // not synced: after a power cut a member observes again (another
+                    // timestamp), and both observations are honest; no vote rests on it
+                    .commit(vec![Write::Observation(exec, Box::new(signed))], false)
                     .await?;
                 crate::shared::crash_point("don_observed");
                 // the first stored stays (a concurrent call may have stored its own)

@@ -51,7 +51,7 @@ pub struct Persist {
 }
 
 const SCHEMA: &str = "
-PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;
+PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
 CREATE TABLE IF NOT EXISTS don_own_observations (
     execution_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS don_locks (
@@ -158,19 +158,30 @@ impl Persist {
         if entries.is_empty() {
             return Ok(());
         }
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        append_log(&tx, exec, entries)?;
-        tx.commit()?;
-        Ok(())
+        let lines = crate::journal::Write::Log(*exec, entries.to_vec());
+        self.commit(&[&lines], true)
     }
 
-    /// Commits writes of any executions in one transaction (one fsync): the journal's
-    /// group commit.
-    pub fn commit(&self, writes: &[&crate::journal::Write]) -> Result<(), PersistError> {
+    /// Commits writes of any executions in one transaction: the journal's group commit.
+    /// A `durable` commit runs with `synchronous = FULL` (one fsync of the WAL, which puts
+    /// every earlier commit on disk too): for writes that something sent next depends on.
+    /// Others survive the process's crash at once (they are in the WAL) and a power loss
+    /// from the next durable commit on, as the round store's writes do.
+    pub fn commit(
+        &self,
+        writes: &[&crate::journal::Write],
+        durable: bool,
+    ) -> Result<(), PersistError> {
         use crate::journal::Write;
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let conn = self.conn();
+        let _restore = if durable {
+            conn.execute_batch("PRAGMA synchronous = FULL")?;
+            Some(Restore(&conn))
+        } else {
+            None
+        };
+        // (dropped before `_restore`: a transaction that did not commit rolls back first)
+        let tx = conn.unchecked_transaction()?;
         for w in writes {
             match w {
                 Write::Log(exec, entries) => append_log(&tx, exec, entries)?,
@@ -203,6 +214,18 @@ impl Persist {
     /// Stores an agreement unless one is stored; returns the stored one.
     pub fn save_agreed(&self, exec: &B256, a: &Agreed) -> Result<Agreed, PersistError> {
         self.put_once("don_agreements", exec, a)
+    }
+}
+
+/// Puts the connection back to `synchronous = NORMAL` however a durable commit ended
+/// (committed, rolled back, or a panic); a failure only costs speed, so it is logged.
+struct Restore<'c>(&'c Connection);
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.execute_batch("PRAGMA synchronous = NORMAL") {
+            tracing::warn!(error = %e, "cannot set the DON state file back to synchronous = NORMAL");
+        }
     }
 }
 
