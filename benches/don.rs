@@ -4,7 +4,8 @@
 //! against one node on the same stack (report mode through the devnet's unsigned
 //! forwarder), over the same instant reference workers, websocket heads; and the messages
 //! members send per execution. Markets are requested one after another.
-//! Run: `cargo bench --bench don`.
+//! Run: `cargo bench --bench don` (`CRESOLVER_BENCH_MEMBERS=0,4` runs some sizes only;
+//! `RUST_LOG=info,cresolver_don=debug` traces the members to stderr).
 
 /// The binary's allocator, so the figures are the binary's.
 #[global_allocator]
@@ -220,6 +221,17 @@ async fn latency(n: usize) -> anyhow::Result<Measured> {
     })
 }
 
+/// The DON sizes to run: `CRESOLVER_BENCH_MEMBERS=0,4` (0: one node), else 0, 4 and 7.
+fn members() -> anyhow::Result<Vec<usize>> {
+    match std::env::var("CRESOLVER_BENCH_MEMBERS") {
+        Ok(v) => Ok(v
+            .split(',')
+            .map(|x| x.trim().parse())
+            .collect::<Result<Vec<usize>, _>>()?),
+        Err(_) => Ok(vec![0, 4, 7]),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     if std::env::var("BENCH_TRACE").is_ok() {
         tracing_subscriber::fmt()
@@ -236,7 +248,7 @@ fn main() -> anyhow::Result<()> {
             "| median ms per execution | members' own rounds (request → last member's consensus start) | → prevote step | prevote step | precommit step | report signatures | transmission (first agreement → resolved) |\n|---|---|---|---|---|---|---|\n",
         );
         let mut one = f64::NAN;
-        for n in std::env::var("BENCH_N").map(|v| v.split(',').map(|x| x.parse().unwrap()).collect::<Vec<usize>>()).unwrap_or(vec![0usize, 4, 7]) {
+        for n in members()? {
             let m = latency(n).await?;
             let mut v = m.latencies;
             let label = match n {

@@ -171,9 +171,14 @@ impl Don {
         }
     }
 
-    /// This member's own observation of an execution, as stored.
-    pub fn own_observation(&self, exec: &B256) -> Result<Option<SignedObservation>, PersistError> {
-        self.s.journal.persist().own_observation(exec)
+    /// This member's own observation of an execution, as stored (read on the blocking
+    /// pool).
+    pub async fn own_observation(
+        &self,
+        exec: &B256,
+    ) -> Result<Option<SignedObservation>, PersistError> {
+        let exec = *exec;
+        self.s.journal.read(move |p| p.own_observation(&exec)).await
     }
 
     /// What the operator sees of the executions in consensus now (an agreed one leaves

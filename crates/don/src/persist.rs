@@ -45,9 +45,13 @@ pub struct Lock {
     pub attempt: u32,
 }
 
-/// The member's state file (see the module documentation); one connection, shared.
+/// The member's state file (see the module documentation): one connection writes (the
+/// journal's), another reads, so that a read never waits behind a commit's fsync (WAL
+/// lets readers run beside the writer).
 pub struct Persist {
     conn: Mutex<Connection>,
+    /// The read connection (`None` in memory: the writer's is used).
+    reader: Option<Mutex<Connection>>,
 }
 
 const SCHEMA: &str = "
@@ -72,8 +76,13 @@ impl Persist {
     pub fn open(path: &Path) -> Result<Self, PersistError> {
         let conn = Connection::open(path)?;
         conn.execute_batch(SCHEMA)?;
+        let reader = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
         Ok(Self {
             conn: Mutex::new(conn),
+            reader: Some(Mutex::new(reader)),
         })
     }
 
@@ -83,11 +92,21 @@ impl Persist {
         conn.execute_batch(SCHEMA)?;
         Ok(Self {
             conn: Mutex::new(conn),
+            reader: None,
         })
     }
 
     pub(crate) fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection reads use.
+    fn read_conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.reader
+            .as_ref()
+            .unwrap_or(&self.conn)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn get<T: serde::de::DeserializeOwned>(
@@ -96,7 +115,7 @@ impl Persist {
         exec: &B256,
     ) -> Result<Option<T>, PersistError> {
         let body: Option<String> = self
-            .conn()
+            .read_conn()
             .query_row(
                 &format!("SELECT body FROM {table} WHERE execution_id = ?1"),
                 params![exec.to_string()],
@@ -198,7 +217,7 @@ impl Persist {
 
     /// An execution's consensus log, in order.
     pub fn log(&self, exec: &B256) -> Result<Vec<String>, PersistError> {
-        let conn = self.conn();
+        let conn = self.read_conn();
         let mut stmt = conn.prepare_cached(
             "SELECT body FROM don_consensus_log WHERE execution_id = ?1 ORDER BY seq",
         )?;

@@ -86,7 +86,7 @@ impl Node {
         let agreed = don.agree(job).await.map_err(StepError::retry_with)?;
         self.metrics
             .observe_stage("don_agreement", started.elapsed().as_secs_f64());
-        let own = don.own_observation(&exec).ok().flatten();
+        let own = don.own_observation(&exec).await.ok().flatten();
         if let (Some(own), Some(t)) = (own, round.transcript.as_mut()) {
             t.don = Some(don_record(don, &own.observation, &agreed));
         }
