@@ -1,0 +1,181 @@
+//! A deterministic, seeded simulator of the DON consensus: the pure core
+//! (`cresolver_don::consensus::Core`) of every member, driven over an in-memory network
+//! and a virtual clock (no tokio, no sockets), with Byzantine members, crashes with torn
+//! writes, clock skew, partitions and a global stabilisation time; the invariants are
+//! checked after every event (`check.rs`) and liveness at the end (`bound.rs`).
+//!
+//! Everything a run does comes from its seed (`StdRng::seed_from_u64`), ordered maps and
+//! an event queue ordered by (time, sequence number): the same seed is the same run. A
+//! failing seed prints one line that replays it with a step trace:
+//! `CRESOLVER_SIM_SEED=<seed> cargo test -p cresolver-don --test simulation replay_one_seed -- --nocapture`.
+//! `CRESOLVER_SIM_SEEDS=<count>` raises the number of executions of `seeds_hold_the_invariants`.
+//!
+//! Modules: `keys.rs` (the cheap signature scheme), `scenario.rs` (the draw of a run),
+//! `sim.rs` (clock, queue, network), `honest.rs` (honest members as the host runs them,
+//! crashes), `byzantine.rs` (the strategies), `check.rs` (the invariants), `bound.rs` (the
+//! liveness bound), `mutations.rs` (the simulator finds each rule the core breaks on
+//! purpose).
+
+mod bound;
+mod byzantine;
+mod check;
+mod honest;
+mod keys;
+mod mutations;
+mod scenario;
+mod sim;
+
+use cresolver_don::consensus::Mutation;
+use scenario::Bias;
+use sim::{Outcome, Sim};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Executions of the test that runs in every `cargo test`.
+const DEFAULT_SEEDS: u64 = 10_000;
+/// The seed `replay_one_seed` runs without `CRESOLVER_SIM_SEED`.
+const FIXED_SEED: u64 = 42;
+
+/// Runs one seed; a panic inside is a violation too.
+pub fn run_seed(
+    seed: u64,
+    mutation: Option<Mutation>,
+    bias: Bias,
+    trace: bool,
+) -> Result<Outcome, String> {
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut sim = Sim::new(seed, mutation, bias);
+        sim.trace = trace;
+        sim.run()
+    }));
+    match run {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(v)) => Err(v.0),
+        Err(p) => Err(format!(
+            "panic: {}",
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// What many runs measured.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Executions run.
+    pub runs: u64,
+    /// The first failure: seed and violation.
+    pub failure: Option<(u64, String)>,
+    /// The most rounds past the highest round at GST an honest member decided in.
+    pub max_rounds_after_gst: u32,
+    /// The longest time after GST to an honest decision, ms.
+    pub max_ms_after_gst: u64,
+    /// The longest time after GST over the time bound, percent.
+    pub max_of_bound_pct: u64,
+    /// Events and deliveries, in total.
+    pub events: u64,
+    /// Honest crashes, in total.
+    pub crashes: u64,
+}
+
+/// Runs seeds `start..start + count` on `threads` threads; stops at the first failure.
+pub fn run_many(start: u64, count: u64, threads: u64, mutation: Option<Mutation>, bias: Bias) -> Summary {
+    let stop = AtomicBool::new(false);
+    let next = AtomicU64::new(start);
+    let summary = Mutex::new(Summary::default());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= start + count {
+                        break;
+                    }
+                    let r = run_seed(seed, mutation, bias, false);
+                    let mut sum = summary.lock().unwrap_or_else(|p| p.into_inner());
+                    sum.runs += 1;
+                    match r {
+                        Ok(out) => {
+                            let (sc, _) = scenario::Scenario::draw(seed, mutation, bias);
+                            let bound = bound::time_bound(&sc, out.round_at_gst).max(1);
+                            sum.max_rounds_after_gst = sum.max_rounds_after_gst.max(out.rounds_after_gst);
+                            sum.max_ms_after_gst = sum.max_ms_after_gst.max(out.time_after_gst / 1_000);
+                            sum.max_of_bound_pct = sum.max_of_bound_pct.max(out.time_after_gst * 100 / bound);
+                            sum.events += out.events;
+                            sum.crashes += u64::from(out.crashes);
+                        }
+                        Err(v) => {
+                            if sum.failure.as_ref().is_none_or(|(s, _)| seed < *s) {
+                                sum.failure = Some((seed, v));
+                            }
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    summary.into_inner().unwrap_or_else(|p| p.into_inner())
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// Runs `count` seeds on 2 threads, prints the rate and the measurements, and fails with
+/// the one line that replays the first failing seed.
+fn run_and_report(count: u64) {
+    let started = Instant::now();
+    let sum = run_many(0, count, 2, None, Bias::default());
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{} executions in {secs:.1} s: {:.0} executions/s; {} events; {} crashes; at most {} rounds and {} ms after GST to a decision ({}% of the time bound)",
+        sum.runs,
+        sum.runs as f64 / secs,
+        sum.events,
+        sum.crashes,
+        sum.max_rounds_after_gst,
+        sum.max_ms_after_gst,
+        sum.max_of_bound_pct,
+    );
+    if let Some((seed, v)) = sum.failure {
+        println!("seed {seed}: {v}");
+        println!(
+            "replay with: CRESOLVER_SIM_SEED={seed} cargo test -p cresolver-don --test simulation replay_one_seed -- --nocapture"
+        );
+        panic!("seed {seed} breaks an invariant: {v}");
+    }
+}
+
+#[test]
+fn seeds_hold_the_invariants() {
+    run_and_report(env_u64("CRESOLVER_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS));
+}
+
+#[test]
+#[ignore = "a million executions: run it on its own (prints executions per second)"]
+fn a_million_seeds_hold_the_invariants() {
+    run_and_report(env_u64("CRESOLVER_SIM_SEEDS").unwrap_or(1_000_000));
+}
+
+#[test]
+fn replay_one_seed() {
+    let seed = env_u64("CRESOLVER_SIM_SEED");
+    let trace = seed.is_some();
+    let seed = seed.unwrap_or(FIXED_SEED);
+    if let Err(v) = run_seed(seed, None, Bias::default(), trace) {
+        panic!("seed {seed}: {v}");
+    }
+}
+
+#[test]
+fn one_seed_is_one_run() {
+    for seed in [1, 7, 12_345] {
+        let a = run_seed(seed, None, Bias::default(), false).expect("holds");
+        let b = run_seed(seed, None, Bias::default(), false).expect("holds");
+        assert_eq!(format!("{a:?}"), format!("{b:?}"), "seed {seed}");
+    }
+}

@@ -1,0 +1,44 @@
+//! The simulator can fail: for each rule the core breaks on purpose
+//! ([`Mutation`]), honest members run with it, and seeds run until an invariant breaks.
+//! Each must be found within its stated number of seeds.
+
+use crate::run_seed;
+use crate::scenario::Bias;
+use cresolver_don::consensus::Mutation;
+
+/// Runs seeds until a violation; returns the seed and the violation.
+fn hunt(m: Mutation, bias: Bias, limit: u64) -> Option<(u64, String)> {
+    (0..limit).find_map(|seed| run_seed(seed, Some(m), bias, false).err().map(|v| (seed, v)))
+}
+
+fn caught(m: Mutation, bias: Bias, limit: u64) {
+    match hunt(m, bias, limit) {
+        Some((seed, v)) => println!("{m:?}: caught at seed {seed} ({} seeds): {v}", seed + 1),
+        None => panic!("{m:?}: no violation in {limit} seeds"),
+    }
+}
+
+#[test]
+fn skip_lock_check_is_caught() {
+    caught(Mutation::SkipLockCheck, Bias::default(), 20_000);
+}
+
+#[test]
+fn f_votes_quorum_is_caught() {
+    caught(Mutation::FVotesQuorum, Bias::default(), 1_000);
+}
+
+#[test]
+fn sign_before_decision_is_caught() {
+    caught(Mutation::SignBeforeDecision, Bias::default(), 1_000);
+}
+
+#[test]
+fn accept_non_leader_proposal_is_caught() {
+    caught(Mutation::AcceptNonLeaderProposal, Bias::default(), 20_000);
+}
+
+#[test]
+fn duplicate_signers_is_caught() {
+    caught(Mutation::DuplicateSigners, Bias::default(), 20_000);
+}
