@@ -9,11 +9,10 @@
 
 use crate::check::Violation;
 use crate::scenario::{DON_ID, MS, Scenario, Strategy, VERSION};
-use crate::sim::{Event, Sim};
+use crate::sim::{Event, Sent, Sim};
 use alloy::primitives::{Address, B256, Bytes};
 use cresolver_core::don::{Observation, aggregate, build_report};
 use cresolver_don::consensus::{Core, Effect, Input, Keys, ROUND_WINDOW, Timer};
-use cresolver_don::context::set_id;
 use cresolver_don::wire::{self, Body, CommitVote, Envelope, SignedObservation, VoteKind};
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -80,7 +79,7 @@ impl Byz {
     }
 
     /// What it learns from a message it receives.
-    fn learn(&mut self, env: &Envelope) {
+    fn learn(&mut self, env: &Envelope, id: B256) {
         let set: &[SignedObservation] = match &env.body {
             Body::Observation { observation } => std::slice::from_ref(observation),
             Body::Proposal { observations, .. } => observations,
@@ -90,7 +89,6 @@ impl Byz {
                 round,
                 ..
             } => {
-                let id = set_id(observations);
                 for c in commits.iter().take(4) {
                     keep(&mut self.precommits, (*round, Some(id), c.clone()));
                 }
@@ -119,7 +117,7 @@ impl Byz {
                 .or_insert_with(|| o.clone());
         }
         if set.len() > 1 && self.sets.len() < 16 {
-            self.sets.insert(set_id(set), set.to_vec());
+            self.sets.insert(id, set.to_vec());
         }
     }
 }
@@ -155,8 +153,8 @@ impl Sim {
         )
     }
 
-    fn proposal(&self, i: usize, round: u32, pol: Option<u32>, set: Vec<SignedObservation>) -> Envelope {
-        let id = set_id(&set);
+    fn proposal(&mut self, i: usize, round: u32, pol: Option<u32>, set: Vec<SignedObservation>) -> Envelope {
+        let id = self.check.set_id(&set);
         let d = wire::proposal_digest(DON_ID, VERSION, &self.sc.exec, round, pol, &id);
         let signature = self.sign(i, &d);
         self.envelope(
@@ -234,16 +232,23 @@ impl Sim {
     }
 
     /// A checked message reaches Byzantine member `i`.
-    pub fn deliver_byz(&mut self, i: usize, env: Rc<Envelope>) -> Result<(), Violation> {
+    pub fn deliver_byz(&mut self, i: usize, sent: Rc<Sent>) -> Result<(), Violation> {
         let Some(mut b) = self.byz[i].take() else {
             return Ok(());
         };
-        b.learn(&env);
+        let env = &sent.env;
+        let id = match &env.body {
+            Body::Proposal { observations, .. } | Body::Decided { observations, .. } => {
+                self.check.set_id(observations)
+            }
+            _ => B256::ZERO,
+        };
+        b.learn(env, id);
         let local = self.local(i);
         let effects = b
             .core
             .as_mut()
-            .map(|c| c.handle(Input::Message((*env).clone()), local))
+            .map(|c| c.handle(Input::Message(env.clone()), local))
             .unwrap_or_default();
         let r = self.byz_perform(i, &mut b, effects);
         self.byz[i] = Some(b);
@@ -487,7 +492,8 @@ impl Sim {
                     .collect()
             }
             2 => {
-                let d = wire::vote_digest(DON_ID, VERSION, &self.sc.exec, VoteKind::Precommit, r, Some(&set_id(&set)));
+                let id = self.check.set_id(&set);
+                let d = wire::vote_digest(DON_ID, VERSION, &self.sc.exec, VoteKind::Precommit, r, Some(&id));
                 let own = CommitVote {
                     voter: me,
                     signature: self.sign(i, &d),
@@ -496,7 +502,8 @@ impl Sim {
             }
             3 => b.precommits.iter().take(quorum).map(|(.., c)| c.clone()).collect(),
             _ => {
-                let d = wire::vote_digest(DON_ID, VERSION, &self.sc.exec, VoteKind::Precommit, r, Some(&set_id(&set)));
+                let id = self.check.set_id(&set);
+                let d = wire::vote_digest(DON_ID, VERSION, &self.sc.exec, VoteKind::Precommit, r, Some(&id));
                 let mut v = vec![CommitVote {
                     voter: me,
                     signature: self.sign(i, &d),

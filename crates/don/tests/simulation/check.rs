@@ -11,12 +11,11 @@
 //! - bounds: what an honest core holds for each peer ([`Core::held_for`]).
 
 use crate::scenario::Scenario;
-use alloy::primitives::{Address, B256};
+use alloy::primitives::{Address, B256, Bytes, keccak256};
 use cresolver_core::don::aggregate::position_rank;
 use cresolver_core::don::{Binding, Observation, aggregate, build_report};
 use cresolver_don::Agreed;
 use cresolver_don::consensus::{Core, ROUND_WINDOW};
-use cresolver_don::context::set_id;
 use cresolver_don::persist::MAX_LOG_ENTRIES;
 use cresolver_don::wire::{self, Body, Envelope, SignedObservation, VoteKind};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -61,6 +60,8 @@ pub struct Checker {
     pub decided: Vec<Option<(u32, B256, u64)>>,
     /// Valid report signatures seen on the network, by report digest.
     report_sigs: HashMap<B256, BTreeSet<Address>>,
+    /// Each observation's digest, by its signature (checked equal on a hit).
+    obs_digests: HashMap<Bytes, (Observation, B256)>,
     /// The honest values per field: timestamp, then per worker position rank,
     /// confidence, 3 scores.
     ts: Range,
@@ -126,6 +127,7 @@ impl Checker {
             decision: None,
             decided: vec![None; sc.n],
             report_sigs: HashMap::new(),
+            obs_digests: HashMap::new(),
             ts,
             fields,
         }
@@ -154,8 +156,28 @@ impl Checker {
         d
     }
 
+    /// [`set_id`] of a set, with each observation's digest computed once per run.
+    pub fn set_id(&mut self, set: &[SignedObservation]) -> B256 {
+        let mut sorted: Vec<&SignedObservation> = set.iter().collect();
+        sorted.sort_by_key(|o| o.observation.observer);
+        let mut buf = Vec::with_capacity(32 * sorted.len());
+        for o in sorted {
+            let d = match self.obs_digests.get(&o.signature) {
+                Some((obs, d)) if *obs == o.observation => *d,
+                _ => {
+                    let d = o.observation.digest();
+                    self.obs_digests
+                        .insert(o.signature.clone(), (o.observation.clone(), d));
+                    d
+                }
+            };
+            buf.extend_from_slice(d.as_slice());
+        }
+        keccak256(buf)
+    }
+
     fn remember_set(&mut self, set: &[SignedObservation]) -> B256 {
-        let id = set_id(set);
+        let id = self.set_id(set);
         self.sets
             .entry(id)
             .or_insert_with(|| Arc::new(set.to_vec()));
@@ -289,7 +311,7 @@ impl Checker {
 
     /// An honest member's agreement: certified, signed, and bounded by honest values.
     pub fn on_agreed(&mut self, i: usize, a: &Agreed) -> Result<(), Violation> {
-        let id = set_id(&a.observations);
+        let id = self.set_id(&a.observations);
         let Some((decided, digest, ..)) = self.decision else {
             return self.err(format!("honest member {i} agreed before any decision"));
         };

@@ -10,7 +10,7 @@
 
 use crate::check::Violation;
 use crate::scenario::{MS, Scenario};
-use crate::sim::{Event, Sim, summary};
+use crate::sim::{Event, Sent, Sim, summary};
 use alloy::primitives::Address;
 use cresolver_don::Agreed;
 use cresolver_don::book::SENDER_MESSAGES;
@@ -37,7 +37,7 @@ pub struct Honest {
     started: bool,
     /// Messages that arrived before the first start (the execution's book), per sender
     /// at most [`SENDER_MESSAGES`].
-    book: Vec<(usize, Rc<Envelope>)>,
+    book: Vec<(usize, Rc<Sent>)>,
     /// The durable consensus log and lock.
     log: Vec<LogEntry>,
     lock: Option<Lock>,
@@ -172,24 +172,24 @@ impl Sim {
         &mut self,
         i: usize,
         from: usize,
-        env: Rc<Envelope>,
+        sent: Rc<Sent>,
     ) -> Result<(), Violation> {
         let local = self.local(i);
         let h = self.h(i);
         if !h.started {
             if h.book.iter().filter(|(f, _)| *f == from).count() < SENDER_MESSAGES {
-                h.book.push((from, env));
+                h.book.push((from, sent));
             }
             return Ok(());
         }
         if h.done.is_some() {
-            return self.answer(i, from, &env);
+            return self.answer(i, from, &sent.env);
         }
         let Some(core) = h.core.as_mut() else {
             return Ok(());
         };
-        let effects = core.handle(Input::Message((*env).clone()), local);
-        self.note(|| format!("{i} takes {} from {from}", summary(&env)));
+        let effects = core.handle(Input::Message(sent.env.clone()), local);
+        self.note(|| format!("{i} takes {} from {from}", summary(&sent.env)));
         self.perform(i, effects)
     }
 

@@ -6,6 +6,21 @@ use crate::run_seed;
 use crate::scenario::Bias;
 use cresolver_don::consensus::Mutation;
 
+/// Every mutation, with the most seeds its hunt may take.
+pub const ALL: [(Mutation, u64); 5] = [
+    (Mutation::SkipLockCheck, 20_000),
+    (Mutation::FVotesQuorum, 1_000),
+    (Mutation::SignBeforeDecision, 1_000),
+    (Mutation::AcceptNonLeaderProposal, 20_000),
+    (Mutation::DuplicateSigners, 20_000),
+];
+
+/// The draw a mutation's hunt uses.
+pub fn bias(m: Mutation) -> Bias {
+    let _ = m;
+    Bias::default()
+}
+
 /// Runs seeds until a violation; returns the seed and the violation.
 fn hunt(m: Mutation, bias: Bias, limit: u64) -> Option<(u64, String)> {
     (0..limit).find_map(|seed| run_seed(seed, Some(m), bias, false).err().map(|v| (seed, v)))
@@ -13,7 +28,12 @@ fn hunt(m: Mutation, bias: Bias, limit: u64) -> Option<(u64, String)> {
 
 fn caught(m: Mutation, bias: Bias, limit: u64) {
     match hunt(m, bias, limit) {
-        Some((seed, v)) => println!("{m:?}: caught at seed {seed} ({} seeds): {v}", seed + 1),
+        Some((seed, v)) => {
+            println!("{m:?}: caught at seed {seed} ({} seeds): {v}", seed + 1);
+            println!(
+                "replay with: CRESOLVER_SIM_MUTATION={m:?} CRESOLVER_SIM_SEED={seed} cargo test -p cresolver-don --test simulation replay_one_seed -- --nocapture"
+            );
+        }
         None => panic!("{m:?}: no violation in {limit} seeds"),
     }
 }

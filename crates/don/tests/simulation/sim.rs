@@ -18,6 +18,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -36,8 +37,8 @@ pub enum Event {
         to: usize,
         /// The sender (the links are authenticated: always the true one).
         from: usize,
-        /// The message.
-        env: Rc<Envelope>,
+        /// The message (one allocation for every recipient of a send).
+        env: Rc<Sent>,
     },
     /// A timer a member's core asked for is due (of the incarnation that asked).
     Timer {
@@ -52,6 +53,14 @@ pub enum Event {
     Tick(usize),
     /// The network stabilises: the partition heals, every crashed member is up.
     Gst,
+}
+
+/// A message on the network, with the server's verdict on it once computed: the checks
+/// are a function of the message alone, so every recipient's server reaches the same one.
+pub struct Sent {
+    /// The message.
+    pub env: Envelope,
+    ok: Cell<Option<bool>>,
 }
 
 struct Queued {
@@ -93,6 +102,8 @@ pub struct Outcome {
     pub time_after_gst: u64,
     /// Honest crashes.
     pub crashes: u32,
+    /// The time bound after GST of this run ([`crate::bound::time_bound`]).
+    pub time_bound: u64,
 }
 
 /// One run.
@@ -261,6 +272,7 @@ impl Sim {
                 self.out.time_after_gst = self.out.time_after_gst.max(at - gst);
             }
         }
+        self.out.time_bound = crate::bound::time_bound(&self.sc, self.out.round_at_gst);
         crate::bound::check(&self.sc, &self.out)
     }
 
@@ -268,7 +280,10 @@ impl Sim {
     pub fn send(&mut self, from: usize, to: Option<Address>, env: Envelope) -> Result<(), Violation> {
         self.check.on_send(from, &env)?;
         self.note(|| format!("  {from} sends {} to {}", summary(&env), to.map_or("all".into(), |a| format!("{:?}", self.sc.index(&a)))));
-        let env = Rc::new(env);
+        let env = Rc::new(Sent {
+            env,
+            ok: Cell::new(None),
+        });
         for j in 0..self.sc.n {
             if j == from || to.is_some_and(|t| t != self.sc.scheme.members[j]) {
                 continue;
@@ -279,7 +294,7 @@ impl Sim {
     }
 
     /// One message on one link: lost, delayed, maybe duplicated.
-    fn transmit(&mut self, from: usize, to: usize, env: Rc<Envelope>) {
+    fn transmit(&mut self, from: usize, to: usize, env: Rc<Sent>) {
         let net = self.sc.net.clone();
         let copies = if self.rng.gen_bool(net.dup_p) { 2 } else { 1 };
         for _ in 0..copies {
@@ -314,24 +329,30 @@ impl Sim {
     }
 
     /// A message arrives: the server's checks, then the member.
-    fn deliver(&mut self, to: usize, from: usize, env: Rc<Envelope>) -> Result<(), Violation> {
+    fn deliver(&mut self, to: usize, from: usize, sent: Rc<Sent>) -> Result<(), Violation> {
+        let env = &sent.env;
         if env.execution_id != self.sc.exec {
             return Ok(());
         }
-        let members = &self.sc.scheme.members;
-        let scheme = &self.sc.scheme;
-        if wire::check_shape(&env, members, crate::scenario::DON_ID, crate::scenario::VERSION)
-            .is_err()
-            || wire::check_carried(&env, members, |d, s| scheme.recover(d, s)).is_err()
-        {
-            self.note(|| format!("  {to} refuses {} from {from} (server checks)", summary(&env)));
+        let ok = sent.ok.get().unwrap_or_else(|| {
+            let members = &self.sc.scheme.members;
+            let scheme = &self.sc.scheme;
+            let ok = wire::check_shape(env, members, crate::scenario::DON_ID, crate::scenario::VERSION)
+                .is_ok()
+                && wire::check_carried(env, members, |d, s| scheme.recover(d, s)).is_ok();
+            sent.ok.set(Some(ok));
+            ok
+        });
+        if !ok {
+            self.note(|| format!("  {to} refuses {} from {from} (server checks)", summary(env)));
             return Ok(());
         }
+
         self.out.delivered += 1;
         if self.honest[to].is_some() {
-            self.deliver_honest(to, from, env)
+            self.deliver_honest(to, from, sent)
         } else {
-            self.deliver_byz(to, env)
+            self.deliver_byz(to, sent)
         }
     }
 }
