@@ -15,21 +15,39 @@ use crate::check::Violation;
 use crate::scenario::Scenario;
 use crate::sim::Outcome;
 
-/// Rounds past the highest honest round at GST within which every honest member decides.
-pub const ROUNDS: u32 = 1_000;
+/// Rounds past the highest honest round at GST within which every honest member decides
+/// is `f + ROUNDS_OVER_F`.
+pub const ROUNDS_OVER_F: u32 = 2;
 
-/// The time after GST within which every honest member decides, in microseconds.
+/// The rounds bound of a run.
+pub fn rounds(sc: &Scenario) -> u32 {
+    sc.f as u32 + ROUNDS_OVER_F
+}
+
+/// Round r's three timeouts, as the core computes them (`timeout_after`).
+fn round_timeouts(attempt_ms: u64, r: u32) -> u64 {
+    let step = |unit: u64| (unit + unit * u64::from(r) / 2).min(60_000);
+    (step(attempt_ms) + 2 * step(attempt_ms.div_ceil(2))) * 1_000
+}
+
+/// The time after GST within which every honest member decides, in microseconds: the
+/// timeouts of every round from the highest at GST to the rounds bound, two rebroadcast
+/// periods, the leader's grace and ten network delays.
 pub fn time_bound(sc: &Scenario, round_at_gst: u32) -> u64 {
-    let t = sc.params.attempt_timeout_ms * 1_000;
-    let _ = round_at_gst;
-    t * 1_000
+    let p = &sc.params;
+    let timeouts: u64 = (round_at_gst..=round_at_gst + rounds(sc))
+        .map(|r| round_timeouts(p.attempt_timeout_ms, r))
+        .sum();
+    let rebroadcast = p.rebroadcast_every().as_micros() as u64;
+    timeouts + 2 * rebroadcast + p.observation_grace_ms * 1_000 + 10 * sc.net.delta
 }
 
 /// Checks a run's decisions against the bound.
 pub fn check(sc: &Scenario, out: &Outcome) -> Result<(), Violation> {
-    if out.rounds_after_gst > ROUNDS {
+    let rounds = rounds(sc);
+    if out.rounds_after_gst > rounds {
         return Err(Violation(format!(
-            "liveness: an honest member decided {} rounds past the highest round at GST ({}), bound {ROUNDS}",
+            "liveness: an honest member decided {} rounds past the highest round at GST ({}), bound {rounds}",
             out.rounds_after_gst, out.round_at_gst
         )));
     }

@@ -60,6 +60,12 @@ pub struct Checker {
     pub decided: Vec<Option<(u32, B256, u64)>>,
     /// Valid report signatures seen on the network, by report digest.
     report_sigs: HashMap<B256, BTreeSet<Address>>,
+    /// Prevoters of each (round, set) on the network (valid signatures).
+    prevotes: HashMap<(u32, B256), BTreeSet<Address>>,
+    /// Each honest member's votes sent, by (member, round, kind).
+    votes: HashMap<(usize, u32, VoteKind), Option<B256>>,
+    /// Each honest member's lock as its precommits show it: round and set.
+    locks: Vec<Option<(u32, B256)>>,
     /// Each observation's digest, by its signature (checked equal on a hit).
     obs_digests: HashMap<Bytes, (Observation, B256)>,
     /// The honest values per field: timestamp, then per worker position rank,
@@ -128,6 +134,9 @@ impl Checker {
             decided: vec![None; sc.n],
             report_sigs: HashMap::new(),
             obs_digests: HashMap::new(),
+            prevotes: HashMap::new(),
+            votes: HashMap::new(),
+            locks: vec![None; sc.n],
             ts,
             fields,
         }
@@ -239,8 +248,72 @@ impl Checker {
                 self.remember_set(observations);
                 Ok(())
             }
-            _ => Ok(()),
+            Body::Vote {
+                round,
+                kind,
+                value,
+                signature,
+            } => self.on_vote(from, env, *round, *kind, *value, signature),
+            Body::Observation { .. } => Ok(()),
         }
+    }
+
+    /// A vote on the network: prevotes counted; an honest member's checked against its
+    /// earlier votes (never two in one round and kind) and its lock (Tendermint's rule: a
+    /// member that precommitted s in round r prevotes another set s' in a later round r'
+    /// only after 2f+1 prevotes for s' in a round in [r, r')).
+    fn on_vote(
+        &mut self,
+        from: usize,
+        env: &Envelope,
+        round: u32,
+        kind: VoteKind,
+        value: Option<B256>,
+        signature: &[u8],
+    ) -> Result<(), Violation> {
+        let p = &self.sc.params;
+        let d = wire::vote_digest(p.don_id, p.config_version, &env.execution_id, kind, round, value.as_ref());
+        let signer = self.sc.scheme.recover(&d, signature).ok();
+        if kind == VoteKind::Prevote
+            && let Some(v) = value
+            && signer == Some(env.sender)
+        {
+            self.prevotes.entry((round, v)).or_default().insert(env.sender);
+        }
+        if !self.sc.honest[from] {
+            return Ok(());
+        }
+        match self.votes.get(&(from, round, kind)) {
+            Some(earlier) if *earlier != value => {
+                return self.err(format!(
+                    "honest member {from} sent two {kind:?}s in round {round}: {earlier:?} and {value:?}"
+                ));
+            }
+            Some(_) => return Ok(()),
+            None => {}
+        }
+        self.votes.insert((from, round, kind), value);
+        let Some(v) = value else { return Ok(()) };
+        match (kind, self.locks[from]) {
+            (VoteKind::Precommit, lock) => {
+                if lock.is_none_or(|(r, _)| r <= round) {
+                    self.locks[from] = Some((round, v));
+                }
+            }
+            (VoteKind::Prevote, Some((lr, lv))) if lv != v && round > lr => {
+                let quorum = self.quorum();
+                let polka = (lr..round).any(|vr| {
+                    self.prevotes.get(&(vr, v)).is_some_and(|s| s.len() >= quorum)
+                });
+                if !polka {
+                    return self.err(format!(
+                        "honest member {from}, locked on {lv:.10} since round {lr}, prevoted {v:.10} in round {round} with no polka for it since"
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// An honest member's report signature: over the one decided report, after a

@@ -314,6 +314,10 @@ impl Sim {
         let Some(core) = self.honest[i].as_ref().and_then(|h| h.core.as_ref()) else {
             return Ok(());
         };
+        self.note(|| {
+            let s = core.status();
+            format!("  {i} now: round {} step {} locked {:?}", s.round, s.step, s.locked.map(|(r, v)| (r, format!("{v:.10}"))))
+        });
         self.check.bounds(i, core)?;
         let Some((round, id)) = core.decided() else {
             return Ok(());

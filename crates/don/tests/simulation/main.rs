@@ -71,6 +71,8 @@ pub struct Summary {
     pub failure: Option<(u64, String)>,
     /// The most rounds past the highest round at GST an honest member decided in.
     pub max_rounds_after_gst: u32,
+    /// The most of those rounds beyond f.
+    pub max_rounds_over_f: i64,
     /// The longest time after GST to an honest decision, ms.
     pub max_ms_after_gst: u64,
     /// The longest time after GST over the time bound, percent.
@@ -83,6 +85,8 @@ pub struct Summary {
 
 /// Runs seeds `start..start + count` on `threads` threads; stops at the first failure.
 pub fn run_many(start: u64, count: u64, threads: u64, mutation: Option<Mutation>, bias: Bias) -> Summary {
+    // exploring: every failing seed printed, none stops the run
+    let keep_going = std::env::var("CRESOLVER_SIM_ALL_FAILURES").is_ok();
     let stop = AtomicBool::new(false);
     let next = AtomicU64::new(start);
     let summary = Mutex::new(Summary::default());
@@ -101,11 +105,15 @@ pub fn run_many(start: u64, count: u64, threads: u64, mutation: Option<Mutation>
                         Ok(out) => {
                             let bound = out.time_bound.max(1);
                             sum.max_rounds_after_gst = sum.max_rounds_after_gst.max(out.rounds_after_gst);
+                            sum.max_rounds_over_f = sum
+                                .max_rounds_over_f
+                                .max(i64::from(out.rounds_after_gst) - i64::from(out.f));
                             sum.max_ms_after_gst = sum.max_ms_after_gst.max(out.time_after_gst / 1_000);
                             sum.max_of_bound_pct = sum.max_of_bound_pct.max(out.time_after_gst * 100 / bound);
                             sum.events += out.events;
                             sum.crashes += u64::from(out.crashes);
                         }
+                        Err(v) if keep_going => println!("seed {seed}: {v}"),
                         Err(v) => {
                             if sum.failure.as_ref().is_none_or(|(s, _)| seed < *s) {
                                 sum.failure = Some((seed, v));
@@ -131,12 +139,13 @@ fn run_and_report(count: u64) {
     let sum = run_many(0, count, 2, None, Bias::default());
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "{} executions in {secs:.1} s: {:.0} executions/s; {} events; {} crashes; at most {} rounds and {} ms after GST to a decision ({}% of the time bound)",
+        "{} executions in {secs:.1} s: {:.0} executions/s; {} events; {} crashes; at most {} rounds (f + {}) and {} ms after GST to a decision ({}% of the time bound)",
         sum.runs,
         sum.runs as f64 / secs,
         sum.events,
         sum.crashes,
         sum.max_rounds_after_gst,
+        sum.max_rounds_over_f,
         sum.max_ms_after_gst,
         sum.max_of_bound_pct,
     );

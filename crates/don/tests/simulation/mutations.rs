@@ -21,9 +21,19 @@ pub fn bias(m: Mutation) -> Bias {
     Bias::default()
 }
 
-/// Runs seeds until a violation; returns the seed and the violation.
+/// Runs seeds until the mutation breaks an invariant the same seed holds without it;
+/// returns the seed and the violation.
 fn hunt(m: Mutation, bias: Bias, limit: u64) -> Option<(u64, String)> {
-    (0..limit).find_map(|seed| run_seed(seed, Some(m), bias, false).err().map(|v| (seed, v)))
+    (0..limit).find_map(|seed| {
+        let v = run_seed(seed, Some(m), bias, false).err()?;
+        match run_seed(seed, None, bias, false) {
+            Ok(_) => Some((seed, v)),
+            Err(w) => {
+                println!("{m:?}: seed {seed} fails without the mutation too ({w}): not counted");
+                None
+            }
+        }
+    })
 }
 
 fn caught(m: Mutation, bias: Bias, limit: u64) {

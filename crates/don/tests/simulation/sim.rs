@@ -104,6 +104,8 @@ pub struct Outcome {
     pub crashes: u32,
     /// The time bound after GST of this run ([`crate::bound::time_bound`]).
     pub time_bound: u64,
+    /// The run's f.
+    pub f: u32,
 }
 
 /// One run.
@@ -126,6 +128,8 @@ pub struct Sim {
     pub trace: bool,
     /// What was measured.
     pub out: Outcome,
+    /// The server's verdicts on messages seen, by [`fingerprint`].
+    verdicts: std::collections::HashMap<u64, Vec<(Rc<Sent>, bool)>>,
 }
 
 impl Sim {
@@ -150,6 +154,7 @@ impl Sim {
             check,
             trace: false,
             out: Outcome::default(),
+            verdicts: std::collections::HashMap::new(),
         }
     }
 
@@ -273,13 +278,17 @@ impl Sim {
             }
         }
         self.out.time_bound = crate::bound::time_bound(&self.sc, self.out.round_at_gst);
+        self.out.f = self.sc.f as u32;
         crate::bound::check(&self.sc, &self.out)
     }
 
     /// Member `from` sends `env` to `to`, or to every other member.
     pub fn send(&mut self, from: usize, to: Option<Address>, env: Envelope) -> Result<(), Violation> {
+        self.note(|| {
+            let to = to.map_or("all".into(), |a| format!("{:?}", self.sc.index(&a)));
+            format!("  {from} sends {} to {to}", summary(&env))
+        });
         self.check.on_send(from, &env)?;
-        self.note(|| format!("  {from} sends {} to {}", summary(&env), to.map_or("all".into(), |a| format!("{:?}", self.sc.index(&a)))));
         let env = Rc::new(Sent {
             env,
             ok: Cell::new(None),
@@ -334,16 +343,7 @@ impl Sim {
         if env.execution_id != self.sc.exec {
             return Ok(());
         }
-        let ok = sent.ok.get().unwrap_or_else(|| {
-            let members = &self.sc.scheme.members;
-            let scheme = &self.sc.scheme;
-            let ok = wire::check_shape(env, members, crate::scenario::DON_ID, crate::scenario::VERSION)
-                .is_ok()
-                && wire::check_carried(env, members, |d, s| scheme.recover(d, s)).is_ok();
-            sent.ok.set(Some(ok));
-            ok
-        });
-        if !ok {
+        if !self.verdict(&sent) {
             self.note(|| format!("  {to} refuses {} from {from} (server checks)", summary(env)));
             return Ok(());
         }
@@ -355,6 +355,63 @@ impl Sim {
             self.deliver_byz(to, sent)
         }
     }
+}
+
+impl Sim {
+    /// The server's checks of a message: computed once per message, and once per run for
+    /// a message sent again with the same content (members resend theirs every period).
+    fn verdict(&mut self, sent: &Rc<Sent>) -> bool {
+        if let Some(ok) = sent.ok.get() {
+            return ok;
+        }
+        let env = &sent.env;
+        let key = fingerprint(env);
+        let known = self
+            .verdicts
+            .get(&key)
+            .and_then(|v| v.iter().find(|(e, _)| e.env == *env))
+            .map(|(_, ok)| *ok);
+        let ok = known.unwrap_or_else(|| {
+            let members = &self.sc.scheme.members;
+            let scheme = &self.sc.scheme;
+            let ok = wire::check_shape(env, members, crate::scenario::DON_ID, crate::scenario::VERSION)
+                .is_ok()
+                && wire::check_carried(env, members, |d, s| scheme.recover(d, s)).is_ok();
+            self.verdicts.entry(key).or_default().push((sent.clone(), ok));
+            ok
+        });
+        sent.ok.set(Some(ok));
+        ok
+    }
+}
+
+/// A cheap hash of what distinguishes messages (equality is checked on a hit).
+fn fingerprint(env: &Envelope) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    env.sender.hash(&mut h);
+    match &env.body {
+        wire::Body::Observation { observation } => observation.signature.hash(&mut h),
+        wire::Body::Proposal {
+            round, signature, ..
+        } => (round, signature).hash(&mut h),
+        wire::Body::Vote {
+            round, signature, ..
+        } => (round, signature).hash(&mut h),
+        wire::Body::Decided {
+            round,
+            observations,
+            commits,
+            report_signature,
+            ..
+        } => {
+            (round, commits.len(), report_signature).hash(&mut h);
+            for o in observations {
+                o.signature.hash(&mut h);
+            }
+        }
+    }
+    h.finish()
 }
 
 /// A message in a few words, for the trace.
