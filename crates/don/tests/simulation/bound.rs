@@ -17,7 +17,7 @@ use crate::sim::Outcome;
 
 /// Rounds past the highest honest round at GST within which every honest member decides
 /// is `f + ROUNDS_OVER_F`.
-pub const ROUNDS_OVER_F: u32 = 2;
+pub const ROUNDS_OVER_F: u32 = 4;
 
 /// The rounds bound of a run.
 pub fn rounds(sc: &Scenario) -> u32 {

@@ -153,7 +153,13 @@ impl Sim {
         )
     }
 
-    fn proposal(&mut self, i: usize, round: u32, pol: Option<u32>, set: Vec<SignedObservation>) -> Envelope {
+    fn proposal(
+        &mut self,
+        i: usize,
+        round: u32,
+        pol: Option<u32>,
+        set: Vec<SignedObservation>,
+    ) -> Envelope {
         let id = self.check.set_id(&set);
         let d = wire::proposal_digest(DON_ID, VERSION, &self.sc.exec, round, pol, &id);
         let signature = self.sign(i, &d);
@@ -200,7 +206,12 @@ impl Sim {
         };
         let mut r = Ok(());
         if b.strategy != Strategy::Silent {
-            let mut core = Core::new(self.sc.byz_params.clone(), b.keys.clone(), b.job.clone(), b.own.clone());
+            let mut core = Core::new(
+                self.sc.byz_params.clone(),
+                b.keys.clone(),
+                b.job.clone(),
+                b.own.clone(),
+            );
             let effects = core.handle(
                 Input::Start {
                     log: Vec::new(),
@@ -256,12 +267,24 @@ impl Sim {
     }
 
     /// What the inner core asks for, tampered with by the strategy.
-    fn byz_perform(&mut self, i: usize, b: &mut Byz, effects: Vec<Effect>) -> Result<(), Violation> {
+    fn byz_perform(
+        &mut self,
+        i: usize,
+        b: &mut Byz,
+        effects: Vec<Effect>,
+    ) -> Result<(), Violation> {
         for e in effects {
             match e {
                 Effect::Schedule { at, timer } => {
                     let g = self.global(i, at);
-                    self.at(g, Event::Timer { to: i, inc: 0, timer });
+                    self.at(
+                        g,
+                        Event::Timer {
+                            to: i,
+                            inc: 0,
+                            timer,
+                        },
+                    );
                 }
                 Effect::Send { to, env } => self.byz_send(i, b, to, env)?,
                 _ => {}
@@ -270,11 +293,22 @@ impl Sim {
         Ok(())
     }
 
-    fn byz_send(&mut self, i: usize, b: &mut Byz, to: Option<Address>, env: Envelope) -> Result<(), Violation> {
+    fn byz_send(
+        &mut self,
+        i: usize,
+        b: &mut Byz,
+        to: Option<Address>,
+        env: Envelope,
+    ) -> Result<(), Violation> {
         keep(&mut b.sent, env.clone());
         match (b.strategy, &env.body) {
             (Strategy::Withhold, Body::Observation { .. }) => Ok(()),
-            (Strategy::EquivocatingVoter, Body::Vote { round, kind, value, .. }) => {
+            (
+                Strategy::EquivocatingVoter,
+                Body::Vote {
+                    round, kind, value, ..
+                },
+            ) => {
                 let (round, kind, value) = (*round, *kind, *value);
                 for j in 0..self.sc.n {
                     if j == i {
@@ -323,14 +357,16 @@ impl Sim {
         let quorum = 2 * self.sc.f + 1;
         let other = self.random_set(b, quorum);
         let half: Vec<bool> = (0..self.sc.n).map(|_| self.rng.gen_bool(0.5)).collect();
-        for j in 0..self.sc.n {
+        for (j, first_half) in half.into_iter().enumerate() {
             if j == i {
                 continue;
             }
             let to = Some(self.sc.scheme.members[j]);
-            let env = match (&real, half[j], b.strategy) {
+            let env = match (&real, first_half, b.strategy) {
                 (Some((env, _)), true, Strategy::EquivocatingProposer) => env.clone(),
-                (_, _, Strategy::EquivocatingProposer) => self.proposal(i, round, pol, other.clone()),
+                (_, _, Strategy::EquivocatingProposer) => {
+                    self.proposal(i, round, pol, other.clone())
+                }
                 _ => {
                     let set = self.random_set(b, quorum);
                     self.proposal(i, round, pol, set)
@@ -385,7 +421,9 @@ impl Sim {
             Strategy::FarAhead => {
                 for _ in 0..2 {
                     let r = round + self.rng.gen_range(50..=1_000);
-                    let kind = *[VoteKind::Prevote, VoteKind::Precommit].choose(&mut self.rng).unwrap_or(&VoteKind::Prevote);
+                    let kind = *[VoteKind::Prevote, VoteKind::Precommit]
+                        .choose(&mut self.rng)
+                        .unwrap_or(&VoteKind::Prevote);
                     let value = self.any_value(b);
                     let v = self.vote(i, r, kind, value);
                     self.send(i, None, v)?;
@@ -432,10 +470,14 @@ impl Sim {
                 .gen_bool(0.5)
                 .then(|| self.sc.scheme.members[self.rng.gen_range(0..self.sc.n)])
                 .filter(|a| *a != self.sc.scheme.members[i]);
-            let r = self.rng.gen_range(round.saturating_sub(2)..=round + ROUND_WINDOW + 2);
+            let r = self
+                .rng
+                .gen_range(round.saturating_sub(2)..=round + ROUND_WINDOW + 2);
             let env = match self.rng.gen_range(0..3) {
                 0 => {
-                    let kind = *[VoteKind::Prevote, VoteKind::Precommit].choose(&mut self.rng).unwrap_or(&VoteKind::Prevote);
+                    let kind = *[VoteKind::Prevote, VoteKind::Precommit]
+                        .choose(&mut self.rng)
+                        .unwrap_or(&VoteKind::Prevote);
                     let value = self.any_value(b);
                     self.vote(i, r, kind, value)
                 }
@@ -458,7 +500,11 @@ impl Sim {
     /// borrowed certificate.
     fn forge(&mut self, i: usize, b: &mut Byz, round: u32) -> Result<(), Violation> {
         let quorum = self.sc.n * 2 / 3 + 1;
-        let min = if self.rng.gen_bool(0.8) { 2 * self.sc.f + 1 } else { 1 };
+        let min = if self.rng.gen_bool(0.8) {
+            2 * self.sc.f + 1
+        } else {
+            1
+        };
         let mut set = self.random_set(b, min);
         let mut r = self.rng.gen_range(0..=round + 2);
         let me = self.sc.scheme.members[i];
@@ -491,24 +537,22 @@ impl Sim {
                     .map(|(.., c)| c.clone())
                     .collect()
             }
-            2 => {
-                let id = self.check.set_id(&set);
-                let d = wire::vote_digest(DON_ID, VERSION, &self.sc.exec, VoteKind::Precommit, r, Some(&id));
-                let own = CommitVote {
-                    voter: me,
-                    signature: self.sign(i, &d),
-                };
-                vec![own; quorum]
-            }
-            3 => b.precommits.iter().take(quorum).map(|(.., c)| c.clone()).collect(),
+            2 => vec![self.own_precommit(i, r, &set); quorum],
+            3 => b
+                .precommits
+                .iter()
+                .take(quorum)
+                .map(|(.., c)| c.clone())
+                .collect(),
             _ => {
-                let id = self.check.set_id(&set);
-                let d = wire::vote_digest(DON_ID, VERSION, &self.sc.exec, VoteKind::Precommit, r, Some(&id));
-                let mut v = vec![CommitVote {
-                    voter: me,
-                    signature: self.sign(i, &d),
-                }];
-                v.extend(b.precommits.iter().rev().take(quorum - 1).map(|(.., c)| c.clone()));
+                let mut v = vec![self.own_precommit(i, r, &set)];
+                v.extend(
+                    b.precommits
+                        .iter()
+                        .rev()
+                        .take(quorum - 1)
+                        .map(|(.., c)| c.clone()),
+                );
                 v
             }
         };
@@ -535,6 +579,23 @@ impl Sim {
             .then(|| self.sc.scheme.members[self.rng.gen_range(0..self.sc.n)])
             .filter(|a| *a != me);
         self.send(i, to, env)
+    }
+
+    /// Member `i`'s own precommit for a set in round `r`.
+    fn own_precommit(&mut self, i: usize, r: u32, set: &[SignedObservation]) -> CommitVote {
+        let id = self.check.set_id(set);
+        let d = wire::vote_digest(
+            DON_ID,
+            VERSION,
+            &self.sc.exec,
+            VoteKind::Precommit,
+            r,
+            Some(&id),
+        );
+        CommitVote {
+            voter: self.sc.scheme.members[i],
+            signature: self.sign(i, &d),
+        }
     }
 
     /// The report digest of a set, as a member would build it.

@@ -34,7 +34,10 @@ struct Range {
 
 impl Range {
     fn empty() -> Self {
-        Self { lo: u64::MAX, hi: 0 }
+        Self {
+            lo: u64::MAX,
+            hi: 0,
+        }
     }
     fn add(&mut self, v: u64) {
         self.lo = self.lo.min(v);
@@ -205,8 +208,14 @@ impl Checker {
             } => {
                 let id = self.remember_set(observations);
                 let p = &self.sc.params;
-                let digest =
-                    wire::proposal_digest(p.don_id, p.config_version, &env.execution_id, *round, *pol_round, &id);
+                let digest = wire::proposal_digest(
+                    p.don_id,
+                    p.config_version,
+                    &env.execution_id,
+                    *round,
+                    *pol_round,
+                    &id,
+                );
                 let leader = p.leader(&env.execution_id, *round);
                 if self.sc.scheme.recover(&digest, signature).ok() == Some(leader) {
                     self.proposals.insert((*round, id));
@@ -272,13 +281,23 @@ impl Checker {
         signature: &[u8],
     ) -> Result<(), Violation> {
         let p = &self.sc.params;
-        let d = wire::vote_digest(p.don_id, p.config_version, &env.execution_id, kind, round, value.as_ref());
+        let d = wire::vote_digest(
+            p.don_id,
+            p.config_version,
+            &env.execution_id,
+            kind,
+            round,
+            value.as_ref(),
+        );
         let signer = self.sc.scheme.recover(&d, signature).ok();
         if kind == VoteKind::Prevote
             && let Some(v) = value
             && signer == Some(env.sender)
         {
-            self.prevotes.entry((round, v)).or_default().insert(env.sender);
+            self.prevotes
+                .entry((round, v))
+                .or_default()
+                .insert(env.sender);
         }
         if !self.sc.honest[from] {
             return Ok(());
@@ -295,15 +314,15 @@ impl Checker {
         self.votes.insert((from, round, kind), value);
         let Some(v) = value else { return Ok(()) };
         match (kind, self.locks[from]) {
-            (VoteKind::Precommit, lock) => {
-                if lock.is_none_or(|(r, _)| r <= round) {
-                    self.locks[from] = Some((round, v));
-                }
+            (VoteKind::Precommit, lock) if lock.is_none_or(|(r, _)| r <= round) => {
+                self.locks[from] = Some((round, v));
             }
             (VoteKind::Prevote, Some((lr, lv))) if lv != v && round > lr => {
                 let quorum = self.quorum();
                 let polka = (lr..round).any(|vr| {
-                    self.prevotes.get(&(vr, v)).is_some_and(|s| s.len() >= quorum)
+                    self.prevotes
+                        .get(&(vr, v))
+                        .is_some_and(|s| s.len() >= quorum)
                 });
                 if !polka {
                     return self.err(format!(
@@ -351,11 +370,6 @@ impl Checker {
             return self.err(format!("honest member {i} decided two sets"));
         }
         self.decided[i] = Some((round, id, now));
-        if !self.proposals.contains(&(round, id)) {
-            return self.err(format!(
-                "honest member {i} decided set {id} in round {round}: no proposal of it by the round's leader went over the network"
-            ));
-        }
         let distinct: BTreeSet<&Address> = voters.iter().collect();
         if distinct.len() < self.quorum() {
             return self.err(format!(
@@ -364,11 +378,18 @@ impl Checker {
                 self.quorum()
             ));
         }
+        if !self.proposals.contains(&(round, id)) {
+            return self.err(format!(
+                "honest member {i} decided set {id} in round {round}: no proposal of it by the round's leader went over the network"
+            ));
+        }
         let Some(set) = self.sets.get(&id).cloned() else {
             return self.err(format!("honest member {i} decided a set never sent"));
         };
         let Some(digest) = self.digest_of(id, &set) else {
-            return self.err(format!("honest member {i} decided a set that makes no report"));
+            return self.err(format!(
+                "honest member {i} decided a set that makes no report"
+            ));
         };
         match self.decision {
             None => self.decision = Some((id, digest, i, round)),
@@ -433,7 +454,9 @@ impl Checker {
     fn bounded(&self, i: usize, set: &[SignedObservation]) -> Result<(), Violation> {
         let obs: Vec<Observation> = set.iter().map(|o| o.observation.clone()).collect();
         let Ok(agg) = aggregate(&obs, &self.sc.binding, &self.sc.workers, self.sc.f) else {
-            return self.err(format!("honest member {i} agreed on a set that does not aggregate"));
+            return self.err(format!(
+                "honest member {i} agreed on a set that does not aggregate"
+            ));
         };
         if !self.ts.holds(u64::from(agg.timestamp)) {
             return self.err(format!(

@@ -201,7 +201,10 @@ impl Sim {
         let local = self.local(i);
         let h = self.h(i);
         let local = local.as_micros() as u64;
-        if h.replied.get(&from).is_some_and(|t| local < t + REPLY_EVERY) {
+        if h.replied
+            .get(&from)
+            .is_some_and(|t| local < t + REPLY_EVERY)
+        {
             return Ok(());
         }
         h.replied.insert(from, local);
@@ -316,7 +319,12 @@ impl Sim {
         };
         self.note(|| {
             let s = core.status();
-            format!("  {i} now: round {} step {} locked {:?}", s.round, s.step, s.locked.map(|(r, v)| (r, format!("{v:.10}"))))
+            format!(
+                "  {i} now: round {} step {} locked {:?}",
+                s.round,
+                s.step,
+                s.locked.map(|(r, v)| (r, format!("{v:.10}")))
+            )
         });
         self.check.bounds(i, core)?;
         let Some((round, id)) = core.decided() else {
@@ -325,11 +333,7 @@ impl Sim {
         if self.check.decided[i].is_some_and(|(r, s, _)| r == round && s == id) {
             return Ok(());
         }
-        let voters: Vec<Address> = core
-            .status()
-            .decided
-            .map(|(_, _, v)| v)
-            .unwrap_or_default();
+        let voters: Vec<Address> = core.status().decided.map(|(_, _, v)| v).unwrap_or_default();
         self.note(|| format!("{i} DECIDES r{round} {id:.10}"));
         self.check.on_decision(i, round, id, &voters, now)
     }

@@ -84,7 +84,13 @@ pub struct Summary {
 }
 
 /// Runs seeds `start..start + count` on `threads` threads; stops at the first failure.
-pub fn run_many(start: u64, count: u64, threads: u64, mutation: Option<Mutation>, bias: Bias) -> Summary {
+pub fn run_many(
+    start: u64,
+    count: u64,
+    threads: u64,
+    mutation: Option<Mutation>,
+    bias: Bias,
+) -> Summary {
     // exploring: every failing seed printed, none stops the run
     let keep_going = std::env::var("CRESOLVER_SIM_ALL_FAILURES").is_ok();
     let stop = AtomicBool::new(false);
@@ -104,12 +110,15 @@ pub fn run_many(start: u64, count: u64, threads: u64, mutation: Option<Mutation>
                     match r {
                         Ok(out) => {
                             let bound = out.time_bound.max(1);
-                            sum.max_rounds_after_gst = sum.max_rounds_after_gst.max(out.rounds_after_gst);
+                            sum.max_rounds_after_gst =
+                                sum.max_rounds_after_gst.max(out.rounds_after_gst);
                             sum.max_rounds_over_f = sum
                                 .max_rounds_over_f
                                 .max(i64::from(out.rounds_after_gst) - i64::from(out.f));
-                            sum.max_ms_after_gst = sum.max_ms_after_gst.max(out.time_after_gst / 1_000);
-                            sum.max_of_bound_pct = sum.max_of_bound_pct.max(out.time_after_gst * 100 / bound);
+                            sum.max_ms_after_gst =
+                                sum.max_ms_after_gst.max(out.time_after_gst / 1_000);
+                            sum.max_of_bound_pct =
+                                sum.max_of_bound_pct.max(out.time_after_gst * 100 / bound);
                             sum.events += out.events;
                             sum.crashes += u64::from(out.crashes);
                         }
@@ -207,5 +216,8 @@ fn the_cached_set_id_is_the_core_s() {
     let set = sim.sc.observations.clone();
     let id = sim.check.set_id(&set);
     assert_eq!(id, cresolver_don::context::set_id(&set));
-    assert_eq!(sim.check.set_id(&set[1..]), cresolver_don::context::set_id(&set[1..]));
+    assert_eq!(
+        sim.check.set_id(&set[1..]),
+        cresolver_don::context::set_id(&set[1..])
+    );
 }

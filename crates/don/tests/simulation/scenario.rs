@@ -207,52 +207,17 @@ impl Scenario {
             workers: Vec::new(),
         };
         let truth = draw_truth(&mut rng, workers.len());
-        let miss_p = if rng.gen_bool(0.5) { 0.0 } else { rng.gen_range(0.0..0.25) };
-        let spec = Arc::new(ReportSpec {
-            market_id,
-            execution_id: exec,
-            don_id: DON_ID,
-            config_version: VERSION,
-            // a Majority rule only when honest members see every answer (else an honest
-            // set might make no report: no liveness to expect)
-            quorum: if miss_p == 0.0 && rng.gen_bool(0.3) {
-                QuorumRule::Majority
-            } else {
-                QuorumRule::Fixed(1)
-            },
-            tie: if rng.gen_bool(0.5) { TieRule::Yes } else { TieRule::No },
-            reputations: (0..workers.len())
-                .map(|_| Reputation {
-                    res_quality: f64::from(rng.gen_range(0u8..=100)),
-                    src_quality: f64::from(rng.gen_range(0u8..=100)),
-                    analysis_depth: f64::from(rng.gen_range(0u8..=100)),
-                    count: rng.gen_range(0..3),
-                })
-                .collect(),
-            metadata: ReportMetadata::new(
-                B256::repeat_byte(1),
-                "cresolver",
-                Address::repeat_byte(2),
-                [0, 1],
-            ),
-        });
+        let miss_p = if rng.gen_bool(0.5) {
+            0.0
+        } else {
+            rng.gen_range(0.0..0.25)
+        };
+        let spec = Arc::new(draw_spec(&mut rng, exec, market_id, workers.len(), miss_p));
         let observations = (0..n)
             .map(|i| {
                 let mut o = base.clone();
                 o.observer = scheme.members[i];
-                o.timestamp += rng.gen_range(0..10);
-                o.workers = workers
-                    .iter()
-                    .zip(&truth)
-                    .enumerate()
-                    .map(|(w, (a, t))| match byz[i] {
-                        Some(Strategy::Liar) => lie(&mut rng, *a, t),
-                        _ => honest(&mut rng, *a, t, w, miss_p),
-                    })
-                    .collect();
-                if byz[i] == Some(Strategy::Liar) {
-                    o.timestamp = if rng.gen_bool(0.5) { 0 } else { u32::MAX };
-                }
+                observe(&mut rng, &mut o, &workers, &truth, byz[i], miss_p);
                 let signature = scheme.sign(i, &o.digest());
                 SignedObservation {
                     observation: o,
@@ -260,22 +225,10 @@ impl Scenario {
                 }
             })
             .collect();
-        let members = scheme.members.clone();
-        let params = |mutation| {
-            Arc::new(Params {
-                don_id: DON_ID,
-                config_version: VERSION,
-                f,
-                members: members.clone(),
-                context: Bytes::copy_from_slice(&report_context(
-                    DON_ID, VERSION, f as u8, &members,
-                )),
-                attempt_timeout_ms: attempt_ms,
-                observation_grace_ms: attempt_ms / 4,
-                max_attempts: MAX_ATTEMPTS,
-                mutation,
-            })
-        };
+        let (honest_params, byz_params) = (
+            params(&scheme.members, f, attempt_ms, mutation),
+            params(&scheme.members, f, attempt_ms, None),
+        );
         let (net, gst) = draw_net(&mut rng, n, attempt_ms, bias);
         let crash_p = if bias.crashes || rng.gen_bool(0.3) {
             rng.gen_range(0.005..0.05)
@@ -302,8 +255,8 @@ impl Scenario {
             workers,
             observations,
             spec,
-            params: params(mutation),
-            byz_params: params(None),
+            params: honest_params,
+            byz_params,
             net,
             gst,
             crash_p,
@@ -369,6 +322,92 @@ impl Scenario {
     }
 }
 
+/// What the report is built with: the workflow's quorum and tie rules, reputations.
+fn draw_spec(
+    rng: &mut StdRng,
+    exec: B256,
+    market_id: U256,
+    workers: usize,
+    miss_p: f64,
+) -> ReportSpec {
+    ReportSpec {
+        market_id,
+        execution_id: exec,
+        don_id: DON_ID,
+        config_version: VERSION,
+        // a Majority rule only when honest members see every answer (else an honest
+        // set might make no report: no liveness to expect)
+        quorum: if miss_p == 0.0 && rng.gen_bool(0.3) {
+            QuorumRule::Majority
+        } else {
+            QuorumRule::Fixed(1)
+        },
+        tie: if rng.gen_bool(0.5) {
+            TieRule::Yes
+        } else {
+            TieRule::No
+        },
+        reputations: (0..workers)
+            .map(|_| Reputation {
+                res_quality: f64::from(rng.gen_range(0u8..=100)),
+                src_quality: f64::from(rng.gen_range(0u8..=100)),
+                analysis_depth: f64::from(rng.gen_range(0u8..=100)),
+                count: rng.gen_range(0..3),
+            })
+            .collect(),
+        metadata: ReportMetadata::new(
+            B256::repeat_byte(1),
+            "cresolver",
+            Address::repeat_byte(2),
+            [0, 1],
+        ),
+    }
+}
+
+/// A member's observation: honest (close to the truth) or lying.
+fn observe(
+    rng: &mut StdRng,
+    o: &mut Observation,
+    workers: &[Address],
+    truth: &[ObservedAnswer],
+    strategy: Option<Strategy>,
+    miss_p: f64,
+) {
+    o.timestamp += rng.gen_range(0..10);
+    o.workers = workers
+        .iter()
+        .zip(truth)
+        .enumerate()
+        .map(|(w, (a, t))| match strategy {
+            Some(Strategy::Liar) => lie(rng, *a, t),
+            _ => honest(rng, *a, t, w, miss_p),
+        })
+        .collect();
+    if strategy == Some(Strategy::Liar) {
+        o.timestamp = if rng.gen_bool(0.5) { 0 } else { u32::MAX };
+    }
+}
+
+/// The parameters every core of a run shares.
+fn params(
+    members: &[Address],
+    f: usize,
+    attempt_ms: u64,
+    mutation: Option<Mutation>,
+) -> Arc<Params> {
+    Arc::new(Params {
+        don_id: DON_ID,
+        config_version: VERSION,
+        f,
+        members: members.to_vec(),
+        context: Bytes::copy_from_slice(&report_context(DON_ID, VERSION, f as u8, members)),
+        attempt_timeout_ms: attempt_ms,
+        observation_grace_ms: attempt_ms / 4,
+        max_attempts: MAX_ATTEMPTS,
+        mutation,
+    })
+}
+
 fn draw_byzantine(rng: &mut StdRng, n: usize, f: usize, bias: Bias) -> Vec<Option<Strategy>> {
     let count = rng.gen_range(bias.min_byzantine.min(f)..=f);
     let mut idx: Vec<usize> = (0..n).collect();
@@ -423,7 +462,8 @@ fn honest(
             .choose(rng)
             .unwrap_or(&t.position)
     };
-    let jitter = |v: u8, rng: &mut StdRng| (i16::from(v) + rng.gen_range(-5..=5)).clamp(1, 100) as u8;
+    let jitter =
+        |v: u8, rng: &mut StdRng| (i16::from(v) + rng.gen_range(-5..=5)).clamp(1, 100) as u8;
     WorkerObservation {
         address,
         answer: Some(ObservedAnswer {
@@ -486,7 +526,11 @@ fn draw_net(rng: &mut StdRng, n: usize, attempt_ms: u64, bias: Bias) -> (Net, u6
         delay_min,
         delay_max,
         long_p: rng.gen_range(0.0..0.1),
-        drop_p: if rng.gen_bool(0.3) { 0.0 } else { rng.gen_range(0.0..0.3) },
+        drop_p: if rng.gen_bool(0.3) {
+            0.0
+        } else {
+            rng.gen_range(0.0..0.3)
+        },
         dup_p: rng.gen_range(0.0..0.1),
         delta: rng.gen_range(delay_min / MS..=(delay_min / MS).max(attempt_ms / 4)) * MS,
         partition,

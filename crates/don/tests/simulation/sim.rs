@@ -16,14 +16,14 @@ use cresolver_don::consensus::{Mutation, Timer};
 use cresolver_don::wire::{self, Envelope};
 use rand::Rng;
 use rand::rngs::StdRng;
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
 /// How long after GST a run may go on before it is cut (far beyond the liveness bound).
-pub const HORIZON: u64 = 600_000 * MS;
+pub const HORIZON: u64 = 120_000 * MS;
 /// The most events one run may take (a run past it is reported as not ending).
 pub const MAX_EVENTS: u64 = 3_000_000;
 
@@ -283,7 +283,12 @@ impl Sim {
     }
 
     /// Member `from` sends `env` to `to`, or to every other member.
-    pub fn send(&mut self, from: usize, to: Option<Address>, env: Envelope) -> Result<(), Violation> {
+    pub fn send(
+        &mut self,
+        from: usize,
+        to: Option<Address>,
+        env: Envelope,
+    ) -> Result<(), Violation> {
         self.note(|| {
             let to = to.map_or("all".into(), |a| format!("{:?}", self.sc.index(&a)));
             format!("  {from} sends {} to {to}", summary(&env))
@@ -344,7 +349,12 @@ impl Sim {
             return Ok(());
         }
         if !self.verdict(&sent) {
-            self.note(|| format!("  {to} refuses {} from {from} (server checks)", summary(env)));
+            self.note(|| {
+                format!(
+                    "  {to} refuses {} from {from} (server checks)",
+                    summary(env)
+                )
+            });
             return Ok(());
         }
 
@@ -374,10 +384,18 @@ impl Sim {
         let ok = known.unwrap_or_else(|| {
             let members = &self.sc.scheme.members;
             let scheme = &self.sc.scheme;
-            let ok = wire::check_shape(env, members, crate::scenario::DON_ID, crate::scenario::VERSION)
-                .is_ok()
+            let ok = wire::check_shape(
+                env,
+                members,
+                crate::scenario::DON_ID,
+                crate::scenario::VERSION,
+            )
+            .is_ok()
                 && wire::check_carried(env, members, |d, s| scheme.recover(d, s)).is_ok();
-            self.verdicts.entry(key).or_default().push((sent.clone(), ok));
+            self.verdicts
+                .entry(key)
+                .or_default()
+                .push((sent.clone(), ok));
             ok
         });
         sent.ok.set(Some(ok));
