@@ -44,6 +44,8 @@ pub struct Byz {
     sets: BTreeMap<B256, Vec<SignedObservation>>,
     /// Rounds ahead it already equivocated in.
     ahead: BTreeSet<u32>,
+    /// Prevoters of each (round, set) seen.
+    polkas: BTreeMap<(u32, B256), BTreeSet<Address>>,
 }
 
 fn keep<T>(v: &mut Vec<T>, x: T) {
@@ -71,6 +73,7 @@ impl Byz {
             obs,
             sets: BTreeMap::new(),
             ahead: BTreeSet::new(),
+            polkas: BTreeMap::new(),
         }
     }
 
@@ -101,6 +104,12 @@ impl Byz {
                 signature,
             } => {
                 keep(&mut self.bodies, (*kind, *value));
+                if let (VoteKind::Prevote, Some(v)) = (kind, value) {
+                    self.polkas
+                        .entry((*round, *v))
+                        .or_default()
+                        .insert(env.sender);
+                }
                 if *kind == VoteKind::Precommit {
                     let vote = CommitVote {
                         voter: env.sender,
@@ -303,6 +312,11 @@ impl Sim {
         keep(&mut b.sent, env.clone());
         match (b.strategy, &env.body) {
             (Strategy::Withhold, Body::Observation { .. }) => Ok(()),
+            (Strategy::LockBreaker, Body::Vote { round, kind, .. })
+                if *kind == VoteKind::Precommit || b.ahead.contains(round) =>
+            {
+                Ok(())
+            }
             (
                 Strategy::EquivocatingVoter,
                 Body::Vote {
@@ -440,7 +454,41 @@ impl Sim {
                     self.send(i, None, p)?;
                 }
             }
+            Strategy::LockBreaker => self.break_locks(i, b, round)?,
             Strategy::Silent | Strategy::Withhold | Strategy::Liar => {}
+        }
+        Ok(())
+    }
+
+    /// As the leader of a round ahead: another set than the newest polka's, proposed with
+    /// the polka's round, and this member's prevote and precommit for it.
+    fn break_locks(&mut self, i: usize, b: &mut Byz, round: u32) -> Result<(), Violation> {
+        let quorum = self.sc.n * 2 / 3 + 1;
+        let me = self.sc.scheme.members[i];
+        let Some((vr, v)) = b
+            .polkas
+            .iter()
+            .rev()
+            .find(|(_, voters)| voters.len() >= quorum)
+            .map(|(k, _)| *k)
+        else {
+            return Ok(());
+        };
+        for r in (vr + 1).max(round)..=round + ROUND_WINDOW {
+            if self.sc.params.leader(&self.sc.exec, r) != me || !b.ahead.insert(r) {
+                continue;
+            }
+            let set = self.random_set(b, 2 * self.sc.f + 1);
+            let id = self.check.set_id(&set);
+            if id == v {
+                continue;
+            }
+            let p = self.proposal(i, r, Some(vr), set);
+            self.send(i, None, p)?;
+            for kind in [VoteKind::Prevote, VoteKind::Precommit] {
+                let vote = self.vote(i, r, kind, Some(id));
+                self.send(i, None, vote)?;
+            }
         }
         Ok(())
     }

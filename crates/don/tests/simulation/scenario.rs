@@ -58,10 +58,13 @@ pub enum Strategy {
     FarAhead,
     /// Proposes in every round, leader or not.
     Usurper,
+    /// Withholds its precommits; as a later round's leader, proposes another set than a
+    /// polka's, naming the polka's round, and votes for it.
+    LockBreaker,
 }
 
 /// Every strategy.
-pub const STRATEGIES: [Strategy; 11] = [
+pub const STRATEGIES: [Strategy; 12] = [
     Strategy::Silent,
     Strategy::Withhold,
     Strategy::Liar,
@@ -73,6 +76,7 @@ pub const STRATEGIES: [Strategy; 11] = [
     Strategy::Flooder,
     Strategy::FarAhead,
     Strategy::Usurper,
+    Strategy::LockBreaker,
 ];
 
 /// A member's clock: `global × (1 + drift) + offset`, in microseconds.
