@@ -8,7 +8,17 @@
 //! an event queue ordered by (time, sequence number): the same seed is the same run. A
 //! failing seed prints one line that replays it with a step trace:
 //! `CRESOLVER_SIM_SEED=<seed> cargo test -p cresolver-don --test simulation replay_one_seed -- --nocapture`.
-//! `CRESOLVER_SIM_SEEDS=<count>` raises the number of executions of `seeds_hold_the_invariants`.
+//! `CRESOLVER_SIM_SEEDS=<count>` sets the number of executions of
+//! `seeds_hold_the_invariants` (and of the ignored million-seed test);
+//! `CRESOLVER_SIM_STRATEGY=<strategy>` draws every Byzantine member with one strategy
+//! (with partitions and crashes); `CRESOLVER_SIM_ALL_FAILURES=1` prints every failing
+//! seed instead of stopping at the first (exploration).
+//!
+//! Speed: the cost is the observation digests (ABI encoding and keccak, which the core
+//! recomputes for every proposal and decision it takes) in the unoptimised build. On 2
+//! shared cores, 10,000 executions take about 2 minutes in the plain debug build and
+//! about 40-70 s with `opt-level = 3` for the packages `keccak`, `cresolver-core` and
+//! `cresolver-don` (`[profile.dev.package.<name>]` in the root `Cargo.toml`).
 //!
 //! Modules: `keys.rs` (the cheap signature scheme), `scenario.rs` (the draw of a run),
 //! `sim.rs` (clock, queue, network), `honest.rs` (honest members as the host runs them,
