@@ -312,10 +312,20 @@ impl Sim {
         keep(&mut b.sent, env.clone());
         match (b.strategy, &env.body) {
             (Strategy::Withhold, Body::Observation { .. }) => Ok(()),
-            (Strategy::LockBreaker, Body::Vote { round, kind, .. })
-                if *kind == VoteKind::Precommit || b.ahead.contains(round) =>
-            {
-                Ok(())
+            (Strategy::LockBreaker, Body::Vote { round, .. }) if b.ahead.contains(round) => Ok(()),
+            (
+                Strategy::LockBreaker,
+                Body::Vote {
+                    round,
+                    kind: VoteKind::Precommit,
+                    value: Some(_),
+                    ..
+                },
+            ) => {
+                // a nil precommit instead: the round ends without this member's help to
+                // decide
+                let nil = self.vote(i, *round, VoteKind::Precommit, None);
+                self.send(i, to, nil)
             }
             (
                 Strategy::EquivocatingVoter,

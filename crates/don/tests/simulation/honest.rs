@@ -335,6 +335,11 @@ impl Sim {
         }
         let voters: Vec<Address> = core.status().decided.map(|(_, _, v)| v).unwrap_or_default();
         self.note(|| format!("{i} DECIDES r{round} {id:.10}"));
+        if self.sc.isolate_decider && self.check.decision.is_none() && now < self.sc.gst {
+            let side = (0..self.sc.n).map(|j| j == i).collect();
+            self.note(|| format!("{i} is cut off from the others until GST"));
+            self.sc.net.partition = Some((now, side));
+        }
         self.check.on_decision(i, round, id, &voters, now)
     }
 

@@ -11,7 +11,7 @@
 //! `CRESOLVER_SIM_SEEDS=<count>` sets the number of executions of
 //! `seeds_hold_the_invariants` (and of the ignored million-seed test);
 //! `CRESOLVER_SIM_STRATEGY=<strategy>` draws every Byzantine member with one strategy
-//! (with partitions and crashes); `CRESOLVER_SIM_ALL_FAILURES=1` prints every failing
+//! (with partitions, crashes, and the first honest decider cut off until GST); `CRESOLVER_SIM_ALL_FAILURES=1` prints every failing
 //! seed instead of stopping at the first (exploration).
 //!
 //! Speed: the cost is the observation digests (ABI encoding and keccak, which the core
@@ -168,6 +168,7 @@ fn env_bias() -> Bias {
         strategy,
         partition: true,
         crashes: true,
+        isolate_decider: true,
     }
 }
 

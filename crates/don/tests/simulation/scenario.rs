@@ -58,7 +58,7 @@ pub enum Strategy {
     FarAhead,
     /// Proposes in every round, leader or not.
     Usurper,
-    /// Withholds its precommits; as a later round's leader, proposes another set than a
+    /// Precommits nil only; as a later round's leader, proposes another set than a
     /// polka's, naming the polka's round, and votes for it.
     LockBreaker,
 }
@@ -143,6 +143,9 @@ pub struct Bias {
     pub partition: bool,
     /// Crashes, always.
     pub crashes: bool,
+    /// The first honest member to decide before GST is cut off from the others until GST
+    /// (an adversarial schedule: its decision reaches nobody before the next rounds).
+    pub isolate_decider: bool,
 }
 
 /// One execution, drawn from its seed.
@@ -177,6 +180,8 @@ pub struct Scenario {
     pub net: Net,
     /// The global stabilisation time.
     pub gst: u64,
+    /// Cut the first honest decider off until GST.
+    pub isolate_decider: bool,
     /// The chance an honest member crashes at an effect batch before GST.
     pub crash_p: f64,
     /// Each member's clock.
@@ -263,6 +268,7 @@ impl Scenario {
             byz_params,
             net,
             gst,
+            isolate_decider: bias.isolate_decider,
             crash_p,
             clocks,
             starts,
