@@ -19,13 +19,15 @@
 //! lost to the members' skew in entering it: about R + f + 2. The simulator measured up
 //! to R + f + 4 (below); the bound keeps 2 rounds of margin over that.
 //!
-//! Measured (30,000 seeds of the default draw, and 12,000 with every Byzantine member a
+//! Measured (70,000 seeds of the default draw, and 12,000 with every Byzantine member a
 //! lock breaker): at most f + 4 rounds past R, and at most 30 % of [`time_bound`]
-//! (about 9.5 s after GST), except where an honest member stays locked on a polka the
+//! (about 9.5 s after GST), except where honest members stay locked on a polka the
 //! others cannot see (it counted a vote of an equivocating member that they hold in its
-//! other form): the core has no way to show them that polka, so the round in which they
-//! agree again depends on the Byzantine members (seed 15722: 8 rounds past R, seed
-//! 24022: never). That is a liveness defect of the core, reported, not a looser bound.
+//! other form, and no member relays the votes it holds of others): the core cannot show
+//! them that polka, so the round in which they agree again is up to the Byzantine
+//! members (seeds 15722, 37148, 52382, 67142, 69547: 8 to 13 rounds past R; seeds 24022,
+//! 30291, 31301, 57176: no agreement). That is a liveness defect of the core, reported,
+//! not a reason for a looser bound.
 
 use crate::check::Violation;
 use crate::scenario::Scenario;

@@ -8,6 +8,7 @@
 //! an event queue ordered by (time, sequence number): the same seed is the same run. A
 //! failing seed prints one line that replays it with a step trace:
 //! `CRESOLVER_SIM_SEED=<seed> cargo test -p cresolver-don --test simulation replay_one_seed -- --nocapture`.
+//! `CRESOLVER_SIM_FIRST_SEED=<seed>` starts the seeds elsewhere than 0;
 //! `CRESOLVER_SIM_SEEDS=<count>` sets the number of executions of
 //! `seeds_hold_the_invariants` (and of the ignored million-seed test);
 //! `CRESOLVER_SIM_STRATEGY=<strategy>` draws every Byzantine member with one strategy
@@ -180,7 +181,8 @@ fn env_u64(name: &str) -> Option<u64> {
 /// the one line that replays the first failing seed.
 fn run_and_report(count: u64) {
     let started = Instant::now();
-    let sum = run_many(0, count, 2, None, env_bias());
+    let first = env_u64("CRESOLVER_SIM_FIRST_SEED").unwrap_or(0);
+    let sum = run_many(first, count, 2, None, env_bias());
     let secs = started.elapsed().as_secs_f64();
     println!(
         "{} executions in {secs:.1} s: {:.0} executions/s; {} events; {} crashes; at most {} rounds (f + {}) and {} ms after GST to a decision ({}% of the time bound)",
