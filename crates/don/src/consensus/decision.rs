@@ -5,10 +5,13 @@
 use super::*;
 
 impl Core {
-    pub(super) fn on_decide(&mut self, round: Round, p: Proposal) {
+    pub(super) fn on_decide(&mut self, _current: Round, p: Proposal) {
         if self.decided.is_some() {
             return;
         }
+        // the driver names its current round; the set was decided by the precommits of
+        // its proposal's round, which may be an earlier one
+        let round = p.round;
         let r = round.as_u32().unwrap_or(0);
         // the 2f+1 precommits that decided it, from the driver's vote keeper
         let id = NilOrVal::Val(SetId(p.value.id));

@@ -118,7 +118,7 @@ impl Core {
                 let value = SetValue::new(observations);
                 self.proposals_seen
                     .entry(round)
-                    .or_insert((value.id, valid));
+                    .or_insert((value.id, valid, pol_round));
                 for o in value.observations.iter() {
                     if self.usable(o) {
                         self.observations

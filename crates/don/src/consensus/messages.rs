@@ -93,7 +93,7 @@ impl Core {
             return self.refuse_from(sender, "proposal", "bad_proposal_signature");
         }
         match self.proposals_seen.get(&round) {
-            Some((id, _)) if *id == value.id => return,
+            Some((id, ..)) if *id == value.id => return,
             Some(_) => {
                 self.equivocated.insert(round);
                 self.event("equivocation_seen", "proposal");

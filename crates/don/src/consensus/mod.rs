@@ -32,7 +32,7 @@ use alloy::primitives::{Address, B256, Bytes};
 use cresolver_core::don::aggregate::{Binding, aggregate, check_observation};
 use malachitebft_core_driver::{Driver, Input as DriverInput, Output, ThresholdParams};
 use malachitebft_core_types::{
-    NilOrVal, Round, SignedMessage, Timeout, TimeoutKind, Validity, VoteType,
+    NilOrVal, Round, SignedMessage, Threshold, Timeout, TimeoutKind, Validity, VoteType,
 };
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -248,7 +248,13 @@ pub struct Core {
     own_proposals: BTreeMap<u32, Envelope>,
     /// The first proposal of each round (and whether it was valid) and the first vote of
     /// each sender per round: a second, different one is equivocation, seen and dropped.
-    proposals_seen: HashMap<u32, (B256, bool)>,
+    /// (set id, valid here, its polka round) of the round's proposal.
+    proposals_seen: HashMap<u32, (B256, bool, Option<u32>)>,
+    /// Tendermint's lock as this member's votes define it: the round and set of its
+    /// newest precommit for a set.
+    voted_lock: Option<(u32, B256)>,
+    /// The round this run started in (after the replay): `max_attempts` counts from it.
+    start_round: u32,
     votes_seen: HashMap<(Address, u32, VoteKind), Option<B256>>,
     equivocated: HashSet<u32>,
     /// Each sender's newest vote from beyond [`ROUND_WINDOW`], held (one per sender) until
@@ -302,6 +308,8 @@ impl Core {
             own_votes: BTreeMap::new(),
             own_proposals: BTreeMap::new(),
             proposals_seen: HashMap::new(),
+            voted_lock: None,
+            start_round: 0,
             votes_seen: HashMap::new(),
             equivocated: HashSet::new(),
             ahead: BTreeMap::new(),
@@ -484,6 +492,7 @@ impl Core {
         self.observations
             .insert(self.own.observation.observer, self.own.clone());
         self.replay(log);
+        self.start_round = self.round;
         self.rebroadcast();
         let every = self.p.rebroadcast_every();
         self.schedule(self.now + every, Timer::Rebroadcast);
@@ -515,7 +524,9 @@ impl Core {
         if self.finished || self.agreement() {
             return;
         }
-        if self.decided.is_none() && self.round >= self.p.max_attempts {
+        if self.decided.is_none()
+            && self.round >= self.start_round.saturating_add(self.p.max_attempts)
+        {
             self.finished = true;
             self.out.push(Effect::Stalled { rounds: self.round });
         } else if self.logged + self.log.len() >= MAX_LOG_ENTRIES && self.decided.is_none() {
@@ -600,7 +611,7 @@ impl Core {
         };
         self.proposals_seen
             .entry(round)
-            .or_insert((p.value.id, true));
+            .or_insert((p.value.id, true, pol_round));
         let env = self.envelope(Body::Proposal {
             round,
             pol_round,
@@ -626,9 +637,25 @@ impl Core {
         if self.p.mutated(Mutation::SkipLockCheck)
             && v.kind == VoteType::Prevote
             && v.value == NilOrVal::Nil
-            && let Some((id, true)) = self.proposals_seen.get(&round)
+            && let Some((id, true, _)) = self.proposals_seen.get(&round)
         {
             v.value = NilOrVal::Val(SetId(*id));
+        }
+        #[cfg(feature = "mutations")]
+        let guard = !self.p.mutated(Mutation::SkipLockCheck);
+        #[cfg(not(feature = "mutations"))]
+        let guard = true;
+        if guard && let NilOrVal::Val(id) = &v.value {
+            let kind = if v.kind == VoteType::Prevote {
+                VoteKind::Prevote
+            } else {
+                VoteKind::Precommit
+            };
+            if !self.may_vote_for(kind, round, &id.0) {
+                tracing::warn!(execution_id = %self.exec(), round, ?kind, set = %id.0, "the driver voted for a set Tendermint's rules do not allow here: voting nil");
+                self.event("vote_guarded", "nil");
+                v.value = NilOrVal::Nil;
+            }
         }
         let kind = match v.kind {
             VoteType::Prevote => VoteKind::Prevote,
@@ -660,6 +687,12 @@ impl Core {
             self.own_votes.pop_first();
         }
         self.votes_seen.insert((self.me(), round, kind), value);
+        if kind == VoteKind::Precommit
+            && let Some(id) = value
+            && self.voted_lock.is_none_or(|(r, _)| r <= round)
+        {
+            self.voted_lock = Some((round, id));
+        }
         if !self.replaying {
             self.send(env);
         }
@@ -667,6 +700,32 @@ impl Core {
             v,
             Sig(signature.to_vec()),
         )));
+    }
+
+    /// Tendermint's rules on a vote for a set, checked on what the driver decided to send
+    /// (Malachite 0.5's driver matches a polka certificate by round only, not by set): a
+    /// precommit for `id` needs 2f+1 prevotes for `id` in the round; a prevote for `id`,
+    /// when this member's newest precommit was for another set in round `lr`, needs the
+    /// round's proposal to carry `id` from a polka round `vr >= lr` with 2f+1 prevotes for
+    /// `id` in `vr`. A vote that fails becomes nil: always safe.
+    fn may_vote_for(&self, kind: VoteKind, round: u32, id: &B256) -> bool {
+        let polka = |r: u32| {
+            self.driver.votes().is_threshold_met(
+                &Round::new(r),
+                VoteType::Prevote,
+                Threshold::Value(SetId(*id)),
+            )
+        };
+        match kind {
+            VoteKind::Precommit => polka(round),
+            VoteKind::Prevote => match self.voted_lock {
+                None => true,
+                Some((_, locked)) if locked == *id => true,
+                Some((lr, _)) => self.proposals_seen.get(&round).is_some_and(|(pid, _, vr)| {
+                    pid == id && vr.is_some_and(|vr| vr >= lr && polka(vr))
+                }),
+            },
+        }
     }
 
     /// Sends again what other members may have missed: the decision once decided, else

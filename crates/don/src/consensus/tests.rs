@@ -579,3 +579,28 @@ fn the_consensus_log_reads_what_the_previous_version_wrote_and_writes_it_alike()
         assert_eq!(serde_json::to_string(&entry).expect("writes"), line);
     }
 }
+
+#[test]
+fn a_core_restarted_after_giving_up_gets_the_rounds_allowed_again() {
+    let fx = Fixture::new();
+    let me = fx.follower(0);
+    let mut c = fx.started(me);
+    let mut log = Vec::new();
+    let mut now = 0;
+    while !c.finished() {
+        let round = c.round();
+        for kind in [StepKind::Propose, StepKind::Prevote, StepKind::Precommit] {
+            now += 10_000;
+            let e = c.handle(Input::Timeout(Timer::Step { round, kind }), at(now));
+            log.extend(appended(&e).into_iter().map(|(_, x)| x.clone()));
+        }
+    }
+    let stalled_at = c.round();
+    assert_eq!(stalled_at, fx.params.max_attempts);
+    // the node retries the round later: the replayed core resumes at that round and runs
+    let mut again = fx.core(me);
+    let e = again.handle(Input::Start { log, lock: None }, at(now + 1));
+    assert_eq!(again.round(), stalled_at);
+    assert!(!again.finished(), "{e:?}");
+    assert!(!e.iter().any(|x| matches!(x, Effect::Stalled { .. })));
+}
