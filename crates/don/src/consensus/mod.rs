@@ -629,10 +629,8 @@ impl Core {
         ));
     }
 
-    fn send_vote(&mut self, v: Vote) {
+    fn send_vote(&mut self, mut v: Vote) {
         let round = v.round.as_u32().unwrap_or(0);
-        #[cfg(feature = "mutations")]
-        let mut v = v;
         #[cfg(feature = "mutations")]
         if self.p.mutated(Mutation::SkipLockCheck)
             && v.kind == VoteType::Prevote
