@@ -94,7 +94,7 @@ fn ms(d: Duration) -> f64 {
 
 /// The median of each part over the markets (see [`Measured::parts`]).
 fn breakdown(nodes: &[Arc<Node>], sent: &[Instant], resolved: &[Instant]) -> [f64; 6] {
-    let phases: Vec<Vec<cresolver_don::host::Phases>> = nodes
+    let phases: Vec<Vec<cresolver_don::job::Phases>> = nodes
         .iter()
         .filter_map(|n| n.don.as_ref())
         .map(|d| d.phases())
@@ -108,7 +108,7 @@ fn breakdown(nodes: &[Arc<Node>], sent: &[Instant], resolved: &[Instant]) -> [f6
         ) else {
             continue;
         };
-        let avg = |f: &dyn Fn(&cresolver_don::host::Phases) -> Duration| {
+        let avg = |f: &dyn Fn(&cresolver_don::job::Phases) -> Duration| {
             of.iter().map(|p| ms(f(p))).sum::<f64>() / of.len() as f64
         };
         parts[0].push(ms(last_began.saturating_duration_since(*t0)));

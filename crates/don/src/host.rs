@@ -8,7 +8,7 @@
 use crate::agreed::Agreed;
 use crate::book::Slot;
 use crate::consensus::{Core, Effect, Input, Timer};
-use crate::job::{AgreeError, Job};
+use crate::job::{AgreeError, Job, PHASES_KEPT, Phases};
 use crate::journal::Write;
 use crate::shared::{Shared, crash_point};
 use crate::wire::{Body, SignedObservation, VoteKind};
@@ -38,26 +38,6 @@ impl Timers {
         }
         self.map.remove(&key)
     }
-}
-
-/// Executions whose phases a member keeps (the newest).
-pub const PHASES_KEPT: usize = 1_024;
-
-/// When each phase of one execution was first reached, for the bench's breakdown.
-#[derive(Debug, Clone, Copy)]
-pub struct Phases {
-    /// When the consensus started (the member's own round had ended).
-    pub began: Instant,
-    /// When the agreement was reached.
-    pub agreed: Instant,
-    /// From the start of consensus to the first prevote step.
-    pub to_prevote: Duration,
-    /// From the prevote step to the precommit step.
-    pub prevote: Duration,
-    /// From the precommit step to the decision.
-    pub precommit: Duration,
-    /// From the decision to f+1 report signatures.
-    pub signatures: Duration,
 }
 
 /// How an execution ended, as the host sees the core's terminal effects.

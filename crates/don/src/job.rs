@@ -8,6 +8,7 @@ use alloy::primitives::{Address, B256, Bytes, U256};
 use cresolver_core::don::{Aggregate, Observation};
 use serde::Serialize;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Why an aggregate makes no report, as the node's report builder says it (a quorum
 /// not met, a tally that fails).
@@ -159,4 +160,24 @@ fn tuple_schema(
             .description(Some(what))
             .build(),
     ))
+}
+
+/// Executions whose phases a member keeps (the newest).
+pub const PHASES_KEPT: usize = 1_024;
+
+/// When each phase of one execution was first reached, for the bench's breakdown.
+#[derive(Debug, Clone, Copy)]
+pub struct Phases {
+    /// When the consensus started (the member's own round had ended).
+    pub began: Instant,
+    /// When the agreement was reached.
+    pub agreed: Instant,
+    /// From the start of consensus to the first prevote step.
+    pub to_prevote: Duration,
+    /// From the prevote step to the precommit step.
+    pub prevote: Duration,
+    /// From the precommit step to the decision.
+    pub precommit: Duration,
+    /// From the decision to f+1 report signatures.
+    pub signatures: Duration,
 }

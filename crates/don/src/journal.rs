@@ -11,27 +11,12 @@
 //! as the round store's writes do. The async threads never wait on the
 //! disk; an instance waits for its own writes before it sends what they caused.
 
-use crate::agreed::Agreed;
-use crate::persist::{Lock, Persist, PersistError};
-use crate::wire::SignedObservation;
-use alloy::primitives::B256;
+pub use crate::persist::Write;
+use crate::persist::{Persist, PersistError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use tokio::sync::oneshot;
-
-/// One durable write.
-#[derive(Debug, Clone)]
-pub enum Write {
-    /// Entries appended to an execution's consensus log (JSON, in order).
-    Log(B256, Vec<String>),
-    /// The report this member signs for an execution (insert once).
-    Lock(B256, Box<Lock>),
-    /// This member's observation of an execution (insert once).
-    Observation(B256, Box<SignedObservation>),
-    /// An execution's agreement (insert once).
-    Agreed(B256, Box<Agreed>),
-}
 
 struct Request {
     writes: Vec<Write>,
@@ -139,6 +124,7 @@ fn writer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloy::primitives::B256;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_waiting_together_share_one_commit_and_are_durable_in_order() {

@@ -9,7 +9,7 @@ use crate::book::{Books, Full};
 use crate::config::DonConfig;
 use crate::consensus::{Params, Secp256k1Keys};
 pub use crate::decided::DecidedExecution;
-use crate::host::Phases;
+use crate::job::Phases;
 pub use crate::job::{AgreeError, BuildError, BuildReport, InstanceStatus, Job, ReportRefusal};
 use crate::journal::{Journal, Write};
 use crate::persist::{Persist, PersistError};
@@ -149,7 +149,7 @@ impl Don {
     }
 
     /// The phases of the executions this member agreed lately (at most
-    /// [`crate::host::PHASES_KEPT`]), oldest first.
+    /// [`crate::job::PHASES_KEPT`]), oldest first.
     pub fn phases(&self) -> Vec<Phases> {
         self.s
             .phases

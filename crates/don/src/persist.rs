@@ -30,6 +30,19 @@ pub enum PersistError {
     Closed,
 }
 
+/// One write of the state file (the journal group-commits them).
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// Entries appended to an execution's consensus log (JSON, in order).
+    Log(B256, Vec<String>),
+    /// The report this member signs for an execution (insert once).
+    Lock(B256, Box<Lock>),
+    /// This member's observation of an execution (insert once).
+    Observation(B256, Box<SignedObservation>),
+    /// An execution's agreement (insert once).
+    Agreed(B256, Box<Agreed>),
+}
+
 /// The one report this member signed for an execution.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Lock {
@@ -177,7 +190,7 @@ impl Persist {
         if entries.is_empty() {
             return Ok(());
         }
-        let lines = crate::journal::Write::Log(*exec, entries.to_vec());
+        let lines = Write::Log(*exec, entries.to_vec());
         self.commit(&[&lines], true)
     }
 
@@ -186,12 +199,7 @@ impl Persist {
     /// every earlier commit on disk too): for writes that something sent next depends on.
     /// Others survive the process's crash at once (they are in the WAL) and a power loss
     /// from the next durable commit on, as the round store's writes do.
-    pub fn commit(
-        &self,
-        writes: &[&crate::journal::Write],
-        durable: bool,
-    ) -> Result<(), PersistError> {
-        use crate::journal::Write;
+    pub fn commit(&self, writes: &[&Write], durable: bool) -> Result<(), PersistError> {
         let conn = self.conn();
         let _restore = if durable {
             conn.execute_batch("PRAGMA synchronous = FULL")?;

@@ -30,7 +30,7 @@ use crate::persist::{Lock, MAX_LOG_ENTRIES};
 use crate::wire::{self, Body, CommitVote, Envelope, SignedObservation, VoteKind};
 use alloy::primitives::{Address, B256, Bytes};
 use cresolver_core::don::aggregate::{Binding, aggregate, check_observation};
-use malachitebft_core_driver::{Driver, Input as DriverInput, Output, ThresholdParams};
+use malachitebft_core_driver::{Driver, Input as DriverInput, Output};
 use malachitebft_core_types::{
     NilOrVal, Round, SignedMessage, Threshold, Timeout, TimeoutKind, Validity, VoteType,
 };
@@ -39,14 +39,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod decision;
+mod io;
 mod keys;
 mod log;
 mod messages;
+mod params;
 #[cfg(test)]
 mod tests;
 
+pub use io::{Effect, Held, Input, Timer};
 pub use keys::{Keys, Secp256k1Keys};
 pub use log::{LogEntry, StepKind};
+#[cfg(feature = "mutations")]
+pub use params::Mutation;
+pub use params::Params;
 
 /// Rounds ahead of its own a member takes proposals and votes for.
 pub const ROUND_WINDOW: u32 = 8;
@@ -56,168 +62,6 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 /// A vote held from beyond the round window: its round, kind, set id (or nil) and
 /// signature.
 type HeldVote = (u32, VoteKind, Option<B256>, Bytes);
-
-/// A rule the simulator's mutation tests break on purpose, to show it finds the
-/// violation (compiled in only with the `mutations` feature; never in a node).
-#[cfg(feature = "mutations")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mutation {
-    /// Prevote a valid proposal even when locked on another set.
-    SkipLockCheck,
-    /// Count f votes (not 2f+1) as a quorum, in the driver and in certificates.
-    FVotesQuorum,
-    /// Sign the report of a valid proposal's set before it is decided.
-    SignBeforeDecision,
-    /// Take a proposal from a member that is not the round's leader.
-    AcceptNonLeaderProposal,
-    /// Count a certificate's precommits without checking that the signers differ.
-    DuplicateSigners,
-}
-
-/// What every execution's core of one member shares: the DON's configuration.
-#[derive(Debug, Clone)]
-pub struct Params {
-    /// The DON id, as on the forwarder.
-    pub don_id: u32,
-    /// The configuration version, as on the forwarder.
-    pub config_version: u32,
-    /// The faults tolerated.
-    pub f: usize,
-    /// Every member, in configuration order.
-    pub members: Vec<Address>,
-    /// The report context every member signs with.
-    pub context: Bytes,
-    /// The base of the consensus timeouts.
-    pub attempt_timeout_ms: u64,
-    /// How long a leader holding 2f+1 observations waits for the others.
-    pub observation_grace_ms: u64,
-    /// Rounds after which the instance gives up (the node retries it later).
-    pub max_attempts: u32,
-    /// The rule this member breaks (mutation tests only).
-    #[cfg(feature = "mutations")]
-    pub mutation: Option<Mutation>,
-}
-
-impl Params {
-    /// Votes that decide: more than two thirds of the members (2f+1 when n = 3f+1).
-    pub fn quorum(&self) -> usize {
-        #[cfg(feature = "mutations")]
-        if self.mutation == Some(Mutation::FVotesQuorum) {
-            return self.f.max(1);
-        }
-        self.members.len() * 2 / 3 + 1
-    }
-
-    /// The leader of `round` of an execution.
-    pub fn leader(&self, exec: &B256, round: u32) -> Address {
-        crate::config::leader_of(&self.members, exec, round)
-    }
-
-    /// The forwarder digest of a raw report with this DON's context.
-    pub fn digest(&self, report: &[u8]) -> B256 {
-        cresolver_core::don::forwarder_digest(report, &self.context)
-    }
-
-    /// How long the host waits between resends of what other members may have missed.
-    pub fn rebroadcast_every(&self) -> Duration {
-        Duration::from_millis((self.attempt_timeout_ms / 4).clamp(100, 2_000))
-    }
-
-    fn thresholds(&self) -> ThresholdParams {
-        #[cfg(feature = "mutations")]
-        if self.mutation == Some(Mutation::FVotesQuorum) {
-            let (f, n) = (self.f.max(1) as u64, self.members.len() as u64);
-            return ThresholdParams {
-                quorum: malachitebft_core_types::ThresholdParam::new(f - 1, n),
-                honest: malachitebft_core_types::ThresholdParam::F_PLUS_ONE,
-            };
-        }
-        ThresholdParams::default()
-    }
-
-    /// Whether this member breaks `m` (mutation tests only).
-    #[cfg(feature = "mutations")]
-    pub fn mutated(&self, m: Mutation) -> bool {
-        self.mutation == Some(m)
-    }
-}
-
-/// A timer the core asks the host for ([`Effect::Schedule`]) and is given back
-/// ([`Input::Timeout`]) when it is due.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Timer {
-    /// A Tendermint timeout of a round and step.
-    Step {
-        /// The round.
-        round: u32,
-        /// Propose, prevote or precommit.
-        kind: StepKind,
-    },
-    /// Send again what other members may have missed.
-    Rebroadcast,
-    /// The leader's wait for the last observations is over.
-    Grace,
-}
-
-/// What the host gives the core.
-#[derive(Debug, Clone)]
-pub enum Input {
-    /// The first input: the execution's consensus log as persisted and the report this
-    /// member signed for it, if any.
-    Start {
-        /// The consensus log, in order.
-        log: Vec<LogEntry>,
-        /// The report signed before (never replaced).
-        lock: Option<Lock>,
-    },
-    /// A member's message of this execution, its envelope signature checked.
-    Message(Envelope),
-    /// A timer the core asked for is due.
-    Timeout(Timer),
-}
-
-/// What the core asks the host to do, in order. `Append` and `Lock` must be durable
-/// before any `Send` returned with them is performed.
-#[derive(Debug, Clone)]
-pub enum Effect {
-    /// Append these inputs to the execution's consensus log.
-    Append(Vec<LogEntry>),
-    /// Store the report this member signs (insert once: never replaced).
-    Lock(Lock),
-    /// Send a message to one member, or to every other member (`to: None`).
-    Send {
-        /// The recipient, or `None` for all the others.
-        to: Option<Address>,
-        /// The message.
-        env: Envelope,
-    },
-    /// Give [`Input::Timeout`] back at this reading of the member's clock.
-    Schedule {
-        /// When.
-        at: Duration,
-        /// Which.
-        timer: Timer,
-    },
-    /// A set is decided (its report built and about to be signed).
-    Decided {
-        /// The deciding round.
-        round: u32,
-        /// The set's id.
-        set: B256,
-    },
-    /// f+1 report signatures over the decided report: the instance is done.
-    Agreed(Box<Agreed>),
-    /// No decision within the rounds allowed: the instance stops (its log is kept).
-    Stalled {
-        /// The rounds run.
-        rounds: u32,
-    },
-    /// This member's state file holds its signature of another report for this
-    /// execution (a state file older than the consensus protocol): the instance stops.
-    SignedAnother,
-    /// A metric event (`don_event(what, why)`).
-    Event(&'static str, &'static str),
-}
 
 /// A decided set and what this member made of it.
 struct Decision {
@@ -826,25 +670,6 @@ impl Core {
             leader_changes: self.leader_changes,
         }
     }
-}
-
-/// What one member holds for one peer (see [`Core::held_for`]); the simulator checks it
-/// against the bounds after every step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
-    /// The peer's observations held: at most 1.
-    pub observations: usize,
-    /// The peer's votes held from beyond the round window: at most 1.
-    pub ahead_votes: usize,
-    /// The peer's report signatures held before the decision.
-    pub early_signatures: usize,
-    /// Report signatures held before the decision, from every peer: at most 2n.
-    pub early_signatures_total: usize,
-    /// The peer's (round, kind) votes remembered: at most 2 per round reached, plus the
-    /// window ahead.
-    pub votes_seen: usize,
-    /// Consensus log entries of the execution: at most [`MAX_LOG_ENTRIES`].
-    pub log_entries: usize,
 }
 
 fn vote_type(kind: VoteKind) -> VoteType {

@@ -1,0 +1,105 @@
+//! What goes in and out of the core: the [`Input`]s the host gives it, the [`Effect`]s it
+//! asks for, the [`Timer`]s it schedules, and what it [`Held`] for a peer.
+
+use super::{LogEntry, StepKind};
+use crate::agreed::Agreed;
+use crate::persist::Lock;
+use crate::wire::Envelope;
+use alloy::primitives::{Address, B256};
+use std::time::Duration;
+
+/// A timer the core asks the host for ([`Effect::Schedule`]) and is given back
+/// ([`Input::Timeout`]) when it is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// A Tendermint timeout of a round and step.
+    Step {
+        /// The round.
+        round: u32,
+        /// Propose, prevote or precommit.
+        kind: StepKind,
+    },
+    /// Send again what other members may have missed.
+    Rebroadcast,
+    /// The leader's wait for the last observations is over.
+    Grace,
+}
+
+/// What the host gives the core.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// The first input: the execution's consensus log as persisted and the report this
+    /// member signed for it, if any.
+    Start {
+        /// The consensus log, in order.
+        log: Vec<LogEntry>,
+        /// The report signed before (never replaced).
+        lock: Option<Lock>,
+    },
+    /// A member's message of this execution, its envelope signature checked.
+    Message(Envelope),
+    /// A timer the core asked for is due.
+    Timeout(Timer),
+}
+
+/// What the core asks the host to do, in order. `Append` and `Lock` must be durable
+/// before any `Send` returned with them is performed.
+#[derive(Debug, Clone)]
+pub enum Effect {
+    /// Append these inputs to the execution's consensus log.
+    Append(Vec<LogEntry>),
+    /// Store the report this member signs (insert once: never replaced).
+    Lock(Lock),
+    /// Send a message to one member, or to every other member (`to: None`).
+    Send {
+        /// The recipient, or `None` for all the others.
+        to: Option<Address>,
+        /// The message.
+        env: Envelope,
+    },
+    /// Give [`Input::Timeout`] back at this reading of the member's clock.
+    Schedule {
+        /// When.
+        at: Duration,
+        /// Which.
+        timer: Timer,
+    },
+    /// A set is decided (its report built and about to be signed).
+    Decided {
+        /// The deciding round.
+        round: u32,
+        /// The set's id.
+        set: B256,
+    },
+    /// f+1 report signatures over the decided report: the instance is done.
+    Agreed(Box<Agreed>),
+    /// No decision within the rounds allowed: the instance stops (its log is kept).
+    Stalled {
+        /// The rounds run.
+        rounds: u32,
+    },
+    /// This member's state file holds its signature of another report for this
+    /// execution (a state file older than the consensus protocol): the instance stops.
+    SignedAnother,
+    /// A metric event (`don_event(what, why)`).
+    Event(&'static str, &'static str),
+}
+
+/// What one member holds for one peer (see [`Core::held_for`]); the simulator checks it
+/// against the bounds after every step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// The peer's observations held: at most 1.
+    pub observations: usize,
+    /// The peer's votes held from beyond the round window: at most 1.
+    pub ahead_votes: usize,
+    /// The peer's report signatures held before the decision.
+    pub early_signatures: usize,
+    /// Report signatures held before the decision, from every peer: at most 2n.
+    pub early_signatures_total: usize,
+    /// The peer's (round, kind) votes remembered: at most 2 per round reached, plus the
+    /// window ahead.
+    pub votes_seen: usize,
+    /// Consensus log entries of the execution: at most [`crate::persist::MAX_LOG_ENTRIES`].
+    pub log_entries: usize,
+}
