@@ -428,6 +428,16 @@ fn fingerprint(env: &Envelope) -> u64 {
                 o.signature.hash(&mut h);
             }
         }
+        wire::Body::Polka {
+            round,
+            value,
+            prevotes,
+        } => {
+            (round, value, prevotes.len()).hash(&mut h);
+            for p in prevotes {
+                p.signature.hash(&mut h);
+            }
+        }
     }
     h.finish()
 }
@@ -463,6 +473,15 @@ pub fn summary(env: &Envelope) -> String {
             cresolver_don::context::set_id(observations).to_string(),
             commits.len(),
             report_signature.is_some()
+        ),
+        Body::Polka {
+            round,
+            value,
+            prevotes,
+        } => format!(
+            "polka r{round} set {:.10} prevotes {}",
+            value.to_string(),
+            prevotes.len()
         ),
     }
 }
