@@ -11,6 +11,10 @@
 //! - The driver prevotes, locks on a set with 2f+1 prevotes, precommits, and decides a set
 //!   with 2f+1 precommits; a leader re-proposes the set it saw 2f+1 prevotes for, with that
 //!   round, so locked members can follow it (Tendermint's `validValue`/`validRound`).
+//! - A leader that carries a set from a polka round sends that polka (the 2f+1 prevotes,
+//!   a `Polka` message) before its proposal, and every member sends those of its valid and
+//!   locked sets at each rebroadcast: a member that holds an equivocator's other prevote
+//!   of the round takes it as the prevotes themselves ([`polka`]).
 //! - f+1 votes of a later round move a member to it; 2f+1 votes of a round start its
 //!   timeouts; timeouts grow with the round.
 //! - Every input is returned as an [`Effect::Append`] to the consensus log *before* the

@@ -106,12 +106,13 @@ impl Core {
         if round > self.round.saturating_add(ROUND_WINDOW) {
             return self.refuse_from(sender, "polka", "round_too_far_ahead");
         }
+        if self.has_polka(round, &value) {
+            // known here: nothing to check or take
+            return;
+        }
         let Some(voters) = self.certified_votes(VoteKind::Prevote, round, &value, &prevotes) else {
             return self.refuse_from(sender, "polka", "bad_polka_certificate");
         };
-        if self.has_polka(round, &value) {
-            return;
-        }
         let mut conflicting = Vec::new();
         for (voter, signature) in voters {
             let entry = LogEntry::Vote {

@@ -164,3 +164,85 @@ fn a_set_holds_one_observation_per_member_at_most() {
         Err(WireError::DuplicateObserver(b.address()))
     );
 }
+
+#[test]
+fn a_polka_opens_only_with_a_quorum_of_distinct_members_valid_prevotes() {
+    let keys: Vec<PrivateKeySigner> = (0..4).map(|_| PrivateKeySigner::random()).collect();
+    let members: Vec<Address> = keys.iter().map(PrivateKeySigner::address).collect();
+    let (round, value) = (3, B256::repeat_byte(0x51));
+    let digest =
+        |r: u32, v: &B256| vote_digest(1, 1, &B256::repeat_byte(7), VoteKind::Prevote, r, Some(v));
+    let prevote = |i: usize, r: u32, v: &B256| CommitVote {
+        voter: members[i],
+        signature: sign_digest(&keys[i], &digest(r, v)).unwrap(),
+    };
+    let open_polka = |prevotes: Vec<CommitVote>| {
+        let m = env(
+            members[0],
+            Body::Polka {
+                round,
+                value,
+                prevotes,
+            },
+        );
+        let (body, sig) = seal(&m, &keys[0]).unwrap();
+        open(&body, Some(&sig), &members, 1, 1)
+    };
+    let good: Vec<CommitVote> = (0..3).map(|i| prevote(i, round, &value)).collect();
+    let m = open_polka(good.clone()).unwrap();
+    assert_eq!(m.kind(), "polka");
+    assert_eq!(
+        open_polka(good[..2].to_vec()),
+        Err(WireError::TooFewVotes { got: 2, need: 3 })
+    );
+    let mut twice = good[..2].to_vec();
+    twice.push(good[1].clone());
+    assert_eq!(
+        open_polka(twice),
+        Err(WireError::DuplicateVoter(members[1]))
+    );
+    // a prevote of another round, of another set, or naming another voter
+    for bad in [
+        prevote(2, round + 1, &value),
+        prevote(2, round, &B256::repeat_byte(0x52)),
+        CommitVote {
+            voter: members[3],
+            ..prevote(2, round, &value)
+        },
+    ] {
+        let voter = bad.voter;
+        let mut v = good[..2].to_vec();
+        v.push(bad);
+        assert_eq!(open_polka(v), Err(WireError::NotTheVoter(voter)));
+    }
+    let mut stranger = good.clone();
+    stranger[2].voter = Address::repeat_byte(0x99);
+    assert_eq!(open_polka(stranger), Err(WireError::NotAMember));
+    let mut many = good.clone();
+    many.extend(good.iter().cloned());
+    assert_eq!(open_polka(many), Err(WireError::TooMany));
+}
+
+#[test]
+fn a_body_type_a_member_does_not_know_is_refused_as_not_a_message() {
+    // what a member of the release before polkas makes of a `polka` message: the same
+    // refusal as of any unknown body type (403 at its endpoint)
+    let a = PrivateKeySigner::random();
+    let m = env(
+        a.address(),
+        Body::Vote {
+            round: 0,
+            kind: VoteKind::Prevote,
+            value: None,
+            signature: Bytes::from(vec![0u8; 65]),
+        },
+    );
+    let json = serde_json::to_string(&m)
+        .unwrap()
+        .replace(r#""type":"vote""#, r#""type":"from_a_later_release""#);
+    let (_, sig) = seal(&m, &a).unwrap();
+    assert!(matches!(
+        open(json.as_bytes(), Some(&sig), &[a.address()], 1, 1),
+        Err(WireError::Json(_))
+    ));
+}
