@@ -17,7 +17,7 @@ pub const PEER_BOOKS: usize = 16;
 /// Messages one sender may have waiting in one book.
 pub const SENDER_MESSAGES: usize = 128;
 /// Bytes one sender may have waiting in one book (a whole proposal of the largest DON
-/// always fits).
+/// always fits; a polka of the largest DON is under 16 KiB).
 pub const SENDER_BYTES: usize = 2 * 1024 * 1024 + 64 * 1024;
 
 /// Why a message was not put in a book.
@@ -188,6 +188,28 @@ mod tests {
         assert_eq!(inbox.drain().len(), SENDER_MESSAGES + 1);
         assert_eq!(inbox.bytes(), 0);
         assert_eq!(inbox.push(vote(a, B256::ZERO), 10), Ok(()));
+    }
+
+    #[test]
+    fn a_polka_of_the_largest_don_fits_a_message_and_a_sender_s_share_of_a_book() {
+        // a prevote of every member of the largest DON (the wire refuses more)
+        let prevotes = (0..crate::config::MAX_MEMBERS)
+            .map(|i| crate::wire::CommitVote {
+                voter: Address::repeat_byte(i as u8),
+                signature: Bytes::from(vec![0xffu8; 65]),
+            })
+            .collect();
+        let mut env = vote(Address::repeat_byte(1), B256::ZERO);
+        env.body = Body::Polka {
+            round: u32::MAX,
+            value: B256::repeat_byte(0xff),
+            prevotes,
+        };
+        let bytes = serde_json::to_vec(&env).expect("json").len();
+        assert!(bytes < 16 * 1024, "{bytes} bytes");
+        assert!(bytes <= crate::wire::MAX_MESSAGE_BYTES);
+        let mut inbox = Inbox::default();
+        assert_eq!(inbox.push(env, bytes), Ok(()));
     }
 
     #[test]

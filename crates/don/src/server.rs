@@ -4,7 +4,8 @@
 //! taken in (a replay) is answered at once without any check or charge, a body that is not
 //! a message of this DON naming a member gets 403, and the named member over its rate
 //! from that source gets 429. Only then are signatures recovered: a message not signed by
-//! the member it names, or carrying a forged observation, gets 403 and changes nothing.
+//! the member it names, or carrying a forged observation or a polka that is not 2f+1
+//! distinct members' valid prevotes, gets 403 and changes nothing.
 //! At most 64 messages are read at once, 16 from one source (an IPv4 address or an IPv6
 //! /64), each within 5 s.
 
@@ -213,7 +214,7 @@ pub async fn serve(
 #[utoipa::path(post, path = "/don/v1/message", tag = "don",
     params(("x-cresolver-don-signature" = String, Header, description = "The sender's secp256k1 signature (0x and 130 hex digits) over keccak256 of `cresolver-don-message-v1` followed by the body")),
     request_body(content = Object, content_type = "application/json",
-        description = "A signed message of this DON (`don_id`, `config_version`, `execution_id`, `market`, `market_id`, `sender` and its body: an observation, a proposal, a vote, or a decision), at most 2 MiB"),
+        description = "A signed message of this DON (`don_id`, `config_version`, `execution_id`, `market`, `market_id`, `sender` and its body: an observation, a proposal, a vote, a decision, or a polka of 2f+1 prevotes), at most 2 MiB"),
     responses(
         (status = OK, description = "Taken (`ok`), or taken before (`duplicate`)", content_type = "text/plain", body = String),
         (status = FORBIDDEN, description = "Not a message of this DON naming a member, or not signed by the member it names (`refused`)", content_type = "text/plain", body = String),

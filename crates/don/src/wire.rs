@@ -47,13 +47,15 @@ pub enum VoteKind {
     Precommit,
 }
 
-/// One precommit of a commit certificate: its voter and its vote signature.
+/// One vote of a certificate (a precommit of a commit certificate, a prevote of a polka):
+/// its voter and its vote signature.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommitVote {
     /// The voter.
     pub voter: Address,
-    /// Its signature over [`vote_digest`] of (precommit, round, the set's id).
+    /// Its signature over [`vote_digest`] of (the certificate's vote kind, round, the
+    /// set's id).
     pub signature: Bytes,
 }
 
@@ -104,6 +106,18 @@ pub enum Body {
         #[serde(default)]
         agreed: bool,
     },
+    /// 2f+1 prevotes of distinct members for one set in one round (a polka), relayed: a
+    /// member that holds another prevote of one of these voters in that round (an
+    /// equivocator's) cannot count the polka itself, and needs it to follow a leader that
+    /// carries the set from that round. The previous version refuses this message.
+    Polka {
+        /// The round of the prevotes.
+        round: u32,
+        /// The set's id.
+        value: B256,
+        /// At least 2f+1 prevotes for `value` in `round`, one per member.
+        prevotes: Vec<CommitVote>,
+    },
 }
 
 /// A message between members.
@@ -141,6 +155,7 @@ impl Envelope {
                 ..
             } => "precommit",
             Body::Decided { .. } => "decided",
+            Body::Polka { .. } => "polka",
         }
     }
 }
@@ -277,6 +292,21 @@ pub enum WireError {
     /// This member's key could not sign.
     #[error("could not sign: {0}")]
     Sign(String),
+    /// A certificate holds two votes of one member.
+    #[error("the certificate holds two votes of {0}")]
+    DuplicateVoter(Address),
+    /// A certificate's vote is not signed by the member it names (or not over the
+    /// certificate's round and set).
+    #[error("a vote of the certificate is not signed by {0}, the voter it names")]
+    NotTheVoter(Address),
+    /// A certificate holds fewer votes than a quorum.
+    #[error("the certificate holds {got} votes, a quorum is {need}")]
+    TooFewVotes {
+        /// The distinct valid votes it holds.
+        got: usize,
+        /// A quorum of the DON.
+        need: usize,
+    },
 }
 
 /// 65 bytes `r ‖ s ‖ v` with v = 0 or 1, as every signature inside a message is (the
@@ -304,6 +334,9 @@ impl WireError {
             WireError::DuplicateObserver(_) => "duplicate_observer",
             WireError::TooMany => "too_many",
             WireError::Sign(_) => "sign",
+            WireError::DuplicateVoter(_) => "duplicate_voter",
+            WireError::NotTheVoter(_) => "not_the_voter",
+            WireError::TooFewVotes { .. } => "too_few_votes",
         }
     }
 }
@@ -441,6 +474,15 @@ pub fn check_shape(
             }
             observations
         }
+        Body::Polka { prevotes, .. } => {
+            if prevotes.len() > members.len() {
+                return Err(WireError::TooMany);
+            }
+            for p in prevotes {
+                check_signature_shape(&p.signature)?;
+            }
+            &[]
+        }
     };
     // a set holds at most one observation of each member: a hostile member cannot pad
     // one with copies of its own (kept per proposal, they would cost memory)
@@ -482,7 +524,8 @@ pub fn authenticate(
 }
 
 /// Each carried observation: bound to the message, from a member, signed by its observer
-/// (as `recover` says: secp256k1 here, the simulator's scheme there), in range.
+/// (as `recover` says: secp256k1 here, the simulator's scheme there), in range; and a
+/// polka's prevotes ([`check_polka`]).
 pub fn check_carried(
     env: &Envelope,
     members: &[Address],
@@ -492,6 +535,21 @@ pub fn check_carried(
         Body::Observation { observation } => std::slice::from_ref(observation),
         Body::Proposal { observations, .. } | Body::Decided { observations, .. } => observations,
         Body::Vote { .. } => &[],
+        Body::Polka {
+            round,
+            value,
+            prevotes,
+        } => {
+            let digest = vote_digest(
+                env.don_id,
+                env.config_version,
+                &env.execution_id,
+                VoteKind::Prevote,
+                *round,
+                Some(value),
+            );
+            return check_polka(&digest, prevotes, members, recover);
+        }
     };
     for o in set {
         check_binding(o, env, members)?;
@@ -505,6 +563,37 @@ pub fn check_carried(
         }
         obs.check_ranges()
             .map_err(|detail| WireError::Invalid { observer, detail })?;
+    }
+    Ok(())
+}
+
+/// A polka's prevotes (each signature over `digest`): each from a member, one per member,
+/// each signed by the voter it names, and a quorum of them (more than two thirds of the
+/// members: 2f+1 when n = 3f+1).
+pub fn check_polka(
+    digest: &B256,
+    prevotes: &[CommitVote],
+    members: &[Address],
+    recover: impl Fn(&B256, &[u8]) -> Result<Address, WireError>,
+) -> Result<(), WireError> {
+    let mut voters = std::collections::HashSet::with_capacity(prevotes.len());
+    for p in prevotes {
+        if !members.contains(&p.voter) {
+            return Err(WireError::NotAMember);
+        }
+        if !voters.insert(p.voter) {
+            return Err(WireError::DuplicateVoter(p.voter));
+        }
+        if recover(digest, &p.signature).ok() != Some(p.voter) {
+            return Err(WireError::NotTheVoter(p.voter));
+        }
+    }
+    let need = members.len() * 2 / 3 + 1;
+    if voters.len() < need {
+        return Err(WireError::TooFewVotes {
+            got: voters.len(),
+            need,
+        });
     }
     Ok(())
 }
@@ -552,168 +641,4 @@ pub fn sign_observation(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use cresolver_core::don::{ObservedAnswer, Position, WorkerObservation};
-
-    fn obs(observer: Address) -> Observation {
-        Observation {
-            don_id: 1,
-            config_version: 1,
-            execution_id: B256::repeat_byte(7),
-            market: Address::repeat_byte(9),
-            market_id: U256::from(3),
-            observer,
-            timestamp: 1_700_000_000,
-            workers: vec![WorkerObservation {
-                address: Address::repeat_byte(0x11),
-                answer: Some(ObservedAnswer {
-                    position: Position::Yes,
-                    confidence_ppm: 900_000,
-                    scores: [80, 70, 60],
-                }),
-                failure: None,
-            }],
-        }
-    }
-
-    fn env(sender: Address, body: Body) -> Envelope {
-        Envelope {
-            don_id: 1,
-            config_version: 1,
-            execution_id: B256::repeat_byte(7),
-            market: Address::repeat_byte(9),
-            market_id: U256::from(3),
-            sender,
-            body,
-        }
-    }
-
-    #[test]
-    fn signatures_use_v_0_or_1_and_recover() {
-        let k = PrivateKeySigner::random();
-        let d = B256::repeat_byte(1);
-        let s = sign_digest(&k, &d).unwrap();
-        assert_eq!(s.len(), 65);
-        assert!(s[64] <= 1);
-        assert_eq!(recover(&d, &s).unwrap(), k.address());
-        assert!(recover(&d, &s[..64]).is_err());
-    }
-
-    #[test]
-    fn a_message_opens_only_for_its_member_and_its_don() {
-        let (a, b, outsider) = (
-            PrivateKeySigner::random(),
-            PrivateKeySigner::random(),
-            PrivateKeySigner::random(),
-        );
-        let members = [a.address(), b.address()];
-        let o = sign_observation(obs(a.address()), &a).unwrap();
-        let m = env(
-            a.address(),
-            Body::Observation {
-                observation: o.clone(),
-            },
-        );
-        let (body, sig) = seal(&m, &a).unwrap();
-        assert_eq!(open(&body, Some(&sig), &members, 1, 1).unwrap(), m);
-        // another DON, or another version
-        assert!(matches!(
-            open(&body, Some(&sig), &members, 2, 1),
-            Err(WireError::OtherDon { .. })
-        ));
-        // a stranger's signature
-        let (_, stranger) = seal(&m, &outsider).unwrap();
-        assert_eq!(
-            open(&body, Some(&stranger), &members, 1, 1),
-            Err(WireError::NotAMember)
-        );
-        // b signs a's message: it names a
-        let (_, by_b) = seal(&m, &b).unwrap();
-        assert!(matches!(
-            open(&body, Some(&by_b), &members, 1, 1),
-            Err(WireError::WrongSender { .. })
-        ));
-        assert_eq!(
-            open(&body, None, &members, 1, 1),
-            Err(WireError::NoSignature)
-        );
-        // a's observation replayed into another execution
-        let mut other = m.clone();
-        other.execution_id = B256::repeat_byte(8);
-        let (body2, sig2) = seal(&other, &a).unwrap();
-        assert!(matches!(
-            open(&body2, Some(&sig2), &members, 1, 1),
-            Err(WireError::Unbound {
-                field: "execution_id",
-                ..
-            })
-        ));
-        // a report signature with v = 27 (the forwarder adds 27 itself: it would fail there)
-        let mut high_v = sign_digest(&a, &B256::repeat_byte(3)).unwrap().to_vec();
-        high_v[64] += 27;
-        let s27 = env(
-            a.address(),
-            Body::Decided {
-                round: 0,
-                observations: vec![],
-                commits: vec![],
-                report_signature: Some(Bytes::from(high_v)),
-                agreed: false,
-            },
-        );
-        let (body4, sig4) = seal(&s27, &a).unwrap();
-        assert_eq!(
-            open(&body4, Some(&sig4), &members, 1, 1),
-            Err(WireError::BadSignature)
-        );
-        // b forwards an observation it forged in a's name
-        let mut forged = o;
-        forged.observation.workers[0].answer = None;
-        let p = env(
-            b.address(),
-            Body::Proposal {
-                round: 0,
-                pol_round: None,
-                observations: vec![forged],
-                signature: Bytes::from(vec![0u8; 65]),
-            },
-        );
-        let (body3, sig3) = seal(&p, &b).unwrap();
-        assert!(matches!(
-            open(&body3, Some(&sig3), &members, 1, 1),
-            Err(WireError::Invalid { .. })
-        ));
-    }
-
-    #[test]
-    fn a_set_holds_one_observation_per_member_at_most() {
-        let (a, b) = (PrivateKeySigner::random(), PrivateKeySigner::random());
-        let members = [a.address(), b.address()];
-        let oa = sign_observation(obs(a.address()), &a).unwrap();
-        let ob = sign_observation(obs(b.address()), &b).unwrap();
-        let proposal = |observations: Vec<SignedObservation>| {
-            let m = env(
-                b.address(),
-                Body::Proposal {
-                    round: 0,
-                    pol_round: None,
-                    observations,
-                    signature: Bytes::from(vec![0u8; 65]),
-                },
-            );
-            let (body, sig) = seal(&m, &b).unwrap();
-            open(&body, Some(&sig), &members, 1, 1)
-        };
-        assert!(proposal(vec![oa.clone(), ob.clone()]).is_ok());
-        // b pads its set with copies of its own observation
-        assert_eq!(
-            proposal(vec![ob.clone(), oa.clone(), ob.clone()]),
-            Err(WireError::TooMany)
-        );
-        assert_eq!(
-            proposal(vec![ob.clone(), ob.clone()]),
-            Err(WireError::DuplicateObserver(b.address()))
-        );
-    }
-}
+mod tests;

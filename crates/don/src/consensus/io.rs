@@ -100,6 +100,9 @@ pub struct Held {
     /// The peer's (round, kind) votes remembered: at most 2 per round reached, plus the
     /// window ahead.
     pub votes_seen: usize,
+    /// The peer's prevotes taken from `Polka` messages and kept aside (they conflict with
+    /// its prevote held in their round): at most [`super::RELAYED_POLKAS`].
+    pub relayed_prevotes: usize,
     /// Consensus log entries of the execution: at most [`crate::persist::MAX_LOG_ENTRIES`].
     pub log_entries: usize,
 }

@@ -146,6 +146,14 @@ impl Core {
                 voter,
                 signature,
             } => {
+                if self
+                    .votes_seen
+                    .get(&(voter, round, kind))
+                    .is_some_and(|held| *held != value)
+                {
+                    // only a polka message logs a vote conflicting with one held
+                    return self.relayed_prevote(round, kind, value, voter, signature);
+                }
                 self.votes_seen.insert((voter, round, kind), value);
                 DriverInput::Vote(SignedMessage::new(
                     Vote {

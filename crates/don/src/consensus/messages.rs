@@ -38,6 +38,11 @@ impl Core {
                     report_signature,
                     ..
                 } => self.on_decided(sender, round, observations, commits, report_signature),
+                Body::Polka {
+                    round,
+                    value,
+                    prevotes,
+                } => self.on_polka(sender, round, value, prevotes),
             }
         }
     }
@@ -184,7 +189,11 @@ impl Core {
         tracing::info!(execution_id = %self.exec(), from = self.round, to = round, "f+1 members vote in a round far ahead: joining it");
         for (voter, (r, kind, value, signature)) in joined {
             self.ahead.remove(&voter);
-            self.votes_seen.insert((voter, r, kind), value);
+            if self.votes_seen.contains_key(&(voter, r, kind)) {
+                // its vote of that round came within the window meanwhile (this one is
+                // the same, or an equivocation): the one taken stays
+                continue;
+            }
             self.take(LogEntry::Vote {
                 round: r,
                 kind,
@@ -230,27 +239,38 @@ impl Core {
 
     /// 2f+1 distinct members' valid precommits for `id` in `round`.
     pub(super) fn certified(&self, round: u32, id: &B256, commits: &[CommitVote]) -> bool {
-        let digest = self.vote_digest(VoteKind::Precommit, round, Some(id));
+        self.certified_votes(VoteKind::Precommit, round, id, commits)
+            .is_some()
+    }
+
+    /// The distinct members' valid votes of `kind` for `id` in `round` among `votes`, by
+    /// voter, when they make a quorum.
+    pub(super) fn certified_votes(
+        &self,
+        kind: VoteKind,
+        round: u32,
+        id: &B256,
+        votes: &[CommitVote],
+    ) -> Option<BTreeMap<Address, Bytes>> {
+        let digest = self.vote_digest(kind, round, Some(id));
+        let mut voters = BTreeMap::new();
         #[cfg(feature = "mutations")]
-        if self.p.mutated(Mutation::DuplicateSigners) {
-            let counted = commits
-                .iter()
-                .filter(|c| {
-                    self.p.members.contains(&c.voter)
-                        && self.keys.recover(&digest, &c.signature).ok() == Some(c.voter)
-                })
-                .count();
-            return counted >= self.p.quorum();
-        }
-        let mut voters = HashSet::new();
-        for c in commits {
+        let mut counted = 0;
+        for c in votes {
             if self.p.members.contains(&c.voter)
-                && !voters.contains(&c.voter)
                 && self.keys.recover(&digest, &c.signature).ok() == Some(c.voter)
             {
-                voters.insert(c.voter);
+                voters.entry(c.voter).or_insert_with(|| c.signature.clone());
+                #[cfg(feature = "mutations")]
+                {
+                    counted += 1;
+                }
             }
         }
-        voters.len() >= self.p.quorum()
+        #[cfg(feature = "mutations")]
+        if self.p.mutated(Mutation::DuplicateSigners) {
+            return (counted >= self.p.quorum()).then_some(voters);
+        }
+        (voters.len() >= self.p.quorum()).then_some(voters)
     }
 }

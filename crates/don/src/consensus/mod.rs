@@ -11,6 +11,10 @@
 //! - The driver prevotes, locks on a set with 2f+1 prevotes, precommits, and decides a set
 //!   with 2f+1 precommits; a leader re-proposes the set it saw 2f+1 prevotes for, with that
 //!   round, so locked members can follow it (Tendermint's `validValue`/`validRound`).
+//! - A leader that carries a set from a polka round sends that polka (the 2f+1 prevotes,
+//!   a `Polka` message) before its proposal, and every member sends those of its valid and
+//!   locked sets at each rebroadcast: a member that holds an equivocator's other prevote
+//!   of the round takes it as the prevotes themselves ([`polka`]).
 //! - f+1 votes of a later round move a member to it; 2f+1 votes of a round start its
 //!   timeouts; timeouts grow with the round.
 //! - Every input is returned as an [`Effect::Append`] to the consensus log *before* the
@@ -34,7 +38,7 @@ use malachitebft_core_driver::{Driver, Input as DriverInput, Output};
 use malachitebft_core_types::{
     NilOrVal, Round, SignedMessage, Threshold, Timeout, TimeoutKind, Validity, VoteType,
 };
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +48,7 @@ mod keys;
 mod log;
 mod messages;
 mod params;
+mod polka;
 #[cfg(test)]
 mod tests;
 
@@ -53,6 +58,7 @@ pub use log::{LogEntry, StepKind};
 #[cfg(feature = "mutations")]
 pub use params::Mutation;
 pub use params::Params;
+pub use polka::RELAYED_POLKAS;
 
 /// Rounds ahead of its own a member takes proposals and votes for.
 pub const ROUND_WINDOW: u32 = 8;
@@ -104,6 +110,9 @@ pub struct Core {
     /// Each sender's newest vote from beyond [`ROUND_WINDOW`], held (one per sender) until
     /// f+1 senders vote in one such round: then they are taken, and the member joins it.
     ahead: BTreeMap<Address, HeldVote>,
+    /// Prevotes from `Polka` messages that conflict with a prevote held of their voter,
+    /// by (round, set): kept until they make a certificate ([`RELAYED_POLKAS`] at most).
+    relayed: BTreeMap<(u32, B256), BTreeMap<Address, Bytes>>,
     decided: Option<Decision>,
     sigs: BTreeMap<Address, Bytes>,
     early_sigs: Vec<(Address, Bytes)>,
@@ -157,6 +166,7 @@ impl Core {
             votes_seen: HashMap::new(),
             equivocated: HashSet::new(),
             ahead: BTreeMap::new(),
+            relayed: BTreeMap::new(),
             decided: None,
             sigs: BTreeMap::new(),
             early_sigs: Vec::new(),
@@ -221,6 +231,7 @@ impl Core {
             early_signatures: self.early_sigs.iter().filter(|(a, _)| *a == peer).count(),
             early_signatures_total: self.early_sigs.len(),
             votes_seen: self.votes_seen.keys().filter(|(a, ..)| *a == peer).count(),
+            relayed_prevotes: self.relayed_of(peer),
             log_entries: self.logged + self.log.len(),
         }
     }
@@ -464,6 +475,13 @@ impl Core {
         });
         if !self.replaying {
             tracing::info!(execution_id = %self.exec(), round, pol_round, observations = p.value.observations.len(), "proposing a set as the round's leader");
+            // the polka the set is carried from first: a member that could not count it
+            // (it holds an equivocator's other prevote) takes it before the proposal
+            if let Some(vr) = pol_round
+                && let Some(polka) = self.polka_envelope(vr, &p.value.id)
+            {
+                self.send(polka);
+            }
             self.send(env.clone());
         }
         self.own_proposals.insert(round, env);
@@ -549,15 +567,10 @@ impl Core {
     /// precommit for `id` needs 2f+1 prevotes for `id` in the round; a prevote for `id`,
     /// when this member's newest precommit was for another set in round `lr`, needs the
     /// round's proposal to carry `id` from a polka round `vr >= lr` with 2f+1 prevotes for
-    /// `id` in `vr`. A vote that fails becomes nil: always safe.
+    /// `id` in `vr` (counted here, or a polka certificate taken: [`polka`]). A vote that
+    /// fails becomes nil: always safe.
     fn may_vote_for(&self, kind: VoteKind, round: u32, id: &B256) -> bool {
-        let polka = |r: u32| {
-            self.driver.votes().is_threshold_met(
-                &Round::new(r),
-                VoteType::Prevote,
-                Threshold::Value(SetId(*id)),
-            )
-        };
+        let polka = |r: u32| self.has_polka(r, id);
         match kind {
             VoteKind::Precommit => polka(round),
             VoteKind::Prevote => match self.voted_lock {
@@ -572,8 +585,9 @@ impl Core {
 
     /// Sends again what other members may have missed: the decision once decided, else
     /// this member's observation, its proposal of the current round, its votes of the
-    /// current and the previous round, and every vote it cast for a set (a member that
-    /// missed a polka needs those prevotes to follow a leader that carries its set).
+    /// current and the previous round, every vote it cast for a set (a member that
+    /// missed a polka needs those prevotes to follow a leader that carries its set), and
+    /// the polkas of its valid and locked values ([`polka`]).
     fn rebroadcast(&mut self) {
         if self.decided.is_some() {
             if self.sigs.contains_key(&self.me()) {
@@ -593,6 +607,7 @@ impl Core {
         for env in current {
             self.send(env);
         }
+        self.send_polkas();
     }
 
     /// As the round's leader with no set to carry: propose every usable observation held,

@@ -7,6 +7,8 @@ use alloy::primitives::{U256, keccak256};
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_core::don::{Observation, ObservedAnswer, Position, WorkerObservation};
 
+mod polka;
+
 const GRACE_MS: u64 = 300;
 
 /// Four members (f = 1) of one execution, with real secp256k1 keys.

@@ -3,7 +3,8 @@
 //! and carry any signature it holds. Most run an honest core and tamper with what it
 //! sends (equivocating votes or proposals, a withheld observation); on a tick of their
 //! own they also replay old messages, re-sign others' vote bodies for other rounds, forge
-//! or cut commit certificates of made-up sets, flood, vote far ahead, or propose in rounds
+//! or cut commit certificates of made-up sets and polkas (too few or repeated signers,
+//! prevotes of another round or set), flood, vote far ahead, or propose in rounds
 //! they do not lead. What they see on the network (observations, sets, precommits) is
 //! their material.
 
@@ -46,6 +47,8 @@ pub struct Byz {
     ahead: BTreeSet<u32>,
     /// Prevoters of each (round, set) seen.
     polkas: BTreeMap<(u32, B256), BTreeSet<Address>>,
+    /// Prevotes for a set seen (in votes and polkas): round, set, the vote.
+    prevotes: Vec<(u32, B256, CommitVote)>,
 }
 
 fn keep<T>(v: &mut Vec<T>, x: T) {
@@ -74,6 +77,7 @@ impl Byz {
             sets: BTreeMap::new(),
             ahead: BTreeSet::new(),
             polkas: BTreeMap::new(),
+            prevotes: Vec::new(),
         }
     }
 
@@ -109,6 +113,11 @@ impl Byz {
                         .entry((*round, *v))
                         .or_default()
                         .insert(env.sender);
+                    let vote = CommitVote {
+                        voter: env.sender,
+                        signature: signature.clone(),
+                    };
+                    keep(&mut self.prevotes, (*round, *v, vote));
                 }
                 if *kind == VoteKind::Precommit {
                     let vote = CommitVote {
@@ -116,6 +125,16 @@ impl Byz {
                         signature: signature.clone(),
                     };
                     keep(&mut self.precommits, (*round, *value, vote));
+                }
+                &[]
+            }
+            Body::Polka {
+                round,
+                value,
+                prevotes,
+            } => {
+                for p in prevotes.iter().take(4) {
+                    keep(&mut self.prevotes, (*round, *value, p.clone()));
                 }
                 &[]
             }
@@ -440,6 +459,7 @@ impl Sim {
                 for _ in 0..self.rng.gen_range(1..=2) {
                     self.forge(i, b, round)?;
                 }
+                self.forge_polka(i, b, round)?;
             }
             Strategy::Flooder => self.flood(i, b, round)?,
             Strategy::FarAhead => {
@@ -669,5 +689,85 @@ impl Sim {
         let agg = aggregate(&obs, &binding, &self.sc.workers, self.sc.f).ok()?;
         let report = build_report(&self.sc.spec, &agg).ok()?;
         Some(self.sc.params.digest(&report))
+    }
+}
+
+impl Sim {
+    /// A `Polka` message: too few signers, a signer twice, prevotes of another round or
+    /// set than it names, made-up signatures, or a real polka seen sent again (the only
+    /// valid one).
+    fn forge_polka(&mut self, i: usize, b: &mut Byz, round: u32) -> Result<(), Violation> {
+        let quorum = self.sc.n * 2 / 3 + 1;
+        let Some((r, v, _)) = b.prevotes.choose(&mut self.rng).cloned() else {
+            return Ok(());
+        };
+        let mut voters = BTreeSet::new();
+        let mut real: Vec<CommitVote> = b
+            .prevotes
+            .iter()
+            .filter(|(x, y, c)| *x == r && *y == v && voters.insert(c.voter))
+            .map(|(.., c)| c.clone())
+            .collect();
+        let own = self.own_prevote(i, r, v);
+        if real.iter().all(|c| c.voter != own.voter) {
+            real.push(own.clone());
+        }
+        let (mut r, mut v) = (r, v);
+        let prevotes = match self.rng.gen_range(0..5) {
+            0 => {
+                real.truncate(quorum - 1);
+                real
+            }
+            1 => vec![own; quorum],
+            2 => {
+                if self.rng.gen_bool(0.5) {
+                    r = self.rng.gen_range(round.saturating_sub(2)..=round + 2);
+                } else {
+                    v = self.any_value(b).unwrap_or(B256::repeat_byte(0x77));
+                }
+                real
+            }
+            3 => (0..quorum)
+                .map(|k| {
+                    let mut sig = [0u8; 65];
+                    self.rng.fill(&mut sig[..64]);
+                    CommitVote {
+                        voter: self.sc.scheme.members[k % self.sc.n],
+                        signature: Bytes::copy_from_slice(&sig),
+                    }
+                })
+                .collect(),
+            _ => real,
+        };
+        let env = self.envelope(
+            i,
+            Body::Polka {
+                round: r,
+                value: v,
+                prevotes,
+            },
+        );
+        let to = self
+            .rng
+            .gen_bool(0.5)
+            .then(|| self.sc.scheme.members[self.rng.gen_range(0..self.sc.n)])
+            .filter(|a| *a != self.sc.scheme.members[i]);
+        self.send(i, to, env)
+    }
+
+    /// Member `i`'s own prevote for `v` in round `r`.
+    fn own_prevote(&self, i: usize, r: u32, v: B256) -> CommitVote {
+        let d = wire::vote_digest(
+            DON_ID,
+            VERSION,
+            &self.sc.exec,
+            VoteKind::Prevote,
+            r,
+            Some(&v),
+        );
+        CommitVote {
+            voter: self.sc.scheme.members[i],
+            signature: self.sign(i, &d),
+        }
     }
 }

@@ -8,14 +8,16 @@
 //! - validity: an honest decision (r, s) follows a proposal of s for r signed by r's
 //!   leader that went over the network, and is certified by a quorum of precommits; an
 //!   honest agreement carries a quorum of distinct valid precommits for its (r, s);
-//! - bounds: what an honest core holds for each peer ([`Core::held_for`]).
+//! - bounds: what an honest core holds for each peer ([`Core::held_for`]);
+//! - an honest member relays only polkas of a quorum of distinct valid prevotes (whose
+//!   prevotes count as sent, for the lock rule).
 
 use crate::scenario::Scenario;
 use alloy::primitives::{Address, B256, Bytes, keccak256};
 use cresolver_core::don::aggregate::position_rank;
 use cresolver_core::don::{Binding, Observation, aggregate, build_report};
 use cresolver_don::Agreed;
-use cresolver_don::consensus::{Core, ROUND_WINDOW};
+use cresolver_don::consensus::{Core, RELAYED_POLKAS, ROUND_WINDOW};
 use cresolver_don::persist::MAX_LOG_ENTRIES;
 use cresolver_don::wire::{self, Body, Envelope, SignedObservation, VoteKind};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -264,7 +266,51 @@ impl Checker {
                 signature,
             } => self.on_vote(from, env, *round, *kind, *value, signature),
             Body::Observation { .. } => Ok(()),
+            Body::Polka {
+                round,
+                value,
+                prevotes,
+            } => self.on_polka(from, env, *round, *value, prevotes),
         }
+    }
+
+    /// A polka on the network: its valid prevotes count as prevotes sent (a member may
+    /// sign one only into a polka); an honest member relays only a quorum of distinct
+    /// members' valid prevotes.
+    fn on_polka(
+        &mut self,
+        from: usize,
+        env: &Envelope,
+        round: u32,
+        value: B256,
+        prevotes: &[wire::CommitVote],
+    ) -> Result<(), Violation> {
+        let p = &self.sc.params;
+        let d = wire::vote_digest(
+            p.don_id,
+            p.config_version,
+            &env.execution_id,
+            VoteKind::Prevote,
+            round,
+            Some(&value),
+        );
+        let valid: BTreeSet<Address> = prevotes
+            .iter()
+            .filter(|v| self.sc.scheme.recover(&d, &v.signature).ok() == Some(v.voter))
+            .map(|v| v.voter)
+            .collect();
+        if self.sc.honest[from] && (valid.len() < self.quorum() || valid.len() != prevotes.len()) {
+            return self.err(format!(
+                "honest member {from} relayed a polka of round {round} with {} distinct valid prevotes of {}",
+                valid.len(),
+                prevotes.len()
+            ));
+        }
+        self.prevotes
+            .entry((round, value))
+            .or_default()
+            .extend(valid);
+        Ok(())
     }
 
     /// A vote on the network: prevotes counted; an honest member's checked against its
@@ -495,6 +541,7 @@ impl Checker {
                 || h.ahead_votes > 1
                 || h.early_signatures_total > 2 * n
                 || h.votes_seen > seen_max
+                || h.relayed_prevotes > RELAYED_POLKAS
                 || h.log_entries > MAX_LOG_ENTRIES
             {
                 return self.err(format!(

@@ -146,6 +146,9 @@ pub struct Bias {
     /// The first honest member to decide before GST is cut off from the others until GST
     /// (an adversarial schedule: its decision reaches nobody before the next rounds).
     pub isolate_decider: bool,
+    /// Every other honest member (odd indices) runs the release before polka
+    /// certificates: it sends no `Polka` message and its endpoint refuses them.
+    pub previous_release: bool,
 }
 
 /// One execution, drawn from its seed.

@@ -128,6 +128,8 @@ pub struct Sim {
     pub trace: bool,
     /// What was measured.
     pub out: Outcome,
+    /// Members of the release before polka certificates ([`Bias::previous_release`]).
+    old: Vec<bool>,
     /// The server's verdicts on messages seen, by [`fingerprint`].
     verdicts: std::collections::HashMap<u64, Vec<(Rc<Sent>, bool)>>,
 }
@@ -136,6 +138,9 @@ impl Sim {
     /// The run of `seed`.
     pub fn new(seed: u64, mutation: Option<Mutation>, bias: Bias) -> Self {
         let (sc, rng) = Scenario::draw(seed, mutation, bias);
+        let old = (0..sc.n)
+            .map(|i| bias.previous_release && sc.honest(i) && i % 2 == 1)
+            .collect();
         let check = Checker::new(&sc);
         let honest = (0..sc.n)
             .map(|i| sc.honest(i).then(|| Honest::new(&sc, i)))
@@ -154,6 +159,7 @@ impl Sim {
             check,
             trace: false,
             out: Outcome::default(),
+            old,
             verdicts: std::collections::HashMap::new(),
         }
     }
@@ -289,6 +295,10 @@ impl Sim {
         to: Option<Address>,
         env: Envelope,
     ) -> Result<(), Violation> {
+        if self.old[from] && matches!(env.body, wire::Body::Polka { .. }) {
+            // the previous release has no such message
+            return Ok(());
+        }
         self.note(|| {
             let to = to.map_or("all".into(), |a| format!("{:?}", self.sc.index(&a)));
             format!("  {from} sends {} to {to}", summary(&env))
@@ -346,6 +356,10 @@ impl Sim {
     fn deliver(&mut self, to: usize, from: usize, sent: Rc<Sent>) -> Result<(), Violation> {
         let env = &sent.env;
         if env.execution_id != self.sc.exec {
+            return Ok(());
+        }
+        if self.old[to] && matches!(env.body, wire::Body::Polka { .. }) {
+            self.note(|| format!("  {to} (previous release) refuses a polka from {from}"));
             return Ok(());
         }
         if !self.verdict(&sent) {
@@ -428,6 +442,16 @@ fn fingerprint(env: &Envelope) -> u64 {
                 o.signature.hash(&mut h);
             }
         }
+        wire::Body::Polka {
+            round,
+            value,
+            prevotes,
+        } => {
+            (round, value, prevotes.len()).hash(&mut h);
+            for p in prevotes {
+                p.signature.hash(&mut h);
+            }
+        }
     }
     h.finish()
 }
@@ -463,6 +487,15 @@ pub fn summary(env: &Envelope) -> String {
             cresolver_don::context::set_id(observations).to_string(),
             commits.len(),
             report_signature.is_some()
+        ),
+        Body::Polka {
+            round,
+            value,
+            prevotes,
+        } => format!(
+            "polka r{round} set {:.10} prevotes {}",
+            value.to_string(),
+            prevotes.len()
         ),
     }
 }
