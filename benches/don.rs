@@ -87,10 +87,33 @@ struct Measured {
     messages: f64,
     /// State-file commits (fsyncs) per execution (all members).
     fsyncs: f64,
+    /// CPU milliseconds per execution: the process (all members or the node, and the
+    /// in-process workers) and the chain (anvil), from /proc over the markets' loop.
+    cpu: (f64, f64),
     /// Median milliseconds per part: the members' own rounds (request → the last
     /// member's consensus start), to the prevote step, the prevote step, the precommit
     /// step, the report signatures, and the transmission (first agreement → resolved).
     parts: [f64; 6],
+}
+
+/// CPU time of process `pid` (`"self"` for this one), user and system, in milliseconds:
+/// fields 14 and 15 of `/proc/<pid>/stat`, in USER_HZ ticks (100 per second on Linux).
+fn cpu_ms(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return f64::NAN;
+    };
+    // the command name (field 2) may hold spaces: count from the closing parenthesis
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return f64::NAN;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    // fields after the name start at field 3: utime is field 14, stime 15
+    (tick(11) + tick(12)) * 10.0
 }
 
 fn ms(d: Duration) -> f64 {
@@ -124,6 +147,67 @@ fn breakdown(nodes: &[Arc<Node>], sent: &[Instant], resolved: &[Instant]) -> [f6
         parts[5].push(ms(done.saturating_duration_since(first_agreed)));
     }
     parts.map(|mut v| if v.is_empty() { 0.0 } else { pct(&mut v, 0.5) })
+}
+
+/// What the markets' requests measured.
+struct Run {
+    /// Milliseconds from each request to its resolution on chain.
+    latencies: Vec<f64>,
+    /// When each request was sent.
+    sent_at: Vec<Instant>,
+    /// When each resolution was seen.
+    resolved_at: Vec<Instant>,
+    /// CPU milliseconds per execution: this process and the chain (see [`Measured::cpu`]).
+    cpu: (f64, f64),
+}
+
+/// Requests the markets one after another, each once the one before is resolved.
+async fn requests(dev: &Devnet, ids: Vec<alloy::primitives::U256>) -> anyhow::Result<Run> {
+    let market = dev.market();
+    // the resolution is seen the moment its block is announced, through a log
+    // subscription (polling `getMarket` every 2 ms loaded the chain and the 2 cores the
+    // members share)
+    let ws = ProviderBuilder::new()
+        .connect_ws(WsConnect::new(dev.ws_endpoint()))
+        .await?;
+    let filter = Filter::new()
+        .address(dev.contracts.market)
+        .event_signature(ICREsolverMarket::MarketResolved::SIGNATURE_HASH);
+    let mut resolutions = ws.subscribe_logs(&filter).await?.into_stream();
+    let chain_pid = dev.anvil.child().id().to_string();
+    let cpu0 = (cpu_ms("self"), cpu_ms(&chain_pid));
+    let (mut latencies, mut sent_at, mut resolved_at) = (vec![], vec![], vec![]);
+    for id in ids {
+        let t0 = Instant::now();
+        sent_at.push(t0);
+        let _pending = market
+            .requestResolution(id)
+            .from(dev.requester())
+            .send()
+            .await?;
+        loop {
+            let log = tokio::time::timeout(Duration::from_secs(60), resolutions.next())
+                .await
+                .map_err(|_| anyhow::anyhow!("market {id} not resolved in 60 s"))?
+                .ok_or_else(|| anyhow::anyhow!("the log subscription ended"))?;
+            let resolved = log.log_decode::<ICREsolverMarket::MarketResolved>()?;
+            if resolved.inner.data.marketId == id {
+                break;
+            }
+        }
+        resolved_at.push(Instant::now());
+        latencies.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    let cpu = (
+        (cpu_ms("self") - cpu0.0) / MARKETS as f64,
+        (cpu_ms(&chain_pid) - cpu0.1) / MARKETS as f64,
+    );
+    Ok(Run {
+        latencies,
+        sent_at,
+        resolved_at,
+        cpu,
+    })
 }
 
 /// Request → resolved on chain for `n` members, f = (n - 1) / 3 (0: one node).
@@ -186,52 +270,20 @@ async fn latency(n: usize) -> anyhow::Result<Measured> {
         );
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let market = dev.market();
-    // the resolution is seen the moment its block is announced, through a log
-    // subscription (polling `getMarket` every 2 ms loaded the chain and the 2 cores the
-    // members share)
-    let ws = ProviderBuilder::new()
-        .connect_ws(WsConnect::new(dev.ws_endpoint()))
-        .await?;
-    let filter = Filter::new()
-        .address(dev.contracts.market)
-        .event_signature(ICREsolverMarket::MarketResolved::SIGNATURE_HASH);
-    let mut resolutions = ws.subscribe_logs(&filter).await?.into_stream();
-    let mut out = vec![];
-    let (mut sent_at, mut resolved_at) = (vec![], vec![]);
-    for id in ids {
-        let t0 = Instant::now();
-        sent_at.push(t0);
-        let _pending = market
-            .requestResolution(id)
-            .from(dev.requester())
-            .send()
-            .await?;
-        loop {
-            let log = tokio::time::timeout(Duration::from_secs(60), resolutions.next())
-                .await
-                .map_err(|_| anyhow::anyhow!("market {id} not resolved in 60 s"))?
-                .ok_or_else(|| anyhow::anyhow!("the log subscription ended"))?;
-            let resolved = log.log_decode::<ICREsolverMarket::MarketResolved>()?;
-            if resolved.inner.data.marketId == id {
-                break;
-            }
-        }
-        resolved_at.push(Instant::now());
-        out.push(t0.elapsed().as_secs_f64() * 1000.0);
-    }
+    let run = requests(&dev, ids).await?;
     let dons = || nodes.iter().filter_map(|n| n.don.as_ref());
     let sent: u64 = dons().map(|d| d.messages_sent()).sum();
     let commits: u64 = dons().map(|d| d.commits().1).sum();
-    let parts = breakdown(&nodes, &sent_at, &resolved_at);
+    let parts = breakdown(&nodes, &run.sent_at, &run.resolved_at);
     for m in members {
         let _ = m.stop.send(());
         let _ = m.task.await;
     }
     Ok(Measured {
-        latencies: out,
+        latencies: run.latencies,
         messages: sent as f64 / MARKETS as f64,
         fsyncs: commits as f64 / MARKETS as f64,
+        cpu: run.cpu,
         parts,
     })
 }
@@ -257,7 +309,7 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let mut table = String::from(
-            "| request → resolved on chain (ws heads, 3 instant workers) | p50 | p90 | max | × one node | messages per execution | fsyncs per execution |\n|---|---|---|---|---|---|---|\n",
+            "| request → resolved on chain (ws heads, 3 instant workers) | p50 | p90 | max | × one node | messages per execution | fsyncs per execution | CPU per execution: the process (members or node, workers), the chain |\n|---|---|---|---|---|---|---|---|\n",
         );
         let mut parts = String::from(
             "| median ms per execution | members' own rounds (request → last member's consensus start) | → prevote step | prevote step | precommit step | report signatures | transmission (first agreement → resolved) |\n|---|---|---|---|---|---|---|\n",
@@ -290,10 +342,12 @@ fn main() -> anyhow::Result<()> {
                 ));
             }
             table.push_str(&format!(
-                "| {label} | {p50:.0} ms | {:.0} ms | {:.0} ms | {:.1}× | {messages} | {fsyncs} |\n",
+                "| {label} | {p50:.0} ms | {:.0} ms | {:.0} ms | {:.1}× | {messages} | {fsyncs} | {:.0} ms, {:.0} ms |\n",
                 pct(&mut v, 0.9),
                 pct(&mut v, 1.0),
-                p50 / one
+                p50 / one,
+                m.cpu.0,
+                m.cpu.1
             ));
         }
         println!("{table}\n{parts}");
