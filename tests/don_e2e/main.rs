@@ -12,6 +12,7 @@ mod faults;
 
 use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::providers::Provider;
+use alloy::providers::ext::AnvilApi;
 use alloy::rpc::types::Filter;
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::{SolCall, SolEvent};
@@ -537,6 +538,25 @@ async fn four_members_resolve_once_through_the_production_forwarder() {
         m.contains("cresolver_don_events_total{event=\"agreement\",detail=\"reached\"} 1"),
         "{m}"
     );
+    // once anvil's finalized block (64 below the head) passes the resolution, every
+    // member's round is final: the transmitter's by its transaction's block, the others'
+    // (delivered by another member, no block of their own) by the market at that block
+    dn.s.dev.provider.anvil_mine(Some(70), None).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for i in 0..4 {
+        loop {
+            let state = dn.round(i).await.map(|v| v["state"].clone());
+            if state.as_ref().and_then(Value::as_str) == Some("finalized") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "member {i}'s round is {state:?}, not finalized; its log:\n{}",
+                dn.log(i)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 #[tokio::test]
@@ -654,7 +674,6 @@ async fn a_member_whose_own_round_missed_quorum_still_observes() {
 /// transmission landed first, not skipped as if someone else had resolved the market.
 #[tokio::test]
 async fn members_whose_transmissions_lost_the_race_record_the_delivery() {
-    use alloy::providers::ext::AnvilApi;
     let (s, _) = counted_market().await;
     let mut dn = Dn::new(s, 4, 1, None).await;
     dn.cfg.transmit_delay_ms = 1;

@@ -130,6 +130,55 @@ pub async fn resolved_at(
     }
 }
 
+/// Whether each of `markets` is resolved at `block` (`None`: the head), in one batch:
+/// one `aggregate3` with `multicall`, else concurrent single calls. Each market gets its
+/// own answer (a market that does not exist at the block is
+/// [`ReadError::MarketDoesNotExist`]); the error is the batch's own failure.
+pub async fn resolved_many(
+    provider: &DynProvider,
+    multicall: Option<Address>,
+    markets: &[(Address, U256)],
+    block: Option<u64>,
+) -> Result<Vec<Result<bool, ReadError>>, ReadError> {
+    if markets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let reader = Reader {
+        provider,
+        block: block.map_or(BlockId::latest(), BlockId::number),
+        multicall,
+    };
+    let calls = markets
+        .iter()
+        .map(|(m, id)| Call::new(*m, ICREsolverMarket::getMarketCall { marketId: *id }))
+        .collect();
+    let outcomes = reader.batch(calls).await?;
+    if outcomes.len() != markets.len() {
+        return Err(ReadError::Invalid(format!(
+            "a batch of {} getMarket calls returned {} results",
+            markets.len(),
+            outcomes.len()
+        )));
+    }
+    Ok(outcomes
+        .into_iter()
+        .zip(markets)
+        .map(|(out, (_, id))| match out {
+            Err(CallFailure::Reverted(RevertReason::Market(
+                ICREsolverMarket::ICREsolverMarketErrors::MarketDoesNotExist(_),
+            ))) => Err(ReadError::MarketDoesNotExist(*id)),
+            other => {
+                let t = required::<ICREsolverMarket::getMarketCall>("getMarket", other)?;
+                if t.deadline.is_zero() {
+                    Err(ReadError::MarketDoesNotExist(*id))
+                } else {
+                    Ok(t.resolved)
+                }
+            }
+        })
+        .collect())
+}
+
 fn at_block(block: Option<u64>) -> String {
     block.map_or("the head".into(), |b| format!("block {b}"))
 }

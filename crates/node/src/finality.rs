@@ -11,7 +11,7 @@
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use cresolver_chain::finality::{Finalized, canonical_hash, finalized};
-use cresolver_chain::reader::resolved_at;
+use cresolver_chain::reader::{ReadError, resolved_many};
 use cresolver_metrics::Metrics;
 use cresolver_pipeline::transcript::{FinalityRecord, ReorgRecord, Transcript};
 use cresolver_store::{FinalityStore, Watched};
@@ -67,22 +67,30 @@ pub struct FinalityWatch {
     metrics: Arc<Metrics>,
     /// Used where the endpoint does not serve the `finalized` tag.
     depth: u64,
+    /// Batches the reads of the rounds without their block (`chain.multicall_address`).
+    multicall: Option<Address>,
+    /// Rounds without their block known unresolved at a final block (its number): not
+    /// asked there again. Only rounds still watched are kept.
+    unresolved_at_final: tokio::sync::Mutex<HashMap<(Address, U256), u64>>,
 }
 
 impl FinalityWatch {
     /// A watch over `store`'s confirmed rounds; `depth` stands in for the `finalized`
-    /// tag where the endpoint does not serve it.
+    /// tag where the endpoint does not serve it; `multicall` batches its market reads.
     pub fn new(
         provider: DynProvider,
         store: Arc<dyn FinalityStore>,
         metrics: Arc<Metrics>,
         depth: u64,
+        multicall: Option<Address>,
     ) -> Self {
         Self {
             provider,
             store,
             metrics,
             depth,
+            multicall,
+            unresolved_at_final: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -98,10 +106,18 @@ impl FinalityWatch {
         }
         let fin = finalized(&self.provider, self.depth).await?;
         pass.at = Some(fin);
+        // rounds without their block (delivered by another DON member, or legacy) are
+        // judged by the market itself, all in one batch
+        let unmined: Vec<&Watched> = rounds.iter().filter(|w| w.mined.is_none()).collect();
+        let mut by_market = self.unmined_verdicts(&unmined, &fin).await;
         // rounds mined in one block share one look at it
         let mut hashes: HashMap<u64, Option<B256>> = HashMap::new();
         for w in rounds {
-            let verdict = match self.verdict(&w, &fin, &mut hashes).await {
+            let verdict = match by_market.remove(&(w.market, w.market_id)) {
+                Some(v) => v,
+                None => self.verdict(&w, &fin, &mut hashes).await,
+            };
+            let verdict = match verdict {
                 Ok(v) => v,
                 Err(e) => {
                     tracing::debug!(market_id = %w.market_id, error = %e, "finality of the round not known this pass");
@@ -125,6 +141,91 @@ impl FinalityWatch {
         Ok(pass)
     }
 
+    /// The verdicts of rounds without the block of their transaction (delivered by
+    /// another DON member, or a record written before the block's hash was kept): the
+    /// chain's word on the market itself. Resolved at the final block: final. Else
+    /// resolved at the head: watching; unresolved there: reorged. Both looks are one
+    /// batch each, and a round known unresolved at this final block is not asked again
+    /// there (a final block's state does not change). A batch that fails leaves its
+    /// rounds out: they are watched on (the next pass looks again).
+    async fn unmined_verdicts(
+        &self,
+        rounds: &[&Watched],
+        fin: &Finalized,
+    ) -> HashMap<(Address, U256), Result<Verdict, FinalityError>> {
+        let mut out = HashMap::new();
+        if rounds.is_empty() {
+            self.unresolved_at_final.lock().await.clear();
+            return out;
+        }
+        let mined_block: HashMap<(Address, U256), Option<u64>> = rounds
+            .iter()
+            .map(|w| ((w.market, w.market_id), w.mined_block))
+            .collect();
+        let mut known = self.unresolved_at_final.lock().await;
+        known.retain(|k, _| mined_block.contains_key(k));
+        let ask: Vec<(Address, U256)> = rounds
+            .iter()
+            .map(|w| (w.market, w.market_id))
+            .filter(|k| known.get(k) != Some(&fin.number))
+            .collect();
+        let at_final = match resolved_many(&self.provider, self.multicall, &ask, Some(fin.number))
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(rounds = ask.len(), error = %e, "the markets of rounds without their block not read at the final block this pass");
+                return out;
+            }
+        };
+        let mut at_head_asked = Vec::new();
+        let mut answers: HashMap<_, _> = ask.into_iter().zip(at_final).collect();
+        for w in rounds {
+            let key = (w.market, w.market_id);
+            match answers.remove(&key) {
+                Some(Ok(true)) => {
+                    out.insert(key, Ok(Verdict::Final));
+                    continue;
+                }
+                // not resolved at the final block (a market created after it does not
+                // exist there): the head says whether it still is
+                Some(Ok(false) | Err(ReadError::MarketDoesNotExist(_))) => {
+                    known.insert(key, fin.number);
+                }
+                Some(Err(e)) => {
+                    out.insert(key, Err(FinalityError::Read(e)));
+                    continue;
+                }
+                None => {}
+            }
+            at_head_asked.push(key);
+        }
+        drop(known);
+        let at_head = match resolved_many(&self.provider, self.multicall, &at_head_asked, None)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(rounds = at_head_asked.len(), error = %e, "the markets of rounds without their block not read at the head this pass");
+                return out;
+            }
+        };
+        for ((market, market_id), r) in at_head_asked.into_iter().zip(at_head) {
+            let block = mined_block.get(&(market, market_id)).copied().flatten();
+            let verdict = match r {
+                Ok(true) => Ok(Verdict::Watching),
+                Ok(false) => Ok(Verdict::Reorged(format!(
+                    "the market is unresolved on chain at head {}: our resolution{} left the canonical chain",
+                    fin.head,
+                    block.map_or(String::new(), |b| format!(" (mined in block {b})"))
+                ))),
+                Err(e) => Err(FinalityError::Read(e)),
+            };
+            out.insert((market, market_id), verdict);
+        }
+        out
+    }
+
     async fn verdict(
         &self,
         w: &Watched,
@@ -132,21 +233,7 @@ impl FinalityWatch {
         hashes: &mut HashMap<u64, Option<B256>>,
     ) -> Result<Verdict, FinalityError> {
         let Some((_, _, at)) = w.mined else {
-            // a record without the block's hash (written before it was kept): the
-            // chain's word on the market itself
-            let m = (w.market, w.market_id);
-            if resolved_at(&self.provider, m.0, m.1, Some(fin.number)).await? {
-                return Ok(Verdict::Final);
-            }
-            if resolved_at(&self.provider, m.0, m.1, None).await? {
-                return Ok(Verdict::Watching);
-            }
-            return Ok(Verdict::Reorged(format!(
-                "the market is unresolved on chain at head {}: our resolution{} left the canonical chain",
-                fin.head,
-                w.mined_block
-                    .map_or(String::new(), |b| format!(" (mined in block {b})"))
-            )));
+            return Ok(Verdict::Watching);
         };
         let canonical = match hashes.get(&at.block) {
             Some(h) => *h,

@@ -286,6 +286,7 @@ impl Node {
             self.store.clone(),
             self.metrics.clone(),
             depth,
+            self.cfg.chain.multicall_address,
         );
         let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 5_000));
         let (rx, wake) = (self.cancel.clone(), self.heads.subscribe());

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 const MAX_LOOKS: u32 = 2_000;
 /// How many times a member waits for more signatures once the forwarder refused some.
 const MAX_SIGNATURE_WAITS: u32 = 40;
+/// The pause between two looks while this member's turn has not come.
+const LOOK_PAUSE: Duration = Duration::from_millis(250);
 /// The pause between two looks while another member's transmission is pending.
 const PENDING_PAUSE: Duration = Duration::from_millis(500);
 
@@ -167,6 +169,11 @@ impl Submitter {
         let mut refused: HashSet<Address> = HashSet::new();
         let mut waits = 0u32;
         let mut told_pending = false;
+        // a member whose turn is later looks first after one pause: at the agreement the
+        // report is not delivered yet, and the leader's pre-flight runs on the same chain
+        if let Some(wait) = d.turn.checked_duration_since(Instant::now()) {
+            tokio::time::sleep(wait.min(LOOK_PAUSE)).await;
+        }
         for _ in 0..MAX_LOOKS {
             let t = self.transmission(d.execution_id).await?;
             match t.state {
@@ -178,7 +185,7 @@ impl Submitter {
                 TransmissionState::NotAttempted | TransmissionState::Failed => {}
             }
             if Instant::now() < d.turn {
-                tokio::time::sleep(Duration::from_millis(250).min(d.turn - Instant::now())).await;
+                tokio::time::sleep(LOOK_PAUSE.min(d.turn - Instant::now())).await;
                 continue;
             }
             let Some(signatures) = choose(d, &refused) else {
