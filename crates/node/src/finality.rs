@@ -233,6 +233,7 @@ impl FinalityWatch {
         hashes: &mut HashMap<u64, Option<B256>>,
     ) -> Result<Verdict, FinalityError> {
         let Some((_, _, at)) = w.mined else {
+            // judged by `unmined_verdicts`; here only when its batch failed this pass
             return Ok(Verdict::Watching);
         };
         let canonical = match hashes.get(&at.block) {
