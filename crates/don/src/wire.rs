@@ -567,6 +567,12 @@ pub fn check_carried(
     Ok(())
 }
 
+/// Votes that decide among `members` members: more than two thirds (2f+1 when
+/// n = 3f+1).
+pub fn quorum_of(members: usize) -> usize {
+    members * 2 / 3 + 1
+}
+
 /// A polka's prevotes (each signature over `digest`): each from a member, one per member,
 /// each signed by the voter it names, and a quorum of them (more than two thirds of the
 /// members: 2f+1 when n = 3f+1).
@@ -588,7 +594,7 @@ pub fn check_polka(
             return Err(WireError::NotTheVoter(p.voter));
         }
     }
-    let need = members.len() * 2 / 3 + 1;
+    let need = quorum_of(members.len());
     if voters.len() < need {
         return Err(WireError::TooFewVotes {
             got: voters.len(),

@@ -54,7 +54,7 @@ impl Params {
         if self.mutation == Some(Mutation::FVotesQuorum) {
             return self.f.max(1);
         }
-        self.members.len() * 2 / 3 + 1
+        crate::wire::quorum_of(self.members.len())
     }
 
     /// The leader of `round` of an execution.
