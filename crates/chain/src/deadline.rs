@@ -4,14 +4,12 @@
 //! accepts and never answers) is a typed transient error like a refused connection,
 //! never a task that waits for ever.
 
+use crate::rpc_error::DeadlineExceeded;
 use alloy::rpc::json_rpc::{RequestPacket, ResponsePacket};
 use alloy::transports::{TransportError, TransportErrorKind, TransportFut};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tower::{Layer, Service};
-
-/// The text of a deadline error (matched by callers that count errors by kind).
-pub const DEADLINE_TEXT: &str = "RPC request timed out";
 
 /// Adds a deadline to every request of the service it wraps.
 #[derive(Debug, Clone, Copy)]
@@ -36,8 +34,8 @@ impl<S> Layer<S> for DeadlineLayer {
     }
 }
 
-/// The service a [`DeadlineLayer`] wraps around `S`: each call fails with
-/// [`DEADLINE_TEXT`] when `S` has not answered within the timeout.
+/// The service a [`DeadlineLayer`] wraps around `S`: each call fails with a typed
+/// [`DeadlineExceeded`] when `S` has not answered within the timeout.
 #[derive(Debug, Clone)]
 pub struct DeadlineService<S> {
     inner: S,
@@ -70,10 +68,9 @@ where
         Box::pin(async move {
             match tokio::time::timeout(timeout, fut).await {
                 Ok(r) => r,
-                Err(_) => Err(TransportErrorKind::custom_str(&format!(
-                    "{DEADLINE_TEXT} after {} ms",
-                    timeout.as_millis()
-                ))),
+                Err(_) => Err(TransportErrorKind::custom(DeadlineExceeded {
+                    after: timeout,
+                })),
             }
         })
     }

@@ -297,17 +297,4 @@ mod tests {
         assert_eq!((a.status, a.ready), ("degraded", true));
         assert!(a.reasons[0].contains("rpc.example"), "{a:?}");
     }
-
-    #[test]
-    fn error_kinds() {
-        assert_eq!(
-            crate::pool::error_kind("RPC request timed out after 10 ms"),
-            "timeout"
-        );
-        assert_eq!(
-            crate::pool::error_kind("error sending request: Connection refused"),
-            "connect"
-        );
-        assert_eq!(crate::pool::error_kind("HTTP error 429"), "rate_limited");
-    }
 }

@@ -14,6 +14,7 @@ pub mod health;
 pub mod pool;
 pub mod reader;
 pub mod revert;
+pub mod rpc_error;
 pub mod rpc_failure;
 pub mod scan;
 pub mod watcher;

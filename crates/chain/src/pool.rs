@@ -13,6 +13,7 @@
 
 use crate::deadline::DeadlineLayer;
 use crate::redact_error;
+use crate::rpc_error::{Redacted, RpcErrorKind, classify};
 use alloy::eips::BlockNumberOrTag;
 use alloy::providers::{Provider, ProviderBuilder};
 use alloy::rpc::client::RpcClient;
@@ -161,7 +162,10 @@ fn text(e: &dyn std::error::Error) -> String {
 fn redacted(e: TransportError) -> TransportError {
     match e {
         TransportError::Transport(TransportErrorKind::Custom(_)) => {
-            TransportErrorKind::custom_str(&text(&e))
+            TransportErrorKind::custom(Redacted {
+                text: text(&e),
+                kind: classify(&e),
+            })
         }
         other => other,
     }
@@ -226,13 +230,26 @@ impl std::fmt::Debug for RpcPool {
     }
 }
 
-async fn build_transport(
-    url: &str,
-    cfg: &PoolConfig,
-) -> Result<(BoxTransport, bool), crate::ConnectError> {
-    use crate::{ConnectError, redact_url};
+/// An endpoint that could not be opened: why (for the operator), and what kind of
+/// failure that was (for the metrics).
+struct OpenFailed {
+    error: crate::ConnectError,
+    kind: RpcErrorKind,
+}
+
+impl OpenFailed {
+    fn other(why: String) -> Self {
+        Self {
+            error: crate::ConnectError(why),
+            kind: RpcErrorKind::Other,
+        }
+    }
+}
+
+async fn build_transport(url: &str, cfg: &PoolConfig) -> Result<(BoxTransport, bool), OpenFailed> {
+    use crate::redact_url;
     let parsed = url::Url::parse(url)
-        .map_err(|e| ConnectError(format!("{} is not a URL: {e}", redact_url(url))))?;
+        .map_err(|e| OpenFailed::other(format!("{} is not a URL: {e}", redact_url(url))))?;
     let deadline = DeadlineLayer::new(cfg.timeout);
     match parsed.scheme() {
         "http" | "https" => {
@@ -246,7 +263,7 @@ async fn build_transport(
                 .referer(false)
                 .tcp_nodelay(true)
                 .build()
-                .map_err(|e| ConnectError(format!("cannot build the RPC client: {e}")))?;
+                .map_err(|e| OpenFailed::other(format!("cannot build the RPC client: {e}")))?;
             let http = alloy::transports::http::Http::with_client(client, parsed);
             Ok((BoxTransport::new(deadline.layer(http)), local))
         }
@@ -256,23 +273,25 @@ async fn build_transport(
             let local = connect.is_local();
             let frontend = tokio::time::timeout(cfg.timeout, connect.into_service())
                 .await
-                .map_err(|_| {
-                    ConnectError(format!(
+                .map_err(|_| OpenFailed {
+                    error: crate::ConnectError(format!(
                         "cannot open websocket {}: no answer in {} ms",
                         redact_url(url),
                         cfg.timeout.as_millis()
-                    ))
+                    )),
+                    kind: RpcErrorKind::Timeout,
                 })?
-                .map_err(|e| {
-                    ConnectError(format!(
+                .map_err(|e| OpenFailed {
+                    error: crate::ConnectError(format!(
                         "cannot open websocket {}: {}",
                         redact_url(url),
                         text(&e)
-                    ))
+                    )),
+                    kind: classify(&e),
                 })?;
             Ok((BoxTransport::new(deadline.layer(frontend)), local))
         }
-        other => Err(ConnectError(format!(
+        other => Err(OpenFailed::other(format!(
             "unsupported RPC scheme {other}: use http(s):// or ws(s)://"
         ))),
     }
@@ -291,8 +310,13 @@ impl Service<RequestPacket> for Unopened {
         Poll::Ready(Ok(()))
     }
     fn call(&mut self, _: RequestPacket) -> Self::Future {
-        let why = self.0.clone();
-        Box::pin(async move { Err(TransportErrorKind::custom_str(&why)) })
+        let text = self.0.to_string();
+        Box::pin(async move {
+            Err(TransportErrorKind::custom(Redacted {
+                text,
+                kind: RpcErrorKind::Connect,
+            }))
+        })
     }
 }
 
@@ -321,10 +345,10 @@ impl RpcPool {
                     (t, None)
                 }
                 Err(e) if ws => (
-                    BoxTransport::new(Unopened(Arc::from(e.0.as_str()))),
-                    Some(e.0),
+                    BoxTransport::new(Unopened(Arc::from(e.error.0.as_str()))),
+                    Some(e.error.0),
                 ),
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.error),
             };
             if let Some(e) = &error {
                 errors.push(e.clone());
@@ -439,9 +463,9 @@ impl RpcPool {
                 Err(err) => {
                     let mut s = e.state();
                     s.failed_probes = s.failed_probes.saturating_add(1);
-                    s.error = Some(err.0.clone());
+                    s.error = Some(err.error.0);
                     metrics.rpc_up(&e.name, false);
-                    metrics.rpc_error(&e.name, error_kind(&err.0));
+                    metrics.rpc_error(&e.name, err.kind);
                     return;
                 }
             }
@@ -456,9 +480,9 @@ impl RpcPool {
                 Ok(id) if id == expected => e.state().chain_checked = true,
                 Ok(id) => {
                     let why = format!("serves chain {id}, not {expected}: check the URL");
-                    return self.probe_failed(e, metrics, why);
+                    return self.probe_failed(e, metrics, why, RpcErrorKind::Other);
                 }
-                Err(err) => return self.probe_failed(e, metrics, text(&err)),
+                Err(err) => return self.probe_failed(e, metrics, text(&err), classify(&err)),
             }
         }
         let started = Instant::now();
@@ -476,14 +500,19 @@ impl RpcPool {
                 metrics.rpc_up(&e.name, true);
                 metrics.rpc_head(&e.name, b.header.number);
             }
-            Ok(None) => self.probe_failed(e, metrics, "the endpoint has no latest block".into()),
-            Err(err) => self.probe_failed(e, metrics, text(&err)),
+            Ok(None) => self.probe_failed(
+                e,
+                metrics,
+                "the endpoint has no latest block".into(),
+                RpcErrorKind::Other,
+            ),
+            Err(err) => self.probe_failed(e, metrics, text(&err), classify(&err)),
         }
     }
 
-    fn probe_failed(&self, e: &Endpoint, metrics: &Metrics, error: String) {
+    fn probe_failed(&self, e: &Endpoint, metrics: &Metrics, error: String, kind: RpcErrorKind) {
         metrics.rpc_up(&e.name, false);
-        metrics.rpc_error(&e.name, error_kind(&error));
+        metrics.rpc_error(&e.name, kind);
         e.failed(&error);
         let mut s = e.state();
         s.failed_probes = s.failed_probes.saturating_add(1);
@@ -539,7 +568,7 @@ impl RpcPool {
         let e = &self.endpoints[i];
         let why = text(err);
         if let Some(m) = self.metrics.get() {
-            m.rpc_error(&e.name, error_kind(&why));
+            m.rpc_error(&e.name, classify(err));
         }
         e.failed(&why);
     }
@@ -653,20 +682,6 @@ impl Service<RequestPacket> for PoolTransport {
         } else {
             Box::pin(pool.read(req))
         }
-    }
-}
-
-/// A low-cardinality label for an RPC error.
-pub fn error_kind(e: &str) -> &'static str {
-    let m = e.to_lowercase();
-    if m.contains(crate::deadline::DEADLINE_TEXT.to_lowercase().as_str()) {
-        "timeout"
-    } else if m.contains("connect") || m.contains("refused") || m.contains("reset") {
-        "connect"
-    } else if m.contains("429") || m.contains("rate") {
-        "rate_limited"
-    } else {
-        "other"
     }
 }
 

@@ -4,6 +4,9 @@
 //! report without knowing the node — encoded in the text exposition format for `GET /metrics`.
 //! Every method takes `&self`, so one [`Metrics`] is shared across tasks in an `Arc`.
 
+pub mod labels;
+
+pub use labels::RpcErrorKind;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -94,7 +97,7 @@ struct EndpointLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointKindLabels {
     endpoint: String,
-    kind: &'static str,
+    kind: RpcErrorKind,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -486,9 +489,8 @@ impl Metrics {
             .set(u64::from(in_service));
     }
 
-    /// Counts a failed call or head probe of `endpoint`: `timeout`, `connect`,
-    /// `rate_limited` or `other`.
-    pub fn rpc_error(&self, endpoint: &str, kind: &'static str) {
+    /// Counts a failed call or head probe of `endpoint`, by its kind.
+    pub fn rpc_error(&self, endpoint: &str, kind: RpcErrorKind) {
         self.rpc
             .errors
             .get_or_create(&EndpointKindLabels {
