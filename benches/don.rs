@@ -25,7 +25,15 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-const MARKETS: usize = 15;
+/// Markets per configuration (`CRESOLVER_BENCH_MARKETS` sets another count, e.g. a
+/// long run to profile).
+fn markets() -> usize {
+    std::env::var("CRESOLVER_BENCH_MARKETS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(15)
+}
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -199,8 +207,8 @@ async fn requests(dev: &Devnet, ids: Vec<alloy::primitives::U256>) -> anyhow::Re
         latencies.push(t0.elapsed().as_secs_f64() * 1000.0);
     }
     let cpu = (
-        (cpu_ms("self") - cpu0.0) / MARKETS as f64,
-        (cpu_ms(&chain_pid) - cpu0.1) / MARKETS as f64,
+        (cpu_ms("self") - cpu0.0) / markets() as f64,
+        (cpu_ms(&chain_pid) - cpu0.1) / markets() as f64,
     );
     Ok(Run {
         latencies,
@@ -212,7 +220,7 @@ async fn requests(dev: &Devnet, ids: Vec<alloy::primitives::U256>) -> anyhow::Re
 
 /// Request → resolved on chain for `n` members, f = (n - 1) / 3 (0: one node).
 async fn latency(n: usize) -> anyhow::Result<Measured> {
-    let (dev, ids) = common::devnet_with_markets(MARKETS, "bench?").await?;
+    let (dev, ids) = common::devnet_with_markets(markets(), "bench?").await?;
     let mut members = vec![];
     let mut nodes = vec![];
     let don = n > 0;
@@ -281,8 +289,8 @@ async fn latency(n: usize) -> anyhow::Result<Measured> {
     }
     Ok(Measured {
         latencies: run.latencies,
-        messages: sent as f64 / MARKETS as f64,
-        fsyncs: commits as f64 / MARKETS as f64,
+        messages: sent as f64 / markets() as f64,
+        fsyncs: commits as f64 / markets() as f64,
         cpu: run.cpu,
         parts,
     })

@@ -175,20 +175,17 @@ impl Submitter {
             tokio::time::sleep(wait.min(LOOK_PAUSE)).await;
         }
         for _ in 0..MAX_LOOKS {
-            let t = self.transmission(d.execution_id).await?;
-            match t.state {
-                TransmissionState::Succeeded => return Ok(Transmitted::Delivered(t.transmitter)),
-                TransmissionState::InvalidReceiver => {
-                    let receiver = self.report_route().map(|(_, r)| r).unwrap_or_default();
-                    return Err(TransmitError::InvalidReceiver(receiver));
-                }
-                TransmissionState::NotAttempted | TransmissionState::Failed => {}
-            }
             if Instant::now() < d.turn {
+                if let Some(done) = self.settled(d.execution_id).await? {
+                    return Ok(done);
+                }
                 tokio::time::sleep(LOOK_PAUSE.min(d.turn - Instant::now())).await;
                 continue;
             }
             let Some(signatures) = choose(d, &refused) else {
+                if let Some(done) = self.settled(d.execution_id).await? {
+                    return Ok(done);
+                }
                 waits += 1;
                 if waits > MAX_SIGNATURE_WAITS {
                     return Err(TransmitError::TooFewSignatures {
@@ -204,7 +201,16 @@ impl Submitter {
                 context: d.context.clone(),
                 signatures,
             };
-            match self.prepare_signed(snapshot, market_id, &signed).await {
+            // the forwarder's record and the pre-flight in one round trip; the record
+            // decides first, as if it had been read before
+            let (settled, prepared) = tokio::join!(
+                self.settled(d.execution_id),
+                self.prepare_signed(snapshot, market_id, &signed)
+            );
+            if let Some(done) = settled? {
+                return Ok(done);
+            }
+            match prepared {
                 Ok(prepared) => return Ok(Transmitted::Send(Box::new(prepared))),
                 Err(SubmitError::AlreadyResolved { .. }) => {
                     // the report may have landed between the two reads: look again
@@ -231,6 +237,20 @@ impl Submitter {
             }
         }
         Err(TransmitError::NotYet)
+    }
+
+    /// What the forwarder's record of the report ends: delivered (by anyone), or an
+    /// invalid receiver; `None` while the report is still to be delivered.
+    async fn settled(&self, execution_id: B256) -> Result<Option<Transmitted>, TransmitError> {
+        let t = self.transmission(execution_id).await?;
+        match t.state {
+            TransmissionState::Succeeded => Ok(Some(Transmitted::Delivered(t.transmitter))),
+            TransmissionState::InvalidReceiver => {
+                let receiver = self.report_route().map(|(_, r)| r).unwrap_or_default();
+                Err(TransmitError::InvalidReceiver(receiver))
+            }
+            TransmissionState::NotAttempted | TransmissionState::Failed => Ok(None),
+        }
     }
 
     /// Whether the market is resolved on chain while the forwarder has not delivered

@@ -380,8 +380,10 @@ impl Submitter {
                     None => Ok(None),
                 }
             };
+            let started = std::time::Instant::now();
             let (forwarder_gas, inner) =
                 tokio::join!(forwarder, self.provider.estimate_gas(sim.clone()));
+            tracing::debug!(%market_id, ms = started.elapsed().as_secs_f64() * 1e3, "pre-flight: gas estimated");
             if let (Ok(forwarder_gas), Ok(inner)) = (forwarder_gas, inner) {
                 return Ok(self.prepared(to, calldata, inner, forwarder_gas));
             }

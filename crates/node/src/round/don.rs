@@ -39,22 +39,55 @@ impl Node {
         let Some(don) = &self.don else {
             return Err(StepError::fail("the round agrees without a DON membership"));
         };
-        let (market, market_id) = (round.market(), round.market_id);
         let Some(request_tx) = round.rec.request_tx else {
+            self.save_transcript(round).await?;
             return Err(StepError::fail(
                 "a DON agrees on on-chain requests only: this round has no ResolutionRequested log (POST /resolve is not agreed by a DON); request the resolution on the market",
             ));
         };
+        let dc = don.config().clone();
+        let Some(job) = self.job(round, don.address(), &dc, reputations, request_tx)? else {
+            self.save_transcript(round).await?;
+            return Ok(Next::End(Ending::Untouched));
+        };
+        let exec = job.execution_id;
+        let started = Instant::now();
+        // the transcript with the member's own outcome is stored while the consensus runs
+        let (saved, agreed) = tokio::join!(self.save_transcript(round), don.agree(job));
+        saved?;
+        let agreed = agreed.map_err(StepError::retry_with)?;
+        self.metrics
+            .observe_stage("don_agreement", started.elapsed().as_secs_f64());
+        let own = don.own_observation(&exec).await.ok().flatten();
+        if let (Some(own), Some(t)) = (own, round.transcript.as_mut()) {
+            t.don = Some(don_record(don, &own.observation, &agreed));
+        }
+        // (the agreement goes into the stored transcript with the transmission's first
+        // look: it is in the DON's journal already)
+        Ok(Next::Transmit(Box::new(agreed)))
+    }
+
+    /// The DON's job for the round: its execution, the member's own observation and
+    /// how a decided aggregate becomes the report. `None`: the round has no outcome
+    /// and no failed stage to observe.
+    fn job(
+        &self,
+        round: &Round<'_>,
+        member: Address,
+        dc: &cresolver_don::DonConfig,
+        reputations: Vec<Reputation>,
+        request_tx: alloy::primitives::B256,
+    ) -> Result<Option<Job>, StepError> {
+        let (market, market_id) = (round.market(), round.market_id);
         let Some(transcript) = &round.transcript else {
             return Err(StepError::fail("the round agrees before it was discovered"));
         };
-        let dc = don.config().clone();
         let exec = execution_id(self.chain_id, market, market_id, request_tx);
         let binding = (dc.don_id, dc.config_version, exec, market, market_id);
         let own = match (&transcript.outcome, &transcript.resolve) {
-            (Some(outcome), _) => observe(outcome, binding, don.address()),
-            (None, Some(stage)) => observe_failed(stage, binding, don.address()),
-            (None, None) => return Ok(Next::End(Ending::Untouched)),
+            (Some(outcome), _) => observe(outcome, binding, member),
+            (None, Some(stage)) => observe_failed(stage, binding, member),
+            (None, None) => return Ok(None),
         };
         let spec = ReportSpec {
             market_id,
@@ -69,7 +102,7 @@ impl Node {
         let build = move |agg: &Aggregate| -> Result<Bytes, ReportRefusal> {
             Ok(build_report(&spec, agg)?)
         };
-        let job = Job {
+        Ok(Some(Job {
             execution_id: exec,
             market,
             market_id,
@@ -81,17 +114,7 @@ impl Node {
                 .map(|w| w.address)
                 .collect(),
             build: Arc::new(build),
-        };
-        let started = Instant::now();
-        let agreed = don.agree(job).await.map_err(StepError::retry_with)?;
-        self.metrics
-            .observe_stage("don_agreement", started.elapsed().as_secs_f64());
-        let own = don.own_observation(&exec).await.ok().flatten();
-        if let (Some(own), Some(t)) = (own, round.transcript.as_mut()) {
-            t.don = Some(don_record(don, &own.observation, &agreed));
-        }
-        self.save_transcript(round).await?;
-        Ok(Next::Transmit(Box::new(agreed)))
+        }))
     }
 
     /// Delivers an agreed report unless the forwarder says someone did.
@@ -111,7 +134,9 @@ impl Node {
         let market_id = round.market_id;
         let rank = don.transmit_rank(agreed);
         let wait = Duration::from_millis(don.config().transmit_delay_ms).saturating_mul(rank);
-        if rank > 0 {
+        if rank == 0 {
+            tracing::debug!(market_id = %market_id, "agreed: this member transmits first");
+        } else {
             tracing::info!(market_id = %market_id, rank, wait_ms = wait.as_millis() as u64, "agreed: another member transmits first; this one transmits only if the forwarder has not seen the report by then");
         }
         // the agreed f+1 signatures first, then any other signature held
@@ -137,11 +162,26 @@ impl Node {
             turn: Instant::now() + wait,
             signatures: &signatures,
         };
-        let transmitted = round
-            .p
-            .submitter
-            .transmit(&snapshot, market_id, &delivery, &self.metrics)
-            .await;
+        // the leader reads the chain for its transaction ahead, and the transcript with
+        // the agreement is stored, while the forwarder is looked at
+        let view = async {
+            match rank {
+                // a failed read is only a read not made ahead: the submission makes it
+                0 => txm.chain_view().await.ok(),
+                _ => None,
+            }
+        };
+        let looked = Instant::now();
+        let (saved, transmitted, view) = tokio::join!(
+            self.save_transcript(round),
+            round
+                .p
+                .submitter
+                .transmit(&snapshot, market_id, &delivery, &self.metrics),
+            view,
+        );
+        saved?;
+        tracing::debug!(market_id = %market_id, rank, ms = looked.elapsed().as_secs_f64() * 1e3, "transmission: the forwarder looked at and the report pre-flighted");
         match transmitted {
             Ok(Transmitted::Delivered(by)) => {
                 tracing::info!(market_id = %market_id, transmitter = %by, "the forwarder delivered the DON's report");
@@ -163,7 +203,7 @@ impl Node {
                 self.save_transcript(round).await?;
                 tracing::info!(market_id = %market_id, rank, "transmitting the DON's report");
                 self.metrics.don_event("transmission", "sent");
-                self.send(round, txm, &prepared, None).await
+                self.send(round, txm, &prepared, view).await
             }
             Err(e) => {
                 if matches!(e, TransmitError::InvalidReceiver(_)) {

@@ -103,8 +103,8 @@ impl Node {
             Err(RoundError::QuorumNotMet(stage)) if self.don.is_some() => {
                 // a DON member whose own round missed its quorum still observes (the
                 // failures it saw): the quorum is the aggregate's to decide
+                // (stored by `agree`, while the member's observation goes out)
                 transcript.resolve = Some(*stage);
-                self.save_transcript(round).await?;
                 return Ok(Next::Agree(input.reputations));
             }
             Err(e) => {
@@ -121,8 +121,10 @@ impl Node {
         if self.don.is_none() {
             return Ok(Next::Submit(Box::new(outcome)));
         }
+        // stored by `agree`, while the member's observation goes out: the observation
+        // is the side effect, and the DON's journal holds it before it leaves; a restart
+        // runs the round again from its stored progress
         transcript.outcome = Some(outcome);
-        self.save_transcript(round).await?;
         Ok(Next::Agree(input.reputations))
     }
 
