@@ -132,7 +132,7 @@ fn ms(d: Duration) -> f64 {
 fn breakdown(nodes: &[Arc<Node>], sent: &[Instant], resolved: &[Instant]) -> [f64; 6] {
     let phases: Vec<Vec<cresolver_don::job::Phases>> = nodes
         .iter()
-        .filter_map(|n| n.don.as_ref())
+        .filter_map(|n| n.submission.don())
         .map(|d| d.phases())
         .collect();
     let mut parts: [Vec<f64>; 6] = Default::default();
@@ -279,7 +279,7 @@ async fn latency(n: usize) -> anyhow::Result<Measured> {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let run = requests(&dev, ids).await?;
-    let dons = || nodes.iter().filter_map(|n| n.don.as_ref());
+    let dons = || nodes.iter().filter_map(|n| n.submission.don());
     let sent: u64 = dons().map(|d| d.messages_sent()).sum();
     let commits: u64 = dons().map(|d| d.commits().1).sum();
     let parts = breakdown(&nodes, &run.sent_at, &run.resolved_at);

@@ -78,7 +78,7 @@ pub async fn resolve_cmd(
     let signer = cresolver_node::signer(&cfg)?;
     let _lock = cresolver_node::lock_data_dir(&cfg, "resolve")?;
     let node = Node::build(cfg, Some(signer)).await?;
-    let market_addr = node.pipelines[0].market;
+    let market_addr = node.default_pipeline().market;
     node.request(market).await?;
     let mut report = node.run_round(market_addr, market).await?;
     // Transient trouble: the node retries in the background; wait for a final state.

@@ -633,6 +633,11 @@ async fn a_member_whose_own_round_missed_quorum_still_observes() {
     )
     .await;
     let mut dn = Dn::new(s, 4, 1, None).await;
+    // the leader waits for member 3's observation (which comes only after member 3 is
+    // started, below): with the default 200 ms a loaded machine may start member 3
+    // after the others agreed without it, and it then finds the market resolved
+    dn.cfg.observation_grace_ms = 4_000;
+    dn.cfg.attempt_timeout_ms = 5_000;
     dn.spawn(0, None);
     dn.spawn(1, None);
     dn.spawn(2, None);

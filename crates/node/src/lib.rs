@@ -18,11 +18,13 @@ mod round;
 mod run;
 mod setup;
 pub mod status;
+mod submission;
 pub use cresolver_pipeline::stages::{discovery_config, protocol_set, submitter_config};
 pub use don::DonSetupError;
 pub use error::NodeError;
 pub use preflight::{Checked, Preflight, signer};
 pub use setup::{DataDirLock, lock_data_dir, open_store, txm_config};
+pub use submission::Submission;
 
 use alloy::network::EthereumWallet;
 use alloy::primitives::{Address, B256, U256};
@@ -100,11 +102,9 @@ pub struct Node {
     pub pipelines: Vec<Pipeline>,
     /// How workers' endpoints are found and which addresses may be called.
     pub discovery: DiscoveryConfig,
-    /// The transaction manager of the node's signing key (`None`: no key, no submission).
-    pub txm: Option<Arc<TxManager>>,
-    /// This node's DON membership (`[don]`): rounds are agreed with the other members
-    /// and delivered through the KeystoneForwarder.
-    pub don: Option<Arc<cresolver_don::Don>>,
+    /// How outcomes reach the chain: simulated (no key), on the node's own key, or
+    /// agreed with a DON (`[don]`) and delivered through the KeystoneForwarder.
+    pub submission: Submission,
     http: reqwest::Client,
     rounds: Arc<Semaphore>,
     /// The rounds being driven, each with whether it was asked for again meanwhile (a
@@ -187,6 +187,13 @@ impl Node {
             discovery,
             pipelines,
         } = start_up(&cfg, from, store.shared(), seen).await?;
+        if pipelines.is_empty() {
+            return Err(cresolver_pipeline::config::ConfigError::Invalid {
+                key: "node.workflows",
+                message: "must list at least one workflow file".into(),
+            }
+            .into());
+        }
         let don_signer = signer.clone();
         let from = from.unwrap_or_default();
         let wallet = signer.map(EthereumWallet::from);
@@ -230,8 +237,7 @@ impl Node {
             metrics,
             pipelines,
             discovery,
-            txm,
-            don,
+            submission: Submission::new(txm, don).ok_or(don::DonSetupError::NoSigner)?,
             http,
             in_flight: Mutex::new(HashMap::new()),
             retries: Mutex::new(HashMap::new()),
@@ -272,11 +278,20 @@ impl Node {
         self.pipelines.iter().find(|p| p.market == market)
     }
 
-    /// Records a manual request for `market_id` on the first workflow's market. A round
+    /// The default market's workflow: the first of `node.workflows`. A manual request
+    /// (`POST /resolve`, `cresolver resolve`) names only a market id, which is one of
+    /// this market's. (A node has at least one workflow: the config refuses an empty
+    /// list, and [`Self::build`] checks it again.)
+    pub fn default_pipeline(&self) -> &Pipeline {
+        &self.pipelines[0]
+    }
+
+    /// Records a manual request for `market_id` on the default market
+    /// ([`Self::default_pipeline`]). A round
     /// that is done is served again only when the chain says the market is unresolved;
     /// otherwise the request is ignored with that reason.
     pub async fn request(&self, market_id: U256) -> Result<Option<Trigger>, NodeError> {
-        let p = &self.pipelines[0];
+        let p = self.default_pipeline();
         let done = self
             .store
             .get(p.market, market_id)

@@ -296,7 +296,7 @@ impl Node {
 
     /// A DON member's endpoint for the other members (`[don].listen`).
     async fn spawn_don_endpoint(&self) -> Result<(), NodeError> {
-        let Some(don) = &self.don else {
+        let Some(don) = self.submission.don() else {
             return Ok(());
         };
         let addr = don.config().listen.clone();
@@ -343,12 +343,12 @@ impl Node {
             metrics: self.metrics.clone(),
             trigger,
             token,
-            market: self.pipelines[0].market,
+            market: self.default_pipeline().market,
             started: Instant::now(),
             health: self.health.clone(),
             chain: Some(self.chain_health.clone()),
             stop: self.cancel.clone(),
-            don: self.don.clone(),
+            don: self.submission.don().cloned(),
         };
         let rx = self.cancel.clone();
         self.tracker.spawn(async move {
@@ -395,7 +395,7 @@ impl Node {
             "shutting down: letting in-flight rounds reach a persisted state"
         );
         self.cancel.cancel();
-        if let Some(don) = &self.don {
+        if let Some(don) = self.submission.don() {
             // agreements end now rather than running their rounds out
             don.stop();
         }

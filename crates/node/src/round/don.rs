@@ -7,16 +7,18 @@
 //! was mined after another member's delivery (and reverted) ends the round confirmed,
 //! delivered by that member.
 
-use super::{Ending, Next, Round, StepError};
+use super::{Carried, Ending, Next, Round, StepError};
 use crate::Node;
 use crate::don::{don_record, observe, observe_failed};
 use alloy::primitives::{Address, Bytes};
 use cresolver_core::Reputation;
 use cresolver_core::don::{Aggregate, ReportSpec, build_report, execution_id};
-use cresolver_don::{Agreed, Job, ReportRefusal};
+use cresolver_don::{Agreed, Don, DonConfig, Job, ReportRefusal};
+use cresolver_pipeline::transcript::Transcript;
 use cresolver_pipeline::transcript::{ConfirmationRecord, ConfirmationStatus, SubmissionRecord};
 use cresolver_store::Stage;
 use cresolver_submit::forwarder::{Delivery, TransmissionState, TransmitError, Transmitted};
+use cresolver_submit::txm::TxManager;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,42 +31,56 @@ fn transmit_step(e: TransmitError) -> StepError {
     }
 }
 
+/// Where a member's job is agreed: the member, its DON, and the request's transaction.
+struct JobAt<'a> {
+    member: Address,
+    dc: &'a DonConfig,
+    request_tx: alloy::primitives::B256,
+}
+
 impl Node {
     /// Agrees on the round's report with the other members.
     pub(super) async fn agree(
         &self,
         round: &mut Round<'_>,
-        reputations: Vec<Reputation>,
+        don: &Don,
+        carried: Carried<Vec<Reputation>>,
     ) -> Result<Next, StepError> {
-        let Some(don) = &self.don else {
-            return Err(StepError::fail("the round agrees without a DON membership"));
-        };
+        let Carried {
+            what: reputations,
+            mut transcript,
+        } = carried;
         let Some(request_tx) = round.rec.request_tx else {
-            self.save_transcript(round).await?;
+            self.save_transcript(round, &transcript).await?;
             return Err(StepError::fail(
                 "a DON agrees on on-chain requests only: this round has no ResolutionRequested log (POST /resolve is not agreed by a DON); request the resolution on the market",
             ));
         };
         let dc = don.config().clone();
-        let Some(job) = self.job(round, don.address(), &dc, reputations, request_tx)? else {
-            self.save_transcript(round).await?;
+        let at = JobAt {
+            member: don.address(),
+            dc: &dc,
+            request_tx,
+        };
+        let Some(job) = self.job(round, &transcript, at, reputations) else {
+            self.save_transcript(round, &transcript).await?;
             return Ok(Next::End(Ending::Untouched));
         };
         let exec = job.execution_id;
         let started = Instant::now();
         // the transcript with the member's own outcome is stored while the consensus runs
-        let (saved, agreed) = tokio::join!(self.save_transcript(round), don.agree(job));
+        let (saved, agreed) =
+            tokio::join!(self.save_transcript(round, &transcript), don.agree(job));
         saved?;
         let agreed = agreed.map_err(StepError::retry_with)?;
         self.metrics
             .observe_stage("don_agreement", started.elapsed().as_secs_f64());
-        let own = don.own_observation(&exec).await.ok().flatten();
-        if let (Some(own), Some(t)) = (own, round.transcript.as_mut()) {
-            t.don = Some(don_record(don, &own.observation, &agreed));
+        if let Some(own) = don.own_observation(&exec).await.ok().flatten() {
+            transcript.don = Some(don_record(don, &own.observation, &agreed));
         }
         // (the agreement goes into the stored transcript with the transmission's first
         // look: it is in the DON's journal already)
-        Ok(Next::Transmit(Box::new(agreed)))
+        Ok(Next::Transmit(Carried::next(agreed, transcript)))
     }
 
     /// The DON's job for the round: its execution, the member's own observation and
@@ -73,21 +89,22 @@ impl Node {
     fn job(
         &self,
         round: &Round<'_>,
-        member: Address,
-        dc: &cresolver_don::DonConfig,
+        transcript: &Transcript,
+        at: JobAt<'_>,
         reputations: Vec<Reputation>,
-        request_tx: alloy::primitives::B256,
-    ) -> Result<Option<Job>, StepError> {
+    ) -> Option<Job> {
+        let JobAt {
+            member,
+            dc,
+            request_tx,
+        } = at;
         let (market, market_id) = (round.market(), round.market_id);
-        let Some(transcript) = &round.transcript else {
-            return Err(StepError::fail("the round agrees before it was discovered"));
-        };
         let exec = execution_id(self.chain_id, market, market_id, request_tx);
         let binding = (dc.don_id, dc.config_version, exec, market, market_id);
         let own = match (&transcript.outcome, &transcript.resolve) {
             (Some(outcome), _) => observe(outcome, binding, member),
             (None, Some(stage)) => observe_failed(stage, binding, member),
-            (None, None) => return Ok(None),
+            (None, None) => return None,
         };
         let spec = ReportSpec {
             market_id,
@@ -102,7 +119,7 @@ impl Node {
         let build = move |agg: &Aggregate| -> Result<Bytes, ReportRefusal> {
             Ok(build_report(&spec, agg)?)
         };
-        Ok(Some(Job {
+        Some(Job {
             execution_id: exec,
             market,
             market_id,
@@ -114,23 +131,22 @@ impl Node {
                 .map(|w| w.address)
                 .collect(),
             build: Arc::new(build),
-        }))
+        })
     }
 
     /// Delivers an agreed report unless the forwarder says someone did.
     pub(super) async fn transmit(
         &self,
         round: &mut Round<'_>,
-        agreed: &Agreed,
+        don: &Don,
+        txm: &TxManager,
+        carried: Carried<Agreed>,
     ) -> Result<Next, StepError> {
-        let (Some(don), Some(txm)) = (&self.don, &self.txm) else {
-            return Err(StepError::retry("no DON membership or transaction manager"));
-        };
-        let Some(snapshot) = round.transcript.as_ref().map(|t| t.market.clone()) else {
-            return Err(StepError::fail(
-                "the round transmits before it was discovered",
-            ));
-        };
+        let Carried {
+            what: agreed,
+            mut transcript,
+        } = carried;
+        let agreed = &agreed;
         let market_id = round.market_id;
         let rank = don.transmit_rank(agreed);
         let wait = Duration::from_millis(don.config().transmit_delay_ms).saturating_mul(rank);
@@ -173,11 +189,11 @@ impl Node {
         };
         let looked = Instant::now();
         let (saved, transmitted, view) = tokio::join!(
-            self.save_transcript(round),
+            self.save_transcript(round, &transcript),
             round
                 .p
                 .submitter
-                .transmit(&snapshot, market_id, &delivery, &self.metrics),
+                .transmit(&transcript.market, market_id, &delivery, &self.metrics),
             view,
         );
         saved?;
@@ -186,6 +202,7 @@ impl Node {
             Ok(Transmitted::Delivered(by)) => {
                 tracing::info!(market_id = %market_id, transmitter = %by, "the forwarder delivered the DON's report");
                 let detail = format!("delivered through the forwarder by member {by}");
+                round.transcript = Some(transcript);
                 // (a call of ours in the transcript is one this member signed)
                 Ok(self.delivered(round, by, txm.key().signer, detail))
             }
@@ -193,14 +210,14 @@ impl Node {
                 "the market was resolved on chain by another report or resolver",
             )),
             Ok(Transmitted::Send(prepared)) => {
-                if let Some(t) = round.transcript.as_mut() {
-                    if let Some(d) = t.don.as_mut() {
-                        d.transmitter = Some(don.address());
-                    }
-                    don.transmitted(&agreed.execution_id, don.address());
-                    t.submission = Some(SubmissionRecord::from(&*prepared));
+                if let Some(d) = transcript.don.as_mut() {
+                    d.transmitter = Some(don.address());
                 }
-                self.save_transcript(round).await?;
+                don.transmitted(&agreed.execution_id, don.address());
+                transcript.submission = Some(SubmissionRecord::from(&*prepared));
+                self.save_transcript(round, &transcript).await?;
+                // the ending completes it with the confirmation
+                round.transcript = Some(transcript);
                 tracing::info!(market_id = %market_id, rank, "transmitting the DON's report");
                 self.metrics.don_event("transmission", "sent");
                 self.send(round, txm, &prepared, view).await
@@ -227,7 +244,7 @@ impl Node {
         self.metrics.don_event("transmission", "succeeded");
         if let Some(d) = round.transcript.as_mut().and_then(|t| t.don.as_mut()) {
             d.transmitter = Some(by);
-            if let Some(don) = &self.don {
+            if let Some(don) = self.submission.don() {
                 don.transmitted(&d.execution_id, by);
             }
         }
@@ -260,7 +277,7 @@ impl Node {
         &self,
         round: &Round<'_>,
     ) -> Result<Option<Address>, StepError> {
-        if self.don.is_none() {
+        if !self.submission.is_don() {
             return Ok(None);
         }
         let Some(execution_id) = round

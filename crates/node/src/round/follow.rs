@@ -30,7 +30,7 @@ impl Node {
         round: &mut Round<'_>,
         nonce: u64,
     ) -> Result<Next, StepError> {
-        let Some(txm) = &self.txm else {
+        let Some(txm) = self.submission.txm() else {
             return Err(StepError::retry("no transaction manager"));
         };
         round.stage = Stage::Submitted;

@@ -23,7 +23,7 @@ mod submit;
 
 pub use error::{StepError, StepKind};
 
-use crate::{Halt, Node, Pipeline};
+use crate::{Halt, Node, Pipeline, Submission};
 use alloy::primitives::{Address, U256};
 use alloy::rpc::types::TransactionReceipt;
 use cresolver_core::Reputation;
@@ -40,26 +40,43 @@ pub(crate) fn step(name: &'static str, market_id: U256) -> tracing::Span {
     tracing::debug_span!(target: "cresolver::step", "step", step = name, market_id = %market_id)
 }
 
-/// The step a round takes next, with what it needs from the step before.
+/// The step a round takes next, with what it needs from the step before. From
+/// discovery until the round's call is handed on, the transcript travels here, by value:
+/// no step of that stretch can run without one.
 pub(crate) enum Next {
     /// Read the market at the request block.
     Read,
     /// Find the workers' endpoints of the market read (at `block`, judged at its time).
     Discover(Box<read::Read>),
     /// Ask the workers, challenge and evaluate them (the engine).
-    Run(Box<RoundInput>),
+    Run(Box<Carried<RoundInput>>),
     /// Send the outcome on this node's key.
-    Submit(Box<RoundOutcome>),
+    Submit(Box<Carried<RoundOutcome>>),
     /// Agree on one report with the other DON members (reputations of the input).
-    Agree(Vec<Reputation>),
+    Agree(Box<Carried<Vec<Reputation>>>),
     /// Deliver the agreed report through the forwarder.
-    Transmit(Box<Agreed>),
+    Transmit(Box<Carried<Agreed>>),
     /// Follow the round's reserved nonce until it is mined deep enough.
     Follow(u64),
     /// Conclude from the receipt of the round's mined transaction.
     Conclude(Box<TransactionReceipt>),
     /// The round ends.
     End(Ending),
+}
+
+/// What a step hands the next one, with the round's transcript so far.
+pub(crate) struct Carried<T> {
+    /// What the next step works on.
+    pub what: T,
+    /// The transcript, as the steps before left it.
+    pub transcript: Transcript,
+}
+
+impl<T> Carried<T> {
+    /// `what`, carried with `transcript`, boxed for [`Next`].
+    pub fn next(what: T, transcript: Transcript) -> Box<Self> {
+        Box::new(Self { what, transcript })
+    }
 }
 
 /// How a round ends.
@@ -99,8 +116,10 @@ pub(crate) struct Round<'a> {
     pub stage: Stage,
     /// Stops the drive from outside (a lost lease, a progress that cannot be stored).
     pub halt: &'a Halt,
-    /// The transcript so far: built at discovery, or the stored one of a round that
-    /// resumes after its outcome; written by the steps that change it.
+    /// The transcript once the round's call is handed on (the submission's or the
+    /// transmission's step parks it here), or the stored one of a round that resumes
+    /// after that (`None` if none parses); the ending completes and writes it. Before
+    /// that, [`Next`] carries it.
     pub transcript: Option<Transcript>,
     /// How many times the round signed again at a fresh nonce in this drive.
     pub fresh_nonces: u32,
@@ -169,8 +188,18 @@ impl Node {
                 Next::Discover(read) => self.discover(&mut round, *read).await,
                 Next::Run(input) => self.run_engine(&mut round, *input).await,
                 Next::Submit(outcome) => self.submit(&mut round, *outcome).await,
-                Next::Agree(reputations) => self.agree(&mut round, reputations).await,
-                Next::Transmit(agreed) => self.transmit(&mut round, &agreed).await,
+                Next::Agree(agreeing) => match &self.submission {
+                    Submission::Don { don, .. } => self.agree(&mut round, don, *agreeing).await,
+                    _ => Err(StepError::fail("the round agrees without a DON membership")),
+                },
+                Next::Transmit(agreed) => match &self.submission {
+                    Submission::Don { don, txm } => {
+                        self.transmit(&mut round, don, txm, *agreed).await
+                    }
+                    _ => Err(StepError::fail(
+                        "the round transmits without a DON membership",
+                    )),
+                },
                 Next::Follow(nonce) => self.follow(&mut round, nonce).await,
                 Next::Conclude(receipt) => {
                     self.conclude(&mut round, &receipt)
@@ -228,12 +257,13 @@ impl Node {
         Ok(())
     }
 
-    /// Stores the round's transcript as it is now (written by serde; see
+    /// Stores the round's transcript `t` as it is now (written by serde; see
     /// `cresolver_pipeline::transcript`).
-    pub(crate) async fn save_transcript(&self, round: &Round<'_>) -> Result<(), StepError> {
-        let Some(t) = &round.transcript else {
-            return Ok(());
-        };
+    pub(crate) async fn save_transcript(
+        &self,
+        round: &Round<'_>,
+        t: &Transcript,
+    ) -> Result<(), StepError> {
         let v = serde_json::to_value(t)
             .map_err(|e| StepError::retry_from("cannot encode the transcript", e))?;
         self.store

@@ -2,7 +2,7 @@
 //! is asked about a market already resolved at the head), then each worker's endpoint
 //! from the identity registry. Discovery starts the round's transcript.
 
-use super::{Ending, Next, Round, StepError, step};
+use super::{Carried, Ending, Next, Round, StepError, step};
 use crate::Node;
 use alloy::providers::Provider;
 use cresolver_chain::reader::{MarketSnapshot, ReadError, read_market, resolved_at_head};
@@ -127,7 +127,7 @@ impl Node {
                 .await?;
             round.stage = Stage::Discovered;
         }
-        round.transcript = Some(Transcript {
+        let transcript = Transcript {
             version: TRANSCRIPT_VERSION,
             chain_id: Some(self.chain_id),
             request: Some(RequestRecord {
@@ -147,7 +147,7 @@ impl Node {
             finality: None,
             round: None,
             don: None,
-        });
-        Ok(Next::Run(Box::new(input)))
+        };
+        Ok(Next::Run(Carried::next(input, transcript)))
     }
 }

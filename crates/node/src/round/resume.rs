@@ -32,7 +32,7 @@ impl Node {
     /// The step a round that ran before resumes at.
     async fn resume_at(&self, round: &Round<'_>) -> Result<Next, StepError> {
         let market_id = round.market_id;
-        if let Some(txm) = &self.txm
+        if let Some(txm) = self.submission.txm()
             && let Some(next) = self.pending(round, txm).await?
         {
             return Ok(next);

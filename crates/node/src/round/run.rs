@@ -3,7 +3,7 @@
 //! anyone anything; a resumed round skips the stages its progress passed. A DON member
 //! goes on to agree, also when its own round missed the quorum; any other node submits.
 
-use super::{Next, Round, StepError, step};
+use super::{Carried, Next, Round, StepError, step};
 use crate::{Halt, Node};
 use alloy::primitives::{Address, U256};
 use cresolver_pipeline::round::{RoundError, RoundInput, RoundProgress};
@@ -69,8 +69,12 @@ impl Node {
     pub(super) async fn run_engine(
         &self,
         round: &mut Round<'_>,
-        input: RoundInput,
+        carried: Carried<RoundInput>,
     ) -> Result<Next, StepError> {
+        let Carried {
+            what: input,
+            mut transcript,
+        } = carried;
         let (market, market_id) = (round.market(), round.market_id);
         let progress = self.progress(round).await?;
         let persist = Persist {
@@ -92,40 +96,36 @@ impl Node {
         self.metrics
             .observe_stage("resolve+evaluate", started.elapsed().as_secs_f64());
         round.stage = *persist.reached.lock().unwrap_or_else(|p| p.into_inner());
-        let transcript = round
-            .transcript
-            .as_mut()
-            .ok_or_else(|| StepError::fail("the round ran before it was discovered"))?;
         let outcome = match result {
             Ok(o) => o,
             // the halt says why (a lost lease, or a pause that is retried)
             Err(RoundError::NotPersisted) => return Err(round.halt.step()),
-            Err(RoundError::QuorumNotMet(stage)) if self.don.is_some() => {
+            Err(RoundError::QuorumNotMet(stage)) if self.submission.is_don() => {
                 // a DON member whose own round missed its quorum still observes (the
                 // failures it saw): the quorum is the aggregate's to decide
                 // (stored by `agree`, while the member's observation goes out)
                 transcript.resolve = Some(*stage);
-                return Ok(Next::Agree(input.reputations));
+                return Ok(Next::Agree(Carried::next(input.reputations, transcript)));
             }
             Err(e) => {
                 if let RoundError::QuorumNotMet(stage) = &e {
                     transcript.resolve = Some((**stage).clone());
                 }
-                self.save_transcript(round).await?;
+                self.save_transcript(round, &transcript).await?;
                 return Err(StepError::fail_with(e));
             }
         };
         for (stage, label) in outcome.worker_calls() {
             self.metrics.worker_call(stage, label);
         }
-        if self.don.is_none() {
-            return Ok(Next::Submit(Box::new(outcome)));
+        if !self.submission.is_don() {
+            return Ok(Next::Submit(Carried::next(outcome, transcript)));
         }
         // stored by `agree`, while the member's observation goes out: the observation
         // is the side effect, and the DON's journal holds it before it leaves; a restart
         // runs the round again from its stored progress
         transcript.outcome = Some(outcome);
-        Ok(Next::Agree(input.reputations))
+        Ok(Next::Agree(Carried::next(input.reputations, transcript)))
     }
 
     /// What an interrupted run of this attempt recorded: its workers and the LLM are

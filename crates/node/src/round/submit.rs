@@ -3,7 +3,7 @@
 //! chain; then the transaction manager persists the nonce before it signs, and the
 //! round follows it.
 
-use super::{Ending, Next, Round, StepError, step};
+use super::{Carried, Ending, Next, Round, StepError, step};
 use crate::Node;
 use cresolver_pipeline::round::RoundOutcome;
 use cresolver_pipeline::transcript::SubmissionRecord;
@@ -17,18 +17,18 @@ impl Node {
     pub(super) async fn submit(
         &self,
         round: &mut Round<'_>,
-        outcome: RoundOutcome,
+        carried: Carried<RoundOutcome>,
     ) -> Result<Next, StepError> {
         let market_id = round.market_id;
+        let Carried {
+            what: outcome,
+            mut transcript,
+        } = carried;
         let tally = outcome.tally.clone();
-        let transcript = round
-            .transcript
-            .as_mut()
-            .ok_or_else(|| StepError::fail("the round submitted before it was discovered"))?;
         transcript.outcome = Some(outcome);
-        let snapshot = transcript.market.clone();
+        let txm = self.submission.txm();
         let view = async {
-            match &self.txm {
+            match txm {
                 // a failed read is only a read not made ahead: the submission makes it
                 Some(txm) => txm.chain_view().await.ok(),
                 None => None,
@@ -38,9 +38,9 @@ impl Node {
             round
                 .p
                 .submitter
-                .prepare(&snapshot, &tally)
+                .prepare(&transcript.market, &tally)
                 .instrument(step("prepare", market_id)),
-            self.save_transcript(round),
+            self.save_transcript(round, &transcript),
             view,
         );
         saved?;
@@ -53,16 +53,16 @@ impl Node {
             }
             Err(e) => return Err(StepError::from_submit(e)),
         };
-        let Some(txm) = &self.txm else {
+        let Some(txm) = txm else {
             // the call it would have sent stays in the transcript
-            if let Some(t) = round.transcript.as_mut() {
-                t.submission = Some(SubmissionRecord::from(&prepared));
-            }
-            self.save_transcript(round).await?;
+            transcript.submission = Some(SubmissionRecord::from(&prepared));
+            self.save_transcript(round, &transcript).await?;
             return Err(StepError::fail(
                 "no signing key: the node can simulate but not submit",
             ));
         };
+        // the ending completes the transcript with the call sent (from its reservation)
+        round.transcript = Some(transcript);
         self.send(round, txm, &prepared, view).await
     }
 
