@@ -6,13 +6,14 @@
 
 mod common;
 
+use alloy::primitives::{Address, U256};
 use common::{Scripted, agent, behaviour, llm_server, slot};
 use cresolver_core::Reputation;
 use cresolver_devnet::agent::DeterminationMode;
 use cresolver_evaluate::Fallback;
 use cresolver_evaluate::llm::{LlmConfig, LlmEvaluator};
 use cresolver_pipeline::round::{
-    Engine, RoundError, RoundInput, RoundProgress, Stage, evaluation_input,
+    Engine, RoundError, RoundInput, RoundProgress, Stage, StoreError, evaluation_input,
 };
 use cresolver_pipeline::workflow::Workflow;
 use cresolver_workers::fanout::WorkerSlot;
@@ -155,13 +156,28 @@ async fn a_round_whose_progress_is_not_stored_stops_before_the_evaluator() {
     let stages = std::sync::Mutex::new(Vec::new());
     // the challenges are stored, nothing after: the evaluator (the LLM) is never asked
     let r = engine
-        .run_resumable(&input, RoundProgress::default(), &|stage, _| {
+        .run_resumable(&input, &mut RoundProgress::default(), &|stage, _| {
             stages.lock().unwrap().push(stage);
             let stored = stage != Stage::Challenged;
-            Box::pin(async move { stored })
+            Box::pin(async move {
+                if stored {
+                    Ok(())
+                } else {
+                    Err(StoreError::NoRound(Address::ZERO, U256::ZERO))
+                }
+            })
         })
         .await;
-    assert!(matches!(r, Err(RoundError::NotPersisted)), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(RoundError::NotPersisted {
+                stage: Stage::Challenged,
+                source: StoreError::NoRound(..)
+            })
+        ),
+        "{r:?}"
+    );
     assert_eq!(
         *stages.lock().unwrap(),
         vec![Stage::Answered, Stage::Challenged]

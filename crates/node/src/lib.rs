@@ -454,7 +454,8 @@ impl Node {
             }
         }
         self.metrics.set_leases_held(self.store.held() as u64);
-        let halt = Halt::default();
+        // cancelled by the lease keeper when the lease is lost: the drive stops
+        let lease_lost = tokio_util::sync::CancellationToken::new();
         // aborted with this future, also when the node drops it (shutdown, a test)
         let renewal = self.store.shared().then(|| {
             tokio_util::task::AbortOnDropHandle::new(tokio::spawn(renew_lease(
@@ -462,12 +463,12 @@ impl Node {
                 market,
                 market_id,
                 claimed_at,
-                halt.token.clone(),
+                lease_lost.clone(),
             )))
         });
         let result = tokio::select! {
-            r = self.drive(market, market_id, &halt) => r.map(Some).map_err(|(s, e)| (Some(s), e)),
-            _ = halt.token.cancelled() => Err((None, halt.step())),
+            r = self.drive(market, market_id) => r.map(Some).map_err(|(s, e)| (Some(s), e)),
+            _ = lease_lost.cancelled() => Err((None, StepError::lease_lost())),
         };
         drop(renewal);
         let retry_after = match &result {
@@ -708,29 +709,6 @@ fn chain_health(
 
 /// The store key of the node's Chorus `orchestrator_id` when none is configured.
 pub const CHORUS_ORCHESTRATOR_KEY: &str = "chorus.orchestrator_id";
-
-/// Stops a round's drive from outside it: the lease was lost (the token alone), or a
-/// stage could not be persisted (a pause with its reason: the round is retried).
-#[derive(Clone, Default)]
-struct Halt {
-    token: tokio_util::sync::CancellationToken,
-    pause: Arc<Mutex<Option<String>>>,
-}
-
-impl Halt {
-    fn pause(&self, why: String) {
-        *self.pause.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-        self.token.cancel();
-    }
-
-    /// What the stop means for the round.
-    fn step(&self) -> StepError {
-        match self.pause.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some(why) => StepError::retry(why),
-            None => StepError::lease_lost(),
-        }
-    }
-}
 
 /// How a round is claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use cresolver_core::{Dimensions, Reputation, TallyError, TallyOutcome};
 use cresolver_evaluate::{
     EvalError, Evaluation, Evaluator, LlmConfig, LlmEvaluator, RubricEvaluator,
 };
-pub use cresolver_store::Stage;
+pub use cresolver_store::{Stage, StoreError};
 use cresolver_workers::fanout::{
     RatifyResult, ResolveStage, WorkerSlot, challenge_stage, ratify_stage, resolve_stage,
 };
@@ -26,6 +26,8 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 mod decision;
+mod progress;
+pub use progress::{ProgressOutOfOrder, RoundProgress};
 
 use decision::random_order;
 pub use decision::{Decision, decide, evaluate, evaluation_input, evaluation_slots, responders};
@@ -45,56 +47,6 @@ pub struct RoundInput {
     pub workers: Vec<WorkerSlot>,
     /// Reputation per worker, aligned with `workers`.
     pub reputations: Vec<Reputation>,
-}
-
-/// The stages a round has passed, as the caller persists them (see
-/// [`Engine::run_resumable`]). Each stage is recorded only once it is complete.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RoundProgress {
-    /// The resolve stage, recorded once it met quorum.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resolve: Option<ResolveStage>,
-    /// The challenge stage: per worker (slot order), its defence or `None` when it was
-    /// not challenged.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub challenges: Option<Vec<Option<ChallengeOutcome>>>,
-    /// The evaluation, with the order the evaluator saw the responders in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub evaluation: Option<Evaluation>,
-    /// The ratifying votes on the tallied outcome, when the workflow asks for them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ratification: Option<Vec<RatifyResult>>,
-}
-
-impl RoundProgress {
-    /// Whether this progress belongs to a round over `input`'s workers (same addresses
-    /// in the same order, and every recorded stage of that length).
-    pub fn fits(&self, input: &RoundInput) -> bool {
-        let n = input.workers.len();
-        let same_workers = |addrs: &mut dyn Iterator<Item = Address>| {
-            addrs.eq(input.workers.iter().map(|w| w.address))
-        };
-        self.resolve
-            .as_ref()
-            .is_none_or(|r| same_workers(&mut r.results.iter().map(|r| r.address)))
-            && self.challenges.as_ref().is_none_or(|c| c.len() == n)
-            && (self.resolve.is_some() || self.challenges.is_none())
-            && (self.challenges.is_some() || self.evaluation.is_none())
-    }
-
-    /// The last stage this progress passed (`None`: not even the resolve stage).
-    /// A ratification belongs to the evaluated stage.
-    pub fn stage(&self) -> Option<Stage> {
-        if self.evaluation.is_some() || self.ratification.is_some() {
-            Some(Stage::Evaluated)
-        } else if self.challenges.is_some() {
-            Some(Stage::Challenged)
-        } else if self.resolve.is_some() {
-            Some(Stage::Answered)
-        } else {
-            None
-        }
-    }
 }
 
 /// Everything a finished round saw and decided (also what a transcript records).
@@ -162,8 +114,14 @@ pub enum RoundError {
         reputations: usize,
     },
     /// The persist callback did not store a stage; the round stopped there.
-    #[error("the round's progress could not be stored: it stopped before its next stage")]
-    NotPersisted,
+    #[error("the round's progress at {} could not be stored: it stopped there", stage.as_str())]
+    NotPersisted {
+        /// The stage whose progress was not stored.
+        stage: Stage,
+        /// Why.
+        #[source]
+        source: StoreError,
+    },
 }
 
 fn quorum_message(stage: &ResolveStage) -> String {
@@ -302,42 +260,39 @@ impl Engine {
         input: &RoundInput,
         observe: &(dyn Fn(Stage) + Sync),
     ) -> Result<RoundOutcome, RoundError> {
-        self.run_resumable(input, RoundProgress::default(), &|stage, _| {
+        self.run_resumable(input, &mut RoundProgress::default(), &|stage, _| {
             observe(stage);
-            Box::pin(async { true })
+            Box::pin(async { Ok(()) })
         })
         .await
     }
 
     /// Runs one round from `progress` (what an earlier, interrupted run of it recorded):
     /// recorded stages are taken as they are, the rest are run, and `persist` is told
-    /// the progress after each stage completes: it stores it before it returns `true`.
-    /// On `false` the round stops there, before the next stage asks anyone anything
-    /// ([`RoundError::NotPersisted`]). Progress that does not
-    /// [`fit`](RoundProgress::fits) the input is ignored.
+    /// the progress after each stage completes: it stores it before it returns `Ok`.
+    /// On an error the round stops there, before the next stage asks anyone anything
+    /// ([`RoundError::NotPersisted`], with that error). Progress that does not
+    /// [`fit`](RoundProgress::fits) the input is ignored. `progress` is left at the last
+    /// stage stored (or the one resumed from), also when the round stops.
     pub async fn run_resumable(
         &self,
         input: &RoundInput,
-        progress: RoundProgress,
-        persist: &(
-             dyn Fn(Stage, &RoundProgress) -> futures::future::BoxFuture<'static, bool> + Sync
-         ),
+        progress: &mut RoundProgress,
+        persist: &Persist<'_>,
     ) -> Result<RoundOutcome, RoundError> {
-        let mut progress = starting_progress(input, progress)?;
+        starting_progress(input, progress)?;
         let request = ResolveRequest {
             market_id: input.market_id,
             question: input.question.clone(),
             deadline: input.deadline,
             context: None,
         };
-        let stage = self
-            .resolve(input, &request, &mut progress, persist)
-            .await?;
+        let stage = self.resolve(input, &request, progress, persist).await?;
         let challenges = self
-            .challenge(input, &request, &stage, &mut progress, persist)
+            .challenge(input, &request, &stage, progress, persist)
             .await?;
         let (evaluation, slot_of) = self
-            .evaluation(input, &stage, &challenges, &mut progress, persist)
+            .evaluation(input, &stage, &challenges, progress, persist)
             .await?;
         let Decision {
             scores,
@@ -357,7 +312,7 @@ impl Engine {
                 &request,
                 &stage,
                 outcome.resolution,
-                &mut progress,
+                progress,
                 persist,
             )
             .await?;
@@ -373,16 +328,14 @@ impl Engine {
     }
 }
 
-/// The caller's persist callback: stores the progress after a stage and says whether
-/// it did.
-type Persist<'a> = dyn Fn(Stage, &RoundProgress) -> BoxFuture<'static, bool> + Sync + 'a;
+/// The caller's persist callback: stores the progress after a stage, or says why it
+/// could not.
+pub type Persist<'a> =
+    dyn Fn(Stage, &RoundProgress) -> BoxFuture<'static, Result<(), StoreError>> + Sync + 'a;
 
-/// Checks `input` and returns the progress to start from: `progress` when it
-/// [fits](RoundProgress::fits) the input, else an empty one (with a warning).
-fn starting_progress(
-    input: &RoundInput,
-    progress: RoundProgress,
-) -> Result<RoundProgress, RoundError> {
+/// Checks `input` and the progress to start from: `progress` stays when it
+/// [fits](RoundProgress::fits) the input, else it starts empty (with a warning).
+fn starting_progress(input: &RoundInput, progress: &mut RoundProgress) -> Result<(), RoundError> {
     if input.workers.is_empty() {
         return Err(RoundError::NoWorkers);
     }
@@ -397,23 +350,21 @@ fn starting_progress(
             market = input.market_id,
             "recorded progress does not match the market's workers: running the round from the start"
         );
-        return Ok(RoundProgress::default());
+        *progress = RoundProgress::default();
     }
-    Ok(progress)
+    Ok(())
 }
 
-/// Hands `progress` to `persist` after `stage`; [`RoundError::NotPersisted`] when it
-/// was not stored.
+/// Hands `progress` to `persist` after `stage`; [`RoundError::NotPersisted`], with
+/// the store's error, when it was not stored.
 async fn save(
     persist: &Persist<'_>,
     stage: Stage,
     progress: &RoundProgress,
 ) -> Result<(), RoundError> {
-    if persist(stage, progress).await {
-        Ok(())
-    } else {
-        Err(RoundError::NotPersisted)
-    }
+    persist(stage, progress)
+        .await
+        .map_err(|source| RoundError::NotPersisted { stage, source })
 }
 
 impl Engine {
@@ -427,8 +378,8 @@ impl Engine {
         progress: &mut RoundProgress,
         persist: &Persist<'_>,
     ) -> Result<ResolveStage, RoundError> {
-        if let Some(stage) = progress.resolve.clone() {
-            return Ok(stage);
+        if let Some(stage) = progress.resolve() {
+            return Ok(stage.clone());
         }
         let wf = &self.workflow;
         let stage = resolve_stage(
@@ -443,8 +394,11 @@ impl Engine {
         if !stage.quorum_met {
             return Err(RoundError::QuorumNotMet(Box::new(stage)));
         }
-        progress.resolve = Some(stage.clone());
-        save(persist, Stage::Answered, progress).await?;
+        let next = RoundProgress::Answered {
+            resolve: stage.clone(),
+        };
+        save(persist, Stage::Answered, &next).await?;
+        *progress = next;
         Ok(stage)
     }
 
@@ -459,8 +413,8 @@ impl Engine {
         progress: &mut RoundProgress,
         persist: &Persist<'_>,
     ) -> Result<Vec<Option<ChallengeOutcome>>, RoundError> {
-        if let Some(c) = progress.challenges.clone() {
-            return Ok(c);
+        if let Some(c) = progress.challenges() {
+            return Ok(c.to_vec());
         }
         let wf = &self.workflow;
         let c = if wf.challenge.enabled {
@@ -475,8 +429,12 @@ impl Engine {
         } else {
             vec![None; input.workers.len()]
         };
-        progress.challenges = Some(c.clone());
-        save(persist, Stage::Challenged, progress).await?;
+        let next = RoundProgress::Challenged {
+            resolve: stage.clone(),
+            challenges: c.clone(),
+        };
+        save(persist, Stage::Challenged, &next).await?;
+        *progress = next;
         Ok(c)
     }
 
@@ -492,14 +450,14 @@ impl Engine {
         progress: &mut RoundProgress,
         persist: &Persist<'_>,
     ) -> Result<(Evaluation, Vec<usize>), RoundError> {
-        let order = match progress.evaluation.as_ref() {
+        let order = match progress.evaluation() {
             Some(e) if !e.order.is_empty() => e.order.clone(),
             Some(_) => responders(stage),
             None => random_order(responders(stage)),
         };
         let slot_of = evaluation_slots(stage, Some(&order));
-        if let Some(e) = progress.evaluation.clone() {
-            return Ok((e, slot_of));
+        if let Some(e) = progress.evaluation() {
+            return Ok((e.clone(), slot_of));
         }
         let e = evaluate(
             self.evaluator.as_ref(),
@@ -511,8 +469,14 @@ impl Engine {
             Some(&order),
         )
         .await?;
-        progress.evaluation = Some(e.clone());
-        save(persist, Stage::Evaluated, progress).await?;
+        let next = RoundProgress::Evaluated {
+            resolve: stage.clone(),
+            challenges: challenges.to_vec(),
+            evaluation: Box::new(e.clone()),
+            ratification: None,
+        };
+        save(persist, Stage::Evaluated, &next).await?;
+        *progress = next;
         Ok((e, slot_of))
     }
 
@@ -528,8 +492,8 @@ impl Engine {
         progress: &mut RoundProgress,
         persist: &Persist<'_>,
     ) -> Result<Vec<RatifyResult>, RoundError> {
-        if let Some(votes) = progress.ratification.clone() {
-            return Ok(votes);
+        if let Some(votes) = progress.ratification() {
+            return Ok(votes.to_vec());
         }
         if !self.workflow.challenge.ratify {
             return Ok(vec![]);
@@ -543,8 +507,12 @@ impl Engine {
         )
         .await;
         log_ratification(input.market_id, &votes);
-        progress.ratification = Some(votes.clone());
-        save(persist, Stage::Evaluated, progress).await?;
+        let mut next = progress.clone();
+        if let RoundProgress::Evaluated { ratification, .. } = &mut next {
+            *ratification = Some(votes.clone());
+        }
+        save(persist, Stage::Evaluated, &next).await?;
+        *progress = next;
         Ok(votes)
     }
 }

@@ -213,6 +213,9 @@ pub enum StoreError {
     /// A stored value does not parse (what it is, and why).
     #[error("database holds unexpected data: {0}")]
     Corrupt(String),
+    /// A value cannot be encoded for the store (JSON).
+    #[error("cannot encode a value for the store: {0}")]
+    Encode(#[source] serde_json::Error),
     /// A write for a round that the store does not hold.
     #[error("no round for market {0} / {1}")]
     NoRound(Address, U256),

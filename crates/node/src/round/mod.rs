@@ -23,7 +23,7 @@ mod submit;
 
 pub use error::{StepError, StepKind};
 
-use crate::{Halt, Node, Pipeline, Submission};
+use crate::{Node, Pipeline, Submission};
 use alloy::primitives::{Address, U256};
 use alloy::rpc::types::TransactionReceipt;
 use cresolver_core::Reputation;
@@ -114,8 +114,6 @@ pub(crate) struct Round<'a> {
     pub rec: RoundRecord,
     /// The stage last persisted (the `stage` label of a round that stops).
     pub stage: Stage,
-    /// Stops the drive from outside (a lost lease, a progress that cannot be stored).
-    pub halt: &'a Halt,
     /// The transcript once the round's call is handed on (the submission's or the
     /// transmission's step parks it here), or the stored one of a round that resumes
     /// after that (`None` if none parses); the ending completes and writes it. Before
@@ -144,7 +142,6 @@ impl Node {
         &self,
         market: Address,
         market_id: U256,
-        halt: &Halt,
     ) -> Result<Driven, (Stage, StepError)> {
         let Some(p) = self.pipeline(market) else {
             self.fail(market, market_id, "no workflow watches this market")
@@ -169,7 +166,6 @@ impl Node {
             market_id,
             stage: rec.state,
             rec,
-            halt,
             transcript: None,
             fresh_nonces: 0,
         };

@@ -4,62 +4,42 @@
 //! goes on to agree, also when its own round missed the quorum; any other node submits.
 
 use super::{Carried, Next, Round, StepError, step};
-use crate::{Halt, Node};
+use crate::Node;
 use alloy::primitives::{Address, U256};
 use cresolver_pipeline::round::{RoundError, RoundInput, RoundProgress};
-use cresolver_store::{RoundStore, Stage};
+use cresolver_store::{RoundStore, Stage, StoreError};
 use futures::future::BoxFuture;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 use tracing::Instrument;
 
 /// The engine's persistence of a round: each stage's progress is stored before the
-/// engine goes on, and the stage reached is shared with the drive.
+/// engine goes on; an error (a lost lease among them) stops it there, and comes back
+/// as the engine's [`RoundError::NotPersisted`].
 struct Persist {
     store: Arc<dyn RoundStore>,
     market: Address,
     market_id: U256,
     attempt: u32,
-    halt: Halt,
-    reached: Arc<Mutex<Stage>>,
 }
 
 impl Persist {
-    /// Stores `progress` at `stage`; `false` stops the engine before the next stage
-    /// (and the drive with the halt: a lost lease, or a pause that is retried).
-    fn save(&self, stage: Stage, progress: &RoundProgress) -> BoxFuture<'static, bool> {
+    /// Stores `progress` at `stage`.
+    fn save(
+        &self,
+        stage: Stage,
+        progress: &RoundProgress,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
         let value = serde_json::to_value(progress);
-        let (store, halt, reached) = (self.store.clone(), self.halt.clone(), self.reached.clone());
+        let store = self.store.clone();
         let (market, market_id, attempt) = (self.market, self.market_id, self.attempt);
         Box::pin(async move {
-            let value = match value {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot encode round progress");
-                    halt.pause("cannot encode the round's progress".into());
-                    return false;
-                }
-            };
-            match store
+            let value = value.map_err(StoreError::Encode)?;
+            store
                 .save_progress(market, market_id, attempt, stage, &value)
-                .await
-            {
-                Ok(()) => {
-                    *reached.lock().unwrap_or_else(|p| p.into_inner()) = stage;
-                    cresolver_submit::txm::crash_point(stage.as_str());
-                    true
-                }
-                // another node drives the round now
-                Err(e) if e.is_lease_lost() => {
-                    halt.token.cancel();
-                    false
-                }
-                // the round pauses and is retried
-                Err(e) => {
-                    halt.pause(format!("cannot persist the round's progress: {e}"));
-                    false
-                }
-            }
+                .await?;
+            cresolver_submit::txm::crash_point(stage.as_str());
+            Ok(())
         })
     }
 }
@@ -76,30 +56,29 @@ impl Node {
             mut transcript,
         } = carried;
         let (market, market_id) = (round.market(), round.market_id);
-        let progress = self.progress(round).await?;
+        let mut progress = self.progress(round).await?;
         let persist = Persist {
             store: self.store.clone(),
             market,
             market_id,
             attempt: round.rec.attempt,
-            halt: round.halt.clone(),
-            reached: Arc::new(Mutex::new(round.stage)),
         };
         let save = |stage: Stage, progress: &RoundProgress| persist.save(stage, progress);
         let started = Instant::now();
         let result = round
             .p
             .engine
-            .run_resumable(&input, progress, &save)
+            .run_resumable(&input, &mut progress, &save)
             .instrument(step("engine", market_id))
             .await;
         self.metrics
             .observe_stage("resolve+evaluate", started.elapsed().as_secs_f64());
-        round.stage = *persist.reached.lock().unwrap_or_else(|p| p.into_inner());
+        // the last stage stored (the stored stage when none was)
+        round.stage = progress.stage().unwrap_or(round.stage);
         let outcome = match result {
             Ok(o) => o,
-            // the halt says why (a lost lease, or a pause that is retried)
-            Err(RoundError::NotPersisted) => return Err(round.halt.step()),
+            // a lost lease stops the round; any other store error pauses it, retried
+            Err(RoundError::NotPersisted { source, .. }) => return Err(source.into()),
             Err(RoundError::QuorumNotMet(stage)) if self.submission.is_don() => {
                 // a DON member whose own round missed its quorum still observes (the
                 // failures it saw): the quorum is the aggregate's to decide
