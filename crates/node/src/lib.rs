@@ -13,9 +13,11 @@ mod don;
 mod error;
 pub mod finality;
 pub mod http;
+mod lease;
 pub mod preflight;
 mod round;
 mod run;
+mod schedule;
 mod setup;
 pub mod status;
 mod submission;
@@ -43,9 +45,8 @@ use cresolver_submit::txm::TxManager;
 use round::{StepError, StepKind};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
 
 use cresolver_pipeline::transcript::Transcript;
 
@@ -106,21 +107,14 @@ pub struct Node {
     /// agreed with a DON (`[don]`) and delivered through the KeystoneForwarder.
     pub submission: Submission,
     http: reqwest::Client,
-    rounds: Arc<Semaphore>,
-    /// The rounds being driven, each with whether it was asked for again meanwhile (a
-    /// new request after a failure, recorded while the failed drive was ending): such a
-    /// round is driven once more when its drive ends.
-    in_flight: Mutex<HashMap<(Address, U256), bool>>,
-    retries: Mutex<HashMap<(Address, U256), u32>>,
+    /// Which rounds run when: the bound on concurrent rounds, one drive per round,
+    /// retries, and the tasks shutdown drains.
+    schedule: schedule::Schedule,
     health: Arc<std::sync::RwLock<crate::http::NodeHealth>>,
     /// The chain as the head probe sees it (`/health`, `/health/ready`, chain metrics).
     pub chain_health: Arc<cresolver_chain::health::ChainHealth>,
     /// The newest head (probe and push subscription): wakes the watcher and the txm.
     heads: HeadFeed,
-    /// Every task the node spawns outside its dispatcher (round retries), drained at
-    /// shutdown; `cancel` ends those that have not started their round yet.
-    tracker: tokio_util::task::TaskTracker,
-    cancel: tokio_util::sync::CancellationToken,
 }
 
 impl Node {
@@ -229,7 +223,7 @@ impl Node {
             ..Default::default()
         };
         Ok(Arc::new(Self {
-            rounds: Arc::new(Semaphore::new(cfg.node.max_concurrent_rounds)),
+            schedule: schedule::Schedule::new(cfg.node.max_concurrent_rounds, cfg.max_backoff()),
             cfg,
             provider,
             chain_id,
@@ -239,13 +233,9 @@ impl Node {
             discovery,
             submission: Submission::new(txm, don).ok_or(don::DonSetupError::NoSigner)?,
             http,
-            in_flight: Mutex::new(HashMap::new()),
-            retries: Mutex::new(HashMap::new()),
             health: Arc::new(std::sync::RwLock::new(health)),
             chain_health,
             heads,
-            tracker: tokio_util::task::TaskTracker::new(),
-            cancel: tokio_util::sync::CancellationToken::new(),
         }))
     }
 
@@ -347,32 +337,14 @@ impl Node {
         market_id: U256,
         how: Claim,
     ) -> Result<RoundReport, NodeError> {
-        let running = {
-            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-            match in_flight.get_mut(&(market, market_id)) {
-                Some(again) => {
-                    *again = true;
-                    true
-                }
-                None => {
-                    in_flight.insert((market, market_id), false);
-                    false
-                }
-            }
-        };
-        if running {
+        let key = (market, market_id);
+        if !self.schedule.enter(key) {
             return self.report(market, market_id).await;
         }
-        let _permit = self.rounds.acquire().await.ok();
+        let _slot = self.schedule.slot().await;
         let started = Instant::now();
         let result = self.drive_leased(market, market_id, how).await;
-        let again = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(market, market_id))
-            .unwrap_or(false);
-        if again {
+        if self.schedule.leave(key) {
             self.drive_again(market, market_id);
         }
         self.metrics
@@ -417,74 +389,42 @@ impl Node {
         }
         if r.state.is_final() {
             self.metrics.round_finished(r.state.as_str());
-            self.retries
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&(market, market_id));
+            self.schedule.finished(key);
         }
         Ok(r)
     }
 
-    /// Claims the round, drives it while a renewal task keeps the lease, and releases it.
-    /// The drive stops at once when the lease is lost (a renewal refused, or not renewed
-    /// within the lease: the node then cannot know it still holds it).
+    /// Claims the round, drives it while the lease keeper keeps the lease, and releases
+    /// it. The drive stops at once when the lease is lost (a renewal refused, or not
+    /// renewed within the lease: the node then cannot know it still holds it).
     async fn drive_leased(
         &self,
         market: Address,
         market_id: U256,
         how: Claim,
     ) -> Result<Option<round::Driven>, (Option<Stage>, StepError)> {
-        let claimed_at = Instant::now();
-        let claimed = self
-            .store
-            .claim(market, market_id, how == Claim::Direct)
-            .await;
-        let lease = match claimed {
-            Ok(Some(l)) => l,
+        let keeper = lease::Keeper {
+            store: &self.store,
+            metrics: &self.metrics,
+        };
+        let held = match keeper.claim(market, market_id, how == Claim::Direct).await {
+            Ok(Some(h)) => h,
             Ok(None) => return Ok(None),
             Err(e) => return Err((None, e.into())),
         };
-        if self.store.shared() {
-            self.metrics.lease_event("claimed");
-            if let Some(prev) = &lease.taken_from {
-                self.metrics.lease_event("takeover");
-                tracing::warn!(market_id = %market_id, from = %prev, term = lease.term, "taking over a round whose holder's lease expired; continuing from its persisted stage");
-            } else {
-                tracing::debug!(market_id = %market_id, term = lease.term, "lease claimed");
-            }
-        }
-        self.metrics.set_leases_held(self.store.held() as u64);
-        // cancelled by the lease keeper when the lease is lost: the drive stops
-        let lease_lost = tokio_util::sync::CancellationToken::new();
-        // aborted with this future, also when the node drops it (shutdown, a test)
-        let renewal = self.store.shared().then(|| {
-            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(renew_lease(
-                self.store.clone(),
-                market,
-                market_id,
-                claimed_at,
-                lease_lost.clone(),
-            )))
-        });
         let result = tokio::select! {
             r = self.drive(market, market_id) => r.map(Some).map_err(|(s, e)| (Some(s), e)),
-            _ = lease_lost.cancelled() => Err((None, StepError::lease_lost())),
+            _ = held.lost() => Err((None, StepError::lease_lost())),
         };
-        drop(renewal);
         let retry_after = match &result {
             // the wait of the retry about to be scheduled
             Err((_, e)) if e.kind() == StepKind::Retry => {
-                Some(self.backoff(self.retries_of(market, market_id) + 1))
+                let key = (market, market_id);
+                Some(self.schedule.backoff(self.schedule.retries_of(key) + 1))
             }
             _ => None,
         };
-        // Released whatever the outcome: after a lost lease the conditional update
-        // touches nothing (the term moved on) and this node forgets its claim; after a
-        // renewal that could not be made in time it frees the round for another node.
-        if let Err(e) = self.store.release(market, market_id, retry_after).await {
-            tracing::warn!(market_id = %market_id, error = %e, "cannot release the round's lease: it expires by itself");
-        }
-        self.metrics.set_leases_held(self.store.held() as u64);
+        keeper.release(held, retry_after).await;
         result
     }
 
@@ -494,30 +434,12 @@ impl Node {
         Duration::from_millis(self.cfg.submit.receipt_timeout_ms.max(1_000)).saturating_mul(3)
     }
 
-    /// The wait before the `n`-th retry of a round: it doubles up to the configured cap.
-    fn backoff(&self, n: u32) -> Duration {
-        Duration::from_secs(1u64 << n.min(6)).min(self.cfg.max_backoff())
-    }
-
-    /// How many times a round was retried so far.
-    fn retries_of(&self, market: Address, market_id: U256) -> u32 {
-        self.retries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(market, market_id))
-            .copied()
-            .unwrap_or(0)
-    }
-
     /// Drives a round once more, now, if it is not final (it was asked for while its
     /// drive was ending: a new request may have reopened it). A final one is left alone,
     /// so that it is not counted or logged as finished twice.
     fn drive_again(self: &Arc<Self>, market: Address, market_id: U256) {
-        if self.cancel.is_cancelled() {
-            return;
-        }
         let node = self.clone();
-        self.tracker.spawn(async move {
+        self.schedule.now(async move {
             if let Ok(Some(rec)) = node.store.get(market, market_id).await
                 && !rec.state.is_final()
             {
@@ -526,46 +448,20 @@ impl Node {
         });
     }
 
+    /// Drives a paused round again after its back-off (retried for as long as the
+    /// market is open: a round that reads the market resolved ends `skipped`), or as
+    /// soon as the RPC comes back after an outage.
     fn schedule_retry(self: &Arc<Self>, market: Address, market_id: U256) {
-        let n = {
-            let mut r = self.retries.lock().unwrap_or_else(|p| p.into_inner());
-            let n = r.entry((market, market_id)).or_insert(0);
-            *n += 1;
-            *n
-        };
-        // Retried for as long as the market is open: a round that reads the market
-        // resolved ends `skipped`.
         let node = self.clone();
-        let delay = self.backoff(n);
-        let mut restored = self.heads.on_restore();
-        restored.borrow_and_update();
-        let cancel = self.cancel.clone();
-        // tracked: shutdown waits for a retry that runs, and cancels one that waits
-        self.tracker.spawn(async move {
-            // the wait ends early when the RPC comes back after an outage
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = restored.changed() => {}
-                _ = cancel.cancelled() => return,
-            }
-            if cancel.is_cancelled() {
-                return;
-            }
-            let _ = node.run_round(market, market_id).await;
-        });
+        self.schedule
+            .retry((market, market_id), self.heads.on_restore(), async move {
+                let _ = node.run_round(market, market_id).await;
+            });
     }
 
-    /// The rounds being driven now (market contract and id), in no particular order.
+    /// The rounds being driven now (market contract and id), sorted.
     pub fn rounds_in_flight(&self) -> Vec<(Address, U256)> {
-        let mut v: Vec<_> = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .copied()
-            .collect();
-        v.sort();
-        v
+        self.schedule.in_flight()
     }
 
     /// The stored state of a round.
@@ -717,49 +613,4 @@ enum Claim {
     Direct,
     /// The claim loop of a shared store.
     FromStore,
-}
-
-/// Renews a lease every third of its duration until aborted; cancels `lost` when the
-/// store refuses (another node holds the round) or when no renewal succeeded for
-/// two thirds of the lease (the node cannot know it still holds it, so it stops first).
-async fn renew_lease(
-    store: Arc<dyn RoundStore>,
-    market: Address,
-    market_id: U256,
-    claimed_at: Instant,
-    lost: tokio_util::sync::CancellationToken,
-) {
-    let lease = store.lease_duration();
-    let every = lease / 3;
-    // The drive stops at two thirds of a lease after the last renewal that succeeded,
-    // counted from when it was *sent* (the database set the expiry after that) and
-    // checked on time, not only after the next attempt returns.
-    let mut deadline = claimed_at + lease * 2 / 3;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = tokio::time::sleep_until(deadline.into()) => {}
-        }
-        let sent = Instant::now();
-        let budget = deadline.saturating_duration_since(sent).min(every);
-        match tokio::time::timeout(budget, store.renew(market, market_id)).await {
-            Ok(Ok(true)) => deadline = sent + lease * 2 / 3,
-            Ok(Ok(false)) => {
-                tracing::warn!(market_id = %market_id, "lease renewal refused: another node holds the round");
-                lost.cancel();
-                return;
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(market_id = %market_id, error = %e, "cannot renew the round's lease")
-            }
-            Err(_) => {
-                tracing::warn!(market_id = %market_id, "renewing the round's lease timed out")
-            }
-        }
-        if Instant::now() >= deadline {
-            tracing::warn!(market_id = %market_id, "the lease could not be renewed in time: stopping the round before it expires");
-            lost.cancel();
-            return;
-        }
-    }
 }

@@ -52,11 +52,7 @@ impl Node {
                     leases_lost: counts[2].1,
                 });
             }
-            let busy = self
-                .in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .len();
+            let busy = self.schedule.busy();
             let room = self.cfg.node.max_concurrent_rounds.saturating_sub(busy);
             if room == 0 {
                 continue;
@@ -82,12 +78,7 @@ impl Node {
             };
             let mut sent = 0;
             for (market, market_id) in ids {
-                let running = self
-                    .in_flight
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .contains_key(&(market, market_id));
-                if running {
+                if self.schedule.is_running((market, market_id)) {
                     continue;
                 }
                 if sent == room {
@@ -120,8 +111,9 @@ impl Node {
         self.spawn_finality(reopen_tx);
         let (claim_tx, claim_rx) = mpsc::channel::<(Address, U256)>(256);
         if self.store.shared() {
-            let (node, rx) = (self.clone(), self.cancel.clone());
-            self.tracker
+            let (node, rx) = (self.clone(), self.schedule.cancel.clone());
+            self.schedule
+                .tracker
                 .spawn(async move { node.claim_loop(claim_tx, rx).await });
         } else {
             drop(claim_tx);
@@ -134,7 +126,7 @@ impl Node {
         // rounds the finality watch reopened, manual requests (judged first), and a
         // shared store's claims.
         let (jobs_tx, jobs_rx) = mpsc::channel::<RoundJob>(1024);
-        let (tasks, stop) = (&self.tracker, &self.cancel);
+        let (tasks, stop) = (&self.schedule.tracker, &self.schedule.cancel);
         forward(
             tasks,
             stop.clone(),
@@ -185,8 +177,8 @@ impl Node {
             return Ok(());
         }
         tracing::info!(rounds = unfinished.len(), "resuming unfinished rounds");
-        let stop = self.cancel.clone();
-        self.tracker.spawn(async move {
+        let stop = self.schedule.cancel.clone();
+        self.schedule.tracker.spawn(async move {
             for rec in unfinished {
                 tracing::debug!(market_id = %rec.market_id, state = rec.state.as_str(), "resuming unfinished round");
                 let t = Trigger {
@@ -221,13 +213,13 @@ impl Node {
             );
             let (tx, rx, m, h, ch, wake) = (
                 tx.clone(),
-                self.cancel.clone(),
+                self.schedule.cancel.clone(),
                 self.metrics.clone(),
                 self.health.clone(),
                 self.chain_health.clone(),
                 self.heads.subscribe(),
             );
-            self.tracker.spawn(async move {
+            self.schedule.tracker.spawn(async move {
                 watcher
                     .run(tx, rx, Some(wake), move |r| {
                         if let Some(to) = r.to {
@@ -252,9 +244,10 @@ impl Node {
         let (ch, m, rx) = (
             self.chain_health.clone(),
             self.metrics.clone(),
-            self.cancel.clone(),
+            self.schedule.cancel.clone(),
         );
-        self.tracker
+        self.schedule
+            .tracker
             .spawn(async move { ch.run(m, every, rx).await });
         let Some(url) = self
             .cfg
@@ -271,8 +264,9 @@ impl Node {
                 .saturating_mul(3)
                 .max(Duration::from_secs(2)),
         };
-        let (feed, rx) = (self.heads.clone(), self.cancel.clone());
-        self.tracker
+        let (feed, rx) = (self.heads.clone(), self.schedule.cancel.clone());
+        self.schedule
+            .tracker
             .spawn(async move { cresolver_chain::heads::run_push(url, cfg, feed, rx).await });
     }
 
@@ -289,8 +283,9 @@ impl Node {
             self.cfg.chain.multicall_address,
         );
         let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 5_000));
-        let (rx, wake) = (self.cancel.clone(), self.heads.subscribe());
-        self.tracker
+        let (rx, wake) = (self.schedule.cancel.clone(), self.heads.subscribe());
+        self.schedule
+            .tracker
             .spawn(async move { watch.run(reopen, rx, wake, every).await });
     }
 
@@ -308,8 +303,8 @@ impl Node {
                 what: " (this is [don].listen, the member endpoint)",
             })?;
         tracing::info!(%addr, "DON member endpoint listening");
-        let (d, rx) = (don.clone(), self.cancel.clone());
-        self.tracker.spawn(async move {
+        let (d, rx) = (don.clone(), self.schedule.cancel.clone());
+        self.schedule.tracker.spawn(async move {
             let stop = async move {
                 let _ = rx.cancelled().await;
             };
@@ -347,11 +342,11 @@ impl Node {
             started: Instant::now(),
             health: self.health.clone(),
             chain: Some(self.chain_health.clone()),
-            stop: self.cancel.clone(),
+            stop: self.schedule.cancel.clone(),
             don: self.submission.don().cloned(),
         };
-        let rx = self.cancel.clone();
-        self.tracker.spawn(async move {
+        let rx = self.schedule.cancel.clone();
+        self.schedule.tracker.spawn(async move {
             let _ = crate::api::serve(listener, state, async move {
                 let _ = rx.cancelled().await;
             })
@@ -367,7 +362,7 @@ impl Node {
         jobs: mpsc::Sender<RoundJob>,
     ) {
         let node = self.clone();
-        self.tracker.spawn(async move {
+        self.schedule.tracker.spawn(async move {
             while let Some(m) = requests.recv().await {
                 match node.request(m.market_id).await {
                     Ok(Some(t)) => {
@@ -394,12 +389,12 @@ impl Node {
             in_flight = rounds.len(),
             "shutting down: letting in-flight rounds reach a persisted state"
         );
-        self.cancel.cancel();
+        self.schedule.cancel.cancel();
         if let Some(don) = self.submission.don() {
             // agreements end now rather than running their rounds out
             don.stop();
         }
-        self.tracker.close();
+        self.schedule.tracker.close();
         let started = Instant::now();
         rounds.drain(drain).await;
         // every task watches the token: the sources, servers and scheduled retries end;
@@ -407,12 +402,12 @@ impl Node {
         let bound = drain
             .saturating_sub(started.elapsed())
             .max(Duration::from_secs(5));
-        if tokio::time::timeout(bound, self.tracker.wait())
+        if tokio::time::timeout(bound, self.schedule.tracker.wait())
             .await
             .is_err()
         {
             tracing::warn!(
-                tasks = self.tracker.len(),
+                tasks = self.schedule.tracker.len(),
                 "some tasks did not stop within the drain bound"
             );
         }
