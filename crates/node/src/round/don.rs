@@ -7,8 +7,7 @@
 //! was mined after another member's delivery (and reverted) ends the round confirmed,
 //! delivered by that member.
 
-use super::{Carried, Ending, Next, Round, StepError};
-use crate::Node;
+use super::{Carried, Ending, Next, Round, StepError, Steps};
 use crate::don::{don_record, observe, observe_failed};
 use alloy::primitives::{Address, Bytes};
 use cresolver_core::Reputation;
@@ -38,7 +37,7 @@ struct JobAt<'a> {
     request_tx: alloy::primitives::B256,
 }
 
-impl Node {
+impl Steps<'_> {
     /// Agrees on the round's report with the other members.
     pub(super) async fn agree(
         &self,
@@ -193,7 +192,7 @@ impl Node {
             round
                 .p
                 .submitter
-                .transmit(&transcript.market, market_id, &delivery, &self.metrics),
+                .transmit(&transcript.market, market_id, &delivery, self.metrics),
             view,
         );
         saved?;

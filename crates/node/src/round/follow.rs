@@ -4,8 +4,7 @@
 //! how the round ends: confirmed, skipped (someone else resolved the market) or failed.
 //! The ending completes the transcript with the confirmation and every attempt.
 
-use super::{Ending, Next, Round, StepError, step};
-use crate::Node;
+use super::{Ending, Next, Round, StepError, Steps, step};
 use alloy::primitives::Address;
 use alloy::providers::Provider;
 use alloy::rpc::types::TransactionReceipt;
@@ -22,7 +21,7 @@ use tracing::Instrument;
 /// another transaction of the key, before it fails.
 const MAX_FRESH_NONCES: u32 = 3;
 
-impl Node {
+impl Steps<'_> {
     /// Follows the round's reserved nonce to a mined receipt, or to a fresh nonce when
     /// the key's nonce was used elsewhere (at most [`MAX_FRESH_NONCES`] times).
     pub(super) async fn follow(

@@ -25,12 +25,18 @@ pub use error::{StepError, StepKind};
 
 use crate::{Node, Pipeline, Submission};
 use alloy::primitives::{Address, U256};
+use alloy::providers::DynProvider;
 use alloy::rpc::types::TransactionReceipt;
+use cresolver_chain::discovery::DiscoveryConfig;
 use cresolver_core::Reputation;
 use cresolver_don::Agreed;
+use cresolver_metrics::Metrics;
 use cresolver_pipeline::round::{RoundInput, RoundOutcome};
 use cresolver_pipeline::transcript::{ConfirmationRecord, Transcript};
+use cresolver_store::RoundStore;
 use cresolver_store::{RoundRecord, Stage};
+use std::sync::Arc;
+use std::time::Duration;
 use tracing::Instrument;
 
 /// A span around one step of a round (target `cresolver::step`, fields `step` and
@@ -130,6 +136,29 @@ impl Round<'_> {
     }
 }
 
+/// What a round's steps use of the node, and nothing else: no scheduling, leases,
+/// health or API. Built by [`Node::drive`] for each drive; each step is a method of it.
+pub(crate) struct Steps<'a> {
+    /// The round store.
+    pub store: &'a Arc<dyn RoundStore>,
+    /// The node's metrics.
+    pub metrics: &'a Metrics,
+    /// The RPC pool's provider.
+    pub provider: &'a DynProvider,
+    /// The chain's id.
+    pub chain_id: u64,
+    /// The Multicall3 contract for batched reads (`chain.multicall_address`).
+    pub multicall: Option<Address>,
+    /// How workers' endpoints are found.
+    pub discovery: &'a DiscoveryConfig,
+    /// The client of discovery's metadata fetches.
+    pub http: &'a reqwest::Client,
+    /// How outcomes reach the chain.
+    pub submission: &'a Submission,
+    /// How long a round taken over waits for another key's transaction.
+    pub foreign_wait: Duration,
+}
+
 /// How a drive ended, for the round's metrics and logs.
 pub(crate) struct Driven {
     /// The last stage the round had persisted before it ended (or stopped).
@@ -137,13 +166,37 @@ pub(crate) struct Driven {
 }
 
 impl Node {
-    /// Drives a held round from its stored state to an end or a persisted stop.
+    /// Drives a held round from its stored state to an end or a persisted stop, with
+    /// the steps' share of the node.
     pub(crate) async fn drive(
         &self,
         market: Address,
         market_id: U256,
     ) -> Result<Driven, (Stage, StepError)> {
-        let Some(p) = self.pipeline(market) else {
+        let steps = Steps {
+            store: &self.store,
+            metrics: &self.metrics,
+            provider: &self.provider,
+            chain_id: self.chain_id,
+            multicall: self.cfg.chain.multicall_address,
+            discovery: &self.discovery,
+            http: &self.http,
+            submission: &self.submission,
+            foreign_wait: self.foreign_wait(),
+        };
+        steps.drive(self.pipeline(market), market, market_id).await
+    }
+}
+
+impl Steps<'_> {
+    /// Drives a held round of `p`'s market (`None`: no workflow watches it).
+    async fn drive(
+        &self,
+        p: Option<&Pipeline>,
+        market: Address,
+        market_id: U256,
+    ) -> Result<Driven, (Stage, StepError)> {
+        let Some(p) = p else {
             self.fail(market, market_id, "no workflow watches this market")
                 .await
                 .map_err(|e| (Stage::Requested, e))?;

@@ -2,8 +2,7 @@
 //! is asked about a market already resolved at the head), then each worker's endpoint
 //! from the identity registry. Discovery starts the round's transcript.
 
-use super::{Carried, Ending, Next, Round, StepError, step};
-use crate::Node;
+use super::{Carried, Ending, Next, Round, StepError, Steps, step};
 use alloy::providers::Provider;
 use cresolver_chain::reader::{MarketSnapshot, ReadError, read_market, resolved_at_head};
 use cresolver_pipeline::live::{LiveContext, LiveError, collect_input};
@@ -31,18 +30,18 @@ fn read_step(context: &'static str, e: ReadError) -> StepError {
     }
 }
 
-impl Node {
+impl Steps<'_> {
     /// Reads the market at the request block together with its state at the head (one
     /// round trip).
     pub(super) async fn read(&self, round: &mut Round<'_>) -> Result<Next, StepError> {
         let (market, market_id) = (round.market(), round.market_id);
         let started = Instant::now();
         let block = self.judging_block(round).await?;
-        let multicall = self.cfg.chain.multicall_address;
+        let multicall = self.multicall;
         let (at_head, read) = async {
             tokio::join!(
-                resolved_at_head(&self.provider, market, market_id),
-                read_market(&self.provider, market, market_id, Some(block), multicall),
+                resolved_at_head(self.provider, market, market_id),
+                read_market(self.provider, market, market_id, Some(block), multicall),
             )
         }
         .instrument(step("read", market_id))
@@ -56,7 +55,7 @@ impl Node {
             // after the request); the round is still judged at the request block's time.
             Err(ReadError::Rpc(e)) if e.is_pruned_state() => {
                 tracing::warn!(market_id = %market_id, block, error = %e, "the endpoint has no state at the request block (pruned): reading the market at the head");
-                read_market(&self.provider, market, market_id, None, multicall).await
+                read_market(self.provider, market, market_id, None, multicall).await
             }
             other => other,
         };
@@ -100,10 +99,10 @@ impl Node {
             started,
         } = read;
         let ctx = LiveContext {
-            provider: &self.provider,
-            multicall: self.cfg.chain.multicall_address,
-            discovery: &self.discovery,
-            http: &self.http,
+            provider: self.provider,
+            multicall: self.multicall,
+            discovery: self.discovery,
+            http: self.http,
         };
         let (found, mut input) = collect_input(&ctx, &snapshot)
             .instrument(step("discover", market_id))
@@ -115,7 +114,7 @@ impl Node {
         if snapshot.block != block {
             // read at the head (pruned state): still judged at the request block's time
             input.reference_time =
-                cresolver_pipeline::live::block_time(&self.provider, Some(block))
+                cresolver_pipeline::live::block_time(self.provider, Some(block))
                     .await
                     .map_err(StepError::retry_with)?;
         }

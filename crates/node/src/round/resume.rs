@@ -3,14 +3,13 @@
 //! key signed for it is re-broadcast and waited for, and a transaction mined before the
 //! round concluded concludes it; any other round starts at `read`.
 
-use super::{Next, Round, StepError};
-use crate::Node;
+use super::{Next, Round, StepError, Steps};
 use cresolver_pipeline::transcript::Transcript;
 use cresolver_store::{KeyRef, NonceRecord, Stage};
 use cresolver_submit::txm::{Foreign, TxManager};
 use serde::Deserialize;
 
-impl Node {
+impl Steps<'_> {
     /// Where the round goes first. A round that resumes after its outcome takes its
     /// stored transcript with it (read once here); one that starts at `read` builds its
     /// own at discovery.
@@ -102,7 +101,7 @@ impl Node {
             Foreign::Pending => {
                 // since it was reserved, or reopened by the finality watch
                 let age = cresolver_store::now().saturating_sub(n.created_at.max(n.updated_at));
-                if age < self.foreign_wait().as_secs() {
+                if age < self.foreign_wait.as_secs() {
                     return Err(StepError::retry(format!(
                         "waiting for the resolution that key {} signed at nonce {} (re-broadcast), {age} s after it was reserved or reopened",
                         key.signer, n.nonce

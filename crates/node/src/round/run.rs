@@ -3,8 +3,7 @@
 //! anyone anything; a resumed round skips the stages its progress passed. A DON member
 //! goes on to agree, also when its own round missed the quorum; any other node submits.
 
-use super::{Carried, Next, Round, StepError, step};
-use crate::Node;
+use super::{Carried, Next, Round, StepError, Steps, step};
 use alloy::primitives::{Address, U256};
 use cresolver_pipeline::round::{RoundError, RoundInput, RoundProgress};
 use cresolver_store::{RoundStore, Stage, StoreError};
@@ -44,7 +43,7 @@ impl Persist {
     }
 }
 
-impl Node {
+impl Steps<'_> {
     /// Runs (or resumes) the engine over the discovered input.
     pub(super) async fn run_engine(
         &self,

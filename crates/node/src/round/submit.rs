@@ -3,8 +3,7 @@
 //! chain; then the transaction manager persists the nonce before it signs, and the
 //! round follows it.
 
-use super::{Carried, Ending, Next, Round, StepError, step};
-use crate::Node;
+use super::{Carried, Ending, Next, Round, StepError, Steps, step};
 use cresolver_pipeline::round::RoundOutcome;
 use cresolver_pipeline::transcript::SubmissionRecord;
 use cresolver_store::{Stage, TxPayload};
@@ -12,7 +11,7 @@ use cresolver_submit::txm::{ChainView, TxManager};
 use cresolver_submit::{Prepared, SubmitError};
 use tracing::Instrument;
 
-impl Node {
+impl Steps<'_> {
     /// Prepares the outcome's call and hands it to the transaction manager.
     pub(super) async fn submit(
         &self,
