@@ -13,7 +13,9 @@ use alloy::rpc::types::anvil::ReorgOptions;
 use common::chain::*;
 use common::node::*;
 use common::*;
-use cresolver_store::{NonceRecord, NonceState, RoundRecord, RoundTxs, Rounds, SqliteStore, Stage, block_on};
+use cresolver_store::{
+    NonceRecord, NonceState, RoundRecord, RoundTxs, Rounds, SqliteStore, Stage, block_on,
+};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -261,7 +261,12 @@ async fn killed_at_then_restarted(point: &str) {
     let before = crash_at(&s, &dir, &wf, point).await;
     let stored = SqliteStore::open(&dir.join("data")).unwrap();
     assert_eq!(
-        stored.get(market, s.market_id).await.unwrap().unwrap().state,
+        stored
+            .get(market, s.market_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
         Stage::Submitted
     );
     let h = stored.tx_history(market, s.market_id).await.unwrap();
@@ -631,7 +636,11 @@ async fn report_mode_preflight_names_forwarder_reverts_and_sends_nothing() {
 }
 
 fn r_store_has_no_nonce(dir: &std::path::Path, market: Address, id: U256) -> bool {
-    block_on(SqliteStore::open(&dir.join("data")).unwrap().tx_history(market, id))
-        .unwrap()
-        .is_empty()
+    block_on(
+        SqliteStore::open(&dir.join("data"))
+            .unwrap()
+            .tx_history(market, id),
+    )
+    .unwrap()
+    .is_empty()
 }

@@ -82,7 +82,11 @@ impl TranscriptSource {
 
     /// The transcript of market `id` on `market`, with the name of where it comes from;
     /// `None` when the source has none (a stored round without an outcome has none).
-    pub async fn get(&self, market: Address, id: U256) -> anyhow::Result<Option<(Transcript, String)>> {
+    pub async fn get(
+        &self,
+        market: Address,
+        id: U256,
+    ) -> anyhow::Result<Option<(Transcript, String)>> {
         match self {
             Self::Files(files) => Ok(files
                 .iter()
@@ -249,11 +253,14 @@ impl RequestScan<'_> {
     ) -> anyhow::Result<Vec<replay::RequestRef>> {
         let (market, to) = (self.market, self.to);
         // With a transcript, its request (a manual one: the block the node read at).
-        let known = source.get(market, id).await?.map(|(t, _)| replay::RequestRef {
-            market_id: id,
-            block: t.request_block().unwrap_or(t.market.block),
-            tx: t.request.as_ref().and_then(|r| r.tx),
-        });
+        let known = source
+            .get(market, id)
+            .await?
+            .map(|(t, _)| replay::RequestRef {
+                market_id: id,
+                block: t.request_block().unwrap_or(t.market.block),
+                tx: t.request.as_ref().and_then(|r| r.tx),
+            });
         if let Some(r) = known {
             return Ok(vec![r]);
         }

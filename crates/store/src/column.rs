@@ -182,15 +182,20 @@ mod tests {
         let a = Address::repeat_byte(0xab);
         assert_eq!(text(&Addr(a)), a.to_string());
         assert_eq!(text(&Num(U256::from(1234u64))), "1234");
-        assert_eq!(text(&Hash(B256::repeat_byte(1))), B256::repeat_byte(1).to_string());
+        assert_eq!(
+            text(&Hash(B256::repeat_byte(1))),
+            B256::repeat_byte(1).to_string()
+        );
         assert_eq!(text(&Wei(u128::MAX)), u128::MAX.to_string());
         assert_eq!(text(&Json(serde_json::json!({"a": [1]}))), r#"{"a":[1]}"#);
         assert_eq!(text(&Stage::Confirmed), "confirmed");
         assert_eq!(text(&NonceState::Lost), "lost");
         let back: (Addr, Num, Stage) = c
-            .query_row("SELECT ?1, ?2, ?3", rusqlite::params![Addr(a), Num(U256::MAX), Stage::Failed], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
+            .query_row(
+                "SELECT ?1, ?2, ?3",
+                rusqlite::params![Addr(a), Num(U256::MAX), Stage::Failed],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
             .unwrap();
         assert_eq!(back, (Addr(a), Num(U256::MAX), Stage::Failed));
     }

@@ -69,24 +69,68 @@ mod tests {
     fn every_row_of_the_table() {
         let table = [
             (None, New, New),
-            (Some(Stage::Requested), AlreadyHandled(Stage::Requested), AlreadyHandled(Stage::Requested)),
-            (Some(Stage::Discovered), AlreadyHandled(Stage::Discovered), AlreadyHandled(Stage::Discovered)),
-            (Some(Stage::Answered), AlreadyHandled(Stage::Answered), AlreadyHandled(Stage::Answered)),
-            (Some(Stage::Challenged), AlreadyHandled(Stage::Challenged), AlreadyHandled(Stage::Challenged)),
-            (Some(Stage::Evaluated), AlreadyHandled(Stage::Evaluated), AlreadyHandled(Stage::Evaluated)),
-            (Some(Stage::Submitted), AlreadyHandled(Stage::Submitted), AlreadyHandled(Stage::Submitted)),
-            (Some(Stage::Confirmed), AlreadyHandled(Stage::Confirmed), Resubmit),
-            (Some(Stage::Finalized), AlreadyHandled(Stage::Finalized), Renewed),
+            (
+                Some(Stage::Requested),
+                AlreadyHandled(Stage::Requested),
+                AlreadyHandled(Stage::Requested),
+            ),
+            (
+                Some(Stage::Discovered),
+                AlreadyHandled(Stage::Discovered),
+                AlreadyHandled(Stage::Discovered),
+            ),
+            (
+                Some(Stage::Answered),
+                AlreadyHandled(Stage::Answered),
+                AlreadyHandled(Stage::Answered),
+            ),
+            (
+                Some(Stage::Challenged),
+                AlreadyHandled(Stage::Challenged),
+                AlreadyHandled(Stage::Challenged),
+            ),
+            (
+                Some(Stage::Evaluated),
+                AlreadyHandled(Stage::Evaluated),
+                AlreadyHandled(Stage::Evaluated),
+            ),
+            (
+                Some(Stage::Submitted),
+                AlreadyHandled(Stage::Submitted),
+                AlreadyHandled(Stage::Submitted),
+            ),
+            (
+                Some(Stage::Confirmed),
+                AlreadyHandled(Stage::Confirmed),
+                Resubmit,
+            ),
+            (
+                Some(Stage::Finalized),
+                AlreadyHandled(Stage::Finalized),
+                Renewed,
+            ),
             (Some(Stage::Failed), Reopened, Reopened),
-            (Some(Stage::Skipped), AlreadyHandled(Stage::Skipped), Renewed),
+            (
+                Some(Stage::Skipped),
+                AlreadyHandled(Stage::Skipped),
+                Renewed,
+            ),
         ];
         // the table names every stage once
         for s in Stage::ALL {
             assert_eq!(table.iter().filter(|r| r.0 == Some(s)).count(), 1, "{s:?}");
         }
         for (existing, judged_resolved, judged_unresolved) in table {
-            assert_eq!(decide(existing, false), judged_resolved, "{existing:?}, chain not read");
-            assert_eq!(decide(existing, true), judged_unresolved, "{existing:?}, unresolved");
+            assert_eq!(
+                decide(existing, false),
+                judged_resolved,
+                "{existing:?}, chain not read"
+            );
+            assert_eq!(
+                decide(existing, true),
+                judged_unresolved,
+                "{existing:?}, unresolved"
+            );
         }
     }
 

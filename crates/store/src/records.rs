@@ -159,4 +159,3 @@ pub struct Watched {
     /// The block a legacy record was mined in, without its hash.
     pub mined_block: Option<u64>,
 }
-

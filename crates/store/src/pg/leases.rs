@@ -163,9 +163,7 @@ impl Leases for PgStore {
             )
             .await
             .map_err(pg_err)?;
-        rows.iter()
-            .map(|r| read_market(r, 0))
-            .collect()
+        rows.iter().map(|r| read_market(r, 0)).collect()
     }
 
     fn held(&self) -> usize {

@@ -15,6 +15,12 @@
 //!
 //! Timestamps shown to operators (`created_at`, `updated_at`) stay unix seconds, as in
 //! SQLite; lease times are milliseconds of the database clock.
+//!
+//! Each capability trait is implemented here once, with PostgreSQL's own SQL: `rounds`
+//! ([`crate::Requests`], [`crate::Checkpoints`], [`crate::Rounds`],
+//! [`crate::Overview`]), `txs` ([`crate::Nonces`], [`crate::RoundTxs`]), `leases`
+//! ([`crate::Leases`], [`crate::Fence`], with the write fence in `fence`), `finality`
+//! and `settings`.
 
 use crate::column::{Addr, Num};
 use crate::{KeyRef, StoreError};

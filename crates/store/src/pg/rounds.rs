@@ -62,10 +62,14 @@ async fn upsert_round(
         RequestDecision::Reopened => {
             archive_in(tx, market, market_id, t).await?;
             tx.execute(
-                &tx.prepare_cached("UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
+                &tx.prepare_cached(
+                    "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
                  request_tx = COALESCE($4, request_tx), request_block = COALESCE($5, request_block),
                  reason = NULL, updated_at = $6, holder = NULL, lease_until = NULL
-                 WHERE market = $1 AND market_id = $2").await.map_err(pg_err)?,
+                 WHERE market = $1 AND market_id = $2",
+                )
+                .await
+                .map_err(pg_err)?,
                 &[&m, &id, &workflow, &req_tx, &req_block, &t],
             )
             .await
@@ -126,7 +130,9 @@ fn read_summary(r: &Row) -> Result<(i64, RoundSummary), StoreError> {
         updated_at: col::<i64>(r, 11)? as u64,
         holder: col::<Option<String>>(r, 12)?.filter(|_| open),
         driven_by: col(r, 13)?,
-        lease_ms: col::<Option<i64>>(r, 14)?.filter(|_| open).map(|m| m as u64),
+        lease_ms: col::<Option<i64>>(r, 14)?
+            .filter(|_| open)
+            .map(|m| m as u64),
     };
     Ok((col(r, 0)?, summary))
 }
@@ -191,7 +197,15 @@ impl Requests for PgStore {
             return Ok(RequestDecision::DuplicateLog);
         }
         let request = Some((log.tx_hash, log.block_number));
-        let d = upsert_round(&tx, market, market_id, workflow, request, unresolved_on_chain).await?;
+        let d = upsert_round(
+            &tx,
+            market,
+            market_id,
+            workflow,
+            request,
+            unresolved_on_chain,
+        )
+        .await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(d)
     }
@@ -460,8 +474,13 @@ impl Overview for PgStore {
             )
             .await
             .map_err(pg_err)?;
-        let rows = rows.iter().map(read_summary).collect::<Result<Vec<_>, _>>()?;
-        let next = (rows.len() == limit).then(|| rows.last().map(|r| r.0)).flatten();
+        let rows = rows
+            .iter()
+            .map(read_summary)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = (rows.len() == limit)
+            .then(|| rows.last().map(|r| r.0))
+            .flatten();
         Ok((rows.into_iter().map(|r| r.1).collect(), next))
     }
 

@@ -21,11 +21,13 @@ const NONCE_SQL: &str = "SELECT nonce, state, market, market_id, to_addr, callda
      FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3";
 
 /// The `tx_attempts` columns [`read_attempt`] reads, then the key (signer 9, chain id 10).
-const KEYED_ATTEMPT_SELECT: &str = "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at,
+const KEYED_ATTEMPT_SELECT: &str =
+    "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at,
      signer, chain_id FROM tx_attempts";
 
 /// The attempts at one nonce of a key, oldest first (the same parameters).
-const ATTEMPTS_SQL: &str = "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at
+const ATTEMPTS_SQL: &str =
+    "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at
      FROM tx_attempts WHERE signer = $1 AND chain_id = $2 AND nonce = $3 ORDER BY seq";
 
 /// A nonce row (its first 13 columns).
@@ -95,33 +97,6 @@ impl PgStore {
             .map_err(pg_err)?
             .ok_or_else(|| StoreError::Corrupt(format!("tx_nonces: nonce {nonce} is not reserved")))?;
         read_market(&row, 0)
-    }
-
-    /// A round's reservations under any key (only the pending ones with `pending`),
-    /// oldest first: one statement.
-    pub(super) async fn round_nonces(
-        &self,
-        market: Address,
-        market_id: U256,
-        pending: bool,
-    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                &client
-                    .prepare_cached(&format!(
-                        "{KEYED_NONCE_SELECT} WHERE market = $1 AND market_id = $2
-                 AND (NOT $3 OR state = 'pending') ORDER BY created_at, nonce"
-                    ))
-                    .await
-                    .map_err(pg_err)?,
-                &[&Addr(market), &Num(market_id), &pending],
-            )
-            .await
-            .map_err(pg_err)?;
-        rows.iter()
-            .map(|r| Ok((read_key(r, 13)?, read_nonce(r)?)))
-            .collect()
     }
 }
 
@@ -397,10 +372,7 @@ impl Nonces for PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                &client
-                    .prepare_cached(ATTEMPTS_SQL)
-                    .await
-                    .map_err(pg_err)?,
+                &client.prepare_cached(ATTEMPTS_SQL).await.map_err(pg_err)?,
                 &[&signer, &chain, &(nonce as i64)],
             )
             .await
@@ -416,10 +388,7 @@ impl Nonces for PgStore {
         let (signer, chain) = key_params(&key);
         let client = self.client().await?;
         let record = client.prepare_cached(NONCE_SQL).await.map_err(pg_err)?;
-        let attempts = client
-            .prepare_cached(ATTEMPTS_SQL)
-            .await
-            .map_err(pg_err)?;
+        let attempts = client.prepare_cached(ATTEMPTS_SQL).await.map_err(pg_err)?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
             [&signer, &chain, &(nonce as i64)];
         let (record, attempts) = tokio::join!(
@@ -508,6 +477,22 @@ impl RoundTxs for PgStore {
         market: Address,
         market_id: U256,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
-        self.round_nonces(market, market_id, true).await
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &client
+                    .prepare_cached(&format!(
+                        "{KEYED_NONCE_SELECT} WHERE market = $1 AND market_id = $2 AND state = 'pending'
+                         ORDER BY created_at, nonce"
+                    ))
+                    .await
+                    .map_err(pg_err)?,
+                &[&Addr(market), &Num(market_id)],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| Ok((read_key(r, 13)?, read_nonce(r)?)))
+            .collect()
     }
 }

@@ -4,7 +4,7 @@
 //! `round_attempts`). None of these holds a lease: every transition is conditional on
 //! the state it leaves. [`SqliteStore`]'s [`Finality`].
 
-use super::{SqliteStore, collect};
+use super::{SqliteStore, collect, opt_uint, uint};
 use crate::column::{Addr, Hash, Json, Num};
 use crate::{Finality, KeyRef, MinedAt, PastAttempt, Stage, StoreError, Watched, now};
 use alloy_primitives::{Address, B256, U256};
@@ -107,10 +107,10 @@ pub(super) fn reopen_submission_in(
 /// holds one with where it was mined.
 fn read_watched(r: &rusqlite::Row<'_>) -> rusqlite::Result<Watched> {
     let signer: Option<Addr> = r.get(3)?;
-    let chain_id: Option<u64> = r.get(4)?;
-    let nonce: Option<u64> = r.get(5)?;
+    let chain_id = opt_uint(r, 4)?;
+    let nonce = opt_uint(r, 5)?;
     let tx: Option<Hash> = r.get(6)?;
-    let block: Option<u64> = r.get(7)?;
+    let block = opt_uint(r, 7)?;
     let hash: Option<Hash> = r.get(8)?;
     let mined = match (signer, chain_id, nonce, tx, block, hash) {
         (Some(signer), Some(chain_id), Some(nonce), Some(tx), Some(block), Some(hash)) => Some((
@@ -143,10 +143,10 @@ fn read_past(r: &rusqlite::Row<'_>) -> rusqlite::Result<PastAttempt> {
         state: r.get(1)?,
         reason: r.get(2)?,
         request_tx: r.get::<_, Option<Hash>>(3)?.map(|h| h.0),
-        request_block: r.get(4)?,
+        request_block: opt_uint(r, 4)?,
         submit_tx: r.get::<_, Option<Hash>>(5)?.map(|h| h.0),
         outcome: r.get::<_, Option<Json>>(6)?.map(|o| o.0),
-        ended_at: r.get(7)?,
+        ended_at: uint(r, 7)?,
     })
 }
 
@@ -161,10 +161,8 @@ impl Finality for SqliteStore {
         from: Stage,
     ) -> Result<bool, StoreError> {
         let workflow = workflow.to_string();
-        self.run(move |db| {
-            db.in_tx(|tx| renew_in(tx, market, market_id, &workflow, request, from))
-        })
-        .await
+        self.run(move |db| db.in_tx(|tx| renew_in(tx, market, market_id, &workflow, request, from)))
+            .await
     }
 
     async fn reopen_submission(

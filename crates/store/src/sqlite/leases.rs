@@ -3,7 +3,7 @@
 //! the rounds held are kept in memory and the fence always holds. [`SqliteStore`]'s
 //! [`Leases`] and [`Fence`].
 
-use super::SqliteStore;
+use super::{SqliteStore, uint};
 use crate::column::{Addr, Num};
 use crate::stage::DONE_SQL;
 use crate::{Fence, Lease, Leases, Rounds, StoreError};
@@ -35,7 +35,7 @@ impl Leases for SqliteStore {
                         "UPDATE rounds SET holder = ?3, term = term + 1 WHERE market = ?1 AND market_id = ?2
                          AND state NOT IN {DONE_SQL} RETURNING term"
                     ))?
-                    .query_row(params![Addr(market), Num(market_id), LOCAL_NODE], |r| r.get(0))
+                    .query_row(params![Addr(market), Num(market_id), LOCAL_NODE], |r| uint(r, 0))
                     .optional()?)
             })
             .await?;
@@ -61,7 +61,9 @@ impl Leases for SqliteStore {
         self.held_set().remove(&(market, market_id));
         self.run(move |db| {
             db.conn()
-                .prepare_cached("UPDATE rounds SET holder = NULL WHERE market = ?1 AND market_id = ?2")?
+                .prepare_cached(
+                    "UPDATE rounds SET holder = NULL WHERE market = ?1 AND market_id = ?2",
+                )?
                 .execute(params![Addr(market), Num(market_id)])?;
             Ok(())
         })

@@ -21,7 +21,8 @@ mod settings;
 mod tests;
 mod txs;
 
-pub(crate) use rounds::upsert_round;
+#[cfg(test)]
+use rounds::upsert_round;
 
 /// The database file. Cheap operations behind a mutex. Every write survives the
 /// process's crash when it returns; the ones made with [`Store::in_durable_tx`] (a
@@ -185,20 +186,28 @@ fn read_round(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRecord> {
         attempt: r.get(3)?,
         workflow: r.get(4)?,
         request_tx: r.get::<_, Option<Hash>>(5)?.map(|h| h.0),
-        request_block: r.get(6)?,
+        request_block: opt_uint(r, 6)?,
         reason: r.get(7)?,
         submit_tx: r.get::<_, Option<Hash>>(8)?.map(|h| h.0),
         raw_tx: r.get::<_, Option<Vec<u8>>>(9)?.map(Bytes::from),
         outcome: r.get::<_, Option<Json>>(10)?.map(|o| o.0),
-        created_at: r.get(11)?,
-        updated_at: r.get(12)?,
+        created_at: uint(r, 11)?,
+        updated_at: uint(r, 12)?,
         holder: r.get(13)?,
     })
 }
 
 /// Rows read with `read`, as a list.
-fn collect<T>(
-    rows: impl Iterator<Item = rusqlite::Result<T>>,
-) -> Result<Vec<T>, StoreError> {
+fn collect<T>(rows: impl Iterator<Item = rusqlite::Result<T>>) -> Result<Vec<T>, StoreError> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// An integer column as the `u64` it was written from (stored `as i64`).
+fn uint(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<u64> {
+    Ok(r.get::<_, i64>(i)? as u64)
+}
+
+/// A nullable integer column as the `u64` it was written from.
+fn opt_uint(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<u64>> {
+    Ok(r.get::<_, Option<i64>>(i)?.map(|v| v as u64))
 }

@@ -4,7 +4,7 @@
 //! [`Overview`].
 
 use super::finality::{archive_in, renew_in, reopen_submission_in};
-use super::{SELECT, SqliteStore, collect, read_round, touched};
+use super::{SELECT, SqliteStore, collect, opt_uint, read_round, touched, uint};
 use crate::column::{Addr, Hash, Json, Num};
 use crate::stage::DONE_SQL;
 use crate::{
@@ -132,7 +132,7 @@ impl Checkpoints for SqliteStore {
             Ok(db
                 .conn()
                 .prepare_cached("SELECT block_number, block_hash FROM checkpoints WHERE key = ?1")?
-                .query_row(params![key], |r| Ok((r.get(0)?, r.get::<_, Hash>(1)?.0)))
+                .query_row(params![key], |r| Ok((uint(r, 0)?, r.get::<_, Hash>(1)?.0)))
                 .optional()?)
         })
         .await
@@ -141,9 +141,11 @@ impl Checkpoints for SqliteStore {
     async fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
         let key = key.to_string();
         self.run(move |db| {
-            db.conn()
-                .prepare_cached(SET_CHECKPOINT)?
-                .execute(params![key, block as i64, Hash(hash)])?;
+            db.conn().prepare_cached(SET_CHECKPOINT)?.execute(params![
+                key,
+                block as i64,
+                Hash(hash)
+            ])?;
             Ok(())
         })
         .await
@@ -293,13 +295,13 @@ fn read_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, RoundSummary)> 
         attempt: r.get(4)?,
         workflow: r.get(5)?,
         request_tx: r.get::<_, Option<Hash>>(6)?.map(|h| h.0),
-        request_block: r.get(7)?,
+        request_block: opt_uint(r, 7)?,
         reason: r
             .get::<_, Option<String>>(8)?
             .map(|r| truncate(r, SUMMARY_REASON_BYTES)),
         submit_tx: r.get::<_, Option<Hash>>(9)?.map(|h| h.0),
-        created_at: r.get(10)?,
-        updated_at: r.get(11)?,
+        created_at: uint(r, 10)?,
+        updated_at: uint(r, 11)?,
         holder: r.get::<_, Option<String>>(12)?.filter(|_| open),
         lease_ms: None,
         driven_by: None,
@@ -334,8 +336,9 @@ impl Overview for SqliteStore {
     async fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {
         self.run(|db| {
             let conn = db.conn();
-            let mut stmt = conn.prepare_cached("SELECT state, COUNT(*) FROM rounds GROUP BY state")?;
-            collect(stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?)
+            let mut stmt =
+                conn.prepare_cached("SELECT state, COUNT(*) FROM rounds GROUP BY state")?;
+            collect(stmt.query_map([], |r| Ok((r.get(0)?, uint(r, 1)?)))?)
         })
         .await
     }

@@ -107,4 +107,3 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
     }
     Ok(())
 }
-

@@ -42,8 +42,7 @@ fn one_round_per_market_and_log_dedupe() {
         block_on(s.record_request(m, id, "wf", &log(2))).unwrap(),
         RequestDecision::AlreadyHandled(Stage::Requested)
     );
-    block_on(s.set_state(m, id, Stage::Failed, Some("quorum not met")))
-        .unwrap();
+    block_on(s.set_state(m, id, Stage::Failed, Some("quorum not met"))).unwrap();
     assert_eq!(
         block_on(s.record_request(m, id, "wf", &log(3))).unwrap(),
         RequestDecision::Reopened
@@ -61,7 +60,10 @@ fn one_round_per_market_and_log_dedupe() {
         block_on(s.manual_request(m, id, "wf")).unwrap(),
         RequestDecision::AlreadyHandled(Stage::Confirmed)
     );
-    assert_eq!(block_on(s.count_by_state()).unwrap(), vec![(Stage::Confirmed, 1)]);
+    assert_eq!(
+        block_on(s.count_by_state()).unwrap(),
+        vec![(Stage::Confirmed, 1)]
+    );
 }
 
 #[test]
@@ -79,9 +81,13 @@ fn many_openers_of_a_new_file_migrate_it_once() {
         h.join().unwrap().unwrap();
     }
     let s = SqliteStore::open(&dir).unwrap();
-    block_on(s.manual_request(Address::ZERO, U256::from(1), "wf"))
-        .unwrap();
-    assert_eq!(block_on(s.claim(Address::ZERO, U256::from(1), false)).map(|l| l.term).unwrap(), Some(1));
+    block_on(s.manual_request(Address::ZERO, U256::from(1), "wf")).unwrap();
+    assert_eq!(
+        block_on(s.claim(Address::ZERO, U256::from(1), false))
+            .unwrap()
+            .map(|l| l.term),
+        Some(1)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -92,11 +98,13 @@ fn persists_across_reopen() {
     {
         let s = SqliteStore::open(&dir).unwrap();
         block_on(s.set_checkpoint("k", 42, B256::repeat_byte(4))).unwrap();
-        block_on(s.manual_request(Address::ZERO, U256::from(1), "wf"))
-            .unwrap();
+        block_on(s.manual_request(Address::ZERO, U256::from(1), "wf")).unwrap();
     }
     let s = SqliteStore::open(&dir).unwrap();
-    assert_eq!(block_on(s.checkpoint("k")).unwrap(), Some((42, B256::repeat_byte(4))));
+    assert_eq!(
+        block_on(s.checkpoint("k")).unwrap(),
+        Some((42, B256::repeat_byte(4)))
+    );
     assert_eq!(block_on(s.unfinished()).unwrap().len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -114,18 +122,18 @@ fn only_the_writes_before_an_effect_are_synced() {
             .query_row("PRAGMA synchronous", [], |r| r.get(0))
             .unwrap()
     };
-    let journal: String = s
-        .db
-        .conn()
-        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-        .unwrap();
+    let journal: String =
+        s.db.conn()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
     assert_eq!((journal.as_str(), level(&s)), ("wal", 1));
     let inside = s
         .db
         .in_durable_tx(|tx| Ok(tx.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))?))
         .unwrap();
     assert_eq!((inside, level(&s)), (2, 1));
-    let failed: Result<(), _> = s.db.in_durable_tx(|_| Err(StoreError::Corrupt("no".into())));
+    let failed: Result<(), _> =
+        s.db.in_durable_tx(|_| Err(StoreError::Corrupt("no".into())));
     assert!(failed.is_err());
     assert_eq!(level(&s), 1);
     // a failed durable write rolled back: nothing of it stays
@@ -154,9 +162,8 @@ fn only_the_writes_before_an_effect_are_synced() {
         calldata: Default::default(),
         gas_limit: 1,
     };
-    block_on(s.claim(m, U256::from(1), false)).map(|l| l.term).unwrap();
-    block_on(s.set_state(m, U256::from(1), Stage::Evaluated, None))
-        .unwrap();
+    block_on(s.claim(m, U256::from(1), false)).unwrap();
+    block_on(s.set_state(m, U256::from(1), Stage::Evaluated, None)).unwrap();
     block_on(s.set_checkpoint("c", 1, B256::ZERO)).unwrap();
     let nonce = block_on(s.reserve_nonce(key, 0, &payload)).unwrap();
     assert_eq!(synced(), before + 3, "no sync before the attempt");
@@ -204,8 +211,7 @@ fn nonces_are_never_handed_out_twice() {
         chain_id: 31337,
     };
     for id in 1..=3u64 {
-        block_on(s.manual_request(Address::repeat_byte(1), U256::from(id), "wf"))
-            .unwrap();
+        block_on(s.manual_request(Address::repeat_byte(1), U256::from(id), "wf")).unwrap();
     }
     // the chain's pending count lags (a signed transaction not yet sent is invisible)
     assert_eq!(block_on(s.reserve_nonce(key, 5, &payload(1))).unwrap(), 5);
@@ -227,11 +233,9 @@ fn nonces_are_never_handed_out_twice() {
         pending.iter().map(|n| n.nonce).collect::<Vec<_>>(),
         vec![5, 6, 10]
     );
-    block_on(s.finish_nonce(key, 6, NonceState::Lost, None, Some("used elsewhere")))
-        .unwrap();
+    block_on(s.finish_nonce(key, 6, NonceState::Lost, None, Some("used elsewhere"))).unwrap();
     assert_eq!(
-        block_on(s.pending_nonce_of(key, Address::repeat_byte(1), U256::from(2)))
-            .unwrap(),
+        block_on(s.pending_nonce_of(key, Address::repeat_byte(1), U256::from(2))).unwrap(),
         None
     );
     assert_eq!(block_on(s.highest_nonce(key)).unwrap(), Some(10));
@@ -244,8 +248,7 @@ fn attempts_are_kept_in_order_with_fees() {
         signer: Address::repeat_byte(9),
         chain_id: 31337,
     };
-    block_on(s.manual_request(Address::repeat_byte(1), U256::from(1), "wf"))
-        .unwrap();
+    block_on(s.manual_request(Address::repeat_byte(1), U256::from(1), "wf")).unwrap();
     let n = block_on(s.reserve_nonce(key, 0, &payload(1))).unwrap();
     for seq in 0..3u32 {
         block_on(s.add_attempt(
@@ -272,8 +275,7 @@ fn attempts_are_kept_in_order_with_fees() {
     assert_eq!(a.len(), 3);
     assert_eq!(a[1].sent_block, Some(42), "first broadcast block is kept");
     assert_eq!(a[2].max_fee_per_gas, u128::MAX - 2);
-    let r = block_on(s
-        .get(Address::repeat_byte(1), U256::from(1)))
+    let r = block_on(s.get(Address::repeat_byte(1), U256::from(1)))
         .unwrap()
         .unwrap();
     assert_eq!(r.submit_tx, Some(B256::repeat_byte(3)));
@@ -289,14 +291,11 @@ fn attempts_are_kept_in_order_with_fees() {
         None,
     ))
     .unwrap();
-    let h = block_on(s
-        .tx_history(Address::repeat_byte(1), U256::from(1)))
-        .unwrap();
+    let h = block_on(s.tx_history(Address::repeat_byte(1), U256::from(1))).unwrap();
     assert_eq!(h.len(), 1);
     assert_eq!(h[0].0.state, NonceState::Mined);
     assert_eq!(h[0].0.mined_block, Some(9));
-    let r = block_on(s
-        .get(Address::repeat_byte(1), U256::from(1)))
+    let r = block_on(s.get(Address::repeat_byte(1), U256::from(1)))
         .unwrap()
         .unwrap();
     assert_eq!(r.submit_tx, Some(B256::repeat_byte(2)), "the mined attempt");

@@ -6,7 +6,7 @@
 //! enough to find or finish what was sent. [`SqliteStore`]'s [`Nonces`] and
 //! [`RoundTxs`].
 
-use super::{SqliteStore, collect};
+use super::{SqliteStore, collect, opt_uint, uint};
 use crate::column::{Addr, Hash, Num, Wei};
 use crate::{
     AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, Nonces, RoundTxs, StoreError,
@@ -24,50 +24,53 @@ const ATTEMPT_SELECT: &str = "SELECT nonce, seq, tx_hash, raw, max_fee, max_prio
 /// A [`NONCE_SELECT`] row.
 fn read_nonce(r: &rusqlite::Row<'_>) -> rusqlite::Result<NonceRecord> {
     Ok(NonceRecord {
-        nonce: r.get(0)?,
+        nonce: uint(r, 0)?,
         state: r.get(1)?,
         payload: TxPayload {
             market: r.get::<_, Addr>(2)?.0,
             market_id: r.get::<_, Num>(3)?.0,
             to: r.get::<_, Addr>(4)?.0,
             calldata: Bytes::from(r.get::<_, Vec<u8>>(5)?),
-            gas_limit: r.get(6)?,
+            gas_limit: uint(r, 6)?,
         },
         mined_tx: r.get::<_, Option<Hash>>(7)?.map(|h| h.0),
-        mined_block: r.get(8)?,
+        mined_block: opt_uint(r, 8)?,
         mined_hash: r.get::<_, Option<Hash>>(12)?.map(|h| h.0),
         detail: r.get(9)?,
-        created_at: r.get(10)?,
-        updated_at: r.get(11)?,
+        created_at: uint(r, 10)?,
+        updated_at: uint(r, 11)?,
     })
 }
 
 /// An [`ATTEMPT_SELECT`] row.
 fn read_attempt(r: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptRecord> {
     Ok(AttemptRecord {
-        nonce: r.get(0)?,
+        nonce: uint(r, 0)?,
         seq: r.get(1)?,
         tx_hash: r.get::<_, Hash>(2)?.0,
         raw: Bytes::from(r.get::<_, Vec<u8>>(3)?),
         max_fee_per_gas: r.get::<_, Wei>(4)?.0,
         max_priority_fee_per_gas: r.get::<_, Wei>(5)?.0,
-        gas_limit: r.get(6)?,
-        sent_block: r.get(7)?,
-        created_at: r.get(8)?,
+        gas_limit: uint(r, 6)?,
+        sent_block: opt_uint(r, 7)?,
+        created_at: uint(r, 8)?,
     })
 }
 
 /// One reservation of `key`.
-fn nonce_record(c: &Connection, key: KeyRef, nonce: u64) -> Result<Option<NonceRecord>, StoreError> {
-    Ok(c
-        .prepare_cached(&format!(
-            "{NONCE_SELECT} WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3"
-        ))?
-        .query_row(
-            params![Addr(key.signer), key.chain_id as i64, nonce as i64],
-            read_nonce,
-        )
-        .optional()?)
+fn nonce_record(
+    c: &Connection,
+    key: KeyRef,
+    nonce: u64,
+) -> Result<Option<NonceRecord>, StoreError> {
+    Ok(c.prepare_cached(&format!(
+        "{NONCE_SELECT} WHERE signer = ?1 AND chain_id = ?2 AND nonce = ?3"
+    ))?
+    .query_row(
+        params![Addr(key.signer), key.chain_id as i64, nonce as i64],
+        read_nonce,
+    )
+    .optional()?)
 }
 
 /// The attempts at one nonce of `key`, oldest first.
@@ -95,24 +98,24 @@ fn round_nonces(
          FROM tx_nonces WHERE market = ?1 AND market_id = ?2
          AND (?3 = 0 OR state = 'pending') ORDER BY created_at, nonce",
     )?;
-    let rows = stmt.query_map(
-        params![Addr(market), Num(market_id), pending as i64],
-        |r| {
-            let key = KeyRef {
-                signer: r.get::<_, Addr>(13)?.0,
-                chain_id: r.get(14)?,
-            };
-            Ok((key, read_nonce(r)?))
-        },
-    )?;
+    let rows = stmt.query_map(params![Addr(market), Num(market_id), pending as i64], |r| {
+        let key = KeyRef {
+            signer: r.get::<_, Addr>(13)?.0,
+            chain_id: uint(r, 14)?,
+        };
+        Ok((key, read_nonce(r)?))
+    })?;
     collect(rows)
 }
 
 /// The highest nonce this store holds for `key`.
 fn highest_nonce(c: &Connection, key: KeyRef) -> Result<Option<u64>, StoreError> {
-    Ok(c
-        .prepare_cached("SELECT MAX(nonce) FROM tx_nonces WHERE signer = ?1 AND chain_id = ?2")?
-        .query_row(params![Addr(key.signer), key.chain_id as i64], |r| r.get(0))?)
+    Ok(
+        c.prepare_cached("SELECT MAX(nonce) FROM tx_nonces WHERE signer = ?1 AND chain_id = ?2")?
+            .query_row(params![Addr(key.signer), key.chain_id as i64], |r| {
+                opt_uint(r, 0)
+            })?,
+    )
 }
 
 #[async_trait::async_trait]
@@ -274,7 +277,8 @@ impl Nonces for SqliteStore {
         key: KeyRef,
         nonce: u64,
     ) -> Result<Option<NonceRecord>, StoreError> {
-        self.run(move |db| nonce_record(&db.conn(), key, nonce)).await
+        self.run(move |db| nonce_record(&db.conn(), key, nonce))
+            .await
     }
 
     async fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError> {
@@ -299,7 +303,10 @@ impl Nonces for SqliteStore {
     ) -> Result<(Option<NonceRecord>, Vec<AttemptRecord>), StoreError> {
         self.run(move |db| {
             let conn = db.conn();
-            Ok((nonce_record(&conn, key, nonce)?, attempts(&conn, key, nonce)?))
+            Ok((
+                nonce_record(&conn, key, nonce)?,
+                attempts(&conn, key, nonce)?,
+            ))
         })
         .await
     }
