@@ -7,7 +7,7 @@ mod common;
 use alloy::primitives::U256;
 use common::chain::*;
 use common::node::*;
-use cresolver_store::{Stage, Store};
+use cresolver_store::{Requests, Rounds, SqliteStore, Stage};
 use std::time::{Duration, Instant};
 
 fn status_kib(pid: u32, field: &str) -> u64 {
@@ -25,7 +25,7 @@ async fn listing_300_large_rounds_8_times_at_once_stays_within_50_mib() {
     let dir = tmpdir("api-memory");
     let wf = workflow_file(&dir, |t| t);
     {
-        let store = Store::open(&dir.join("data")).unwrap();
+        let store = SqliteStore::open(&dir.join("data")).unwrap();
         let market = s.dev.contracts.market;
         // about 300 KiB of valid text per transcript
         let evidence = "The reference feed reported YES at the close. ".repeat(6_700);
@@ -33,13 +33,17 @@ async fn listing_300_large_rounds_8_times_at_once_stays_within_50_mib() {
             let id = U256::from(1_000 + i);
             store
                 .manual_request(market, id, "cresolver-resolution")
+                .await
                 .unwrap();
             let transcript = serde_json::json!({
                 "version": 2,
                 "answers": [{ "worker": format!("w{i}"), "evidence": evidence }],
             });
-            store.set_outcome(market, id, &transcript).unwrap();
-            store.set_state(market, id, Stage::Confirmed, None).unwrap();
+            store.set_outcome(market, id, &transcript).await.unwrap();
+            store
+                .set_state(market, id, Stage::Confirmed, None)
+                .await
+                .unwrap();
         }
     }
     let port = free_port();

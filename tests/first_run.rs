@@ -144,7 +144,7 @@ fn the_demo_runs_for_a_user_without_root_or_the_suites_packages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_runs_a_node_with_only_its_config_and_workflow_files() {
-    use cresolver_store::{Stage, Store};
+    use cresolver_store::{Rounds, SqliteStore, Stage, block_on};
     let s = common::market_with_three_workers().await;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -182,9 +182,9 @@ async fn the_binary_runs_a_node_with_only_its_config_and_workflow_files() {
     s.dev.request_resolution(s.market_id).await.unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let state = Store::open(&dir.join("cresolver-data"))
+        let state = SqliteStore::open(&dir.join("cresolver-data"))
             .ok()
-            .and_then(|st| st.get(market, s.market_id).ok().flatten())
+            .and_then(|st| block_on(st.get(market, s.market_id)).ok().flatten())
             .map(|r| r.state);
         if state == Some(Stage::Confirmed) {
             break;

@@ -13,7 +13,8 @@ use common::chain::*;
 use common::node::*;
 use common::*;
 use cresolver_store::{
-    AttemptRecord, NonceRecord, NonceState, RoundStore, RoundTxs, SqliteStore, Stage, Store,
+    AttemptRecord, NonceRecord, NonceState, RoundStore, RoundTxs, Rounds, SqliteStore, Stage,
+    block_on,
 };
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -240,8 +241,8 @@ async fn crash_at(
 async fn wait_final_in(dir: &std::path::Path, market: Address, id: U256) -> Stage {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(store) = Store::open(&dir.join("data"))
-            && let Ok(Some(r)) = store.get(market, id)
+        if let Ok(store) = SqliteStore::open(&dir.join("data"))
+            && let Ok(Some(r)) = store.get(market, id).await
             && r.state.is_final()
         {
             return r.state;
@@ -258,12 +259,17 @@ async fn killed_at_then_restarted(point: &str) {
     let market = s.dev.contracts.market;
     s.dev.request_resolution(s.market_id).await.unwrap();
     let before = crash_at(&s, &dir, &wf, point).await;
-    let stored = Store::open(&dir.join("data")).unwrap();
+    let stored = SqliteStore::open(&dir.join("data")).unwrap();
     assert_eq!(
-        stored.get(market, s.market_id).unwrap().unwrap().state,
+        stored
+            .get(market, s.market_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
         Stage::Submitted
     );
-    let h = stored.tx_history(market, s.market_id).unwrap();
+    let h = stored.tx_history(market, s.market_id).await.unwrap();
     assert_eq!(h.len(), 1, "one reserved nonce");
     let expected_attempts = if point == "reserved" { 0 } else { 1 };
     assert_eq!(h[0].1.len(), expected_attempts);
@@ -275,9 +281,10 @@ async fn killed_at_then_restarted(point: &str) {
     );
     if point == "mined" {
         // the nonce is stored mined, the round not concluded
-        let h = Store::open(&dir.join("data"))
+        let h = SqliteStore::open(&dir.join("data"))
             .unwrap()
             .tx_history(market, s.market_id)
+            .await
             .unwrap();
         assert_eq!(h[0].0.state, NonceState::Mined);
     }
@@ -292,9 +299,10 @@ async fn killed_at_then_restarted(point: &str) {
         before + 1,
         "one transaction"
     );
-    let h = Store::open(&dir.join("data"))
+    let h = SqliteStore::open(&dir.join("data"))
         .unwrap()
         .tx_history(market, s.market_id)
+        .await
         .unwrap();
     assert_eq!(h.len(), 1, "the reserved nonce, no second one");
     if point != "reserved" {
@@ -338,7 +346,7 @@ async fn killed_after_persisting_a_replacement_then_restarted_resolves_once() {
     let before = nonce(&s, s.dev.accounts[0]).await;
     request_in_one_block(&s, &[s.market_id], false).await;
     let mut child = node_process(&s, &dir, &wf, Some("replaced"));
-    let store = SqliteStore::new(Store::open(&dir.join("data")).unwrap());
+    let store = SqliteStore::open(&dir.join("data")).unwrap();
     wait_sent(&store, market, s.market_id).await;
     let p = &s.dev.provider;
     p.anvil_set_next_block_base_fee_per_gas(100 * GWEI)
@@ -394,9 +402,10 @@ async fn a_nonce_used_behind_the_nodes_back_is_recovered_with_a_fresh_nonce() {
     s.dev.request_resolution(s.market_id).await.unwrap();
     // signed and stored, not yet broadcast
     let before = crash_at(&s, &dir, &wf, "signed").await;
-    let reserved = Store::open(&dir.join("data"))
+    let reserved = SqliteStore::open(&dir.join("data"))
         .unwrap()
         .tx_history(market, s.market_id)
+        .await
         .unwrap()[0]
         .0
         .nonce;
@@ -411,9 +420,10 @@ async fn a_nonce_used_behind_the_nodes_back_is_recovered_with_a_fresh_nonce() {
     assert_eq!(st, Stage::Confirmed);
     assert_eq!(resolved_events(&s).await.len(), 1);
     assert_eq!(nonce(&s, resolver).await, before + 2);
-    let h = Store::open(&dir.join("data"))
+    let h = SqliteStore::open(&dir.join("data"))
         .unwrap()
         .tx_history(market, s.market_id)
+        .await
         .unwrap();
     assert_eq!(h.len(), 2, "{h:?}");
     assert_eq!(h[0].0.state, NonceState::Lost);
@@ -444,9 +454,10 @@ async fn a_nonce_used_elsewhere_is_lost_only_once_that_is_as_deep_as_a_receipt_m
     // no block on top of the transfer for longer than the lost grace (2 s): it could
     // still be reorged out and the node's own attempt in, so the nonce stays pending
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let h = Store::open(&dir.join("data"))
+    let h = SqliteStore::open(&dir.join("data"))
         .unwrap()
         .tx_history(market, s.market_id)
+        .await
         .unwrap();
     let states: Vec<_> = h.iter().map(|(n, _)| (n.nonce, n.state)).collect();
     assert_eq!(h.len(), 1, "no fresh nonce yet: {states:?}");
@@ -458,9 +469,10 @@ async fn a_nonce_used_elsewhere_is_lost_only_once_that_is_as_deep_as_a_receipt_m
     assert_eq!(st, Stage::Confirmed);
     assert_eq!(resolved_events(&s).await.len(), 1);
     assert_eq!(nonce(&s, resolver).await, before + 2);
-    let h = Store::open(&dir.join("data"))
+    let h = SqliteStore::open(&dir.join("data"))
         .unwrap()
         .tx_history(market, s.market_id)
+        .await
         .unwrap();
     assert_eq!(h[0].0.state, NonceState::Lost);
     assert_eq!(h[1].0.state, NonceState::Mined);
@@ -624,9 +636,11 @@ async fn report_mode_preflight_names_forwarder_reverts_and_sends_nothing() {
 }
 
 fn r_store_has_no_nonce(dir: &std::path::Path, market: Address, id: U256) -> bool {
-    Store::open(&dir.join("data"))
-        .unwrap()
-        .tx_history(market, id)
-        .unwrap()
-        .is_empty()
+    block_on(
+        SqliteStore::open(&dir.join("data"))
+            .unwrap()
+            .tx_history(market, id),
+    )
+    .unwrap()
+    .is_empty()
 }

@@ -22,7 +22,7 @@ use cresolver_pipeline::replay::{self, MarketReplay, ReplayOptions, ReplaySummar
 use cresolver_pipeline::round::Engine;
 use cresolver_pipeline::transcript::Transcript;
 use cresolver_pipeline::workflow::Workflow;
-use cresolver_store::{RoundStore, Store};
+use cresolver_store::RoundStore;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};

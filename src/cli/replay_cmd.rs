@@ -46,7 +46,7 @@ pub enum TranscriptSource {
     /// The transcripts of a directory, each with its file name.
     Files(Vec<(Transcript, String)>),
     /// The node's SQLite store, and the path of its file.
-    Store(Store, PathBuf),
+    Store(cresolver_store::SqliteStore, PathBuf),
     /// Neither a directory nor a store: no market has a transcript.
     None,
 }
@@ -72,21 +72,28 @@ impl TranscriptSource {
         }
         let db = cfg.node.data_dir.join("cresolver.sqlite3");
         if db.is_file() {
-            return Ok(Self::Store(Store::open(&cfg.node.data_dir)?, db));
+            return Ok(Self::Store(
+                cresolver_store::SqliteStore::open(&cfg.node.data_dir)?,
+                db,
+            ));
         }
         Ok(Self::None)
     }
 
     /// The transcript of market `id` on `market`, with the name of where it comes from;
     /// `None` when the source has none (a stored round without an outcome has none).
-    pub fn get(&self, market: Address, id: U256) -> anyhow::Result<Option<(Transcript, String)>> {
+    pub async fn get(
+        &self,
+        market: Address,
+        id: U256,
+    ) -> anyhow::Result<Option<(Transcript, String)>> {
         match self {
             Self::Files(files) => Ok(files
                 .iter()
                 .find(|(t, _)| t.market.market == market && t.market.market_id == id)
                 .cloned()),
             Self::Store(store, db) => {
-                let Some(rec) = store.get(market, id)? else {
+                let Some(rec) = cresolver_store::Rounds::get(store, market, id).await? else {
                     return Ok(None);
                 };
                 if rec.outcome.is_none() {
@@ -246,11 +253,14 @@ impl RequestScan<'_> {
     ) -> anyhow::Result<Vec<replay::RequestRef>> {
         let (market, to) = (self.market, self.to);
         // With a transcript, its request (a manual one: the block the node read at).
-        let known = source.get(market, id)?.map(|(t, _)| replay::RequestRef {
-            market_id: id,
-            block: t.request_block().unwrap_or(t.market.block),
-            tx: t.request.as_ref().and_then(|r| r.tx),
-        });
+        let known = source
+            .get(market, id)
+            .await?
+            .map(|(t, _)| replay::RequestRef {
+                market_id: id,
+                block: t.request_block().unwrap_or(t.market.block),
+                tx: t.request.as_ref().and_then(|r| r.tx),
+            });
         if let Some(r) = known {
             return Ok(vec![r]);
         }
@@ -385,7 +395,7 @@ impl MarketsReplay {
         let (provider, market, chain_id, opts) =
             (&self.provider, self.market, self.chain_id, &self.opts);
         let id = req.market_id;
-        let t = self.source.get(market, id)?;
+        let t = self.source.get(market, id).await?;
         let mismatch = t.as_ref().and_then(|(t, name)| {
             t.chain_id
                 .filter(|c| *c != chain_id)

@@ -1,12 +1,13 @@
 //! The node killed or crashed at every step, rounds retried, and thousands of unfinished rounds resumed: each market resolved exactly once, no worker asked again.
 
 use super::*;
+use cresolver_store::{Requests, Rounds};
 
 async fn wait_state(dir: &std::path::Path, s: &MarketSetup, want: impl Fn(Stage) -> bool) -> Stage {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(store) = cresolver_store::Store::open(&dir.join("data"))
-            && let Ok(Some(r)) = store.get(s.dev.contracts.market, s.market_id)
+        if let Ok(store) = cresolver_store::SqliteStore::open(&dir.join("data"))
+            && let Ok(Some(r)) = store.get(s.dev.contracts.market, s.market_id).await
             && want(r.state)
         {
             return r.state;
@@ -73,9 +74,10 @@ async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction()
         Some(97),
         "the test hook exits after persisting the signed tx"
     );
-    let stored = cresolver_store::Store::open(&dir.join("data"))
+    let stored = cresolver_store::SqliteStore::open(&dir.join("data"))
         .unwrap()
         .get(s.dev.contracts.market, s.market_id)
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(stored.state, Stage::Submitted);
@@ -90,9 +92,10 @@ async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction()
     assert_eq!(st, Stage::Confirmed);
     let events = resolved_events(&s).await;
     assert_eq!(events.len(), 1);
-    let done = cresolver_store::Store::open(&dir.join("data"))
+    let done = cresolver_store::SqliteStore::open(&dir.join("data"))
         .unwrap()
         .get(s.dev.contracts.market, s.market_id)
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -144,13 +147,15 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
     let wf = workflow_file(&dir, |t| t);
     {
         // a round that failed earlier (the watcher starts after its request)
-        let store = cresolver_store::Store::open(&dir.join("data")).unwrap();
+        let store = cresolver_store::SqliteStore::open(&dir.join("data")).unwrap();
         let m = s.dev.contracts.market;
         store
             .manual_request(m, s.market_id, "cresolver-resolution")
+            .await
             .unwrap();
         store
             .set_state(m, s.market_id, Stage::Failed, Some("failed earlier"))
+            .await
             .unwrap();
     }
     let port = free_port();
@@ -198,7 +203,7 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
 
     // a running node: it runs the reopened round at once
     {
-        let store = cresolver_store::Store::open(&dir.join("data")).unwrap();
+        let store = cresolver_store::SqliteStore::open(&dir.join("data")).unwrap();
         store
             .set_state(
                 s.dev.contracts.market,
@@ -206,6 +211,7 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
                 Stage::Failed,
                 Some("failed again"),
             )
+            .await
             .unwrap();
     }
     let out = rounds_retry(&dir, &s, &listen).await;
@@ -230,7 +236,7 @@ async fn five_thousand_unfinished_rounds_start_and_drain() {
     {
         // 5000 unfinished rounds of markets that do not exist (more than the 1024 the
         // dispatcher's channel holds)
-        let store = cresolver_store::Store::open(&dir.join("data")).unwrap();
+        let store = cresolver_store::SqliteStore::open(&dir.join("data")).unwrap();
         for i in 0..5000u64 {
             store
                 .manual_request(
@@ -238,6 +244,7 @@ async fn five_thousand_unfinished_rounds_start_and_drain() {
                     U256::from(1_000_000 + i),
                     "cresolver-resolution",
                 )
+                .await
                 .unwrap();
         }
     }

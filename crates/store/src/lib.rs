@@ -1,31 +1,39 @@
 //! cresolver-store, the round store: an embedded SQLite database in the data dir that makes the node
-//! exactly-once. It remembers every trigger log seen (de-duplicated by tx hash and log
-//! index), one round per market with its state (requested → discovered → answered →
-//! challenged → evaluated → submitted → confirmed, or failed/skipped with a reason), the
-//! signed submission transaction *before* it is broadcast, and the watcher's checkpoint.
-//! The transaction manager's nonces and attempts live in [`txs`].
+//! exactly-once (or a PostgreSQL database a cluster shares). It remembers every trigger
+//! log seen (de-duplicated by tx hash and log index), one round per market with its
+//! state (requested → discovered → answered → challenged → evaluated → submitted →
+//! confirmed, or failed/skipped with a reason), the signed submission transaction
+//! *before* it is broadcast, and the watcher's checkpoint. The transaction manager's
+//! nonces and attempts are [`NonceRecord`]s and [`AttemptRecord`]s.
+//!
+//! The store's operations are small capability traits ([`round_store`]), each
+//! implemented once per backend: [`SqliteStore`] (`sqlite/`) and [`PgStore`] (`pg/`),
+//! each with its own SQL, reading typed columns ([`column`]) and following one request
+//! decision table ([`decide`]).
 
-mod done;
+mod column;
+mod decide;
 pub mod pg;
+mod records;
 mod round_store;
+mod sqlite;
 mod stage;
-pub use stage::Stage;
-mod txs;
-pub(crate) use done::{
-    ARCHIVE_SQL, PAST_SQL, PastRow, WATCHED_SQL, WatchedRow, renew_in, reopen_submission_in,
-};
-pub use done::{PastAttempt, RESUBMIT_REASON, Watched};
+
+pub use decide::{RESUBMIT_REASON, RequestDecision, decide};
 pub use pg::{PgConfig, PgFailure, PgStore};
+pub use records::{
+    AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, PastAttempt, TxPayload, Watched,
+};
 pub use round_store::{
     Checkpoints, Fence, Finality, FinalityStore, Leases, Nonces, Overview, Requests, RoundStore,
-    RoundTxs, Rounds, Settings, SqliteStore, TxStore,
+    RoundTxs, Rounds, Settings, TxStore,
 };
-pub use txs::{AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, TxPayload};
+pub use sqlite::{SqliteStore, Store};
+pub use stage::Stage;
 
 use alloy_primitives::{Address, B256, Bytes, U256};
 use cresolver_core::LogRef;
 use serde::Serialize;
-use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A round as stored.
@@ -162,40 +170,6 @@ pub fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
-/// What recording a request decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestDecision {
-    /// This exact log was seen before.
-    DuplicateLog,
-    /// A new round was created.
-    New,
-    /// The market's failed round was reopened for another attempt.
-    Reopened,
-    /// A done round (`finalized`, `skipped`) of a market the chain says is unresolved:
-    /// a new attempt was started (the old one is kept in `round_attempts`).
-    Renewed,
-    /// A `confirmed` round of a market the chain says is unresolved (its transaction left
-    /// the canonical chain): reopened at the submission stage, the same nonce re-sent.
-    Resubmit,
-    /// The market already has a round in progress or finished: nothing to do, unless
-    /// the round is done (`confirmed`, `finalized`, `skipped`) and the chain says the
-    /// market is unresolved (see [`Finality::renew_round`]).
-    AlreadyHandled(Stage),
-}
-
-impl RequestDecision {
-    /// Whether a round should be (re)started.
-    pub fn starts_round(self) -> bool {
-        matches!(
-            self,
-            RequestDecision::New
-                | RequestDecision::Reopened
-                | RequestDecision::Renewed
-                | RequestDecision::Resubmit
-        )
-    }
-}
-
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -209,7 +183,7 @@ pub enum StoreError {
     },
     /// SQLite refused a statement or the database file.
     #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(rusqlite::Error),
     /// A stored value does not parse (what it is, and why).
     #[error("database holds unexpected data: {0}")]
     Corrupt(String),
@@ -255,11 +229,23 @@ pub fn now() -> u64 {
         .unwrap_or(0)
 }
 
-mod rows;
-mod sqlite;
-pub(crate) use rows::*;
-pub use sqlite::Store;
-pub(crate) use sqlite::{DONE_SQL, SELECT};
+impl From<rusqlite::Error> for StoreError {
+    /// A column that does not convert is corrupt data ([`StoreError::Corrupt`]); any
+    /// other failure is SQLite's.
+    fn from(e: rusqlite::Error) -> Self {
+        match e {
+            rusqlite::Error::FromSqlConversionFailure(i, _, why) => {
+                StoreError::Corrupt(format!("column {i}: {why}"))
+            }
+            e => StoreError::Sqlite(e),
+        }
+    }
+}
 
-#[cfg(test)]
-mod tests;
+/// Runs a store call to its end on this thread, for code that is not async (the CLI's
+/// synchronous parts, tests): `block_on(store.get(market, id))`. Outside a tokio
+/// runtime the SQLite store does its work on this thread; inside one it is still done
+/// on the blocking pool, and this thread waits.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    futures::executor::block_on(f)
+}

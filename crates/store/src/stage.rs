@@ -98,3 +98,7 @@ impl FromStr for Stage {
             .ok_or_else(|| StoreError::Corrupt(format!("unknown round state {s:?}")))
     }
 }
+
+/// The states where a round's drive is over ([`Stage::is_final`]), as SQL (both
+/// backends).
+pub(crate) const DONE_SQL: &str = "('confirmed', 'finalized', 'failed', 'skipped')";

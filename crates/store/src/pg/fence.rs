@@ -3,7 +3,10 @@
 //! round's row (one round trip, prepared once per connection); a write to another table
 //! is made only if that fenced update or lock of the round touched it.
 
-use super::*;
+use super::{PgStore, pg_err};
+use crate::StoreError;
+use crate::column::{Addr, Num};
+use alloy_primitives::{Address, U256};
 
 impl PgStore {
     /// This node's term of the round, or `LeaseLost` when it holds none (the check
@@ -78,7 +81,7 @@ impl PgStore {
                     .prepare_cached("SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2")
                     .await
                     .map_err(pg_err)?,
-                &[&market.to_string(), &market_id.to_string()],
+                &[&Addr(market), &Num(market_id)],
             )
             .await
             .map_err(pg_err)?

@@ -15,18 +15,16 @@
 //!
 //! Timestamps shown to operators (`created_at`, `updated_at`) stay unix seconds, as in
 //! SQLite; lease times are milliseconds of the database clock.
+//!
+//! Each capability trait is implemented here once, with PostgreSQL's own SQL: `rounds`
+//! ([`crate::Requests`], [`crate::Checkpoints`], [`crate::Rounds`],
+//! [`crate::Overview`]), `txs` ([`crate::Nonces`], [`crate::RoundTxs`]), `leases`
+//! ([`crate::Leases`], [`crate::Fence`], with the write fence in `fence`), `finality`
+//! and `settings`.
 
-use super::txs::{
-    ATTEMPT_SELECT, AttemptRow, KEYED_ATTEMPT_SELECT, KEYED_NONCE_SELECT, NONCE_SELECT, NonceRow,
-};
-use super::{
-    AttemptRecord, Checkpoints, DONE_SQL, Fence, Finality, KeyRef, Lease, Leases, LogRef, MinedAt,
-    NonceRecord, NonceState, Nonces, Overview, RequestDecision, Requests, RoundRecord, RoundRow,
-    RoundSummary, RoundTxs, Rounds, SELECT, Settings, Stage, StoreError, SummaryRow, TxPayload,
-    corrupt, now, parse_market,
-};
-use alloy_primitives::{Address, B256, U256};
-use deadpool_postgres::Transaction;
+use crate::column::{Addr, Num};
+use crate::{KeyRef, StoreError};
+use alloy_primitives::{Address, U256};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -34,14 +32,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio_postgres::{NoTls, Row};
 
-mod done;
 mod fence;
-mod lease;
+mod finality;
+mod leases;
 mod rounds;
 mod schema;
+mod settings;
 mod tls;
 mod txs;
-use done::{archive_in, renew_in, reopen_submission_in};
 pub use schema::MIGRATIONS;
 use tls::{Tls, split_sslmode, tls_connector};
 
@@ -138,13 +136,6 @@ fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     }
 }
 
-const FINAL: &str = DONE_SQL;
-
-/// SQLite's `?n` placeholders as PostgreSQL's `$n` (the SQL both backends share).
-fn pg_sql(sql: &str) -> String {
-    sql.replace('?', "$")
-}
-
 impl PgStore {
     /// Connects, checks the server's version and applies the migrations. Errors name the
     /// URL without its password.
@@ -170,7 +161,7 @@ impl PgStore {
             .await
             .map_err(pg_err)?
             .try_get(0)
-            .map_err(|e| corrupt("column", e))?;
+            .map_err(|e| StoreError::Corrupt(format!("column: {e}")))?;
         Ok((version, exists))
     }
 
@@ -248,7 +239,7 @@ impl PgStore {
             .map_err(pg_err)
             .map_err(connect_err)?
             .try_get(0)
-            .map_err(|e| corrupt("column", e))?;
+            .map_err(|e| StoreError::Corrupt(format!("column: {e}")))?;
         let num: i32 = version.trim().parse().unwrap_or(0);
         if num < MIN_SERVER_VERSION {
             return Err(StoreError::Connect {
@@ -290,7 +281,7 @@ impl PgStore {
             .await
             .map_err(pg_err)?
             .try_get(0)
-            .map_err(|e| corrupt("column", e))?;
+            .map_err(|e| StoreError::Corrupt(format!("column: {e}")))?;
         if !exists {
             tx.batch_execute(
                 "CREATE TABLE schema_migrations (
@@ -309,7 +300,7 @@ impl PgStore {
             .await
             .map_err(pg_err)?
             .try_get(0)
-            .map_err(|e| corrupt("column", e))?;
+            .map_err(|e| StoreError::Corrupt(format!("column: {e}")))?;
         let have = have.unwrap_or(0);
         let newest = MIGRATIONS.last().map_or(0, |m| m.0);
         if have > newest {
@@ -357,149 +348,26 @@ impl PgStore {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&(market, market_id));
     }
-
-    async fn upsert_round(
-        &self,
-        tx: &Transaction<'_>,
-        market: Address,
-        market_id: U256,
-        workflow: &str,
-        request: Option<(B256, u64)>,
-        unresolved_on_chain: bool,
-    ) -> Result<RequestDecision, StoreError> {
-        let (m, id) = (market.to_string(), market_id.to_string());
-        let existing = tx
-            .query_opt(
-                &tx.prepare_cached(
-                    "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
-                )
-                .await
-                .map_err(pg_err)?,
-                &[&m, &id],
-            )
-            .await
-            .map_err(pg_err)?;
-        let req_tx = request.map(|(h, _)| h.to_string());
-        let req_block = request.map(|(_, b)| b as i64);
-        let t = now() as i64;
-        match existing {
-            None => {
-                // two nodes may insert the same market at once: the loser sees it handled
-                let n = tx
-                    .execute(
-                        &tx.prepare_cached("INSERT INTO rounds (market, market_id, state, attempt, workflow, request_tx, request_block, created_at, updated_at)
-                         VALUES ($1, $2, 'requested', 1, $3, $4, $5, $6, $6) ON CONFLICT DO NOTHING").await.map_err(pg_err)?,
-                        &[&m, &id, &workflow, &req_tx, &req_block, &t],
-                    )
-                    .await
-                    .map_err(pg_err)?;
-                Ok(if n == 1 {
-                    RequestDecision::New
-                } else {
-                    RequestDecision::AlreadyHandled(Stage::Requested)
-                })
-            }
-            Some(row) => {
-                let state: String = col(&row, 0)?;
-                if state == "failed" {
-                    archive_in(tx, &m, &id, t).await?;
-                    tx.execute(
-                        &tx.prepare_cached("UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
-                         request_tx = COALESCE($4, request_tx), request_block = COALESCE($5, request_block),
-                         reason = NULL, updated_at = $6, holder = NULL, lease_until = NULL
-                         WHERE market = $1 AND market_id = $2").await.map_err(pg_err)?,
-                        &[&m, &id, &workflow, &req_tx, &req_block, &t],
-                    )
-                    .await
-                    .map_err(pg_err)?;
-                    Ok(RequestDecision::Reopened)
-                } else {
-                    let state = Stage::from_str(&state)?;
-                    if !(unresolved_on_chain && state.is_resolved()) {
-                        return Ok(RequestDecision::AlreadyHandled(state));
-                    }
-                    if state == Stage::Confirmed {
-                        reopen_submission_in(tx, market, market_id, super::RESUBMIT_REASON, None)
-                            .await?;
-                        return Ok(RequestDecision::Resubmit);
-                    }
-                    renew_in(tx, market, market_id, workflow, request, state).await?;
-                    Ok(RequestDecision::Renewed)
-                }
-            }
-        }
-    }
 }
 
 /// A column of a row, typed; a column of another type is a corrupt-data error, not a
 /// panic (`Row::get` panics).
 fn col<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T, StoreError> {
-    r.try_get(i).map_err(|e| corrupt("column", e))
-}
-
-fn read_round(r: &Row) -> Result<RoundRecord, StoreError> {
-    RoundRow {
-        market: col(r, 0)?,
-        market_id: col(r, 1)?,
-        state: col(r, 2)?,
-        attempt: col::<i32>(r, 3)? as i64,
-        workflow: col(r, 4)?,
-        request_tx: col(r, 5)?,
-        request_block: col(r, 6)?,
-        reason: col(r, 7)?,
-        submit_tx: col(r, 8)?,
-        raw_tx: col(r, 9)?,
-        outcome: col(r, 10)?,
-        created_at: col(r, 11)?,
-        updated_at: col(r, 12)?,
-        holder: col(r, 13)?,
-    }
-    .parse()
-}
-
-fn read_nonce(r: &Row) -> Result<NonceRecord, StoreError> {
-    NonceRow {
-        nonce: col(r, 0)?,
-        state: col(r, 1)?,
-        market: col(r, 2)?,
-        market_id: col(r, 3)?,
-        to: col(r, 4)?,
-        calldata: col(r, 5)?,
-        gas_limit: col(r, 6)?,
-        mined_tx: col(r, 7)?,
-        mined_block: col(r, 8)?,
-        detail: col(r, 9)?,
-        created_at: col(r, 10)?,
-        updated_at: col(r, 11)?,
-        mined_hash: col(r, 12)?,
-    }
-    .parse()
-}
-
-fn read_attempt(r: &Row) -> Result<AttemptRecord, StoreError> {
-    AttemptRow {
-        nonce: col(r, 0)?,
-        seq: col::<i32>(r, 1)? as i64,
-        tx_hash: col(r, 2)?,
-        raw: col(r, 3)?,
-        max_fee: col(r, 4)?,
-        max_priority_fee: col(r, 5)?,
-        gas_limit: col(r, 6)?,
-        sent_block: col(r, 7)?,
-        created_at: col(r, 8)?,
-    }
-    .parse()
+    r.try_get(i).map_err(|e| {
+        let name = r.columns().get(i).map_or("column", |c| c.name());
+        StoreError::Corrupt(format!("{name}: {e}"))
+    })
 }
 
 /// The key (signer, chain id) in columns `at` and `at + 1` of a keyed row.
 fn read_key(r: &Row, at: usize) -> Result<KeyRef, StoreError> {
-    let signer: String = col(r, at)?;
     Ok(KeyRef {
-        signer: Address::from_str(&signer).map_err(|e| corrupt("signer", e))?,
+        signer: col::<Addr>(r, at)?.0,
         chain_id: col::<i64>(r, at + 1)? as u64,
     })
 }
 
-fn key_params(key: &KeyRef) -> (String, i64) {
-    (key.signer.to_string(), key.chain_id as i64)
+/// A market and a market id in columns `at` and `at + 1` of a row.
+fn read_market(r: &Row, at: usize) -> Result<(Address, U256), StoreError> {
+    Ok((col::<Addr>(r, at)?.0, col::<Num>(r, at + 1)?.0))
 }

@@ -1,11 +1,145 @@
-//! Rounds on PostgreSQL: requests (de-duplicated by their log), states, progress,
-//! outcomes, listings and the watcher's checkpoints; every write for a round is fenced by
-//! its lease. [`PgStore`]'s [`Requests`], [`Checkpoints`], [`Rounds`] and [`Overview`].
+//! Rounds on PostgreSQL: requests (de-duplicated by their log, decided by
+//! [`crate::decide`]), states, progress, outcomes, listings and the watcher's
+//! checkpoints; every write for a round is fenced by its lease. [`PgStore`]'s
+//! [`Requests`], [`Checkpoints`], [`Rounds`] and [`Overview`].
 
-use super::*;
+use super::finality::{archive_in, renew_in, reopen_submission_in};
+use super::{NOW_MS, PgStore, col, pg_err};
+use crate::column::{Addr, Hash, Json, Num};
+use crate::stage::DONE_SQL;
+use crate::{
+    Checkpoints, LogRef, Overview, RESUBMIT_REASON, RequestDecision, Requests, RoundRecord,
+    RoundSummary, Rounds, SUMMARY_REASON_BYTES, Stage, StoreError, UpdatedBetween, decide, now,
+    truncate,
+};
+use alloy_primitives::{Address, B256, Bytes, U256};
+use deadpool_postgres::Transaction;
+use tokio_postgres::Row;
 
-impl PgStore {
-    pub(super) async fn rounds_record_request_judged(
+/// Records a request for a market's round in `tx`: the round's stage (if any, its row
+/// locked) and the chain's word decide ([`decide`]), then the decision's writes are
+/// made. Two nodes may insert the same market at once: the loser sees it handled.
+async fn upsert_round(
+    tx: &Transaction<'_>,
+    market: Address,
+    market_id: U256,
+    workflow: &str,
+    request: Option<(B256, u64)>,
+    unresolved_on_chain: bool,
+) -> Result<RequestDecision, StoreError> {
+    let (m, id) = (Addr(market), Num(market_id));
+    let existing: Option<Stage> = tx
+        .query_opt(
+            &tx.prepare_cached(
+                "SELECT state FROM rounds WHERE market = $1 AND market_id = $2 FOR UPDATE",
+            )
+            .await
+            .map_err(pg_err)?,
+            &[&m, &id],
+        )
+        .await
+        .map_err(pg_err)?
+        .map(|r| col(&r, 0))
+        .transpose()?;
+    let req_tx = request.map(|(h, _)| Hash(h));
+    let req_block = request.map(|(_, b)| b as i64);
+    let t = now() as i64;
+    let decision = decide(existing, unresolved_on_chain);
+    match decision {
+        RequestDecision::New => {
+            let n = tx
+                .execute(
+                    &tx.prepare_cached("INSERT INTO rounds (market, market_id, state, attempt, workflow, request_tx, request_block, created_at, updated_at)
+                     VALUES ($1, $2, 'requested', 1, $3, $4, $5, $6, $6) ON CONFLICT DO NOTHING").await.map_err(pg_err)?,
+                    &[&m, &id, &workflow, &req_tx, &req_block, &t],
+                )
+                .await
+                .map_err(pg_err)?;
+            if n == 0 {
+                return Ok(RequestDecision::AlreadyHandled(Stage::Requested));
+            }
+        }
+        RequestDecision::Reopened => {
+            archive_in(tx, market, market_id, t).await?;
+            tx.execute(
+                &tx.prepare_cached(
+                    "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
+                 request_tx = COALESCE($4, request_tx), request_block = COALESCE($5, request_block),
+                 reason = NULL, updated_at = $6, holder = NULL, lease_until = NULL
+                 WHERE market = $1 AND market_id = $2",
+                )
+                .await
+                .map_err(pg_err)?,
+                &[&m, &id, &workflow, &req_tx, &req_block, &t],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        RequestDecision::Resubmit => {
+            reopen_submission_in(tx, market, market_id, RESUBMIT_REASON, None).await?;
+        }
+        RequestDecision::Renewed => {
+            if let Some(from) = existing {
+                renew_in(tx, market, market_id, workflow, request, from).await?;
+            }
+        }
+        RequestDecision::AlreadyHandled(_) | RequestDecision::DuplicateLog => {}
+    }
+    Ok(decision)
+}
+
+/// The `rounds` columns [`read_round`] reads.
+const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, request_tx, request_block, reason, submit_tx, raw_tx, outcome, created_at, updated_at, holder FROM rounds";
+
+/// A [`SELECT`] row.
+fn read_round(r: &Row) -> Result<RoundRecord, StoreError> {
+    Ok(RoundRecord {
+        market: col::<Addr>(r, 0)?.0,
+        market_id: col::<Num>(r, 1)?.0,
+        state: col(r, 2)?,
+        attempt: col::<i32>(r, 3)? as u32,
+        workflow: col(r, 4)?,
+        request_tx: col::<Option<Hash>>(r, 5)?.map(|h| h.0),
+        request_block: col::<Option<i64>>(r, 6)?.map(|b| b as u64),
+        reason: col(r, 7)?,
+        submit_tx: col::<Option<Hash>>(r, 8)?.map(|h| h.0),
+        raw_tx: col::<Option<Vec<u8>>>(r, 9)?.map(Bytes::from),
+        outcome: col::<Option<Json>>(r, 10)?.map(|o| o.0),
+        created_at: col::<i64>(r, 11)? as u64,
+        updated_at: col::<i64>(r, 12)? as u64,
+        holder: col(r, 13)?,
+    })
+}
+
+/// A summary row: the page cursor (the id) and the summary; holder and lease only while
+/// the round is unfinished.
+fn read_summary(r: &Row) -> Result<(i64, RoundSummary), StoreError> {
+    let state: Stage = col(r, 3)?;
+    let open = !state.is_final();
+    let summary = RoundSummary {
+        market: col::<Addr>(r, 1)?.0,
+        market_id: col::<Num>(r, 2)?.0,
+        state,
+        attempt: col::<i32>(r, 4)? as u32,
+        workflow: col(r, 5)?,
+        request_tx: col::<Option<Hash>>(r, 6)?.map(|h| h.0),
+        request_block: col::<Option<i64>>(r, 7)?.map(|b| b as u64),
+        reason: col::<Option<String>>(r, 8)?.map(|r| truncate(r, SUMMARY_REASON_BYTES)),
+        submit_tx: col::<Option<Hash>>(r, 9)?.map(|h| h.0),
+        created_at: col::<i64>(r, 10)? as u64,
+        updated_at: col::<i64>(r, 11)? as u64,
+        holder: col::<Option<String>>(r, 12)?.filter(|_| open),
+        driven_by: col(r, 13)?,
+        lease_ms: col::<Option<i64>>(r, 14)?
+            .filter(|_| open)
+            .map(|m| m as u64),
+    };
+    Ok((col(r, 0)?, summary))
+}
+
+#[async_trait::async_trait]
+impl Requests for PgStore {
+    async fn record_request_judged(
         &self,
         market: Address,
         market_id: U256,
@@ -14,11 +148,7 @@ impl PgStore {
         unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
         let mut client = self.client().await?;
-        let (tx_hash, m, id) = (
-            log.tx_hash.to_string(),
-            market.to_string(),
-            market_id.to_string(),
-        );
+        let (tx_hash, m, id) = (Hash(log.tx_hash), Addr(market), Num(market_id));
         let (index, block) = (log.log_index as i64, log.block_number as i64);
         // The common case, a new log for a market without a round, is one statement
         // (one round trip, its own transaction): the log is taken only when the market
@@ -45,7 +175,7 @@ impl PgStore {
                 )
                 .await
                 .map_err(pg_err)?,
-                &[&tx_hash, &index, &m, &id, &block, &log.block_hash.to_string(), &workflow, &(now() as i64)],
+                &[&tx_hash, &index, &m, &id, &block, &Hash(log.block_hash), &workflow, &(now() as i64)],
             )
             .await
             .map_err(pg_err)?;
@@ -59,28 +189,43 @@ impl PgStore {
             .execute(
                 &tx.prepare_cached("INSERT INTO seen_logs (tx_hash, log_index, market, market_id, block_number, block_hash)
                  VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING").await.map_err(pg_err)?,
-                &[&tx_hash, &index, &m, &id, &block, &log.block_hash.to_string()],
+                &[&tx_hash, &index, &m, &id, &block, &Hash(log.block_hash)],
             )
             .await
             .map_err(pg_err)?;
         if inserted == 0 {
             return Ok(RequestDecision::DuplicateLog);
         }
-        let d = self
-            .upsert_round(
-                &tx,
-                market,
-                market_id,
-                workflow,
-                Some((log.tx_hash, log.block_number)),
-                unresolved_on_chain,
-            )
-            .await?;
+        let request = Some((log.tx_hash, log.block_number));
+        let d = upsert_round(
+            &tx,
+            market,
+            market_id,
+            workflow,
+            request,
+            unresolved_on_chain,
+        )
+        .await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(d)
     }
 
-    pub(super) async fn rounds_manual_request_judged(
+    async fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &client
+                    .prepare_cached("SELECT 1 FROM seen_logs WHERE tx_hash = $1 AND log_index = $2")
+                    .await
+                    .map_err(pg_err)?,
+                &[&Hash(log.tx_hash), &(log.log_index as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(row.is_some())
+    }
+
+    async fn manual_request_judged(
         &self,
         market: Address,
         market_id: U256,
@@ -89,14 +234,49 @@ impl PgStore {
     ) -> Result<RequestDecision, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let d = self
-            .upsert_round(&tx, market, market_id, workflow, None, unresolved_on_chain)
-            .await?;
+        let d = upsert_round(&tx, market, market_id, workflow, None, unresolved_on_chain).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(d)
     }
+}
 
-    pub(super) async fn rounds_set_state(
+#[async_trait::async_trait]
+impl Checkpoints for PgStore {
+    async fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &client
+                    .prepare_cached(
+                        "SELECT block_number, block_hash FROM checkpoints WHERE key = $1",
+                    )
+                    .await
+                    .map_err(pg_err)?,
+                &[&key],
+            )
+            .await
+            .map_err(pg_err)?;
+        row.map(|r| Ok((col::<i64>(&r, 0)? as u64, col::<Hash>(&r, 1)?.0)))
+            .transpose()
+    }
+
+    async fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                &client.prepare_cached("INSERT INTO checkpoints (key, block_number, block_hash) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash").await.map_err(pg_err)?,
+                &[&key, &(block as i64), &Hash(hash)],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Rounds for PgStore {
+    async fn set_state(
         &self,
         market: Address,
         market_id: U256,
@@ -108,9 +288,9 @@ impl PgStore {
             market_id,
             "UPDATE rounds SET state = $3, reason = $4, updated_at = $5 WHERE market = $1 AND market_id = $2",
             &[
-                &market.to_string(),
-                &market_id.to_string(),
-                &state.as_str(),
+                &Addr(market),
+                &Num(market_id),
+                &state,
                 &reason,
                 &(now() as i64),
             ],
@@ -118,7 +298,7 @@ impl PgStore {
         .await
     }
 
-    pub(super) async fn rounds_save_progress(
+    async fn save_progress(
         &self,
         market: Address,
         market_id: U256,
@@ -126,7 +306,7 @@ impl PgStore {
         state: Stage,
         progress: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        let (m, id, t) = (market.to_string(), market_id.to_string(), now() as i64);
+        let (m, id, t) = (Addr(market), Num(market_id), now() as i64);
         // the state and the progress in one fenced statement (one round trip): the
         // progress is written only if the fenced update of the round touched it
         self.fenced_statement(
@@ -143,16 +323,16 @@ impl PgStore {
             &[
                 &m,
                 &id,
-                &state.as_str(),
+                &state,
                 &t,
                 &(attempt as i32),
-                &progress.to_string(),
+                &Json(progress.clone()),
             ],
         )
         .await
     }
 
-    pub(super) async fn rounds_progress(
+    async fn progress(
         &self,
         market: Address,
         market_id: U256,
@@ -162,17 +342,14 @@ impl PgStore {
         let row = client
             .query_opt(
                 &client.prepare_cached("SELECT progress FROM round_progress WHERE market = $1 AND market_id = $2 AND attempt = $3").await.map_err(pg_err)?,
-                &[&market.to_string(), &market_id.to_string(), &(attempt as i32)],
+                &[&Addr(market), &Num(market_id), &(attempt as i32)],
             )
             .await
             .map_err(pg_err)?;
-        row.map(|r| {
-            serde_json::from_str(col::<&str>(&r, 0)?).map_err(|e| corrupt("round progress", e))
-        })
-        .transpose()
+        row.map(|r| Ok(col::<Json>(&r, 0)?.0)).transpose()
     }
 
-    pub(super) async fn rounds_set_request_block(
+    async fn set_request_block(
         &self,
         market: Address,
         market_id: U256,
@@ -183,8 +360,8 @@ impl PgStore {
             market_id,
             "UPDATE rounds SET request_block = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
             &[
-                &market.to_string(),
-                &market_id.to_string(),
+                &Addr(market),
+                &Num(market_id),
                 &(block as i64),
                 &(now() as i64),
             ],
@@ -192,7 +369,7 @@ impl PgStore {
         .await
     }
 
-    pub(super) async fn rounds_set_outcome(
+    async fn set_outcome(
         &self,
         market: Address,
         market_id: U256,
@@ -203,16 +380,16 @@ impl PgStore {
             market_id,
             "UPDATE rounds SET outcome = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
             &[
-                &market.to_string(),
-                &market_id.to_string(),
-                &outcome.to_string(),
+                &Addr(market),
+                &Num(market_id),
+                &Json(outcome.clone()),
                 &(now() as i64),
             ],
         )
         .await
     }
 
-    pub(super) async fn rounds_set_outcome_and_state(
+    async fn set_outcome_and_state(
         &self,
         market: Address,
         market_id: U256,
@@ -225,10 +402,10 @@ impl PgStore {
             market_id,
             "UPDATE rounds SET outcome = $3, state = $4, reason = $5, updated_at = $6 WHERE market = $1 AND market_id = $2",
             &[
-                &market.to_string(),
-                &market_id.to_string(),
-                &outcome.to_string(),
-                &state.as_str(),
+                &Addr(market),
+                &Num(market_id),
+                &Json(outcome.clone()),
+                &state,
                 &reason,
                 &(now() as i64),
             ],
@@ -236,7 +413,7 @@ impl PgStore {
         .await
     }
 
-    pub(super) async fn rounds_get(
+    async fn get(
         &self,
         market: Address,
         market_id: U256,
@@ -248,7 +425,7 @@ impl PgStore {
                     .prepare_cached(&format!("{SELECT} WHERE market = $1 AND market_id = $2"))
                     .await
                     .map_err(pg_err)?,
-                &[&market.to_string(), &market_id.to_string()],
+                &[&Addr(market), &Num(market_id)],
             )
             .await
             .map_err(pg_err)?
@@ -256,11 +433,31 @@ impl PgStore {
             .transpose()
     }
 
-    pub(super) async fn rounds_list_summaries(
+    async fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &client
+                    .prepare_cached(&format!(
+                        "{SELECT} WHERE state NOT IN {DONE_SQL} ORDER BY created_at, id"
+                    ))
+                    .await
+                    .map_err(pg_err)?,
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(read_round).collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl Overview for PgStore {
+    async fn list_summaries_updated(
         &self,
         limit: usize,
         before: Option<i64>,
-        between: crate::UpdatedBetween,
+        between: UpdatedBetween,
     ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
         let (since, until) = between.sql_bounds();
         let client = self.client().await?;
@@ -277,51 +474,17 @@ impl PgStore {
             )
             .await
             .map_err(pg_err)?;
-        let mut out = Vec::with_capacity(rows.len());
-        let mut last = None;
-        for r in rows {
-            let row = SummaryRow {
-                cursor: col(&r, 0)?,
-                market: col(&r, 1)?,
-                market_id: col(&r, 2)?,
-                state: col(&r, 3)?,
-                attempt: col::<i32>(&r, 4)? as i64,
-                workflow: col(&r, 5)?,
-                request_tx: col(&r, 6)?,
-                request_block: col(&r, 7)?,
-                reason: col(&r, 8)?,
-                submit_tx: col(&r, 9)?,
-                created_at: col(&r, 10)?,
-                updated_at: col(&r, 11)?,
-                holder: col(&r, 12)?,
-                driven_by: col(&r, 13)?,
-                lease_ms: col(&r, 14)?,
-            };
-            last = Some(row.cursor);
-            out.push(row.parse()?);
-        }
-        let next = (out.len() == limit).then_some(last).flatten();
-        Ok((out, next))
+        let rows = rows
+            .iter()
+            .map(read_summary)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = (rows.len() == limit)
+            .then(|| rows.last().map(|r| r.0))
+            .flatten();
+        Ok((rows.into_iter().map(|r| r.1).collect(), next))
     }
 
-    pub(super) async fn rounds_unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                &client
-                    .prepare_cached(&format!(
-                        "{SELECT} WHERE state NOT IN {FINAL} ORDER BY created_at, id"
-                    ))
-                    .await
-                    .map_err(pg_err)?,
-                &[],
-            )
-            .await
-            .map_err(pg_err)?;
-        rows.iter().map(read_round).collect()
-    }
-
-    pub(super) async fn rounds_count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {
+    async fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -334,191 +497,8 @@ impl PgStore {
             .await
             .map_err(pg_err)?;
         rows.iter()
-            .map(|r| {
-                let s: String = col(r, 0)?;
-                Ok((Stage::from_str(&s)?, col::<i64>(r, 1)? as u64))
-            })
+            .map(|r| Ok((col(r, 0)?, col::<i64>(r, 1)? as u64)))
             .collect()
-    }
-
-    pub(super) async fn rounds_checkpoint(
-        &self,
-        key: &str,
-    ) -> Result<Option<(u64, B256)>, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &client
-                    .prepare_cached(
-                        "SELECT block_number, block_hash FROM checkpoints WHERE key = $1",
-                    )
-                    .await
-                    .map_err(pg_err)?,
-                &[&key],
-            )
-            .await
-            .map_err(pg_err)?;
-        row.map(|r| {
-            let h: String = col(&r, 1)?;
-            Ok((
-                col::<i64>(&r, 0)? as u64,
-                B256::from_str(&h).map_err(|e| corrupt("checkpoint hash", e))?,
-            ))
-        })
-        .transpose()
-    }
-
-    pub(super) async fn rounds_set_checkpoint(
-        &self,
-        key: &str,
-        block: u64,
-        hash: B256,
-    ) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                &client.prepare_cached("INSERT INTO checkpoints (key, block_number, block_hash) VALUES ($1, $2, $3)
-                 ON CONFLICT (key) DO UPDATE SET block_number = excluded.block_number, block_hash = excluded.block_hash").await.map_err(pg_err)?,
-                &[&key, &(block as i64), &hash.to_string()],
-            )
-            .await
-            .map_err(pg_err)?;
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl Requests for PgStore {
-    async fn record_request_judged(
-        &self,
-        market: Address,
-        market_id: U256,
-        workflow: &str,
-        log: &LogRef,
-        unresolved_on_chain: bool,
-    ) -> Result<RequestDecision, StoreError> {
-        self.rounds_record_request_judged(market, market_id, workflow, log, unresolved_on_chain)
-            .await
-    }
-
-    async fn log_seen(&self, log: &LogRef) -> Result<bool, StoreError> {
-        self.done_log_seen(log).await
-    }
-
-    async fn manual_request_judged(
-        &self,
-        market: Address,
-        market_id: U256,
-        workflow: &str,
-        unresolved_on_chain: bool,
-    ) -> Result<RequestDecision, StoreError> {
-        self.rounds_manual_request_judged(market, market_id, workflow, unresolved_on_chain)
-            .await
-    }
-}
-
-#[async_trait::async_trait]
-impl Checkpoints for PgStore {
-    async fn checkpoint(&self, key: &str) -> Result<Option<(u64, B256)>, StoreError> {
-        self.rounds_checkpoint(key).await
-    }
-
-    async fn set_checkpoint(&self, key: &str, block: u64, hash: B256) -> Result<(), StoreError> {
-        self.rounds_set_checkpoint(key, block, hash).await
-    }
-}
-
-#[async_trait::async_trait]
-impl Rounds for PgStore {
-    async fn set_state(
-        &self,
-        market: Address,
-        market_id: U256,
-        state: Stage,
-        reason: Option<&str>,
-    ) -> Result<(), StoreError> {
-        self.rounds_set_state(market, market_id, state, reason)
-            .await
-    }
-
-    async fn save_progress(
-        &self,
-        market: Address,
-        market_id: U256,
-        attempt: u32,
-        state: Stage,
-        progress: &serde_json::Value,
-    ) -> Result<(), StoreError> {
-        self.rounds_save_progress(market, market_id, attempt, state, progress)
-            .await
-    }
-
-    async fn progress(
-        &self,
-        market: Address,
-        market_id: U256,
-        attempt: u32,
-    ) -> Result<Option<serde_json::Value>, StoreError> {
-        self.rounds_progress(market, market_id, attempt).await
-    }
-
-    async fn set_request_block(
-        &self,
-        market: Address,
-        market_id: U256,
-        block: u64,
-    ) -> Result<(), StoreError> {
-        self.rounds_set_request_block(market, market_id, block)
-            .await
-    }
-
-    async fn set_outcome(
-        &self,
-        market: Address,
-        market_id: U256,
-        outcome: &serde_json::Value,
-    ) -> Result<(), StoreError> {
-        self.rounds_set_outcome(market, market_id, outcome).await
-    }
-
-    async fn set_outcome_and_state(
-        &self,
-        market: Address,
-        market_id: U256,
-        outcome: &serde_json::Value,
-        state: Stage,
-        reason: Option<&str>,
-    ) -> Result<(), StoreError> {
-        self.rounds_set_outcome_and_state(market, market_id, outcome, state, reason)
-            .await
-    }
-
-    async fn get(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Option<RoundRecord>, StoreError> {
-        self.rounds_get(market, market_id).await
-    }
-
-    async fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError> {
-        self.rounds_unfinished().await
-    }
-}
-
-#[async_trait::async_trait]
-impl Overview for PgStore {
-    async fn list_summaries_updated(
-        &self,
-        limit: usize,
-        before: Option<i64>,
-        between: crate::UpdatedBetween,
-    ) -> Result<(Vec<RoundSummary>, Option<i64>), StoreError> {
-        self.rounds_list_summaries(limit, before, between).await
-    }
-
-    async fn count_by_state(&self) -> Result<Vec<(Stage, u64)>, StoreError> {
-        self.rounds_count_by_state().await
     }
 
     async fn probe_write(&self) -> Result<(), StoreError> {

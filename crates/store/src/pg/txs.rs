@@ -2,20 +2,107 @@
 //! the key's row lock, so nodes sharing a signing key never take the same one; every
 //! write is fenced by the round's lease. [`PgStore`]'s [`Nonces`] and [`RoundTxs`].
 
-use super::*;
+use super::{NONCE_ROUNDS_CAP, PgStore, col, pg_err, read_key, read_market};
+use crate::column::{Addr, Hash, Num, Wei};
+use crate::{
+    AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, Nonces, RoundTxs, StoreError,
+    TxPayload, now,
+};
+use alloy_primitives::{Address, Bytes, U256};
+use std::collections::HashMap;
+use tokio_postgres::Row;
+
+/// The `tx_nonces` columns [`read_nonce`] reads, then the key (signer 13, chain id 14).
+const KEYED_NONCE_SELECT: &str = "SELECT nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at, mined_hash,
+     signer, chain_id FROM tx_nonces";
 
 /// One nonce of a key (`$1` signer, `$2` chain id, `$3` nonce).
-fn nonce_sql() -> String {
-    format!("{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3")
-}
+const NONCE_SQL: &str = "SELECT nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at, mined_hash
+     FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3";
+
+/// The `tx_attempts` columns [`read_attempt`] reads, then the key (signer 9, chain id 10).
+const KEYED_ATTEMPT_SELECT: &str =
+    "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at,
+     signer, chain_id FROM tx_attempts";
 
 /// The attempts at one nonce of a key, oldest first (the same parameters).
-fn attempts_sql() -> String {
-    format!("{ATTEMPT_SELECT} WHERE signer = $1 AND chain_id = $2 AND nonce = $3 ORDER BY seq")
+const ATTEMPTS_SQL: &str =
+    "SELECT nonce, seq, tx_hash, raw, max_fee, max_priority_fee, gas_limit, sent_block, created_at
+     FROM tx_attempts WHERE signer = $1 AND chain_id = $2 AND nonce = $3 ORDER BY seq";
+
+/// A nonce row (its first 13 columns).
+fn read_nonce(r: &Row) -> Result<NonceRecord, StoreError> {
+    let (market, market_id) = read_market(r, 2)?;
+    Ok(NonceRecord {
+        nonce: col::<i64>(r, 0)? as u64,
+        state: col(r, 1)?,
+        payload: TxPayload {
+            market,
+            market_id,
+            to: col::<Addr>(r, 4)?.0,
+            calldata: Bytes::from(col::<Vec<u8>>(r, 5)?),
+            gas_limit: col::<i64>(r, 6)? as u64,
+        },
+        mined_tx: col::<Option<Hash>>(r, 7)?.map(|h| h.0),
+        mined_block: col::<Option<i64>>(r, 8)?.map(|b| b as u64),
+        mined_hash: col::<Option<Hash>>(r, 12)?.map(|h| h.0),
+        detail: col(r, 9)?,
+        created_at: col::<i64>(r, 10)? as u64,
+        updated_at: col::<i64>(r, 11)? as u64,
+    })
+}
+
+/// An attempt row (its first 9 columns).
+fn read_attempt(r: &Row) -> Result<AttemptRecord, StoreError> {
+    Ok(AttemptRecord {
+        nonce: col::<i64>(r, 0)? as u64,
+        seq: col::<i32>(r, 1)? as u32,
+        tx_hash: col::<Hash>(r, 2)?.0,
+        raw: Bytes::from(col::<Vec<u8>>(r, 3)?),
+        max_fee_per_gas: col::<Wei>(r, 4)?.0,
+        max_priority_fee_per_gas: col::<Wei>(r, 5)?.0,
+        gas_limit: col::<i64>(r, 6)? as u64,
+        sent_block: col::<Option<i64>>(r, 7)?.map(|b| b as u64),
+        created_at: col::<i64>(r, 8)? as u64,
+    })
+}
+
+/// A key as parameters (signer, chain id).
+fn key_params(key: &KeyRef) -> (Addr, i64) {
+    (Addr(key.signer), key.chain_id as i64)
 }
 
 impl PgStore {
-    pub(super) async fn txs_reserve_nonce(
+    /// Runs `f` on the rounds of the nonces this node reserved.
+    fn reserved<T>(&self, f: impl FnOnce(&mut HashMap<(KeyRef, u64), (Address, U256)>) -> T) -> T {
+        f(&mut self.nonce_rounds.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The round a reserved nonce belongs to.
+    pub(super) async fn nonce_round(
+        &self,
+        key: KeyRef,
+        nonce: u64,
+    ) -> Result<(Address, U256), StoreError> {
+        if let Some(round) = self.reserved(|m| m.get(&(key, nonce)).copied()) {
+            return Ok(round);
+        }
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &client.prepare_cached("SELECT market, market_id FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3").await.map_err(pg_err)?,
+                &[&Addr(key.signer), &(key.chain_id as i64), &(nonce as i64)],
+            )
+            .await
+            .map_err(pg_err)?
+            .ok_or_else(|| StoreError::Corrupt(format!("tx_nonces: nonce {nonce} is not reserved")))?;
+        read_market(&row, 0)
+    }
+}
+
+#[async_trait::async_trait]
+impl Nonces for PgStore {
+    async fn reserve_nonce(
         &self,
         key: KeyRef,
         chain_pending: u64,
@@ -58,8 +145,8 @@ impl PgStore {
             .await
             .map_err(pg_err)?;
         let t = now() as i64;
-        let (m, id) = (market.to_string(), market_id.to_string());
-        let (to, calldata) = (payload.to.to_string(), payload.calldata.as_ref());
+        let (m, id) = (Addr(market), Num(market_id));
+        let (to, calldata) = (Addr(payload.to), payload.calldata.as_ref());
         let (pending, gas) = (chain_pending as i64, payload.gas_limit as i64);
         // The transaction's four messages go out together (pipelined: one round trip),
         // so the key's lock is held only while the server runs them, never across a
@@ -105,7 +192,7 @@ impl PgStore {
         }
     }
 
-    pub(super) async fn txs_add_attempt(
+    async fn add_attempt(
         &self,
         key: KeyRef,
         market: Address,
@@ -127,17 +214,17 @@ impl PgStore {
              SELECT $5::text, $6::bigint, $7::bigint, $8::integer, $3::text, $9::bytea, $10::text, $11::text,
                     $12::bigint, $13::bigint, $14::bigint FROM r",
             &[
-                &market.to_string(),
-                &market_id.to_string(),
-                &a.tx_hash.to_string(),
+                &Addr(market),
+                &Num(market_id),
+                &Hash(a.tx_hash),
                 &(now() as i64),
                 &signer,
                 &chain,
                 &(a.nonce as i64),
                 &(a.seq as i32),
                 &a.raw.as_ref(),
-                &a.max_fee_per_gas.to_string(),
-                &a.max_priority_fee_per_gas.to_string(),
+                &Wei(a.max_fee_per_gas),
+                &Wei(a.max_priority_fee_per_gas),
                 &(a.gas_limit as i64),
                 &a.sent_block.map(|b| b as i64),
                 &(a.created_at as i64),
@@ -146,7 +233,7 @@ impl PgStore {
         .await
     }
 
-    pub(super) async fn txs_mark_attempt_sent(
+    async fn mark_attempt_sent(
         &self,
         key: KeyRef,
         market: Address,
@@ -173,14 +260,14 @@ impl PgStore {
                 &(nonce as i64),
                 &(seq as i32),
                 &(block as i64),
-                &market.to_string(),
-                &market_id.to_string(),
+                &Addr(market),
+                &Num(market_id),
             ],
         )
         .await
     }
 
-    pub(super) async fn txs_finish_nonce(
+    async fn finish_nonce(
         &self,
         key: KeyRef,
         nonce: u64,
@@ -208,14 +295,14 @@ impl PgStore {
                     &signer,
                     &chain,
                     &(nonce as i64),
-                    &state.as_str(),
-                    &mined.map(|m| m.tx.to_string()),
+                    &state,
+                    &mined.map(|m| Hash(m.tx)),
                     &mined.map(|m| m.block as i64),
                     &detail,
                     &(now() as i64),
-                    &mined.map(|m| m.block_hash.to_string()),
-                    &market.to_string(),
-                    &market_id.to_string(),
+                    &mined.map(|m| Hash(m.block_hash)),
+                    &Addr(market),
+                    &Num(market_id),
                 ],
             )
             .await;
@@ -225,7 +312,7 @@ impl PgStore {
         ended
     }
 
-    pub(super) async fn txs_pending_nonce_of(
+    async fn pending_nonce_of(
         &self,
         key: KeyRef,
         market: Address,
@@ -236,10 +323,10 @@ impl PgStore {
         client
             .query_opt(
                 &client.prepare_cached(&format!(
-                    "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND market = $3 AND market_id = $4 AND state = 'pending'
+                    "{KEYED_NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND market = $3 AND market_id = $4 AND state = 'pending'
                      ORDER BY nonce LIMIT 1"
                 )).await.map_err(pg_err)?,
-                &[&signer, &chain, &market.to_string(), &market_id.to_string()],
+                &[&signer, &chain, &Addr(market), &Num(market_id)],
             )
             .await
             .map_err(pg_err)?
@@ -247,7 +334,7 @@ impl PgStore {
             .transpose()
     }
 
-    pub(super) async fn txs_nonce_record(
+    async fn nonce_record(
         &self,
         key: KeyRef,
         nonce: u64,
@@ -256,7 +343,7 @@ impl PgStore {
         let client = self.client().await?;
         client
             .query_opt(
-                &client.prepare_cached(&nonce_sql()).await.map_err(pg_err)?,
+                &client.prepare_cached(NONCE_SQL).await.map_err(pg_err)?,
                 &[&signer, &chain, &(nonce as i64)],
             )
             .await
@@ -265,16 +352,13 @@ impl PgStore {
             .transpose()
     }
 
-    pub(super) async fn txs_pending_nonces(
-        &self,
-        key: KeyRef,
-    ) -> Result<Vec<NonceRecord>, StoreError> {
+    async fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError> {
         let (signer, chain) = key_params(&key);
         let client = self.client().await?;
         let rows = client
             .query(
                 &client.prepare_cached(&format!(
-                    "{NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND state = 'pending' ORDER BY nonce"
+                    "{KEYED_NONCE_SELECT} WHERE signer = $1 AND chain_id = $2 AND state = 'pending' ORDER BY nonce"
                 )).await.map_err(pg_err)?,
                 &[&signer, &chain],
             )
@@ -283,19 +367,12 @@ impl PgStore {
         rows.iter().map(read_nonce).collect()
     }
 
-    pub(super) async fn txs_attempts(
-        &self,
-        key: KeyRef,
-        nonce: u64,
-    ) -> Result<Vec<AttemptRecord>, StoreError> {
+    async fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError> {
         let (signer, chain) = key_params(&key);
         let client = self.client().await?;
         let rows = client
             .query(
-                &client
-                    .prepare_cached(&attempts_sql())
-                    .await
-                    .map_err(pg_err)?,
+                &client.prepare_cached(ATTEMPTS_SQL).await.map_err(pg_err)?,
                 &[&signer, &chain, &(nonce as i64)],
             )
             .await
@@ -303,19 +380,15 @@ impl PgStore {
         rows.iter().map(read_attempt).collect()
     }
 
-    /// The nonce and its attempts: both statements go out on one connection at once.
-    pub(super) async fn txs_nonce_with_attempts(
+    async fn nonce_with_attempts(
         &self,
         key: KeyRef,
         nonce: u64,
     ) -> Result<(Option<NonceRecord>, Vec<AttemptRecord>), StoreError> {
         let (signer, chain) = key_params(&key);
         let client = self.client().await?;
-        let record = client.prepare_cached(&nonce_sql()).await.map_err(pg_err)?;
-        let attempts = client
-            .prepare_cached(&attempts_sql())
-            .await
-            .map_err(pg_err)?;
+        let record = client.prepare_cached(NONCE_SQL).await.map_err(pg_err)?;
+        let attempts = client.prepare_cached(ATTEMPTS_SQL).await.map_err(pg_err)?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
             [&signer, &chain, &(nonce as i64)];
         let (record, attempts) = tokio::join!(
@@ -334,15 +407,34 @@ impl PgStore {
         Ok((record, attempts))
     }
 
-    /// A round's reservations with their attempts: two statements on one connection at
-    /// once (an attempt of a nonce reserved between the two is left out; the history is
-    /// the transcript's, read again at the round's next end).
-    pub(super) async fn txs_tx_history(
+    async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
+        let (signer, chain) = key_params(&key);
+        let client = self.client().await?;
+        let h: Option<i64> = client
+            .query_one(
+                &client
+                    .prepare_cached(
+                        "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
+                    )
+                    .await
+                    .map_err(pg_err)?,
+                &[&signer, &chain],
+            )
+            .await
+            .map_err(pg_err)
+            .and_then(|r| col(&r, 0))?;
+        Ok(h.map(|h| h as u64))
+    }
+}
+
+#[async_trait::async_trait]
+impl RoundTxs for PgStore {
+    async fn tx_history(
         &self,
         market: Address,
         market_id: U256,
     ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
-        let (m, id) = (market.to_string(), market_id.to_string());
+        let (m, id) = (Addr(market), Num(market_id));
         let client = self.client().await?;
         let nonces = client
             .prepare_cached(&format!(
@@ -380,187 +472,27 @@ impl PgStore {
         Ok(out.into_iter().map(|((_, n), a)| (n, a)).collect())
     }
 
-    /// Runs `f` on the rounds of the nonces this node reserved.
-    fn reserved<T>(&self, f: impl FnOnce(&mut HashMap<(KeyRef, u64), (Address, U256)>) -> T) -> T {
-        f(&mut self.nonce_rounds.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// The round a reserved nonce belongs to.
-    pub(super) async fn nonce_round(
-        &self,
-        key: KeyRef,
-        nonce: u64,
-    ) -> Result<(Address, U256), StoreError> {
-        if let Some(round) = self.reserved(|m| m.get(&(key, nonce)).copied()) {
-            return Ok(round);
-        }
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &client.prepare_cached("SELECT market, market_id FROM tx_nonces WHERE signer = $1 AND chain_id = $2 AND nonce = $3").await.map_err(pg_err)?,
-                &[&key.signer.to_string(), &(key.chain_id as i64), &(nonce as i64)],
-            )
-            .await
-            .map_err(pg_err)?
-            .ok_or_else(|| corrupt("tx_nonces", format!("nonce {nonce} is not reserved")))?;
-        parse_market(&col::<String>(&row, 0)?, &col::<String>(&row, 1)?)
-    }
-
-    /// A round's reservations under any key (only the pending ones with `pending`),
-    /// oldest first: one statement.
-    pub(super) async fn round_nonces(
+    async fn pending_nonces_of_round(
         &self,
         market: Address,
         market_id: U256,
-        pending: bool,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(
                 &client
                     .prepare_cached(&format!(
-                        "{KEYED_NONCE_SELECT} WHERE market = $1 AND market_id = $2
-                 AND (NOT $3 OR state = 'pending') ORDER BY created_at, nonce"
+                        "{KEYED_NONCE_SELECT} WHERE market = $1 AND market_id = $2 AND state = 'pending'
+                         ORDER BY created_at, nonce"
                     ))
                     .await
                     .map_err(pg_err)?,
-                &[&market.to_string(), &market_id.to_string(), &pending],
+                &[&Addr(market), &Num(market_id)],
             )
             .await
             .map_err(pg_err)?;
         rows.iter()
             .map(|r| Ok((read_key(r, 13)?, read_nonce(r)?)))
             .collect()
-    }
-
-    pub(super) async fn txs_highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
-        let (signer, chain) = key_params(&key);
-        let client = self.client().await?;
-        let h: Option<i64> = client
-            .query_one(
-                &client
-                    .prepare_cached(
-                        "SELECT MAX(nonce) FROM tx_nonces WHERE signer = $1 AND chain_id = $2",
-                    )
-                    .await
-                    .map_err(pg_err)?,
-                &[&signer, &chain],
-            )
-            .await
-            .map_err(pg_err)?
-            .try_get(0)
-            .map_err(|e| corrupt("column", e))?;
-        Ok(h.map(|h| h as u64))
-    }
-
-    pub(super) async fn txs_pending_nonces_of_round(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
-        self.round_nonces(market, market_id, true).await
-    }
-}
-
-#[async_trait::async_trait]
-impl Nonces for PgStore {
-    async fn reserve_nonce(
-        &self,
-        key: KeyRef,
-        chain_pending: u64,
-        payload: &TxPayload,
-    ) -> Result<u64, StoreError> {
-        self.txs_reserve_nonce(key, chain_pending, payload).await
-    }
-
-    async fn add_attempt(
-        &self,
-        key: KeyRef,
-        market: Address,
-        market_id: U256,
-        a: &AttemptRecord,
-    ) -> Result<(), StoreError> {
-        self.txs_add_attempt(key, market, market_id, a).await
-    }
-
-    async fn mark_attempt_sent(
-        &self,
-        key: KeyRef,
-        market: Address,
-        market_id: U256,
-        nonce: u64,
-        seq: u32,
-        block: u64,
-    ) -> Result<(), StoreError> {
-        self.txs_mark_attempt_sent(key, market, market_id, nonce, seq, block)
-            .await
-    }
-
-    async fn finish_nonce(
-        &self,
-        key: KeyRef,
-        nonce: u64,
-        state: NonceState,
-        mined: Option<MinedAt>,
-        detail: Option<&str>,
-    ) -> Result<(), StoreError> {
-        self.txs_finish_nonce(key, nonce, state, mined, detail)
-            .await
-    }
-
-    async fn pending_nonce_of(
-        &self,
-        key: KeyRef,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Option<NonceRecord>, StoreError> {
-        self.txs_pending_nonce_of(key, market, market_id).await
-    }
-
-    async fn nonce_record(
-        &self,
-        key: KeyRef,
-        nonce: u64,
-    ) -> Result<Option<NonceRecord>, StoreError> {
-        self.txs_nonce_record(key, nonce).await
-    }
-
-    async fn pending_nonces(&self, key: KeyRef) -> Result<Vec<NonceRecord>, StoreError> {
-        self.txs_pending_nonces(key).await
-    }
-
-    async fn attempts(&self, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord>, StoreError> {
-        self.txs_attempts(key, nonce).await
-    }
-
-    async fn nonce_with_attempts(
-        &self,
-        key: KeyRef,
-        nonce: u64,
-    ) -> Result<(Option<NonceRecord>, Vec<AttemptRecord>), StoreError> {
-        self.txs_nonce_with_attempts(key, nonce).await
-    }
-
-    async fn highest_nonce(&self, key: KeyRef) -> Result<Option<u64>, StoreError> {
-        self.txs_highest_nonce(key).await
-    }
-}
-
-#[async_trait::async_trait]
-impl RoundTxs for PgStore {
-    async fn tx_history(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
-        self.txs_tx_history(market, market_id).await
-    }
-
-    async fn pending_nonces_of_round(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
-        self.txs_pending_nonces_of_round(market, market_id).await
     }
 }

@@ -4,10 +4,11 @@
 //! and counts for operators), [`Nonces`] (one key's nonces and attempts), [`RoundTxs`]
 //! (a round's transactions under any key), [`Fence`] (the lease check before a
 //! broadcast), [`Leases`] (which node drives which round), [`Finality`] (done rounds)
-//! and [`Settings`]. [`RoundStore`] is all of them together, so that a PostgreSQL
-//! implementation stands behind the same calls as [`SqliteStore`], the embedded SQLite
-//! store. A component takes only the traits it uses: an `Arc<dyn RoundStore>` coerces
-//! to an `Arc<dyn Nonces>`, or to an `Arc<dyn TxStore>` (trait upcasting).
+//! and [`Settings`]. [`RoundStore`] is all of them together, so that the PostgreSQL
+//! store stands behind the same calls as [`crate::SqliteStore`], the embedded SQLite
+//! store; each trait is implemented once per backend (`sqlite/`, `pg/`). A component
+//! takes only the traits it uses: an `Arc<dyn RoundStore>` coerces to an
+//! `Arc<dyn Nonces>`, or to an `Arc<dyn TxStore>` (trait upcasting).
 //!
 //! A write survives the process's crash when the call returns. A signed attempt
 //! ([`Nonces::add_attempt`], before its broadcast), a manual request and a node setting
@@ -15,16 +16,16 @@
 //! take back later writes only, which puts a round back at a step it does again (on
 //! SQLite; PostgreSQL commits every write to disk).
 
-mod done;
+mod finality;
 mod leases;
 mod rounds;
-mod sqlite;
+mod settings;
 mod txs;
 
-pub use done::{Finality, Settings};
+pub use finality::Finality;
 pub use leases::{Fence, Leases};
 pub use rounds::{Checkpoints, Overview, Requests, Rounds};
-pub use sqlite::SqliteStore;
+pub use settings::Settings;
 pub use txs::{Nonces, RoundTxs};
 
 /// What the transaction manager (`cresolver_submit::txm`) uses: one key's nonces and

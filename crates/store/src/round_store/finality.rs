@@ -1,5 +1,5 @@
-//! The capabilities around done rounds ([`Finality`]: the finality watch and new
-//! attempts, no lease needed) and the node's settings ([`Settings`]).
+//! The capability around done rounds ([`Finality`]: the finality watch and new
+//! attempts, no lease needed).
 
 use crate::{PastAttempt, Stage, StoreError, Watched};
 use alloy_primitives::{Address, B256, U256};
@@ -46,13 +46,4 @@ pub trait Finality: Send + Sync {
         market: Address,
         market_id: U256,
     ) -> Result<Vec<PastAttempt>, StoreError>;
-}
-
-/// The node's settings kept in the store (shared by a cluster). Used by the node at
-/// start.
-#[async_trait::async_trait]
-pub trait Settings: Send + Sync {
-    /// A node setting: the value stored under `key`, or `candidate` stored and returned
-    /// when there is none (the first writer wins; a cluster shares it).
-    async fn setting_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError>;
 }

@@ -3,10 +3,28 @@
 //! with a back-off; lease times are the database's clock. [`PgStore`]'s [`Leases`] and
 //! [`Fence`].
 
-use super::*;
+use super::{NOW_MS, PgStore, col, pg_err, read_market};
+use crate::column::{Addr, Num};
+use crate::stage::DONE_SQL;
+use crate::{Fence, Lease, Leases, StoreError};
+use alloy_primitives::{Address, U256};
+use std::time::Duration;
 
-impl PgStore {
-    pub(super) async fn lease_claim(
+#[async_trait::async_trait]
+impl Leases for PgStore {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    fn lease_duration(&self) -> Duration {
+        self.lease
+    }
+
+    async fn claim(
         &self,
         market: Address,
         market_id: U256,
@@ -29,7 +47,7 @@ impl PgStore {
                                 lease_until = {NOW_MS} + $4
                          FROM old
                          WHERE r.market = $1 AND r.market_id = $2
-                           AND r.state NOT IN {FINAL}
+                           AND r.state NOT IN {DONE_SQL}
                            AND (r.lease_until IS NULL OR r.lease_until < {NOW_MS}
                                 OR r.holder = $3 OR (r.holder IS NULL AND $5::BOOLEAN))
                          RETURNING r.term, old.holder"
@@ -37,8 +55,8 @@ impl PgStore {
                     .await
                     .map_err(pg_err)?,
                 &[
-                    &market.to_string(),
-                    &market_id.to_string(),
+                    &Addr(market),
+                    &Num(market_id),
                     &self.node,
                     &(self.lease.as_millis() as i64),
                     &ignore_backoff,
@@ -61,11 +79,7 @@ impl PgStore {
         }))
     }
 
-    pub(super) async fn lease_renew(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<bool, StoreError> {
+    async fn renew(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
         let Some(term) = self.term_of(market, market_id) else {
             return Ok(false);
         };
@@ -80,8 +94,8 @@ impl PgStore {
                     .await
                     .map_err(pg_err)?,
                 &[
-                    &market.to_string(),
-                    &market_id.to_string(),
+                    &Addr(market),
+                    &Num(market_id),
                     &self.node,
                     &(self.lease.as_millis() as i64),
                     &term,
@@ -95,7 +109,7 @@ impl PgStore {
         Ok(n == 1)
     }
 
-    pub(super) async fn lease_release(
+    async fn release(
         &self,
         market: Address,
         market_id: U256,
@@ -115,8 +129,8 @@ impl PgStore {
                      WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4"
                 )).await.map_err(pg_err)?,
                 &[
-                    &market.to_string(),
-                    &market_id.to_string(),
+                    &Addr(market),
+                    &Num(market_id),
                     &self.node,
                     &term,
                     &after,
@@ -127,19 +141,19 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn lease_claimable(
+    async fn claimable(
         &self,
         markets: &[Address],
         limit: usize,
     ) -> Result<Vec<(Address, U256)>, StoreError> {
         let client = self.client().await?;
-        let markets: Vec<String> = markets.iter().map(|m| m.to_string()).collect();
+        let markets: Vec<Addr> = markets.iter().copied().map(Addr).collect();
         let rows = client
             .query(
                 &client
                     .prepare_cached(&format!(
                         "SELECT market, market_id FROM rounds
-                     WHERE state NOT IN {FINAL} AND market = ANY($3)
+                     WHERE state NOT IN {DONE_SQL} AND market = ANY($3)
                        AND (lease_until IS NULL OR lease_until < {NOW_MS} OR holder = $2)
                      ORDER BY id LIMIT $1"
                     ))
@@ -149,16 +163,17 @@ impl PgStore {
             )
             .await
             .map_err(pg_err)?;
-        rows.iter()
-            .map(|r| parse_market(&col::<String>(r, 0)?, &col::<String>(r, 1)?))
-            .collect()
+        rows.iter().map(|r| read_market(r, 0)).collect()
     }
 
-    pub(super) async fn lease_fence_ok(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<bool, StoreError> {
+    fn held(&self) -> usize {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+#[async_trait::async_trait]
+impl Fence for PgStore {
+    async fn fence_ok(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
         let Some(term) = self.term_of(market, market_id) else {
             return Ok(false);
         };
@@ -171,7 +186,7 @@ impl PgStore {
             .query_opt(
                 &client.prepare_cached(&format!("SELECT 1 FROM rounds WHERE market = $1 AND market_id = $2 AND holder = $3 AND term = $4
                      AND lease_until > {NOW_MS} + $5")).await.map_err(pg_err)?,
-                &[&market.to_string(), &market_id.to_string(), &self.node, &term, &margin],
+                &[&Addr(market), &Num(market_id), &self.node, &term, &margin],
             )
             .await
             .map_err(pg_err)?;
@@ -179,61 +194,5 @@ impl PgStore {
             self.forget(market, market_id);
         }
         Ok(row.is_some())
-    }
-}
-
-#[async_trait::async_trait]
-impl Leases for PgStore {
-    fn shared(&self) -> bool {
-        true
-    }
-
-    fn node_id(&self) -> &str {
-        &self.node
-    }
-
-    fn lease_duration(&self) -> Duration {
-        self.lease
-    }
-
-    async fn claim(
-        &self,
-        market: Address,
-        market_id: U256,
-        ignore_backoff: bool,
-    ) -> Result<Option<Lease>, StoreError> {
-        self.lease_claim(market, market_id, ignore_backoff).await
-    }
-
-    async fn renew(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
-        self.lease_renew(market, market_id).await
-    }
-
-    async fn release(
-        &self,
-        market: Address,
-        market_id: U256,
-        retry_after: Option<Duration>,
-    ) -> Result<(), StoreError> {
-        self.lease_release(market, market_id, retry_after).await
-    }
-
-    async fn claimable(
-        &self,
-        markets: &[Address],
-        limit: usize,
-    ) -> Result<Vec<(Address, U256)>, StoreError> {
-        self.lease_claimable(markets, limit).await
-    }
-
-    fn held(&self) -> usize {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-}
-
-#[async_trait::async_trait]
-impl Fence for PgStore {
-    async fn fence_ok(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
-        self.lease_fence_ok(market, market_id).await
     }
 }
