@@ -13,7 +13,7 @@ use alloy::providers::ProviderBuilder;
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_market::amount::{parse_amount, parse_duration};
 use cresolver_market::{DeployOptions, MarketClient, MarketView, ReceiverOption};
-use cresolver_pipeline::config::ConfigError;
+use cresolver_pipeline::wallet::WalletError;
 
 /// `cresolver market …`.
 #[derive(Debug, Subcommand)]
@@ -26,97 +26,121 @@ pub enum MarketCmd {
     Deploy(DeployArgs),
     /// Create a market: a question, a reward (sent with the call) and how long workers may
     /// join. Prints its id.
-    Create {
-        #[command(flatten)]
-        chain: ChainArgs,
-        #[command(flatten)]
-        signer: SignerArgs,
-        /// The question the workers answer YES or NO.
-        #[arg(long)]
-        question: String,
-        /// The reward shared by the workers: 0.1 (ETH), 0.1ether, 100gwei, 5000wei.
-        #[arg(long, value_parser = parse_amount)]
-        reward: U256,
-        /// How long workers may join: seconds, or 90s, 30m, 12h, 7d.
-        #[arg(long, default_value = "7d", value_parser = parse_duration)]
-        duration: u64,
-    },
+    Create(CreateArgs),
     /// Join a market as a worker, with the sender's ERC-8004 agent and a stake.
-    Join {
-        #[command(flatten)]
-        chain: ChainArgs,
-        #[command(flatten)]
-        signer: SignerArgs,
-        /// Market id.
-        market_id: U256,
-        /// The worker's agent id in the identity registry (the sender must own it).
-        #[arg(long)]
-        agent_id: U256,
-        /// The stake (default: the market's minimum): 0.01 (ETH), 0.01ether, 5000wei.
-        #[arg(long, value_parser = parse_amount)]
-        stake: Option<U256>,
-    },
+    Join(JoinArgs),
     /// Request the resolution of a market (anyone may): the nodes watching it resolve it.
-    Request {
-        #[command(flatten)]
-        chain: ChainArgs,
-        #[command(flatten)]
-        signer: SignerArgs,
-        /// Market id.
-        market_id: U256,
-    },
+    Request(RequestArgs),
     /// Show a market: question, reward, deadline, workers with their stakes and balances,
     /// resolved or not and the outcome. Without an id, the contract: owner, registries,
     /// minimum stake, market count. Signs nothing.
-    Show {
-        #[command(flatten)]
-        chain: ChainArgs,
-        /// Market id.
-        market_id: Option<U256>,
-        /// Wait up to this many seconds for the market to be resolved (exit 1 if not).
-        #[arg(long, value_name = "SECS")]
-        wait: Option<u64>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Show(ShowArgs),
     /// Register a worker's agent in the ERC-8004 identity registry, owned by the sender.
     /// Prints its agent id.
     ///
     /// With --endpoint, the registration file (registration-v1 with an A2A service at the
     /// endpoint) is stored on chain as a data: URI; with --uri, the registry points at a
     /// file published elsewhere (https://, ipfs://).
-    RegisterWorker {
-        #[command(flatten)]
-        chain: ChainArgs,
-        #[command(flatten)]
-        signer: SignerArgs,
-        /// The worker's base URL (it serves POST {endpoint}/a2a/resolve and /a2a/challenge).
-        #[arg(long, conflicts_with = "uri", required_unless_present = "uri")]
-        endpoint: Option<String>,
-        /// A registration file published elsewhere (https://, ipfs://, data:).
-        #[arg(long)]
-        uri: Option<String>,
-        /// The agent's name in the registration file.
-        #[arg(long, default_value = "cresolver-worker")]
-        name: String,
-        /// The identity registry (default: the market's).
-        #[arg(long, value_name = "ADDRESS")]
-        identity: Option<Address>,
-    },
+    RegisterWorker(RegisterWorkerArgs),
     /// Authorize a resolver (a node's key, or a CRE receiver) on the market; the sender
     /// must be the market's owner.
-    AuthorizeResolver {
-        #[command(flatten)]
-        chain: ChainArgs,
-        #[command(flatten)]
-        signer: SignerArgs,
-        /// The resolver's address.
-        resolver: Address,
-        /// Revoke instead.
-        #[arg(long)]
-        revoke: bool,
-    },
+    AuthorizeResolver(AuthorizeResolverArgs),
+}
+
+/// `cresolver market create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    #[command(flatten)]
+    pub signer: SignerArgs,
+    /// The question the workers answer YES or NO.
+    #[arg(long)]
+    pub question: String,
+    /// The reward shared by the workers: 0.1 (ETH), 0.1ether, 100gwei, 5000wei.
+    #[arg(long, value_parser = parse_amount)]
+    pub reward: U256,
+    /// How long workers may join: seconds, or 90s, 30m, 12h, 7d.
+    #[arg(long, default_value = "7d", value_parser = parse_duration)]
+    pub duration: u64,
+}
+
+/// `cresolver market join`.
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    #[command(flatten)]
+    pub signer: SignerArgs,
+    /// Market id.
+    pub market_id: U256,
+    /// The worker's agent id in the identity registry (the sender must own it).
+    #[arg(long)]
+    pub agent_id: U256,
+    /// The stake (default: the market's minimum): 0.01 (ETH), 0.01ether, 5000wei.
+    #[arg(long, value_parser = parse_amount)]
+    pub stake: Option<U256>,
+}
+
+/// `cresolver market request`.
+#[derive(Debug, Args)]
+pub struct RequestArgs {
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    #[command(flatten)]
+    pub signer: SignerArgs,
+    /// Market id.
+    pub market_id: U256,
+}
+
+/// `cresolver market show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    /// Market id.
+    pub market_id: Option<U256>,
+    /// Wait up to this many seconds for the market to be resolved (exit 1 if not).
+    #[arg(long, value_name = "SECS")]
+    pub wait: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cresolver market register-worker`.
+#[derive(Debug, Args)]
+pub struct RegisterWorkerArgs {
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    #[command(flatten)]
+    pub signer: SignerArgs,
+    /// The worker's base URL (it serves POST {endpoint}/a2a/resolve and /a2a/challenge).
+    #[arg(long, conflicts_with = "uri", required_unless_present = "uri")]
+    pub endpoint: Option<String>,
+    /// A registration file published elsewhere (https://, ipfs://, data:).
+    #[arg(long)]
+    pub uri: Option<String>,
+    /// The agent's name in the registration file.
+    #[arg(long, default_value = "cresolver-worker")]
+    pub name: String,
+    /// The identity registry (default: the market's).
+    #[arg(long, value_name = "ADDRESS")]
+    pub identity: Option<Address>,
+}
+
+/// `cresolver market authorize-resolver`.
+#[derive(Debug, Args)]
+pub struct AuthorizeResolverArgs {
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    #[command(flatten)]
+    pub signer: SignerArgs,
+    /// The resolver's address.
+    pub resolver: Address,
+    /// Revoke instead.
+    #[arg(long)]
+    pub revoke: bool,
 }
 
 /// Which chain and market a command talks to.
@@ -226,8 +250,8 @@ async fn signing(
             .trim()
             .parse::<PrivateKeySigner>()
             .map_err(|_| anyhow::anyhow!("--private-key is not a hex private key"))?,
-        None => cfg.signer().map_err(|e| match e {
-            ConfigError::NoKey { env } => anyhow::anyhow!(
+        None => cresolver_pipeline::wallet::signer(&cfg.signer).map_err(|e| match e {
+            WalletError::NoKey { env } => anyhow::anyhow!(
                 "no key to sign with: set the env var {env} to the sender's hex private key, or pass --keystore FILE or --account NAME"
             ),
             e => e.into(),
@@ -250,83 +274,81 @@ async fn signing(
     Ok((provider, from, cfg))
 }
 
-/// Runs a `cresolver market` command.
-pub async fn market_cmd(cmd: MarketCmd) -> anyhow::Result<ExitCode> {
-    match cmd {
-        MarketCmd::Deploy(a) => deploy(a).await,
-        MarketCmd::Create {
+impl MarketCmd {
+    /// Runs a `cresolver market` command.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            MarketCmd::Deploy(a) => deploy(a).await,
+            MarketCmd::Create(a) => a.run().await,
+            MarketCmd::Join(a) => {
+                join(&a.chain, &a.signer, a.market_id, a.agent_id, a.stake).await
+            }
+            MarketCmd::Request(a) => a.run().await,
+            MarketCmd::Show(a) => show(&a.chain, a.market_id, a.wait, a.json).await,
+            MarketCmd::RegisterWorker(a) => {
+                register_worker(&a.chain, &a.signer, a.endpoint, a.uri, &a.name, a.identity)
+                    .await
+            }
+            MarketCmd::AuthorizeResolver(a) => a.run().await,
+        }
+    }
+}
+
+impl CreateArgs {
+    /// Creates the market and prints its id.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        let CreateArgs {
             chain,
             signer,
             question,
             reward,
             duration,
-        } => {
-            let (provider, from, cfg) = signing(&chain, &signer).await?;
-            let m = MarketClient::new(provider, cfg.market()?);
-            m.check().await?;
-            let id = m.create(&question, reward, duration, from).await?;
-            eprintln!(
-                "market {id} created on {} by {from}: reward {} ETH, workers may join for {duration} s",
-                m.address,
-                format_ether(reward)
-            );
-            println!("{id}");
-            Ok(ExitCode::SUCCESS)
-        }
-        MarketCmd::Join {
-            chain,
-            signer,
-            market_id,
-            agent_id,
-            stake,
-        } => join(&chain, &signer, market_id, agent_id, stake).await,
-        MarketCmd::Request {
-            chain,
-            signer,
-            market_id,
-        } => {
-            let (provider, from, cfg) = signing(&chain, &signer).await?;
-            let m = MarketClient::new(provider, cfg.market()?);
-            let r = m.request(market_id, from).await?;
-            eprintln!(
-                "resolution of market {market_id} requested (tx {}, block {}); `cresolver market show {market_id} --wait 120` waits for it",
-                r.transaction_hash,
-                r.block_number.unwrap_or_default()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        MarketCmd::Show {
-            chain,
-            market_id,
-            wait,
-            json,
-        } => show(&chain, market_id, wait, json).await,
-        MarketCmd::RegisterWorker {
-            chain,
-            signer,
-            endpoint,
-            uri,
-            name,
-            identity,
-        } => register_worker(&chain, &signer, endpoint, uri, &name, identity).await,
-        MarketCmd::AuthorizeResolver {
-            chain,
-            signer,
-            resolver,
-            revoke,
-        } => {
-            let (provider, from, cfg) = signing(&chain, &signer).await?;
-            let m = MarketClient::new(provider, cfg.market()?);
-            m.check().await?;
-            m.set_resolver(resolver, !revoke, from).await?;
-            let now = m.is_resolver(resolver).await?;
-            println!(
-                "{resolver} is {}an authorized resolver of {}",
-                if now { "" } else { "not " },
-                m.address
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        } = self;
+        let (provider, from, cfg) = signing(&chain, &signer).await?;
+        let m = MarketClient::new(provider, cfg.market()?);
+        m.check().await?;
+        let id = m.create(&question, reward, duration, from).await?;
+        eprintln!(
+            "market {id} created on {} by {from}: reward {} ETH, workers may join for {duration} s",
+            m.address,
+            format_ether(reward)
+        );
+        println!("{id}");
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+impl RequestArgs {
+    /// Requests the market's resolution.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        let market_id = self.market_id;
+        let (provider, from, cfg) = signing(&self.chain, &self.signer).await?;
+        let m = MarketClient::new(provider, cfg.market()?);
+        let r = m.request(market_id, from).await?;
+        eprintln!(
+            "resolution of market {market_id} requested (tx {}, block {}); `cresolver market show {market_id} --wait 120` waits for it",
+            r.transaction_hash,
+            r.block_number.unwrap_or_default()
+        );
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+impl AuthorizeResolverArgs {
+    /// Authorizes (or revokes) the resolver and prints whether it now is one.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        let resolver = self.resolver;
+        let (provider, from, cfg) = signing(&self.chain, &self.signer).await?;
+        let m = MarketClient::new(provider, cfg.market()?);
+        m.check().await?;
+        m.set_resolver(resolver, !self.revoke, from).await?;
+        let now = m.is_resolver(resolver).await?;
+        println!(
+            "{resolver} is {}an authorized resolver of {}",
+            if now { "" } else { "not " },
+            m.address
+        );
+        Ok(ExitCode::SUCCESS)
     }
 }
 

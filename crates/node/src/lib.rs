@@ -475,7 +475,11 @@ impl Node {
     /// How long a node that took a round over waits for the transaction another key
     /// signed for it before it signs its own: three receipt timeouts.
     fn foreign_wait(&self) -> Duration {
-        Duration::from_millis(self.cfg.submit.receipt_timeout_ms.max(1_000)).saturating_mul(3)
+        self.cfg
+            .submit
+            .receipt_timeout
+            .max(Duration::from_secs(1))
+            .saturating_mul(3)
     }
 
     /// The wait before the `n`-th retry of a round: it doubles up to the configured cap.
@@ -680,9 +684,8 @@ fn chain_health(
                 .unwrap_or(default_confirmations(chain_id)),
             max_head_age: cfg
                 .chain
-                .max_head_age_secs
-                .or((!is_dev_chain(chain_id)).then_some(60))
-                .map(Duration::from_secs),
+                .max_head_age
+                .or((!is_dev_chain(chain_id)).then_some(Duration::from_secs(60))),
             max_lag_blocks: cfg.chain.max_lag_blocks,
         },
         pool,
