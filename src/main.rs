@@ -352,42 +352,42 @@ impl FuzzArgs {
             target,
             seed,
         } = self;
-    let targets: Vec<_> = cresolver_pipeline::fuzz::targets()
-        .into_iter()
-        .filter(|t| target.as_deref().is_none_or(|n| n == t.name))
-        .collect();
-    anyhow::ensure!(
-        !targets.is_empty(),
-        "no fuzz target named {:?}; targets: {}",
-        target.unwrap_or_default(),
-        cresolver_pipeline::fuzz::targets()
-            .iter()
-            .map(|t| t.name)
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let mut failed = false;
-    for t in &targets {
-        let started = std::time::Instant::now();
-        let r = cresolver_pipeline::fuzz::run(t, cases, seed);
-        println!(
-            "{:<18} {:>10} cases  {:>4} panics  {:.1} s",
-            r.target,
-            r.cases,
-            r.panic_count,
-            started.elapsed().as_secs_f64()
+        let targets: Vec<_> = cresolver_pipeline::fuzz::targets()
+            .into_iter()
+            .filter(|t| target.as_deref().is_none_or(|n| n == t.name))
+            .collect();
+        anyhow::ensure!(
+            !targets.is_empty(),
+            "no fuzz target named {:?}; targets: {}",
+            target.unwrap_or_default(),
+            cresolver_pipeline::fuzz::targets()
+                .iter()
+                .map(|t| t.name)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
-        for (input, msg) in &r.panics {
-            failed = true;
-            let msg: String = msg.chars().take(200).collect();
-            println!("  panic: {msg}\n  input: {}", alloy::hex::encode(input));
+        let mut failed = false;
+        for t in &targets {
+            let started = std::time::Instant::now();
+            let r = cresolver_pipeline::fuzz::run(t, cases, seed);
+            println!(
+                "{:<18} {:>10} cases  {:>4} panics  {:.1} s",
+                r.target,
+                r.cases,
+                r.panic_count,
+                started.elapsed().as_secs_f64()
+            );
+            for (input, msg) in &r.panics {
+                failed = true;
+                let msg: String = msg.chars().take(200).collect();
+                println!("  panic: {msg}\n  input: {}", alloy::hex::encode(input));
+            }
         }
-    }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+        Ok(if failed {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        })
     }
 }
 
@@ -396,25 +396,25 @@ impl TallyArgs {
     /// error with exit code 2 when the input is invalid.
     fn run(self) -> anyhow::Result<ExitCode> {
         let input = self.input.as_str();
-    let text = if input == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("reading standard input")?;
-        s
-    } else {
-        std::fs::read_to_string(input).with_context(|| format!("reading {input}"))?
-    };
-    match crate::cli::tally::run(&text) {
-        Ok(out) => {
-            println!("{}", serde_json::to_string_pretty(&out)?);
-            Ok(ExitCode::SUCCESS)
+        let text = if input == "-" {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading standard input")?;
+            s
+        } else {
+            std::fs::read_to_string(input).with_context(|| format!("reading {input}"))?
+        };
+        match crate::cli::tally::run(&text) {
+            Ok(out) => {
+                println!("{}", serde_json::to_string_pretty(&out)?);
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Ok(ExitCode::from(2))
+            }
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            Ok(ExitCode::from(2))
-        }
-    }
     }
 }
 

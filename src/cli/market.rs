@@ -280,14 +280,11 @@ impl MarketCmd {
         match self {
             MarketCmd::Deploy(a) => deploy(a).await,
             MarketCmd::Create(a) => a.run().await,
-            MarketCmd::Join(a) => {
-                join(&a.chain, &a.signer, a.market_id, a.agent_id, a.stake).await
-            }
+            MarketCmd::Join(a) => join(&a.chain, &a.signer, a.market_id, a.agent_id, a.stake).await,
             MarketCmd::Request(a) => a.run().await,
             MarketCmd::Show(a) => show(&a.chain, a.market_id, a.wait, a.json).await,
             MarketCmd::RegisterWorker(a) => {
-                register_worker(&a.chain, &a.signer, a.endpoint, a.uri, &a.name, a.identity)
-                    .await
+                register_worker(&a.chain, &a.signer, a.endpoint, a.uri, &a.name, a.identity).await
             }
             MarketCmd::AuthorizeResolver(a) => a.run().await,
         }

@@ -253,11 +253,7 @@ async fn node_answers(base: &str) -> bool {
 }
 
 /// `cresolver rounds show`: one stored round, as a summary or as its exported document.
-async fn rounds_show(
-    config: &BaseConfigArgs,
-    id: U256,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
+async fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
     let store = open_store(&cfg).await?;
     let rec = find_round(&cfg, store.as_ref(), id).await?;

@@ -119,11 +119,7 @@ fn signer_key(cfg: &NodeConfig, error: &WalletError) -> (&'static str, &'static 
             ": the file's first line is the key: 64 hex digits, with or without 0x",
         ),
         WalletError::KeyFile { path, .. }
-            if cfg
-                .signer
-                .password_file
-                .as_ref()
-                .is_some_and(|p| p == path) =>
+            if cfg.signer.password_file.as_ref().is_some_and(|p| p == path) =>
         {
             (
                 "signer.password_file",

@@ -29,7 +29,11 @@ impl Node {
         tx: mpsc::Sender<(Address, U256)>,
         stop: tokio_util::sync::CancellationToken,
     ) {
-        let every = self.cfg.chain.poll_interval.clamp(Duration::from_millis(100), Duration::from_secs(1));
+        let every = self
+            .cfg
+            .chain
+            .poll_interval
+            .clamp(Duration::from_millis(100), Duration::from_secs(1));
         let mut failing = false;
         loop {
             // a little jitter, so that nodes do not race for the same rounds in step
@@ -248,7 +252,11 @@ impl Node {
     /// wakes the watcher and the transaction manager at every new head (rebuilt for as
     /// long as the node runs).
     fn spawn_chain_tasks(&self) {
-        let every = self.cfg.chain.poll_interval.clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let every = self
+            .cfg
+            .chain
+            .poll_interval
+            .clamp(Duration::from_millis(50), Duration::from_secs(1));
         let (ch, m, rx) = (
             self.chain_health.clone(),
             self.metrics.clone(),
@@ -291,7 +299,11 @@ impl Node {
             depth,
             self.cfg.chain.multicall_address,
         );
-        let every = self.cfg.chain.poll_interval.clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let every = self
+            .cfg
+            .chain
+            .poll_interval
+            .clamp(Duration::from_millis(100), Duration::from_secs(5));
         let (rx, wake) = (self.cancel.clone(), self.heads.subscribe());
         self.tracker
             .spawn(async move { watch.run(reopen, rx, wake, every).await });

@@ -405,7 +405,8 @@ fn check_at(v: &Value, s: &Value, root: &Value, path: &mut Vec<Seg>) -> Result<(
             _ => true,
         };
         let ok = ok
-            && (s.get(DURATION_KEYWORD).is_none() || humantime::parse_duration(text.trim()).is_ok());
+            && (s.get(DURATION_KEYWORD).is_none()
+                || humantime::parse_duration(text.trim()).is_ok());
         if !ok {
             return Err(wrong(v, s, root, path));
         }

@@ -10,7 +10,6 @@ use cresolver_core::report::ReportMetadata;
 use cresolver_submit::SubmitterConfig;
 use cresolver_workers::registry::{ProtocolKind, ProtocolSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The discovery settings of a node config.
 pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, ConfigError> {
@@ -138,11 +137,10 @@ fn agora_node(a: &AgoraSection) -> Result<cresolver_workers::agora::AgoraNode, C
     let seed = match (secret(&a.key_env), &a.key_file) {
         (Some(hex), _) => Some((hex, format!("env var {}", a.key_env))),
         (None, Some(path)) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
-                    path: path.clone(),
-                    source,
-                })?;
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
+                path: path.clone(),
+                source,
+            })?;
             let line = text.lines().next().unwrap_or("").trim().to_string();
             Some((line, format!("key file {}", path.display())))
         }

@@ -26,8 +26,7 @@ pub enum WalletError {
         source_name: String,
     },
     /// A key or password file could not be read.
-    #[error("cannot read key file {path}"
-)]
+    #[error("cannot read key file {path}")]
     KeyFile {
         /// The file.
         path: PathBuf,
@@ -38,15 +37,13 @@ pub enum WalletError {
     /// The configured keystore file does not exist.
     #[error(
         "keystore {path} not found: import the key with `cast wallet import <name> --interactive` (then --account <name>), or point signer.keystore at the file"
-)]
+    )]
     KeystoreMissing {
         /// The keystore file.
         path: PathBuf,
     },
     /// The keystore's password is configured nowhere.
-    #[error(
-        "keystore {path} needs its password: set the env var {env}, or signer.password_file"
-)]
+    #[error("keystore {path} needs its password: set the env var {env}, or signer.password_file")]
     NoKeystorePassword {
         /// The keystore file.
         path: PathBuf,
@@ -56,7 +53,7 @@ pub enum WalletError {
     /// The password does not decrypt the keystore.
     #[error(
         "wrong password for keystore {path} (password from {source_name}): check it, or re-import the key with `cast wallet import`"
-)]
+    )]
     KeystorePassword {
         /// The keystore file.
         path: PathBuf,
@@ -66,7 +63,7 @@ pub enum WalletError {
     /// The keystore file is not an encrypted JSON keystore.
     #[error(
         "keystore {path} is not a readable encrypted JSON keystore (import the key again with `cast wallet import`)"
-)]
+    )]
     KeystoreInvalid {
         /// The keystore file.
         path: PathBuf,
@@ -175,7 +172,10 @@ mod tests {
         assert!(e.to_string().contains("nope.hex"), "{e}");
         let cause = e.source().expect("the I/O error is the source");
         assert!(cause.to_string().contains("os error"), "{cause}");
-        assert!(!e.to_string().contains("os error"), "the cause is printed once");
+        assert!(
+            !e.to_string().contains("os error"),
+            "the cause is printed once"
+        );
     }
 
     #[test]
@@ -200,6 +200,9 @@ mod tests {
             ..SignerSection::default()
         };
         let e = signer(&s).unwrap_err();
-        assert!(e.to_string().contains("CRESOLVER_TEST_WALLET_UNSET_VAR"), "{e}");
+        assert!(
+            e.to_string().contains("CRESOLVER_TEST_WALLET_UNSET_VAR"),
+            "{e}"
+        );
     }
 }

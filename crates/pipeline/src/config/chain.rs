@@ -56,6 +56,8 @@ pub struct ChainSection {
     #[validate(custom(function = "at_least_1ms"))]
     pub poll_interval: Duration,
     /// Largest eth_getLogs range; halved on "range too large" errors.
+    // (schemars puts the bound into the schema too: the loader refuses 0 from a file or
+    // a variable before `validate`, which checks a config built in code)
     #[validate(range(min = 1, message = "must be at least 1"))]
     pub max_block_range: u64,
     /// Deadline of one JSON-RPC call, its transport retries included (`"10s"`).

@@ -79,7 +79,11 @@ pub fn legacy_keys(schema: &mut Schema) {
         let Some(unit) = s.get(LEGACY_UNIT_KEYWORD).and_then(Value::as_str) else {
             continue;
         };
-        let word = if unit == "ms" { "milliseconds" } else { "seconds" };
+        let word = if unit == "ms" {
+            "milliseconds"
+        } else {
+            "seconds"
+        };
         let old = legacy_name(key, unit);
         let legacy = serde_json::json!({
             "description": format!(
@@ -223,6 +227,9 @@ mod tests {
     fn older_whole_numbers_become_text_in_their_unit() {
         assert_eq!(as_text(2000, "ms"), "2000ms");
         assert_eq!(as_text(15, "secs"), "15s");
-        assert_eq!(parse(&as_text(15, "secs")).unwrap(), Duration::from_secs(15));
+        assert_eq!(
+            parse(&as_text(15, "secs")).unwrap(),
+            Duration::from_secs(15)
+        );
     }
 }

@@ -7,15 +7,13 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The configuration file does not exist.
-    #[error("config file {path} not found"
-)]
+    #[error("config file {path} not found")]
     NotFound {
         /// The file named.
         path: PathBuf,
     },
     /// The configuration file cannot be read.
-    #[error("cannot read config file {path}: {error}"
-)]
+    #[error("cannot read config file {path}: {error}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -23,8 +21,7 @@ pub enum ConfigError {
         error: std::io::Error,
     },
     /// The configuration file is not TOML.
-    #[error("config file {path} is not valid TOML: {message}"
-)]
+    #[error("config file {path} is not valid TOML: {message}")]
     Toml {
         /// The file.
         path: PathBuf,
@@ -77,8 +74,7 @@ pub enum ConfigError {
         message: String,
     },
     /// A key file the configuration names (the Agora identity's) could not be read.
-    #[error("cannot read key file {path}"
-)]
+    #[error("cannot read key file {path}")]
     KeyFile {
         /// The file.
         path: PathBuf,

@@ -33,10 +33,9 @@ pub struct SubmitTargets {
     /// Replace a transaction that is not mined after this many blocks.
     pub bump_after_blocks: u64,
     /// Raise both EIP-1559 fees by at least this much for a replacement (geth needs 10).
-    #[validate(range(
-        min = 10,
-        message = "must be at least 10 (nodes refuse smaller replacements)"
-    ))]
+    // a custom check, not `range`: schemars would put the bound into the schema, and
+    // the loader's schema check would refuse the value before this message says why
+    #[validate(custom(function = "replaceable_bump"))]
     pub fee_bump_percent: u64,
     /// Never sign a max fee per gas above this, in gwei.
     #[validate(custom(function = "positive_gwei"))]
@@ -58,9 +57,19 @@ impl Default for SubmitTargets {
     }
 }
 
+/// A fee bump nodes accept for a replacement: at least 10 %.
+fn replaceable_bump(v: u64) -> Result<(), ValidationError> {
+    if v >= 10 {
+        Ok(())
+    } else {
+        Err(ValidationError::new("range")
+            .with_message("must be at least 10 (nodes refuse smaller replacements)".into()))
+    }
+}
+
 /// A fee cap: a finite, positive number of gwei.
-fn positive_gwei(v: &f64) -> Result<(), ValidationError> {
-    if v.is_finite() && *v > 0.0 {
+fn positive_gwei(v: f64) -> Result<(), ValidationError> {
+    if v.is_finite() && v > 0.0 {
         Ok(())
     } else {
         Err(ValidationError::new("range").with_message("must be a positive number of gwei".into()))

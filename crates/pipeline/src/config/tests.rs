@@ -255,7 +255,10 @@ fn durations_are_text_or_the_older_whole_numbers() {
 
 #[test]
 fn a_duration_in_both_forms_is_an_error() {
-    let e = load_err("[chain]\npoll_interval = \"2s\"\npoll_interval_ms = 2000\n", &[]);
+    let e = load_err(
+        "[chain]\npoll_interval = \"2s\"\npoll_interval_ms = 2000\n",
+        &[],
+    );
     assert_eq!(
         e,
         "config: `chain.poll_interval` (in FILE) and `chain.poll_interval_ms` (in FILE) are the same setting: keep one (`chain.poll_interval` takes a duration such as \"2s\" or \"150ms\"; `chain.poll_interval_ms` is its older form, a whole number)"
@@ -298,30 +301,77 @@ fn a_bad_duration_says_what_one_looks_like() {
     }
     let e = load_err("", &[("CRESOLVER__SUBMIT__RECEIPT_TIMEOUT", "soon")]);
     assert!(
-        e.contains("`submit.receipt_timeout` (from CRESOLVER__SUBMIT__RECEIPT_TIMEOUT) must be a duration"),
+        e.contains(
+            "`submit.receipt_timeout` (from CRESOLVER__SUBMIT__RECEIPT_TIMEOUT) must be a duration"
+        ),
         "{e}"
     );
     let e = load_err("[chain]\nrpc_timeout_ms = \"2s\"\n", &[]);
-    assert!(e.contains("`chain.rpc_timeout_ms` (in FILE) must be a whole number"), "{e}");
+    assert!(
+        e.contains("`chain.rpc_timeout_ms` (in FILE) must be a whole number"),
+        "{e}"
+    );
 }
 
 #[test]
 fn the_checks_beside_the_fields_name_their_key() {
     let cases = [
-        ("[chain]\npoll_interval = \"0s\"\n", "`chain.poll_interval` (in FILE) must be at least 1ms"),
-        ("[chain]\npoll_interval_ms = 0\n", "`chain.poll_interval_ms` (in FILE) must be at least 1ms"),
-        ("[chain]\nrpc_timeout = \"0ms\"\n", "`chain.rpc_timeout` (in FILE) must be at least 1ms"),
-        ("[chain]\nmax_block_range = 0\n", "`chain.max_block_range` (in FILE) must be at least 1"),
-        ("[chain]\nrpc_url = \"ftp://x\"\n", "`chain.rpc_url` (in FILE) entry 1 must be http(s):// or ws(s)://"),
-        ("[chain]\nrpc_urls = [\"http://a\", \"nope\"]\n", "`chain.rpc_urls` (in FILE) entry 2 is not a URL"),
-        ("[node]\nmax_concurrent_rounds = 0\n", "`node.max_concurrent_rounds` (in FILE) must be at least 1"),
-        ("[node]\nworkflows = []\n", "`node.workflows` (in FILE) must list at least one workflow file"),
-        ("[submit]\nmax_fee_per_gas_gwei = 0.0\n", "`submit.max_fee_per_gas_gwei` (in FILE) must be a positive number of gwei"),
-        ("[submit]\nfee_bump_percent = 5\n", "`submit.fee_bump_percent` (in FILE) must be at least 10 (nodes refuse smaller replacements)"),
-        ("[store]\nurl = \"mysql://x\"\n", "`store.url` (in FILE) must be a postgres:// URL, or empty for the embedded SQLite store"),
-        ("[store]\nlease = \"1500ms\"\n", "`store.lease` (in FILE) must be at least 2s"),
-        ("[store]\nlease_secs = 1\n", "`store.lease_secs` (in FILE) must be at least 2s"),
-        ("[discovery]\nipfs_gateway = \"not a url\"\n", "`discovery.ipfs_gateway` (in FILE) is not a URL"),
+        (
+            "[chain]\npoll_interval = \"0s\"\n",
+            "`chain.poll_interval` (in FILE) must be at least 1ms",
+        ),
+        (
+            "[chain]\npoll_interval_ms = 0\n",
+            "`chain.poll_interval_ms` (in FILE) must be at least 1ms",
+        ),
+        (
+            "[chain]\nrpc_timeout = \"0ms\"\n",
+            "`chain.rpc_timeout` (in FILE) must be at least 1ms",
+        ),
+        (
+            "[chain]\nmax_block_range = 0\n",
+            "`chain.max_block_range` (in FILE) must be a whole number of at least 1, not 0",
+        ),
+        (
+            "[chain]\nrpc_url = \"ftp://x\"\n",
+            "`chain.rpc_url` (in FILE) entry 1 must be http(s):// or ws(s)://",
+        ),
+        (
+            "[chain]\nrpc_urls = [\"http://a\", \"nope\"]\n",
+            "`chain.rpc_urls` (in FILE) entry 2 is not a URL",
+        ),
+        (
+            "[node]\nmax_concurrent_rounds = 0\n",
+            "`node.max_concurrent_rounds` (in FILE) must be a whole number of at least 1, not 0",
+        ),
+        (
+            "[node]\nworkflows = []\n",
+            "`node.workflows` (in FILE) must list at least one workflow file",
+        ),
+        (
+            "[submit]\nmax_fee_per_gas_gwei = 0.0\n",
+            "`submit.max_fee_per_gas_gwei` (in FILE) must be a positive number of gwei",
+        ),
+        (
+            "[submit]\nfee_bump_percent = 5\n",
+            "`submit.fee_bump_percent` (in FILE) must be at least 10 (nodes refuse smaller replacements)",
+        ),
+        (
+            "[store]\nurl = \"mysql://x\"\n",
+            "`store.url` (in FILE) must be a postgres:// URL, or empty for the embedded SQLite store",
+        ),
+        (
+            "[store]\nlease = \"1500ms\"\n",
+            "`store.lease` (in FILE) must be at least 2s",
+        ),
+        (
+            "[store]\nlease_secs = 1\n",
+            "`store.lease_secs` (in FILE) must be at least 2s",
+        ),
+        (
+            "[discovery]\nipfs_gateway = \"not a url\"\n",
+            "`discovery.ipfs_gateway` (in FILE) is not a URL",
+        ),
     ];
     for (text, want) in cases {
         let e = load_err(text, &[]);
@@ -355,5 +405,7 @@ fn the_schema_describes_both_forms() {
     assert_eq!(opt["type"], serde_json::json!(["integer", "null"]));
     let chain = crate::schema::resolve(&root["properties"]["chain"], root);
     let exclusive = chain["not"]["anyOf"].as_array().unwrap();
-    assert!(exclusive.contains(&serde_json::json!({"required": ["poll_interval", "poll_interval_ms"]})));
+    assert!(
+        exclusive.contains(&serde_json::json!({"required": ["poll_interval", "poll_interval_ms"]}))
+    );
 }
