@@ -278,14 +278,12 @@ impl MarketCmd {
     /// Runs a `cresolver market` command.
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            MarketCmd::Deploy(a) => deploy(a).await,
+            MarketCmd::Deploy(a) => a.run().await,
             MarketCmd::Create(a) => a.run().await,
-            MarketCmd::Join(a) => join(&a.chain, &a.signer, a.market_id, a.agent_id, a.stake).await,
+            MarketCmd::Join(a) => a.run().await,
             MarketCmd::Request(a) => a.run().await,
-            MarketCmd::Show(a) => show(&a.chain, a.market_id, a.wait, a.json).await,
-            MarketCmd::RegisterWorker(a) => {
-                register_worker(&a.chain, &a.signer, a.endpoint, a.uri, &a.name, a.identity).await
-            }
+            MarketCmd::Show(a) => a.run().await,
+            MarketCmd::RegisterWorker(a) => a.run().await,
             MarketCmd::AuthorizeResolver(a) => a.run().await,
         }
     }
@@ -349,154 +347,173 @@ impl AuthorizeResolverArgs {
     }
 }
 
-async fn deploy(a: DeployArgs) -> anyhow::Result<ExitCode> {
-    let (provider, from, _) = signing(&a.chain, &a.signer).await?;
-    let chain_id = provider.get_chain_id().await.context("eth_chainId")?;
-    // no request of the new market can be older: a node may start its scan here
-    let start_block = provider
-        .get_block_number()
-        .await
-        .context("eth_blockNumber")?;
-    eprintln!("deploying from {from} on chain {chain_id}");
-    let opts = DeployOptions {
-        min_stake: a.min_stake,
-        identity: a.identity,
-        reputation: a.reputation,
-        receiver: match (a.forwarder, a.test_forwarder) {
-            (Some(f), _) => ReceiverOption::Forwarder(f),
-            (None, true) => ReceiverOption::TestForwarder,
-            (None, false) => ReceiverOption::None,
-        },
-    };
-    let d = cresolver_market::deploy(&provider, from, &opts, &|name, at| {
-        eprintln!("  {name:<20} {at}");
-    })
-    .await?;
-    let mut doc = serde_json::to_value(d)?;
-    doc["chain_id"] = chain_id.into();
-    doc["owner"] = from.to_string().into();
-    doc["min_stake"] = a.min_stake.to_string().into();
-    doc["start_block"] = start_block.into();
-    let text = serde_json::to_string_pretty(&doc)?;
-    if let Some(out) = &a.out {
-        std::fs::write(out, format!("{text}\n"))
-            .with_context(|| format!("cannot write {}", out.display()))?;
-        eprintln!("addresses written to {}", out.display());
+impl DeployArgs {
+    /// Deploys the contracts and prints their addresses as JSON.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        let a = self;
+        let (provider, from, _) = signing(&a.chain, &a.signer).await?;
+        let chain_id = provider.get_chain_id().await.context("eth_chainId")?;
+        // no request of the new market can be older: a node may start its scan here
+        let start_block = provider
+            .get_block_number()
+            .await
+            .context("eth_blockNumber")?;
+        eprintln!("deploying from {from} on chain {chain_id}");
+        let opts = DeployOptions {
+            min_stake: a.min_stake,
+            identity: a.identity,
+            reputation: a.reputation,
+            receiver: match (a.forwarder, a.test_forwarder) {
+                (Some(f), _) => ReceiverOption::Forwarder(f),
+                (None, true) => ReceiverOption::TestForwarder,
+                (None, false) => ReceiverOption::None,
+            },
+        };
+        let d = cresolver_market::deploy(&provider, from, &opts, &|name, at| {
+            eprintln!("  {name:<20} {at}");
+        })
+        .await?;
+        let mut doc = serde_json::to_value(d)?;
+        doc["chain_id"] = chain_id.into();
+        doc["owner"] = from.to_string().into();
+        doc["min_stake"] = a.min_stake.to_string().into();
+        doc["start_block"] = start_block.into();
+        let text = serde_json::to_string_pretty(&doc)?;
+        if let Some(out) = &a.out {
+            std::fs::write(out, format!("{text}\n"))
+                .with_context(|| format!("cannot write {}", out.display()))?;
+            eprintln!("addresses written to {}", out.display());
+        }
+        eprintln!(
+            "next: set chain.market_address = \"{}\" in node.toml, and authorize the node's key: cresolver market authorize-resolver <NODE ADDRESS> --market-address {}",
+            d.market, d.market
+        );
+        println!("{text}");
+        Ok(ExitCode::SUCCESS)
     }
-    eprintln!(
-        "next: set chain.market_address = \"{}\" in node.toml, and authorize the node's key: cresolver market authorize-resolver <NODE ADDRESS> --market-address {}",
-        d.market, d.market
-    );
-    println!("{text}");
-    Ok(ExitCode::SUCCESS)
 }
 
-async fn join(
-    chain: &ChainArgs,
-    signer: &SignerArgs,
-    id: U256,
-    agent_id: U256,
-    stake: Option<U256>,
-) -> anyhow::Result<ExitCode> {
-    let (provider, from, cfg) = signing(chain, signer).await?;
-    let m = MarketClient::new(provider, cfg.market()?);
-    let stake = match stake {
-        Some(s) => s,
-        None => m.info().await?.min_stake,
-    };
-    m.join(id, agent_id, stake, from).await?;
-    eprintln!(
-        "{from} joined market {id} with agent {agent_id} and a stake of {} ETH",
-        format_ether(stake)
-    );
-    Ok(ExitCode::SUCCESS)
+impl JoinArgs {
+    /// Joins the market as a worker.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        let JoinArgs {
+            chain,
+            signer,
+            market_id: id,
+            agent_id,
+            stake,
+        } = self;
+        let (chain, signer) = (&chain, &signer);
+        let (provider, from, cfg) = signing(chain, signer).await?;
+        let m = MarketClient::new(provider, cfg.market()?);
+        let stake = match stake {
+            Some(s) => s,
+            None => m.info().await?.min_stake,
+        };
+        m.join(id, agent_id, stake, from).await?;
+        eprintln!(
+            "{from} joined market {id} with agent {agent_id} and a stake of {} ETH",
+            format_ether(stake)
+        );
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
-async fn register_worker(
-    chain: &ChainArgs,
-    signer: &SignerArgs,
-    endpoint: Option<String>,
-    uri: Option<String>,
-    name: &str,
-    identity: Option<Address>,
-) -> anyhow::Result<ExitCode> {
-    let (provider, from, cfg) = signing(chain, signer).await?;
-    let identity = match identity {
-        Some(i) => i,
-        None => {
-            let market = cfg.market().map_err(|_| {
-                anyhow::anyhow!(
-                    "no identity registry: pass --identity, or --market-address to use the market's"
-                )
-            })?;
-            MarketClient::new(provider.clone(), market)
-                .info()
-                .await?
-                .identity_registry
+impl RegisterWorkerArgs {
+    /// Registers the agent and prints its id.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        let RegisterWorkerArgs {
+            chain,
+            signer,
+            endpoint,
+            uri,
+            name,
+            identity,
+        } = self;
+        let (chain, signer, name) = (&chain, &signer, name.as_str());
+        let (provider, from, cfg) = signing(chain, signer).await?;
+        let identity = match identity {
+            Some(i) => i,
+            None => {
+                let market = cfg.market().map_err(|_| {
+                    anyhow::anyhow!(
+                        "no identity registry: pass --identity, or --market-address to use the market's"
+                    )
+                })?;
+                MarketClient::new(provider.clone(), market)
+                    .info()
+                    .await?
+                    .identity_registry
+            }
+        };
+        let uri = match (uri, endpoint) {
+            (Some(u), _) => u,
+            (None, Some(e)) => {
+                let parsed = url::Url::parse(&e)
+                    .map_err(|err| anyhow::anyhow!("--endpoint {e:?} is not a URL: {err}"))?;
+                anyhow::ensure!(
+                    matches!(parsed.scheme(), "http" | "https"),
+                    "--endpoint must be http:// or https://"
+                );
+                let chain_id = provider.get_chain_id().await.context("eth_chainId")?;
+                let doc = cresolver_market::registration_json(name, chain_id, from, Some(&e));
+                cresolver_market::data_uri(&doc)
+            }
+            (None, None) => anyhow::bail!("pass --endpoint URL or --uri URI"),
+        };
+        let agent = cresolver_market::register_agent(&provider, identity, from, Some(uri)).await?;
+        eprintln!(
+            "agent {} registered in {identity}, owned by {from}",
+            agent.agent_id
+        );
+        println!("{}", agent.agent_id);
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+impl ShowArgs {
+    /// Shows the market (or the contract).
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        let ShowArgs {
+            chain,
+            market_id: id,
+            wait,
+            json,
+        } = self;
+        let chain = &chain;
+        let (m, _) = chain.reader().await?;
+        let Some(id) = id else {
+            let info = m.info().await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&info)?);
+            } else {
+                println!("market contract {}", info.address);
+                println!("owner               {}", info.owner);
+                println!("markets             {}", info.market_count);
+                println!("minimum stake       {} ETH", format_ether(info.min_stake));
+                println!("identity registry   {}", info.identity_registry);
+                println!("reputation registry {}", info.reputation_registry);
+            }
+            return Ok(ExitCode::SUCCESS);
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(wait.unwrap_or(0));
+        let mut v = m.show(id).await?;
+        while wait.is_some() && !v.resolved && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            v = m.show(id).await?;
         }
-    };
-    let uri = match (uri, endpoint) {
-        (Some(u), _) => u,
-        (None, Some(e)) => {
-            let parsed = url::Url::parse(&e)
-                .map_err(|err| anyhow::anyhow!("--endpoint {e:?} is not a URL: {err}"))?;
-            anyhow::ensure!(
-                matches!(parsed.scheme(), "http" | "https"),
-                "--endpoint must be http:// or https://"
-            );
-            let chain_id = provider.get_chain_id().await.context("eth_chainId")?;
-            let doc = cresolver_market::registration_json(name, chain_id, from, Some(&e));
-            cresolver_market::data_uri(&doc)
-        }
-        (None, None) => anyhow::bail!("pass --endpoint URL or --uri URI"),
-    };
-    let agent = cresolver_market::register_agent(&provider, identity, from, Some(uri)).await?;
-    eprintln!(
-        "agent {} registered in {identity}, owned by {from}",
-        agent.agent_id
-    );
-    println!("{}", agent.agent_id);
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn show(
-    chain: &ChainArgs,
-    id: Option<U256>,
-    wait: Option<u64>,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let (m, _) = chain.reader().await?;
-    let Some(id) = id else {
-        let info = m.info().await?;
         if json {
-            println!("{}", serde_json::to_string_pretty(&info)?);
+            println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
-            println!("market contract {}", info.address);
-            println!("owner               {}", info.owner);
-            println!("markets             {}", info.market_count);
-            println!("minimum stake       {} ETH", format_ether(info.min_stake));
-            println!("identity registry   {}", info.identity_registry);
-            println!("reputation registry {}", info.reputation_registry);
+            print_market(&v);
         }
-        return Ok(ExitCode::SUCCESS);
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(wait.unwrap_or(0));
-    let mut v = m.show(id).await?;
-    while wait.is_some() && !v.resolved && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        v = m.show(id).await?;
+        Ok(if wait.is_some() && !v.resolved {
+            eprintln!("market {id} is not resolved after {} s", wait.unwrap_or(0));
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        })
     }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print_market(&v);
-    }
-    Ok(if wait.is_some() && !v.resolved {
-        eprintln!("market {id} is not resolved after {} s", wait.unwrap_or(0));
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
 }
 
 fn print_market(v: &MarketView) {

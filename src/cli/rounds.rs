@@ -64,23 +64,50 @@ impl RoundsCmd {
     /// Runs the command.
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            RoundsCmd::List(a) => {
-                rounds_list(
-                    &a.config,
-                    &a.states,
-                    a.since.as_deref(),
-                    a.until.as_deref(),
-                    a.limit,
-                    a.json,
-                )
-                .await
-            }
-            RoundsCmd::Show(a) => rounds_show(&a.config, a.market_id, a.json).await,
-            RoundsCmd::Export(a) => rounds_export(&a.config, &a.out).await,
-            RoundsCmd::Retry(a) => rounds_retry(&a.config, a.market_id, a.api)
-                .await
-                .map_err(|e| a.config.explain(e)),
+            RoundsCmd::List(a) => a.run().await,
+            RoundsCmd::Show(a) => a.run().await,
+            RoundsCmd::Export(a) => a.run().await,
+            RoundsCmd::Retry(a) => a.run().await,
         }
+    }
+}
+
+impl ListArgs {
+    /// Lists the stored rounds the filters select.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        rounds_list(
+            &self.config,
+            &self.states,
+            self.since.as_deref(),
+            self.until.as_deref(),
+            self.limit,
+            self.json,
+        )
+        .await
+    }
+}
+
+impl ShowArgs {
+    /// Shows one stored round.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        rounds_show(&self.config, self.market_id, self.json).await
+    }
+}
+
+impl ExportArgs {
+    /// Writes the stored rounds' transcripts.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        rounds_export(&self.config, &self.out).await
+    }
+}
+
+impl RetryArgs {
+    /// Runs the round again (through the node, or in the store); an error says what to
+    /// check about the config.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        rounds_retry(&self.config, self.market_id, self.api.clone())
+            .await
+            .map_err(|e| self.config.explain(e))
     }
 }
 
