@@ -8,6 +8,13 @@
 //! defaults and its checks, declared beside the fields with `validator`; `duration` reads
 //! durations as text (`"2s"`) and the older whole-number keys (`poll_interval_ms`);
 //! `load` layers the file, the environment and the flags; `error` says what is wrong.
+//!
+//! Why these crates: `humantime` (with `humantime-serde`) is the common reading of
+//! `"2s"`/`"1m 30s"` in Rust tools, kept by the chrono maintainers, where a local parser
+//! would be one more grammar to document; `validator` declares a check on the field it
+//! checks, with the message the operator reads (`garde` has no per-check message, so the
+//! messages that say what to do could not have been kept), and schemars reads its
+//! `range`/`length`/`url` rules into the schema, so editors see those bounds too.
 
 use alloy::primitives::Address;
 use schemars::JsonSchema;
