@@ -54,7 +54,7 @@ fn shared(
     move |cfg| {
         cfg.store.url = url;
         cfg.store.node_id = node;
-        cfg.store.lease_secs = lease;
+        cfg.store.lease = std::time::Duration::from_secs(lease);
     }
 }
 

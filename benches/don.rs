@@ -70,7 +70,7 @@ async fn start(
     cfg.chain.rpc_url = dev.ws_endpoint();
     cfg.chain.market_address = Some(dev.contracts.market);
     cfg.chain.multicall_address = Some(dev.contracts.multicall);
-    cfg.chain.poll_interval_ms = 1_000;
+    cfg.chain.poll_interval = std::time::Duration::from_secs(1);
     cfg.node.data_dir = dir.join("data");
     cfg.node.workflows = vec![wf];
     cfg.discovery.allow_private_endpoints = true;

@@ -1,14 +1,13 @@
 //! The `cresolver` command line.
 
-use alloy::primitives::U256;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 mod cli;
-use cli::SigningConfigArgs;
-use cli::dry_run::{DryRunArgs, dry_run_cmd};
-use cli::replay_cmd::{ReplayArgs, replay_cmd};
-use cli::rounds::{RoundsCmd, rounds_export, rounds_list, rounds_retry, rounds_show};
+use cli::dry_run::DryRunArgs;
+use cli::node::{ConfigCheckArgs, NodeArgs, ResolveArgs};
+use cli::replay_cmd::ReplayArgs;
+use cli::rounds::RoundsCmd;
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,10 +31,25 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "cresolver", version = cresolver_node::build_info::long_version(), about, long_about)]
 struct Cli {
     /// Log format on stderr.
-    #[arg(long, global = true, env = "CRESOLVER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    log_format: String,
+    #[arg(
+        long,
+        global = true,
+        env = "CRESOLVER_LOG_FORMAT",
+        default_value = "text",
+        value_enum
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    // human-readable lines (coloured on a terminal)
+    Text,
+    // one JSON object per line
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -44,21 +58,9 @@ enum Command {
     ///
     /// Needs the resolver key in $CRESOLVER_PRIVATE_KEY (or signer.key_file). Serves
     /// GET /health, /metrics, /rounds, /rounds/{id} and POST /resolve on api.listen.
-    Node {
-        #[command(flatten)]
-        config: SigningConfigArgs,
-    },
+    Node(NodeArgs),
     /// Resolve one market now (exit 0 only when the resolution is confirmed on chain).
-    Resolve {
-        #[command(flatten)]
-        config: SigningConfigArgs,
-        /// Market id.
-        #[arg(long)]
-        market: U256,
-        /// Print a JSON summary instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Resolve(ResolveArgs),
     /// Configuration.
     #[command(subcommand)]
     Config(ConfigCmd),
@@ -75,25 +77,14 @@ enum Command {
     Market(cli::market::MarketCmd),
     /// Run a whole resolution on a local anvil chain: deploy, workers, market, node, summary.
     #[cfg(feature = "devnet")]
-    Demo {
-        /// Number of reference workers (1-10).
-        #[arg(long, default_value_t = 3)]
-        workers: usize,
-        /// Print the summary as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Demo(cli::devnet::DemoArgs),
     /// Recompute a round's tally from JSON (audit tool): resolution, weights, scores, report bytes.
     ///
     /// Input: {"market_id":N,"tie":"yes|no|fail","workers":[{"address":"0x..","responded":bool,
     /// "determination":bool,"abstain":bool (optional: scored, no vote),"confidence":f,
     /// "scores":{8 dimensions},"reputation":{"resQuality":..,"srcQuality":..,"analysisDepth":..,
     /// "count":..}}]}. Exit code 2 on invalid input.
-    Tally {
-        /// Input file, or `-` for standard input.
-        #[arg(long, short)]
-        input: String,
-    },
+    Tally(TallyArgs),
     /// Workflow definition files.
     #[command(subcommand)]
     Workflow(WorkflowCmd),
@@ -101,17 +92,7 @@ enum Command {
     /// envelopes and polls, registration files and data: URIs, LLM replies, chain logs)
     /// with random and mutated inputs; reports cases and panics per target. Exit 1 when
     /// any input made a parser panic (the first ones are printed, hex-encoded).
-    Fuzz {
-        /// Cases per target.
-        #[arg(long, default_value_t = 1_000_000)]
-        cases: u64,
-        /// Only this target (see the list printed by a run).
-        #[arg(long)]
-        target: Option<String>,
-        /// Seed of the generator (a run is reproducible from it).
-        #[arg(long, default_value_t = 42)]
-        seed: u64,
-    },
+    Fuzz(FuzzArgs),
     /// Re-run historical markets and compare with what happened on chain (never sends).
     ///
     /// Pick the markets with --transcript FILE, --market N, or --from-block A [--to-block B]
@@ -143,16 +124,9 @@ enum Command {
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     ///
     /// For example: `cresolver completions bash > /etc/bash_completion.d/cresolver`.
-    Completions {
-        /// The shell.
-        shell: clap_complete::Shell,
-    },
+    Completions(CompletionsArgs),
     /// Write man pages for cresolver and every subcommand into a directory.
-    Man {
-        /// Output directory (created if missing).
-        #[arg(long, value_name = "DIR")]
-        out: PathBuf,
-    },
+    Man(ManArgs),
     /// Print the command-line reference as Markdown (the book's CLI chapter is this).
     #[command(hide = true)]
     CliReference,
@@ -169,30 +143,128 @@ enum ConfigCmd {
     /// creating a table. The LLM endpoints of the workflows and the DON's other members
     /// are probed too; one that does not answer is a warning (the node starts without it).
     /// A running node's data dir lock is not checked (it may run beside the node).
-    Check {
-        #[command(flatten)]
-        config: SigningConfigArgs,
-    },
+    Check(ConfigCheckArgs),
     /// Print the JSON Schema of node.toml (with --workflow: of a workflow file).
     ///
     /// Editors check a TOML file against it as it is typed when its first line names it:
     /// `#:schema ./node.schema.json` (taplo, Even Better TOML; a path relative to the
     /// file, or a URL). docs/reference/ holds both schemas.
-    Schema {
-        /// The schema of a workflow file instead.
-        #[arg(long)]
-        workflow: bool,
-    },
+    Schema(ConfigSchemaArgs),
+}
+
+impl ConfigCmd {
+    async fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            ConfigCmd::Check(a) => a.run().await,
+            ConfigCmd::Schema(a) => a.run(),
+        }
+    }
+}
+
+/// `cresolver config schema`.
+#[derive(Debug, clap::Args)]
+struct ConfigSchemaArgs {
+    /// The schema of a workflow file instead.
+    #[arg(long)]
+    workflow: bool,
+}
+
+impl ConfigSchemaArgs {
+    /// Prints the schema (a closed pipe, `| head`, ends the output quietly).
+    fn run(self) -> anyhow::Result<ExitCode> {
+        let schema = if self.workflow {
+            cresolver_pipeline::workflow::Workflow::schema()
+        } else {
+            cresolver_pipeline::config::NodeConfig::schema()
+        };
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(schema)?
+        );
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 #[derive(Debug, Subcommand)]
 enum WorkflowCmd {
     /// Validate workflow files and print the effective settings (defaults filled in).
-    Check {
-        /// Workflow TOML files.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
+    Check(WorkflowCheckArgs),
+}
+
+/// `cresolver workflow check`.
+#[derive(Debug, clap::Args)]
+struct WorkflowCheckArgs {
+    /// Workflow TOML files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+}
+
+impl WorkflowCheckArgs {
+    /// Loads each workflow file and prints its effective settings (defaults filled in)
+    /// as TOML.
+    fn run(self) -> anyhow::Result<ExitCode> {
+        for f in &self.files {
+            let wf = cresolver_pipeline::workflow::Workflow::load(f)?;
+            println!("# {} — ok", f.display());
+            println!("{}", toml::to_string_pretty(&wf)?);
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// `cresolver completions`.
+#[derive(Debug, clap::Args)]
+struct CompletionsArgs {
+    /// The shell.
+    shell: clap_complete::Shell,
+}
+
+impl CompletionsArgs {
+    /// Prints the completion script of the shell.
+    fn run(self) -> anyhow::Result<ExitCode> {
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(self.shell, &mut cmd, "cresolver", &mut std::io::stdout());
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// `cresolver man`.
+#[derive(Debug, clap::Args)]
+struct ManArgs {
+    /// Output directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+impl ManArgs {
+    /// Writes the man pages.
+    fn run(self) -> anyhow::Result<ExitCode> {
+        man_pages(&self.out)
+    }
+}
+
+/// `cresolver fuzz`.
+#[derive(Debug, clap::Args)]
+struct FuzzArgs {
+    /// Cases per target.
+    #[arg(long, default_value_t = 1_000_000)]
+    cases: u64,
+    /// Only this target (see the list printed by a run).
+    #[arg(long)]
+    target: Option<String>,
+    /// Seed of the generator (a run is reproducible from it).
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+/// `cresolver tally`.
+#[derive(Debug, clap::Args)]
+struct TallyArgs {
+    /// Input file, or `-` for standard input.
+    #[arg(long, short)]
+    input: String,
 }
 
 /// Targets that are never logged, whatever `CRESOLVER_LOG` asks: alloy's HTTP and
@@ -201,7 +273,7 @@ enum WorkflowCmd {
 /// own errors, with the URL redacted.
 const SILENCED: &str = "alloy_transport_http=off,alloy_transport_ws=off";
 
-fn init_logging(format: &str, default: &str) {
+fn init_logging(format: LogFormat, default: &str) {
     let asked = std::env::var("CRESOLVER_LOG").unwrap_or_else(|_| default.to_string());
     let filter = tracing_subscriber::EnvFilter::try_new(format!("{asked},{SILENCED}"))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},{SILENCED}")));
@@ -211,7 +283,7 @@ fn init_logging(format: &str, default: &str) {
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    if format == "json" {
+    if format == LogFormat::Json {
         builder.json().init();
     } else {
         builder.init();
@@ -223,10 +295,10 @@ fn main() -> ExitCode {
     // The demo prints its own progress; its logs stay quiet unless CRESOLVER_LOG asks.
     let default = match cli.command {
         #[cfg(feature = "devnet")]
-        Command::Demo { .. } => "warn",
+        Command::Demo(_) => "warn",
         _ => "info,alloy=warn,hyper=warn,reqwest=warn",
     };
-    init_logging(&cli.log_format, default);
+    init_logging(cli.log_format, default);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -245,172 +317,105 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Node { config } => cli::node::node_cmd(&config).await,
-        Command::Resolve {
-            config,
-            market,
-            json,
-        } => cli::node::resolve_cmd(&config, market, json).await,
-        Command::Config(ConfigCmd::Check { config }) => cli::node::config_check(&config).await,
-        Command::Config(ConfigCmd::Schema { workflow }) => {
-            let schema = if workflow {
-                cresolver_pipeline::workflow::Workflow::schema()
-            } else {
-                cresolver_pipeline::config::NodeConfig::schema()
-            };
-            use std::io::Write as _;
-            // a closed pipe (`| head`) ends the output quietly
-            let _ = writeln!(
-                std::io::stdout(),
-                "{}",
-                serde_json::to_string_pretty(schema)?
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Node(a) => a.run().await,
+        Command::Resolve(a) => a.run().await,
+        Command::Config(cmd) => cmd.run().await,
         #[cfg(feature = "devnet")]
-        Command::Agent(a) => cli::devnet::agent_cmd(a).await,
+        Command::Agent(a) => a.run().await,
         #[cfg(feature = "devnet")]
-        Command::Demo { workers, json } => cli::devnet::demo_cmd(workers, json).await,
+        Command::Demo(a) => a.run().await,
         #[cfg(feature = "devnet")]
-        Command::Devnet(cmd) => cli::devnet::devnet_cmd(cmd).await,
-        Command::Market(cmd) => cli::market::market_cmd(cmd).await,
-        Command::Fuzz {
-            cases,
-            target,
-            seed,
-        } => fuzz_cmd(cases, target, seed),
-        Command::Tally { input } => tally_cmd(&input),
-        Command::Replay(args) => {
-            let base = args.config.clone();
-            match replay_cmd(args).await {
-                Ok(code) => Ok(code),
-                Err(e) => {
-                    eprintln!("error: {:#}", base.explain(e));
-                    Ok(ExitCode::from(2))
-                }
-            }
-        }
-        Command::DryRun(args) => dry_run_cmd(args).await,
-        Command::Rounds(RoundsCmd::Show {
-            config,
-            market_id,
-            json,
-        }) => rounds_show(&config, market_id, json).await,
-        Command::Rounds(RoundsCmd::Export { config, out }) => rounds_export(&config, &out).await,
-        Command::Rounds(RoundsCmd::List {
-            config,
-            states,
-            since,
-            until,
-            limit,
-            json,
-        }) => {
-            rounds_list(
-                &config,
-                &states,
-                since.as_deref(),
-                until.as_deref(),
-                limit,
-                json,
-            )
-            .await
-        }
-        Command::Completions { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "cresolver", &mut std::io::stdout());
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Man { out } => man_pages(&out),
+        Command::Devnet(cmd) => cmd.run().await,
+        Command::Market(cmd) => cmd.run().await,
+        Command::Fuzz(a) => a.run(),
+        Command::Tally(a) => a.run(),
+        Command::Replay(a) => a.run().await,
+        Command::DryRun(a) => a.run().await,
+        Command::Rounds(cmd) => cmd.run().await,
+        Command::Completions(a) => a.run(),
+        Command::Man(a) => a.run(),
         Command::CliReference => {
             print!("{}", cli_reference());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Rounds(RoundsCmd::Retry {
-            config,
-            market_id,
-            api,
-        }) => rounds_retry(&config, market_id, api)
-            .await
-            .map_err(|e| config.explain(e)),
-        Command::Workflow(WorkflowCmd::Check { files }) => workflow_check(&files),
+        Command::Workflow(WorkflowCmd::Check(a)) => a.run(),
     }
 }
 
-/// `cresolver fuzz`: runs `cases` random and mutated inputs through each fuzz target (or
-/// the one named `target`) and prints its cases and panics; fails when any input made a
-/// parser panic.
-fn fuzz_cmd(cases: u64, target: Option<String>, seed: u64) -> anyhow::Result<ExitCode> {
-    let targets: Vec<_> = cresolver_pipeline::fuzz::targets()
-        .into_iter()
-        .filter(|t| target.as_deref().is_none_or(|n| n == t.name))
-        .collect();
-    anyhow::ensure!(
-        !targets.is_empty(),
-        "no fuzz target named {:?}; targets: {}",
-        target.unwrap_or_default(),
-        cresolver_pipeline::fuzz::targets()
-            .iter()
-            .map(|t| t.name)
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let mut failed = false;
-    for t in &targets {
-        let started = std::time::Instant::now();
-        let r = cresolver_pipeline::fuzz::run(t, cases, seed);
-        println!(
-            "{:<18} {:>10} cases  {:>4} panics  {:.1} s",
-            r.target,
-            r.cases,
-            r.panic_count,
-            started.elapsed().as_secs_f64()
+impl FuzzArgs {
+    /// Runs `cases` random and mutated inputs through each fuzz target (or the one
+    /// named `target`) and prints its cases and panics; fails when any input made a
+    /// parser panic.
+    fn run(self) -> anyhow::Result<ExitCode> {
+        let FuzzArgs {
+            cases,
+            target,
+            seed,
+        } = self;
+        let targets: Vec<_> = cresolver_pipeline::fuzz::targets()
+            .into_iter()
+            .filter(|t| target.as_deref().is_none_or(|n| n == t.name))
+            .collect();
+        anyhow::ensure!(
+            !targets.is_empty(),
+            "no fuzz target named {:?}; targets: {}",
+            target.unwrap_or_default(),
+            cresolver_pipeline::fuzz::targets()
+                .iter()
+                .map(|t| t.name)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
-        for (input, msg) in &r.panics {
-            failed = true;
-            let msg: String = msg.chars().take(200).collect();
-            println!("  panic: {msg}\n  input: {}", alloy::hex::encode(input));
+        let mut failed = false;
+        for t in &targets {
+            let started = std::time::Instant::now();
+            let r = cresolver_pipeline::fuzz::run(t, cases, seed);
+            println!(
+                "{:<18} {:>10} cases  {:>4} panics  {:.1} s",
+                r.target,
+                r.cases,
+                r.panic_count,
+                started.elapsed().as_secs_f64()
+            );
+            for (input, msg) in &r.panics {
+                failed = true;
+                let msg: String = msg.chars().take(200).collect();
+                println!("  panic: {msg}\n  input: {}", alloy::hex::encode(input));
+            }
         }
-    }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-/// `cresolver tally --input FILE` (`-`: standard input): prints the recomputed tally as
-/// JSON, or the error with exit code 2 when the input is invalid.
-fn tally_cmd(input: &str) -> anyhow::Result<ExitCode> {
-    let text = if input == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("reading standard input")?;
-        s
-    } else {
-        std::fs::read_to_string(input).with_context(|| format!("reading {input}"))?
-    };
-    match crate::cli::tally::run(&text) {
-        Ok(out) => {
-            println!("{}", serde_json::to_string_pretty(&out)?);
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            Ok(ExitCode::from(2))
-        }
+        Ok(if failed {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        })
     }
 }
 
-/// `cresolver workflow check FILE…`: loads each workflow file and prints its effective
-/// settings (defaults filled in) as TOML.
-fn workflow_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
-    for f in files {
-        let wf = cresolver_pipeline::workflow::Workflow::load(f)?;
-        println!("# {} — ok", f.display());
-        println!("{}", toml::to_string_pretty(&wf)?);
+impl TallyArgs {
+    /// Prints the recomputed tally as JSON (`-`: the input from standard input), or the
+    /// error with exit code 2 when the input is invalid.
+    fn run(self) -> anyhow::Result<ExitCode> {
+        let input = self.input.as_str();
+        let text = if input == "-" {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading standard input")?;
+            s
+        } else {
+            std::fs::read_to_string(input).with_context(|| format!("reading {input}"))?
+        };
+        match crate::cli::tally::run(&text) {
+            Ok(out) => {
+                println!("{}", serde_json::to_string_pretty(&out)?);
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Ok(ExitCode::from(2))
+            }
+        }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The command-line reference chapter: every command, its arguments and options, from

@@ -173,7 +173,7 @@ async fn a_blackholed_rpc_blocks_nothing_for_good() {
     let dir = tmpdir("blackhole");
     let mut cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
     cfg.chain.rpc_url = px.url.clone();
-    cfg.chain.rpc_timeout_ms = 2_000;
+    cfg.chain.rpc_timeout = Duration::from_secs(2);
     let r = start(cfg, s.dev.signers[0].clone()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     px.set(Mode::Blackhole);
@@ -203,7 +203,7 @@ async fn two_endpoints_fail_over_and_return_to_the_primary() {
     let dir = tmpdir("failover");
     let mut cfg = node_config(&s, &dir, workflow_file(&dir, |t| t));
     cfg.chain.rpc_urls = vec![a.url.clone(), b.url.clone()];
-    cfg.chain.rpc_timeout_ms = 1_000;
+    cfg.chain.rpc_timeout = Duration::from_secs(1);
     let port = free_port();
     cfg.api.listen = format!("127.0.0.1:{port}");
     let r = start(cfg, s.dev.signers[0].clone()).await;
@@ -298,11 +298,11 @@ async fn a_websocket_cut_past_the_reconnect_budget_is_rebuilt() {
     cfg.chain.rpc_url = px.url.replace("http://", "ws://");
     // alloy's own budget: 2 reconnections 300 ms apart, spent well within the cut
     cfg.chain.ws_reconnect_attempts = 2;
-    cfg.chain.ws_retry_interval_ms = 300;
-    cfg.chain.rpc_timeout_ms = 1_000;
+    cfg.chain.ws_retry_interval = Duration::from_millis(300);
+    cfg.chain.rpc_timeout = Duration::from_secs(1);
     // polling alone would take a minute: the wake-up has to come from the subscription
-    cfg.chain.poll_interval_ms = 60_000;
-    cfg.chain.max_backoff_ms = 2_000;
+    cfg.chain.poll_interval = Duration::from_secs(60);
+    cfg.chain.max_backoff = Duration::from_secs(2);
     let r = start(cfg, s.dev.signers[0].clone()).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     px.set(Mode::Refuse);

@@ -106,7 +106,7 @@ pub async fn start_node_with(
     cfg.chain.rpc_url = rpc_url;
     cfg.chain.market_address = Some(dev.contracts.market);
     cfg.chain.multicall_address = Some(dev.contracts.multicall);
-    cfg.chain.poll_interval_ms = poll_ms;
+    cfg.chain.poll_interval = std::time::Duration::from_millis(poll_ms);
     cfg.node.data_dir = dir.join("data");
     cfg.node.workflows = vec![wf];
     cfg.discovery.allow_private_endpoints = true;

@@ -3,6 +3,7 @@
 use super::*;
 use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode, FailureMode};
 
+/// `cresolver agent`.
 #[derive(Debug, clap::Args)]
 pub struct AgentArgs {
     /// Listen address.
@@ -25,8 +26,15 @@ pub struct AgentArgs {
     pub failure: Option<FailureMode>,
 }
 
+impl AgentArgs {
+    /// Runs the reference worker until Ctrl-C.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        agent_cmd(self).await
+    }
+}
+
 /// Runs the reference worker until Ctrl-C.
-pub async fn agent_cmd(a: AgentArgs) -> anyhow::Result<ExitCode> {
+async fn agent_cmd(a: AgentArgs) -> anyhow::Result<ExitCode> {
     if let Some(c) = a.confidence {
         anyhow::ensure!(
             c.is_finite() && (0.0..=1.0).contains(&c),
@@ -56,8 +64,26 @@ pub async fn agent_cmd(a: AgentArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `cresolver demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Number of reference workers (1-10).
+    #[arg(long, default_value_t = 3)]
+    pub workers: usize,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl DemoArgs {
+    /// A whole resolution on a local anvil chain.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        demo_cmd(self.workers, self.json).await
+    }
+}
+
 /// A whole resolution on a local anvil chain.
-pub async fn demo_cmd(workers: usize, json: bool) -> anyhow::Result<ExitCode> {
+async fn demo_cmd(workers: usize, json: bool) -> anyhow::Result<ExitCode> {
     let summary = cresolver_devnet::demo::run(cresolver_devnet::demo::DemoOptions {
         workers,
         progress: !json,
@@ -110,10 +136,19 @@ pub struct UpArgs {
     pub worker_port: u16,
 }
 
-/// Runs a `cresolver devnet` command.
-pub async fn devnet_cmd(cmd: DevnetCmd) -> anyhow::Result<ExitCode> {
-    match cmd {
-        DevnetCmd::Up(a) => up_cmd(a).await,
+impl DevnetCmd {
+    /// Runs a `cresolver devnet` command.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            DevnetCmd::Up(a) => a.run().await,
+        }
+    }
+}
+
+impl UpArgs {
+    /// Starts the local network (or resumes it) and runs until Ctrl-C.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        up_cmd(self).await
     }
 }
 

@@ -28,13 +28,20 @@ pub struct DryRunArgs {
     pub json: bool,
 }
 
+impl DryRunArgs {
+    /// Runs the pipeline and simulates the submission.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        dry_run_cmd(self).await
+    }
+}
+
 /// `cresolver dry-run`: runs the pipeline for a market (or every new request with
 /// `--watch`) and simulates the submission instead of sending it.
-pub async fn dry_run_cmd(a: DryRunArgs) -> anyhow::Result<ExitCode> {
+async fn dry_run_cmd(a: DryRunArgs) -> anyhow::Result<ExitCode> {
     let cfg = a.config.load()?;
     let from = match a.from {
         Some(f) => f,
-        None => match cfg.signer() {
+        None => match cresolver_pipeline::wallet::signer(&cfg.signer) {
             Ok(s) => s.address(),
             Err(e) => anyhow::bail!(
                 "dry-run needs the resolver address to simulate from: pass --from ADDR (no key is needed), or configure the resolver key ({e})"

@@ -8,9 +8,57 @@ use cresolver_node::{Node, Preflight};
 /// SIGTERM.
 const DRAIN: Duration = Duration::from_secs(30);
 
-/// Runs the resolver node until Ctrl-C or SIGTERM; a second one during the drain stops
-/// it at once, naming the rounds left (they resume when the node starts again).
-pub async fn node_cmd(config: &SigningConfigArgs) -> anyhow::Result<ExitCode> {
+/// `cresolver node`.
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    #[command(flatten)]
+    config: SigningConfigArgs,
+}
+
+impl NodeArgs {
+    /// Runs the resolver node until Ctrl-C or SIGTERM; a second one during the drain
+    /// stops it at once, naming the rounds left (they resume when the node starts again).
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        node_cmd(&self.config).await
+    }
+}
+
+/// `cresolver resolve`.
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    #[command(flatten)]
+    config: SigningConfigArgs,
+    /// Market id.
+    #[arg(long)]
+    market: U256,
+    /// Print a JSON summary instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ResolveArgs {
+    /// Resolves one market now; exit 0 only when the resolution is confirmed.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        resolve_cmd(&self.config, self.market, self.json).await
+    }
+}
+
+/// `cresolver config check`.
+#[derive(Debug, Args)]
+pub struct ConfigCheckArgs {
+    #[command(flatten)]
+    config: SigningConfigArgs,
+}
+
+impl ConfigCheckArgs {
+    /// The node's start-up checks without starting.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        config_check(&self.config).await
+    }
+}
+
+/// Runs the resolver node until Ctrl-C or SIGTERM (see [`NodeArgs::run`]).
+async fn node_cmd(config: &SigningConfigArgs) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
     let signer = cresolver_node::signer(&cfg)?;
     let _lock = cresolver_node::lock_data_dir(&cfg, "node")?;
@@ -69,7 +117,7 @@ fn stop_now(node: &Node) -> ! {
 }
 
 /// Resolves one market now; exit 0 only when the resolution is confirmed.
-pub async fn resolve_cmd(
+async fn resolve_cmd(
     config: &SigningConfigArgs,
     market: U256,
     json: bool,
@@ -114,7 +162,7 @@ pub async fn resolve_cmd(
 /// `cresolver config check`: the node's start-up without starting (the same checks, in
 /// the same order, with the same errors), printing a line per item checked, then
 /// "config ok" only when the node would start.
-pub async fn config_check(config: &SigningConfigArgs) -> anyhow::Result<ExitCode> {
+async fn config_check(config: &SigningConfigArgs) -> anyhow::Result<ExitCode> {
     match config.file() {
         Some(f) => println!("config: {}", f.display()),
         None => println!("config: no file (defaults, CRESOLVER__… env vars and flags)"),

@@ -119,10 +119,24 @@ impl TranscriptSource {
     }
 }
 
+impl ReplayArgs {
+    /// Runs the replay; an error is printed with what to check (exit status 2).
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        let base = self.config.clone();
+        match replay_cmd(self).await {
+            Ok(code) => Ok(code),
+            Err(e) => {
+                eprintln!("error: {:#}", base.explain(e));
+                Ok(ExitCode::from(2))
+            }
+        }
+    }
+}
+
 /// `cresolver replay`: replays one transcript file, or the markets of the configured
 /// contract (one id, or every request of a block range), and prints how each replay
 /// compares with the chain; fails when any of them disagrees.
-pub async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
+async fn replay_cmd(a: ReplayArgs) -> anyhow::Result<ExitCode> {
     let cfg = a.config.load()?;
     let wf_override = a.workflow.as_deref().map(Workflow::load).transpose()?;
     let opts = ReplayOptions {

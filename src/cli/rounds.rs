@@ -30,54 +30,23 @@ impl clap::ValueEnum for StateArg {
     }
 }
 
+/// `cresolver rounds …`.
 #[derive(Debug, Subcommand)]
 pub enum RoundsCmd {
     /// List stored rounds, newest first, as a table or JSON (SQLite or PostgreSQL store).
     ///
     /// Filters: --state (repeatable), --market-address, --since / --until (unix seconds
     /// or RFC 3339, on the round's last update), --limit.
-    List {
-        #[command(flatten)]
-        config: BaseConfigArgs,
-        /// Only rounds in this state (repeatable).
-        #[arg(long = "state", value_name = "STATE", value_enum)]
-        states: Vec<StateArg>,
-        /// Only rounds updated at or after this time (unix seconds or RFC 3339).
-        #[arg(long, value_name = "TIME")]
-        since: Option<String>,
-        /// Only rounds updated before this time (unix seconds or RFC 3339).
-        #[arg(long, value_name = "TIME")]
-        until: Option<String>,
-        /// At most this many rounds.
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
-        /// Print JSON (one array) instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    List(ListArgs),
     /// Show one stored round: state, request, submission and its transcript.
-    Show {
-        #[command(flatten)]
-        config: BaseConfigArgs,
-        /// Market id.
-        market_id: U256,
-        /// Print the exported transcript document (JSON) instead of a summary.
-        #[arg(long)]
-        json: bool,
-    },
+    Show(ShowArgs),
     /// Write every stored round's transcript, one JSON file per round, into a directory.
     ///
     /// With --market-address (or chain.market_address in the config), only that market's
     /// rounds are written. Files are named `<market address>-<market id>.json` and hold the transcript (see
     /// docs/transcript.md) with the store record under `round`. Rounds that never reached
     /// discovery have no transcript and are listed, not written.
-    Export {
-        #[command(flatten)]
-        config: BaseConfigArgs,
-        /// Output directory (created if missing; files in it are overwritten).
-        #[arg(long, value_name = "DIR")]
-        out: PathBuf,
-    },
+    Export(ExportArgs),
     /// Run a failed (or unfinished) round again now.
     ///
     /// Asks the running node through its API (POST /resolve on api.listen, with the bearer
@@ -88,21 +57,120 @@ pub enum RoundsCmd {
     /// only when the chain (chain.rpc_url) says the market is unresolved: a finalized or
     /// skipped one as a new attempt (the old one is kept), a confirmed one by re-sending
     /// its transaction.
-    Retry {
-        #[command(flatten)]
-        config: BaseConfigArgs,
-        /// Market id.
-        market_id: U256,
-        /// Base URL of the node's API (default: http://<api.listen>).
-        #[arg(long, value_name = "URL")]
-        api: Option<String>,
-    },
+    Retry(RetryArgs),
+}
+
+impl RoundsCmd {
+    /// Runs the command.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            RoundsCmd::List(a) => a.run().await,
+            RoundsCmd::Show(a) => a.run().await,
+            RoundsCmd::Export(a) => a.run().await,
+            RoundsCmd::Retry(a) => a.run().await,
+        }
+    }
+}
+
+impl ListArgs {
+    /// Lists the stored rounds the filters select.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        rounds_list(
+            &self.config,
+            &self.states,
+            self.since.as_deref(),
+            self.until.as_deref(),
+            self.limit,
+            self.json,
+        )
+        .await
+    }
+}
+
+impl ShowArgs {
+    /// Shows one stored round.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        rounds_show(&self.config, self.market_id, self.json).await
+    }
+}
+
+impl ExportArgs {
+    /// Writes the stored rounds' transcripts.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        rounds_export(&self.config, &self.out).await
+    }
+}
+
+impl RetryArgs {
+    /// Runs the round again (through the node, or in the store); an error says what to
+    /// check about the config.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        rounds_retry(&self.config, self.market_id, self.api.clone())
+            .await
+            .map_err(|e| self.config.explain(e))
+    }
+}
+
+/// `cresolver rounds list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub config: BaseConfigArgs,
+    /// Only rounds in this state (repeatable).
+    #[arg(long = "state", value_name = "STATE", value_enum)]
+    pub states: Vec<StateArg>,
+    /// Only rounds updated at or after this time (unix seconds or RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only rounds updated before this time (unix seconds or RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// At most this many rounds.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Print JSON (one array) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cresolver rounds show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub config: BaseConfigArgs,
+    /// Market id.
+    pub market_id: U256,
+    /// Print the exported transcript document (JSON) instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cresolver rounds export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub config: BaseConfigArgs,
+    /// Output directory (created if missing; files in it are overwritten).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+/// `cresolver rounds retry`.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    #[command(flatten)]
+    pub config: BaseConfigArgs,
+    /// Market id.
+    pub market_id: U256,
+    /// Base URL of the node's API (default: http://<api.listen>).
+    #[arg(long, value_name = "URL")]
+    pub api: Option<String>,
 }
 
 /// `cresolver rounds retry`: asks the running node to run the round again, or reopens it
 /// in the store for the node to run when it starts; a done round only when the chain
 /// says the market is unresolved.
-pub async fn rounds_retry(
+async fn rounds_retry(
     config: &BaseConfigArgs,
     id: U256,
     api: Option<String>,
@@ -212,11 +280,7 @@ async fn node_answers(base: &str) -> bool {
 }
 
 /// `cresolver rounds show`: one stored round, as a summary or as its exported document.
-pub async fn rounds_show(
-    config: &BaseConfigArgs,
-    id: U256,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
+async fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
     let store = open_store(&cfg).await?;
     let rec = find_round(&cfg, store.as_ref(), id).await?;
@@ -460,7 +524,7 @@ fn print_workers(t: &Transcript) {
 
 /// `cresolver rounds export`: writes each stored round's transcript into `out`, one file
 /// per round, and lists the rounds without one.
-pub async fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Result<ExitCode> {
+async fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
     let store = open_store(&cfg).await?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
@@ -519,7 +583,7 @@ fn rfc3339(secs: u64) -> String {
 
 /// `cresolver rounds list`: the store keeps the rounds updated within --since/--until
 /// (by `updated_at`, whatever their age); the states and the market are filtered here.
-pub async fn rounds_list(
+async fn rounds_list(
     config: &BaseConfigArgs,
     states: &[StateArg],
     since: Option<&str>,

@@ -58,7 +58,7 @@ pub fn node_config(s: &MarketSetup, dir: &std::path::Path, wf: PathBuf) -> NodeC
     cfg.chain.rpc_url = s.dev.rpc_url();
     cfg.chain.market_address = Some(s.dev.contracts.market);
     cfg.chain.multicall_address = Some(s.dev.contracts.multicall);
-    cfg.chain.poll_interval_ms = 100;
+    cfg.chain.poll_interval = std::time::Duration::from_millis(100);
     cfg.node.data_dir = dir.join("data");
     cfg.node.workflows = vec![wf];
     cfg.discovery.allow_private_endpoints = true;

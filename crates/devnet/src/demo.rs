@@ -218,7 +218,7 @@ fn node_config(dev: &Devnet, dir: &std::path::Path) -> anyhow::Result<NodeConfig
     cfg.chain.rpc_url = dev.rpc_url();
     cfg.chain.market_address = Some(dev.contracts.market);
     cfg.chain.multicall_address = Some(dev.contracts.multicall);
-    cfg.chain.poll_interval_ms = 200;
+    cfg.chain.poll_interval = std::time::Duration::from_millis(200);
     cfg.node.data_dir = dir.join("data");
     cfg.node.workflows = vec![wf_path];
     cfg.discovery.allow_private_endpoints = true;

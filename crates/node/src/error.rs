@@ -40,10 +40,11 @@ pub enum NodeError {
         origin: String,
     },
     /// The signing key cannot be read.
-    #[error("{error} ({origin}){hint}")]
+    #[error("{error}{causes} ({origin}){hint}", causes = causes(error.as_ref()))]
     Signer {
-        /// What reading it met (boxed: a config error is large).
-        error: Box<cresolver_pipeline::config::ConfigError>,
+        /// What reading it met (its causes are printed after it; boxed: the node's
+        /// error stays small).
+        error: Box<cresolver_pipeline::wallet::WalletError>,
         /// Where the key (or its file, keystore or password) was named.
         origin: String,
         /// What to do (`: …`), or nothing when the error says it.
@@ -140,4 +141,17 @@ pub enum NodeError {
         /// Which listener, when it is not the API's (`""` for the API).
         what: &'static str,
     },
+}
+
+/// The causes of `e` as ": cause: its cause" (printed after an error that is held as a
+/// field, not as the source, so that they are shown once).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut out = String::new();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
 }

@@ -183,7 +183,7 @@ impl Node {
         } = start_up(&cfg, from, store.shared(), seen).await?;
         if pipelines.is_empty() {
             return Err(cresolver_pipeline::config::ConfigError::Invalid {
-                key: "node.workflows",
+                key: "node.workflows".into(),
                 message: "must list at least one workflow file".into(),
             }
             .into());
@@ -431,7 +431,11 @@ impl Node {
     /// How long a node that took a round over waits for the transaction another key
     /// signed for it before it signs its own: three receipt timeouts.
     fn foreign_wait(&self) -> Duration {
-        Duration::from_millis(self.cfg.submit.receipt_timeout_ms.max(1_000)).saturating_mul(3)
+        self.cfg
+            .submit
+            .receipt_timeout
+            .max(Duration::from_secs(1))
+            .saturating_mul(3)
     }
 
     /// Drives a round once more, now, if it is not final (it was asked for while its
@@ -592,9 +596,8 @@ fn chain_health(
                 .unwrap_or(default_confirmations(chain_id)),
             max_head_age: cfg
                 .chain
-                .max_head_age_secs
-                .or((!is_dev_chain(chain_id)).then_some(60))
-                .map(Duration::from_secs),
+                .max_head_age
+                .or((!is_dev_chain(chain_id)).then_some(Duration::from_secs(60))),
             max_lag_blocks: cfg.chain.max_lag_blocks,
         },
         pool,

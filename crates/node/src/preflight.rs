@@ -16,7 +16,8 @@ use crate::{NodeError, Pipeline};
 use alloy::primitives::Address;
 use alloy::providers::{DynProvider, Provider as _};
 use alloy::signers::local::PrivateKeySigner;
-use cresolver_pipeline::config::{ConfigError, NodeConfig};
+use cresolver_pipeline::config::NodeConfig;
+use cresolver_pipeline::wallet::WalletError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +90,7 @@ impl Preflight {
 /// `resolve` and `config check` all call this): an error names the key of the config it
 /// came from and what to do.
 pub fn signer(cfg: &NodeConfig) -> Result<PrivateKeySigner, NodeError> {
-    cfg.signer().map_err(|error| {
+    cresolver_pipeline::wallet::signer(&cfg.signer).map_err(|error| {
         let (key, hint) = signer_key(cfg, &error);
         NodeError::Signer {
             origin: cfg.origin_of(key),
@@ -99,47 +100,43 @@ pub fn signer(cfg: &NodeConfig) -> Result<PrivateKeySigner, NodeError> {
     })
 }
 
-/// Which key of `[signer]` an error of `NodeConfig::signer` is about, and what to do
+/// Which key of `[signer]` an error of `wallet::signer` is about, and what to do
 /// (`: …`; empty where the error's own message says it).
-fn signer_key(cfg: &NodeConfig, error: &ConfigError) -> (&'static str, &'static str) {
+fn signer_key(cfg: &NodeConfig, error: &WalletError) -> (&'static str, &'static str) {
     let keystore_key = if cfg.signer.keystore.is_none() && cfg.signer.account.is_some() {
         "signer.account"
     } else {
         "signer.keystore"
     };
     match error {
-        ConfigError::NoKey { .. } => ("signer.private_key_env", ""),
-        ConfigError::BadKey { source_name } if source_name.starts_with("env var") => (
+        WalletError::NoKey { .. } => ("signer.private_key_env", ""),
+        WalletError::BadKey { source_name } if source_name.starts_with("env var") => (
             "signer.private_key_env",
             ": the key is 64 hex digits, with or without 0x",
         ),
-        ConfigError::BadKey { .. } => (
+        WalletError::BadKey { .. } => (
             "signer.key_file",
             ": the file's first line is the key: 64 hex digits, with or without 0x",
         ),
-        ConfigError::KeyFile { path, .. }
-            if cfg
-                .signer
-                .password_file
-                .as_ref()
-                .is_some_and(|p| p.display().to_string() == *path) =>
+        WalletError::KeyFile { path, .. }
+            if cfg.signer.password_file.as_ref().is_some_and(|p| p == path) =>
         {
             (
                 "signer.password_file",
                 ": check the path, and that the user the node runs as can read it",
             )
         }
-        ConfigError::KeyFile { .. } => (
+        WalletError::KeyFile { .. } => (
             "signer.key_file",
             ": check the path, and that the user the node runs as can read it",
         ),
-        ConfigError::NoKeystorePassword { .. } => ("signer.password_env", ""),
-        ConfigError::KeystorePassword { source_name, .. }
+        WalletError::NoKeystorePassword { .. } => ("signer.password_env", ""),
+        WalletError::KeystorePassword { source_name, .. }
             if source_name.starts_with("password file") =>
         {
             ("signer.password_file", "")
         }
-        ConfigError::KeystorePassword { .. } => ("signer.password_env", ""),
+        WalletError::KeystorePassword { .. } => ("signer.password_env", ""),
         // the keystore's own messages say what to do
         _ => (keystore_key, ""),
     }
@@ -224,7 +221,7 @@ fn writable(dir: &Path) -> std::io::Result<()> {
 pub(crate) fn pg_config(cfg: &NodeConfig) -> cresolver_store::PgConfig {
     cresolver_store::PgConfig {
         node_id: cfg.node_id(),
-        lease: Duration::from_secs(cfg.store.lease_secs),
+        lease: cfg.store.lease,
         max_connections: cfg.store.max_connections,
         ca_file: cfg.store.ca_file.clone(),
     }

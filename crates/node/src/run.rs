@@ -29,7 +29,11 @@ impl Node {
         tx: mpsc::Sender<(Address, U256)>,
         stop: tokio_util::sync::CancellationToken,
     ) {
-        let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 1_000));
+        let every = self
+            .cfg
+            .chain
+            .poll_interval
+            .clamp(Duration::from_millis(100), Duration::from_secs(1));
         let mut failing = false;
         loop {
             // a little jitter, so that nodes do not race for the same rounds in step
@@ -240,7 +244,11 @@ impl Node {
     /// wakes the watcher and the transaction manager at every new head (rebuilt for as
     /// long as the node runs).
     fn spawn_chain_tasks(&self) {
-        let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(50, 1_000));
+        let every = self
+            .cfg
+            .chain
+            .poll_interval
+            .clamp(Duration::from_millis(50), Duration::from_secs(1));
         let (ch, m, rx) = (
             self.chain_health.clone(),
             self.metrics.clone(),
@@ -260,7 +268,10 @@ impl Node {
         let cfg = PushConfig {
             pool: self.cfg.pool_config(),
             max_backoff: self.cfg.max_backoff(),
-            stall_after: Duration::from_millis(self.cfg.chain.poll_interval_ms)
+            stall_after: self
+                .cfg
+                .chain
+                .poll_interval
                 .saturating_mul(3)
                 .max(Duration::from_secs(2)),
         };
@@ -282,7 +293,11 @@ impl Node {
             depth,
             self.cfg.chain.multicall_address,
         );
-        let every = Duration::from_millis(self.cfg.chain.poll_interval_ms.clamp(100, 5_000));
+        let every = self
+            .cfg
+            .chain
+            .poll_interval
+            .clamp(Duration::from_millis(100), Duration::from_secs(5));
         let (rx, wake) = (self.schedule.cancel.clone(), self.heads.subscribe());
         self.schedule
             .tracker

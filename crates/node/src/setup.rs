@@ -19,7 +19,7 @@ pub async fn open_store(cfg: &NodeConfig) -> Result<Arc<dyn RoundStore>, NodeErr
         tracing::info!(
             database = %cresolver_store::pg::redact_url(&cfg.store.url),
             node_id,
-            lease_secs = cfg.store.lease_secs,
+            lease = ?cfg.store.lease,
             "shared PostgreSQL store: rounds are split between the nodes by leases"
         );
         Ok(Arc::new(store))
@@ -41,8 +41,11 @@ pub fn txm_config(cfg: &NodeConfig, chain_id: u64) -> TxmConfig {
             max_fee_cap: (cfg.submit.max_fee_per_gas_gwei * 1e9) as u128,
             bump_after_blocks: cfg.submit.bump_after_blocks,
         },
-        poll_interval: Duration::from_millis(cfg.chain.poll_interval_ms.clamp(10, 2_000)),
-        wait_bound: Duration::from_millis(cfg.submit.receipt_timeout_ms.max(1_000)),
+        poll_interval: cfg
+            .chain
+            .poll_interval
+            .clamp(Duration::from_millis(10), Duration::from_secs(2)),
+        wait_bound: cfg.submit.receipt_timeout.max(Duration::from_secs(1)),
     }
 }
 

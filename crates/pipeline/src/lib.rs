@@ -6,7 +6,8 @@
 //! recorded), `stages` (the stages' settings from a node configuration), and the paths
 //! that are not the long-running node (`cresolver-node`): `replay` (recorded or live
 //! rounds compared with the chain) and `dryrun` (the submission simulated). `workflow`
-//! and `config` read the files; `fuzz` runs every parser of untrusted bytes.
+//! and `config` read the files; `wallet` reads the signing key `[signer]` names; `fuzz`
+//! runs every parser of untrusted bytes.
 
 pub mod config;
 pub mod dispatch;
@@ -19,4 +20,5 @@ pub mod schema;
 pub mod stages;
 pub mod store_sink;
 pub mod transcript;
+pub mod wallet;
 pub mod workflow;

@@ -5,13 +5,18 @@
 //! bft, majority, all, or a whole number of at least 1").
 //!
 //! A key whose value is a path carries the extension keyword `"x-path": true`: the node
-//! resolves such a path from a file relative to that file's directory.
+//! resolves such a path from a file relative to that file's directory. A key whose value
+//! is a duration as text (`"2s"`, `"150ms"`) carries `"x-duration": true`: its text must
+//! parse as one (`humantime`).
 
 use cresolver_core::schema::{ADDRESS_PATTERN, B256_PATTERN};
 use serde_json::{Map, Value};
 
 /// The extension keyword that marks a key holding a path.
 pub const PATH_KEYWORD: &str = "x-path";
+
+/// The extension keyword that marks a key holding a duration as text (`"2s"`).
+pub const DURATION_KEYWORD: &str = "x-duration";
 
 /// The JSON Schema (draft 2020-12) of `T`, as JSON.
 pub fn generate<T: schemars::JsonSchema>() -> Value {
@@ -257,6 +262,9 @@ pub fn expected(s: &Value, root: &Value) -> String {
         "integer" => whole_number(s),
         "number" => "a number".into(),
         "string" if s.get(PATH_KEYWORD).is_some() => "a path (text)".into(),
+        "string" if s.get(DURATION_KEYWORD).is_some() => {
+            "a duration: text such as \"2s\", \"150ms\" or \"1m 30s\"".into()
+        }
         "string" if s.get("format").and_then(Value::as_str) == Some("uri") => "a URL (text)".into(),
         "string" => "text (a quoted string)".into(),
         "array" => {
@@ -396,6 +404,9 @@ fn check_at(v: &Value, s: &Value, root: &Value, path: &mut Vec<Seg>) -> Result<(
             Some(B256_PATTERN) => is_hex(text, 64),
             _ => true,
         };
+        let ok = ok
+            && (s.get(DURATION_KEYWORD).is_none()
+                || humantime::parse_duration(text.trim()).is_ok());
         if !ok {
             return Err(wrong(v, s, root, path));
         }

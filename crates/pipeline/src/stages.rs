@@ -10,7 +10,6 @@ use cresolver_core::report::ReportMetadata;
 use cresolver_submit::SubmitterConfig;
 use cresolver_workers::registry::{ProtocolKind, ProtocolSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The discovery settings of a node config.
 pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, ConfigError> {
@@ -19,11 +18,11 @@ pub fn discovery_config(cfg: &NodeConfig) -> Result<DiscoveryConfig, ConfigError
         lookup: Arc::new(cresolver_workers::netguard::SystemLookup),
         ipfs_gateway: url::Url::parse(&cfg.discovery.ipfs_gateway).map_err(|e| {
             ConfigError::Invalid {
-                key: "discovery.ipfs_gateway",
+                key: "discovery.ipfs_gateway".into(),
                 message: e.to_string(),
             }
         })?,
-        fetch_timeout: Duration::from_millis(cfg.discovery.fetch_timeout_ms),
+        fetch_timeout: cfg.discovery.fetch_timeout,
         max_metadata_bytes: cfg.discovery.max_metadata_bytes,
         protocols: protocol_set(cfg)?,
     })
@@ -116,7 +115,7 @@ fn chorus_settings(
     settings
         .validate()
         .map_err(|message| ConfigError::Invalid {
-            key: "protocols.chorus",
+            key: "protocols.chorus".into(),
             message,
         })?;
     Ok(settings)
@@ -132,15 +131,15 @@ fn agora_node(a: &AgoraSection) -> Result<cresolver_workers::agora::AgoraNode, C
         ..AgoraConfig::default()
     };
     let invalid = |message: String| ConfigError::Invalid {
-        key: "protocols.agora",
+        key: "protocols.agora".into(),
         message,
     };
     let seed = match (secret(&a.key_env), &a.key_file) {
         (Some(hex), _) => Some((hex, format!("env var {}", a.key_env))),
         (None, Some(path)) => {
-            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::KeyFile {
-                path: path.display().to_string(),
-                error: e.to_string(),
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
+                path: path.clone(),
+                source,
             })?;
             let line = text.lines().next().unwrap_or("").trim().to_string();
             Some((line, format!("key file {}", path.display())))

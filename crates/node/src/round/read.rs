@@ -113,10 +113,9 @@ impl Steps<'_> {
             })?;
         if snapshot.block != block {
             // read at the head (pruned state): still judged at the request block's time
-            input.reference_time =
-                cresolver_pipeline::live::block_time(self.provider, Some(block))
-                    .await
-                    .map_err(StepError::retry_with)?;
+            input.reference_time = cresolver_pipeline::live::block_time(self.provider, Some(block))
+                .await
+                .map_err(StepError::retry_with)?;
         }
         self.metrics
             .observe_stage("discover", started.elapsed().as_secs_f64());

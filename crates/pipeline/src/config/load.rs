@@ -15,7 +15,7 @@
 //! environment. The layers here are small (a TOML table, the variables, five flags), and
 //! the schema derived from the types already knows every key's type.
 
-use super::{ConfigError, Overrides};
+use super::{ConfigError, Overrides, duration};
 use crate::schema::{self, Mismatch, Problem, Seg};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -57,6 +57,9 @@ pub struct Provenance {
     values: BTreeMap<String, Origin>,
     /// Tables by dotted key: where each was first written.
     tables: BTreeMap<String, Origin>,
+    /// Duration keys given by their older key: `chain.poll_interval` →
+    /// `chain.poll_interval_ms` (messages name the key that was written).
+    renamed: BTreeMap<String, String>,
 }
 
 impl Provenance {
@@ -91,9 +94,11 @@ impl Provenance {
         self.values.insert(key, origin);
     }
 
-    /// "`key` (in FILE)", "`key` (from VAR)", "`key` (from --flag)", "`key` (default)".
+    /// "`key` (in FILE)", "`key` (from VAR)", "`key` (from --flag)", "`key` (default)";
+    /// a duration given by its older key is named by that key (`chain.poll_interval_ms`).
     pub fn describe(&self, key: &str) -> String {
-        format!("`{key}` ({})", self.origin(key))
+        let shown = self.renamed.get(key).map_or(key, String::as_str);
+        format!("`{shown}` ({})", self.origin(key))
     }
 }
 
@@ -150,15 +155,79 @@ pub(super) fn layers(
         .filter(|(k, _)| k.starts_with(ENV_PREFIX))
         .collect();
     vars.sort();
+    let mut from_env: Vec<String> = Vec::new();
     for (var, text) in vars {
         let (key, v) = env_value(&var, &text)?;
         let path: Vec<&str> = key.split('.').collect();
+        // a duration's other form from an earlier layer gives way; from this one, both
+        // forms are an error
+        if let Some(other) = other_form(root, &path) {
+            if from_env.contains(&other) {
+                return Err(both_forms(&key, &other, &provenance, &Origin::Env(var)));
+            }
+            remove(&mut value, &other);
+        }
         insert(&mut value, &path, v);
-        provenance.set(key, Origin::Env(var));
+        provenance.set(key.clone(), Origin::Env(var));
+        from_env.push(key);
     }
     flags(&mut value, &mut provenance, overrides);
     check(&value, &provenance)?;
+    let folded = duration::fold(&mut value, root, root, "").map_err(|b| {
+        let origin = provenance.origin(&b.key);
+        both_forms(&b.key, &b.legacy, &provenance, &origin)
+    })?;
+    for f in folded {
+        let origin = provenance.origin(&f.legacy);
+        provenance.values.insert(f.key.clone(), origin);
+        provenance.renamed.insert(f.key, f.legacy);
+    }
     Ok(Layers { value, provenance })
+}
+
+/// The dotted key of the other form of the duration at `path` (`chain.poll_interval_ms`
+/// for `chain.poll_interval`, and back), if it is one.
+fn other_form(root: &Value, path: &[&str]) -> Option<String> {
+    let (last, parents) = path.split_last()?;
+    let table = schema::table(schema::at(root, parents)?, root)?;
+    let other = duration::sibling(last, table)?;
+    let mut key: Vec<&str> = parents.to_vec();
+    key.push(&other);
+    Some(key.join("."))
+}
+
+/// The error for a duration given in both forms: `key` is one of them (either), `other`
+/// the other; `origin` is where the later one came from.
+fn both_forms(key: &str, other: &str, p: &Provenance, origin: &Origin) -> ConfigError {
+    let (new, old, new_origin, old_origin) = if key.len() < other.len() {
+        (key, other, origin.clone(), p.origin(other))
+    } else {
+        (other, key, p.origin(other), origin.clone())
+    };
+    ConfigError::BothForms {
+        key: new.to_string(),
+        legacy: old.to_string(),
+        at: format!("`{new}` ({new_origin})"),
+        legacy_at: format!("`{old}` ({old_origin})"),
+    }
+}
+
+/// Removes dotted `key` from `v`, if it is there.
+fn remove(v: &mut Value, key: &str) {
+    let path: Vec<&str> = key.split('.').collect();
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for p in parents {
+        match cur.get_mut(*p) {
+            Some(next) => cur = next,
+            None => return,
+        }
+    }
+    if let Value::Object(map) = cur {
+        map.remove(*last);
+    }
 }
 
 fn read_file(f: &Path) -> Result<Value, ConfigError> {

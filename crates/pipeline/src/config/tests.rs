@@ -1,6 +1,7 @@
 //! The loader's layers, provenance and messages.
 
 use super::*;
+use std::time::Duration;
 
 /// A config file with `text` in a fresh directory.
 fn file(text: &str) -> (tempfile::TempDir, PathBuf) {
@@ -30,7 +31,7 @@ fn file_env_and_flags_layer() {
         "[chain]\nrpc_url = \"http://127.0.0.1:1\"\npoll_interval_ms = 500\n[node]\nmax_concurrent_rounds = 3\n",
     );
     let cfg = NodeConfig::load_from(Some(&f), env(&[]), &Overrides::default()).unwrap();
-    assert_eq!(cfg.chain.poll_interval_ms, 500);
+    assert_eq!(cfg.chain.poll_interval, Duration::from_millis(500));
     assert_eq!(cfg.node.max_concurrent_rounds, 3);
     let o = Overrides {
         rpc_url: Some("ws://127.0.0.1:2".into()),
@@ -39,7 +40,7 @@ fn file_env_and_flags_layer() {
     let vars = env(&[("CRESOLVER__CHAIN__POLL_INTERVAL_MS", "700")]);
     let cfg = NodeConfig::load_from(Some(&f), vars, &o).unwrap();
     assert_eq!(cfg.chain.rpc_url, "ws://127.0.0.1:2");
-    assert_eq!(cfg.chain.poll_interval_ms, 700);
+    assert_eq!(cfg.chain.poll_interval, Duration::from_millis(700));
     let e = load_err("[chain]\nrpc_urll = \"x\"\n", &[]);
     assert!(
         e.contains("`chain.rpc_urll` (in FILE) is not a key of [chain]: did you mean `rpc_url`?"),
@@ -216,5 +217,195 @@ fn described_as_an_operator_writes_them() {
     assert_eq!(
         from_text("http://a, http://b", urls, root),
         Ok(serde_json::json!(["http://a", "http://b"]))
+    );
+}
+
+#[test]
+fn durations_are_text_or_the_older_whole_numbers() {
+    let (_d, f) = file(
+        "[chain]\npoll_interval = \"150ms\"\nrpc_timeout_ms = 2500\nmax_head_age_secs = 30\n[submit]\nreceipt_timeout = \"1m 30s\"\n[store]\nlease_secs = 20\n",
+    );
+    let cfg = NodeConfig::load_from(Some(&f), env(&[]), &Overrides::default()).unwrap();
+    assert_eq!(cfg.chain.poll_interval, Duration::from_millis(150));
+    assert_eq!(cfg.chain.rpc_timeout, Duration::from_millis(2500));
+    assert_eq!(cfg.chain.max_head_age, Some(Duration::from_secs(30)));
+    assert_eq!(cfg.submit.receipt_timeout, Duration::from_secs(90));
+    assert_eq!(cfg.store.lease, Duration::from_secs(20));
+    // the defaults are those of the older keys
+    let d = NodeConfig::default();
+    assert_eq!(d.chain.poll_interval, Duration::from_millis(2_000));
+    assert_eq!(d.chain.rpc_timeout, Duration::from_millis(10_000));
+    assert_eq!(d.chain.max_backoff, Duration::from_millis(5_000));
+    assert_eq!(d.chain.ws_retry_interval, Duration::from_millis(3_000));
+    assert_eq!(d.submit.receipt_timeout, Duration::from_millis(120_000));
+    assert_eq!(d.discovery.fetch_timeout, Duration::from_millis(5_000));
+    assert_eq!(d.store.lease, Duration::from_secs(15));
+    assert_eq!(d.chain.max_head_age, None);
+    // and from the environment, either form
+    let vars = env(&[
+        ("CRESOLVER__CHAIN__POLL_INTERVAL", "3s"),
+        ("CRESOLVER__DISCOVERY__FETCH_TIMEOUT_MS", "700"),
+        ("CRESOLVER__CHAIN__MAX_HEAD_AGE", ""),
+    ]);
+    let cfg = NodeConfig::load_from(None, vars, &Overrides::default()).unwrap();
+    assert_eq!(cfg.chain.poll_interval, Duration::from_secs(3));
+    assert_eq!(cfg.discovery.fetch_timeout, Duration::from_millis(700));
+    assert_eq!(cfg.chain.max_head_age, None);
+}
+
+#[test]
+fn a_duration_in_both_forms_is_an_error() {
+    let e = load_err(
+        "[chain]\npoll_interval = \"2s\"\npoll_interval_ms = 2000\n",
+        &[],
+    );
+    assert_eq!(
+        e,
+        "config: `chain.poll_interval` (in FILE) and `chain.poll_interval_ms` (in FILE) are the same setting: keep one (`chain.poll_interval` takes a duration such as \"2s\" or \"150ms\"; `chain.poll_interval_ms` is its older form, a whole number)"
+    );
+    let e = load_err(
+        "",
+        &[
+            ("CRESOLVER__STORE__LEASE", "20s"),
+            ("CRESOLVER__STORE__LEASE_SECS", "20"),
+        ],
+    );
+    assert!(
+        e.contains("`store.lease` (from CRESOLVER__STORE__LEASE)")
+            && e.contains("`store.lease_secs` (from CRESOLVER__STORE__LEASE_SECS)"),
+        "{e}"
+    );
+    // a later layer's form replaces an earlier layer's other form
+    let (_d, f) = file("[chain]\npoll_interval = \"2s\"\nrpc_timeout_ms = 100\n");
+    let vars = env(&[
+        ("CRESOLVER__CHAIN__POLL_INTERVAL_MS", "500"),
+        ("CRESOLVER__CHAIN__RPC_TIMEOUT", "1s"),
+    ]);
+    let cfg = NodeConfig::load_from(Some(&f), vars, &Overrides::default()).unwrap();
+    assert_eq!(cfg.chain.poll_interval, Duration::from_millis(500));
+    assert_eq!(cfg.chain.rpc_timeout, Duration::from_secs(1));
+    assert_eq!(
+        cfg.origin_of("chain.poll_interval"),
+        "`chain.poll_interval_ms` (from CRESOLVER__CHAIN__POLL_INTERVAL_MS)"
+    );
+}
+
+#[test]
+fn a_bad_duration_says_what_one_looks_like() {
+    for text in ["\"2\"", "\"2 parsecs\"", "\"\"", "2000"] {
+        let e = load_err(&format!("[chain]\npoll_interval = {text}\n"), &[]);
+        assert!(
+            e.contains("`chain.poll_interval` (in FILE) must be a duration: text such as \"2s\""),
+            "{text}: {e}"
+        );
+    }
+    let e = load_err("", &[("CRESOLVER__SUBMIT__RECEIPT_TIMEOUT", "soon")]);
+    assert!(
+        e.contains(
+            "`submit.receipt_timeout` (from CRESOLVER__SUBMIT__RECEIPT_TIMEOUT) must be a duration"
+        ),
+        "{e}"
+    );
+    let e = load_err("[chain]\nrpc_timeout_ms = \"2s\"\n", &[]);
+    assert!(
+        e.contains("`chain.rpc_timeout_ms` (in FILE) must be a whole number"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_checks_beside_the_fields_name_their_key() {
+    let cases = [
+        (
+            "[chain]\npoll_interval = \"0s\"\n",
+            "`chain.poll_interval` (in FILE) must be at least 1ms",
+        ),
+        (
+            "[chain]\npoll_interval_ms = 0\n",
+            "`chain.poll_interval_ms` (in FILE) must be at least 1ms",
+        ),
+        (
+            "[chain]\nrpc_timeout = \"0ms\"\n",
+            "`chain.rpc_timeout` (in FILE) must be at least 1ms",
+        ),
+        (
+            "[chain]\nmax_block_range = 0\n",
+            "`chain.max_block_range` (in FILE) must be a whole number of at least 1, not 0",
+        ),
+        (
+            "[chain]\nrpc_url = \"ftp://x\"\n",
+            "`chain.rpc_url` (in FILE) entry 1 must be http(s):// or ws(s)://",
+        ),
+        (
+            "[chain]\nrpc_urls = [\"http://a\", \"nope\"]\n",
+            "`chain.rpc_urls` (in FILE) entry 2 is not a URL",
+        ),
+        (
+            "[node]\nmax_concurrent_rounds = 0\n",
+            "`node.max_concurrent_rounds` (in FILE) must be a whole number of at least 1, not 0",
+        ),
+        (
+            "[node]\nworkflows = []\n",
+            "`node.workflows` (in FILE) must list at least one workflow file",
+        ),
+        (
+            "[submit]\nmax_fee_per_gas_gwei = 0.0\n",
+            "`submit.max_fee_per_gas_gwei` (in FILE) must be a positive number of gwei",
+        ),
+        (
+            "[submit]\nfee_bump_percent = 5\n",
+            "`submit.fee_bump_percent` (in FILE) must be at least 10 (nodes refuse smaller replacements)",
+        ),
+        (
+            "[store]\nurl = \"mysql://x\"\n",
+            "`store.url` (in FILE) must be a postgres:// URL, or empty for the embedded SQLite store",
+        ),
+        (
+            "[store]\nlease = \"1500ms\"\n",
+            "`store.lease` (in FILE) must be at least 2s",
+        ),
+        (
+            "[store]\nlease_secs = 1\n",
+            "`store.lease_secs` (in FILE) must be at least 2s",
+        ),
+        (
+            "[discovery]\nipfs_gateway = \"not a url\"\n",
+            "`discovery.ipfs_gateway` (in FILE) is not a URL",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = load_err(text, &[]);
+        assert!(e.starts_with(&format!("config: {want}")), "{text}: {e}");
+    }
+    // a bad rpc_url is not looked at when rpc_urls replaces it
+    let (_d, f) = file("[chain]\nrpc_url = \"ftp://x\"\nrpc_urls = [\"http://a\"]\n");
+    NodeConfig::load_from(Some(&f), env(&[]), &Overrides::default()).unwrap();
+    // validate() alone names the key, without an origin
+    let mut cfg = NodeConfig::default();
+    cfg.submit.fee_bump_percent = 1;
+    match cfg.validate() {
+        Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, "submit.fee_bump_percent"),
+        other => panic!("{other:?}"),
+    }
+    assert!(NodeConfig::default().validate().is_ok());
+}
+
+#[test]
+fn the_schema_describes_both_forms() {
+    use crate::schema::{at, expected};
+    let root = NodeConfig::schema();
+    let new = at(root, &["chain", "poll_interval"]).unwrap();
+    assert_eq!(new["type"], "string");
+    assert_eq!(new["default"], "2s");
+    assert!(expected(new, root).starts_with("a duration"));
+    let old = at(root, &["chain", "poll_interval_ms"]).unwrap();
+    assert_eq!(old["type"], "integer");
+    assert_eq!(old["deprecated"], true);
+    let opt = at(root, &["chain", "max_head_age_secs"]).unwrap();
+    assert_eq!(opt["type"], serde_json::json!(["integer", "null"]));
+    let chain = crate::schema::resolve(&root["properties"]["chain"], root);
+    let exclusive = chain["not"]["anyOf"].as_array().unwrap();
+    assert!(
+        exclusive.contains(&serde_json::json!({"required": ["poll_interval", "poll_interval_ms"]}))
     );
 }
