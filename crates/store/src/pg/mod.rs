@@ -143,7 +143,7 @@ impl PgStore {
         let (store, _) = Self::connect_unmigrated(url, settings).await?;
         let connect_err = |e: StoreError| StoreError::Connect {
             url: redact_url(url),
-            error: e.to_string(),
+            error: Box::new(e),
         };
         store.migrate().await.map_err(connect_err)?;
         Ok(store)
@@ -172,13 +172,13 @@ impl PgStore {
         settings: PgConfig,
     ) -> Result<(Self, String), StoreError> {
         let shown = redact_url(url);
-        let invalid = |error: String| StoreError::Connect {
+        let invalid = |error: Box<dyn std::error::Error + Send + Sync>| StoreError::Connect {
             url: shown.clone(),
             error,
         };
-        let (url, tls) = split_sslmode(url).map_err(&invalid)?;
+        let (url, tls) = split_sslmode(url).map_err(|e| invalid(e.into()))?;
         let mut cfg = tokio_postgres::Config::from_str(&url)
-            .map_err(|e| invalid(format!("not a PostgreSQL connection URL: {e}")))?;
+            .map_err(|e| invalid(format!("not a PostgreSQL connection URL: {e}").into()))?;
         cfg.ssl_mode(match tls {
             Tls::Off => tokio_postgres::config::SslMode::Disable,
             Tls::Prefer => tokio_postgres::config::SslMode::Prefer,
@@ -198,7 +198,7 @@ impl PgStore {
             Tls::Off => Manager::from_config(cfg, NoTls, mc),
             Tls::Prefer | Tls::Require => Manager::from_config(
                 cfg,
-                tls_connector(settings.ca_file.as_deref()).map_err(&invalid)?,
+                tls_connector(settings.ca_file.as_deref()).map_err(|e| invalid(e.into()))?,
                 mc,
             ),
         };
@@ -209,7 +209,7 @@ impl PgStore {
             .recycle_timeout(Some(Duration::from_secs(5)))
             .runtime(Runtime::Tokio1)
             .build()
-            .map_err(|e| invalid(e.to_string()))?;
+            .map_err(|e| invalid(Box::new(e)))?;
         let store = Self {
             pool,
             node: settings.node_id,
@@ -219,7 +219,7 @@ impl PgStore {
         };
         let connect_err = |e: StoreError| StoreError::Connect {
             url: shown.clone(),
-            error: e.to_string(),
+            error: Box::new(e),
         };
         let client = store
             .pool
@@ -246,7 +246,8 @@ impl PgStore {
                 url: shown,
                 error: format!(
                     "PostgreSQL server version {version} is not supported: use PostgreSQL 12 or newer"
-                ),
+                )
+                .into(),
             });
         }
         drop(client);

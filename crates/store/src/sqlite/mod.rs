@@ -155,7 +155,7 @@ impl SqliteStore {
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => match rt.spawn_blocking(move || f(&db)).await {
                 Ok(r) => r,
-                Err(e) => Err(StoreError::Task(e.to_string())),
+                Err(e) => Err(StoreError::Task(e)),
             },
             Err(_) => f(&db),
         }

@@ -96,7 +96,7 @@ pub enum TxError {
     /// The nonce is not mined deep enough within the wait bound, or its first attempt
     /// cannot be priced under the fee cap.
     #[error(
-        "nonce {nonce} not mined {deep} after {secs} s ({attempts} attempt(s), last max fee {max_fee_gwei} gwei{why}); it stays reserved and is followed again"
+        "nonce {nonce} {why} after {secs} s ({attempts} attempt(s), last max fee {} gwei); it stays reserved and is followed again", gwei(*.max_fee_per_gas)
     )]
     Stuck {
         /// The nonce.
@@ -105,14 +105,41 @@ pub enum TxError {
         secs: u64,
         /// How many attempts were signed at it.
         attempts: usize,
-        /// The newest attempt's max fee (the fee cap when nothing was signed), in gwei
-        /// with three decimals.
-        max_fee_gwei: String,
-        /// How deep it had to be (`with N block(s) on top`), or that nothing was signed.
-        deep: String,
-        /// Why, when there is more to say (starts with `: `), else empty.
-        why: String,
+        /// The newest attempt's max fee per gas (the fee cap when nothing was signed), in wei.
+        max_fee_per_gas: u128,
+        /// Why it is stuck.
+        why: Stuck,
     },
+}
+
+/// Why a nonce is stuck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stuck {
+    /// Not mined with `confirmations` blocks on top within the wait bound.
+    NotDeep {
+        /// The blocks on top it needed.
+        confirmations: u64,
+    },
+    /// Its first attempt cannot be priced under the fee cap, so nothing was signed.
+    UnderFeeCap {
+        /// The next block's base fee, in wei.
+        next_base_fee: u128,
+    },
+}
+
+impl std::fmt::Display for Stuck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotDeep { confirmations } => {
+                write!(f, "not mined with {confirmations} block(s) on top")
+            }
+            Self::UnderFeeCap { next_base_fee } => write!(
+                f,
+                "not signed: the fee cap is below the next base fee of {} gwei (raise submit.max_fee_per_gas_gwei)",
+                gwei(*next_base_fee)
+            ),
+        }
+    }
 }
 
 impl TxError {
@@ -375,19 +402,18 @@ impl TxManager {
             Some(c) => c,
             None => (self.head(true).await?, self.estimate().await?),
         };
-        let fees = fees::initial(estimate, head.next_base_fee, &self.cfg.fees).ok_or_else(|| {
-            TxError::Stuck {
-                nonce,
-                secs: 0,
-                attempts: 0,
-                max_fee_gwei: gwei(self.cfg.fees.max_fee_cap),
-                deep: "(not signed)".into(),
-                why: format!(
-                    ": the fee cap is below the next base fee of {} gwei; raise submit.max_fee_per_gas_gwei",
-                    gwei(head.next_base_fee)
-                ),
-            }
-        })?;
+        let fees =
+            fees::initial(estimate, head.next_base_fee, &self.cfg.fees).ok_or_else(|| {
+                TxError::Stuck {
+                    nonce,
+                    secs: 0,
+                    attempts: 0,
+                    max_fee_per_gas: self.cfg.fees.max_fee_cap,
+                    why: Stuck::UnderFeeCap {
+                        next_base_fee: head.next_base_fee,
+                    },
+                }
+            })?;
         let attempt = self.sign(nonce, 0, payload, fees).await?;
         self.store
             .add_attempt(self.key, payload.market, payload.market_id, &attempt)
@@ -566,9 +592,10 @@ impl TxManager {
                 nonce,
                 secs: started.elapsed().as_secs(),
                 attempts: attempts.len(),
-                max_fee_gwei: gwei(last.map_or(0, |a| a.max_fee_per_gas)),
-                deep: format!("with {} block(s) on top", self.cfg.confirmations),
-                why: String::new(),
+                max_fee_per_gas: last.map_or(0, |a| a.max_fee_per_gas),
+                why: Stuck::NotDeep {
+                    confirmations: self.cfg.confirmations,
+                },
             });
         }
         let tick = tokio::time::sleep(self.cfg.poll_interval);
