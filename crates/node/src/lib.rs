@@ -13,6 +13,7 @@ mod don;
 mod error;
 pub mod finality;
 pub mod http;
+mod labels;
 pub mod preflight;
 mod round;
 mod run;
@@ -31,7 +32,7 @@ use alloy::signers::local::PrivateKeySigner;
 use cresolver_chain::discovery::DiscoveryConfig;
 use cresolver_chain::heads::HeadFeed;
 use cresolver_chain::watcher::Trigger;
-use cresolver_metrics::Metrics;
+use cresolver_metrics::{LeaseEvent, Metrics, StopReason, TimedStage};
 use cresolver_pipeline::config::{NodeConfig, default_confirmations, is_dev_chain};
 use cresolver_pipeline::round::Engine;
 use cresolver_pipeline::workflow::Workflow;
@@ -361,7 +362,7 @@ impl Node {
             self.drive_again(market, market_id);
         }
         self.metrics
-            .observe_stage("round", started.elapsed().as_secs_f64());
+            .observe_stage(TimedStage::Round, started.elapsed().as_secs_f64());
         let from = match result {
             Ok(Some(driven)) => driven.from,
             Ok(None) => {
@@ -369,7 +370,7 @@ impl Node {
                 return self.report(market, market_id).await;
             }
             Err((_, e)) if e.kind() == StepKind::LeaseLost => {
-                self.metrics.lease_event("lost");
+                self.metrics.lease_event(LeaseEvent::Lost);
                 tracing::warn!(market_id = %market_id, node = self.store.node_id(), "lease lost: another node drives this round now; this node stopped it and wrote nothing more");
                 return self.report(market, market_id).await;
             }
@@ -384,15 +385,16 @@ impl Node {
                         _ => Stage::Requested,
                     },
                 };
-                self.metrics.round_stopped(stage.as_str(), "retry");
+                self.metrics
+                    .round_stopped(labels::round_state(stage), StopReason::Retry);
                 tracing::warn!(market_id = %market_id, stage = stage.as_str(), reason = %e.reason(), "round paused on a transient error; will retry");
                 self.schedule_retry(market, market_id);
                 return self.report(market, market_id).await;
             }
         };
         let r = self.report(market, market_id).await?;
-        if matches!(r.state, Stage::Failed | Stage::Skipped) {
-            self.metrics.round_stopped(from.as_str(), r.state.as_str());
+        if let Some(why) = labels::stop_reason(r.state) {
+            self.metrics.round_stopped(labels::round_state(from), why);
             let reason = r.reason.as_deref().unwrap_or("");
             if r.state == Stage::Failed {
                 tracing::error!(market_id = %market_id, stage = from.as_str(), reason, "round failed");
@@ -400,8 +402,8 @@ impl Node {
                 tracing::warn!(market_id = %market_id, stage = from.as_str(), reason, "round skipped");
             }
         }
-        if r.state.is_final() {
-            self.metrics.round_finished(r.state.as_str());
+        if let Some(outcome) = labels::round_outcome(r.state) {
+            self.metrics.round_finished(outcome);
             self.retries
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -430,9 +432,9 @@ impl Node {
             Err(e) => return Err((None, e.into())),
         };
         if self.store.shared() {
-            self.metrics.lease_event("claimed");
+            self.metrics.lease_event(LeaseEvent::Claimed);
             if let Some(prev) = &lease.taken_from {
-                self.metrics.lease_event("takeover");
+                self.metrics.lease_event(LeaseEvent::Takeover);
                 tracing::warn!(market_id = %market_id, from = %prev, term = lease.term, "taking over a round whose holder's lease expired; continuing from its persisted stage");
             } else {
                 tracing::debug!(market_id = %market_id, term = lease.term, "lease claimed");

@@ -15,6 +15,7 @@ use cresolver_core::Reputation;
 use cresolver_core::don::{Aggregate, ReportSpec, build_report, execution_id};
 use cresolver_don::{Agreed, Job, ReportRefusal};
 use cresolver_pipeline::transcript::{ConfirmationRecord, ConfirmationStatus, SubmissionRecord};
+use cresolver_metrics::{DonEvent, TimedStage, TransmissionEvent};
 use cresolver_store::Stage;
 use cresolver_submit::forwarder::{Delivery, TransmissionState, TransmitError, Transmitted};
 use std::sync::Arc;
@@ -57,7 +58,7 @@ impl Node {
         saved?;
         let agreed = agreed.map_err(StepError::retry_with)?;
         self.metrics
-            .observe_stage("don_agreement", started.elapsed().as_secs_f64());
+            .observe_stage(TimedStage::DonAgreement, started.elapsed().as_secs_f64());
         let own = don.own_observation(&exec).await.ok().flatten();
         if let (Some(own), Some(t)) = (own, round.transcript.as_mut()) {
             t.don = Some(don_record(don, &own.observation, &agreed));
@@ -202,12 +203,14 @@ impl Node {
                 }
                 self.save_transcript(round).await?;
                 tracing::info!(market_id = %market_id, rank, "transmitting the DON's report");
-                self.metrics.don_event("transmission", "sent");
+                self.metrics
+                    .don_event(DonEvent::Transmission(TransmissionEvent::Sent));
                 self.send(round, txm, &prepared, view).await
             }
             Err(e) => {
                 if matches!(e, TransmitError::InvalidReceiver(_)) {
-                    self.metrics.don_event("transmission", "invalid_receiver");
+                    self.metrics
+                        .don_event(DonEvent::Transmission(TransmissionEvent::InvalidReceiver));
                 }
                 Err(transmit_step(e))
             }
@@ -224,7 +227,8 @@ impl Node {
         from: Address,
         detail: String,
     ) -> Next {
-        self.metrics.don_event("transmission", "succeeded");
+        self.metrics
+            .don_event(DonEvent::Transmission(TransmissionEvent::Succeeded));
         if let Some(d) = round.transcript.as_mut().and_then(|t| t.don.as_mut()) {
             d.transmitter = Some(by);
             if let Some(don) = &self.don {

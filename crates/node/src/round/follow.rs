@@ -12,6 +12,7 @@ use alloy::rpc::types::TransactionReceipt;
 use cresolver_pipeline::transcript::{
     ConfirmationRecord, ConfirmationStatus, SubmissionRecord, TransactionRecord, Transcript,
 };
+use cresolver_metrics::TimedStage;
 use cresolver_store::{NonceState, Stage};
 use cresolver_submit::Confirmed;
 use cresolver_submit::txm::{TxManager, TxOutcome};
@@ -40,7 +41,7 @@ impl Node {
             .instrument(step("mine", round.market_id))
             .await;
         self.metrics
-            .observe_stage("submit", started.elapsed().as_secs_f64());
+            .observe_stage(TimedStage::Submit, started.elapsed().as_secs_f64());
         match outcome.map_err(StepError::from_tx)? {
             TxOutcome::Mined { receipt, .. } => Ok(Next::Conclude(receipt)),
             TxOutcome::Lost { nonce: lost } => self.fresh_nonce(round, txm, lost).await,

@@ -8,6 +8,7 @@ use alloy::providers::Provider;
 use cresolver_chain::reader::{MarketSnapshot, ReadError, read_market, resolved_at_head};
 use cresolver_pipeline::live::{LiveContext, LiveError, collect_input};
 use cresolver_pipeline::transcript::{RequestRecord, TRANSCRIPT_VERSION, Transcript};
+use cresolver_metrics::TimedStage;
 use cresolver_store::Stage;
 use std::time::Instant;
 use tracing::Instrument;
@@ -120,7 +121,7 @@ impl Node {
                     .map_err(StepError::retry_with)?;
         }
         self.metrics
-            .observe_stage("discover", started.elapsed().as_secs_f64());
+            .observe_stage(TimedStage::Discover, started.elapsed().as_secs_f64());
         if round.stage == Stage::Requested {
             self.store
                 .set_state(market, market_id, Stage::Discovered, None)

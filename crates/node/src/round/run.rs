@@ -7,6 +7,7 @@ use super::{Next, Round, StepError, step};
 use crate::{Halt, Node};
 use alloy::primitives::{Address, U256};
 use cresolver_pipeline::round::{RoundError, RoundInput, RoundProgress};
+use cresolver_metrics::TimedStage;
 use cresolver_store::{RoundStore, Stage};
 use futures::future::BoxFuture;
 use std::sync::{Arc, Mutex};
@@ -90,7 +91,7 @@ impl Node {
             .instrument(step("engine", market_id))
             .await;
         self.metrics
-            .observe_stage("resolve+evaluate", started.elapsed().as_secs_f64());
+            .observe_stage(TimedStage::ResolveEvaluate, started.elapsed().as_secs_f64());
         round.stage = *persist.reached.lock().unwrap_or_else(|p| p.into_inner());
         let transcript = round
             .transcript
