@@ -8,10 +8,10 @@
 use crate::workflow::{EvaluatorKind, Workflow};
 use alloy::primitives::{Address, Bytes, U256};
 use cresolver_core::{Dimensions, Reputation, TallyError, TallyOutcome};
-use cresolver_metrics::{WorkerCallOutcome, WorkerStage};
 use cresolver_evaluate::{
     EvalError, Evaluation, Evaluator, LlmConfig, LlmEvaluator, RubricEvaluator,
 };
+use cresolver_metrics::{WorkerCallOutcome, WorkerStage};
 pub use cresolver_store::Stage;
 use cresolver_workers::fanout::{
     RatifyResult, ResolveStage, WorkerSlot, challenge_stage, ratify_stage, resolve_stage,

@@ -39,7 +39,9 @@ impl Core {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(execution_id = %self.exec(), round, error = %e, "the decided set makes no report on this member: check its workflow and chain against the others'");
-                self.event(DonEvent::MessageRefused(RefuseReason::DecidedSetUnbuildable));
+                self.event(DonEvent::MessageRefused(
+                    RefuseReason::DecidedSetUnbuildable,
+                ));
                 return;
             }
         };

@@ -336,15 +336,12 @@ fn a_second_different_proposal_of_a_round_is_equivocation_and_changes_nothing() 
     assert_ne!(id, other);
     let e = c.handle(second, at(31));
     assert!(refused(&e, RefuseReason::EquivocatingLeader));
-    assert!(
-        e.iter()
-            .any(|x| {
-                matches!(
-                    x,
-                    Effect::Event(DonEvent::EquivocationSeen(EquivocationKind::Proposal))
-                )
-            })
-    );
+    assert!(e.iter().any(|x| {
+        matches!(
+            x,
+            Effect::Event(DonEvent::EquivocationSeen(EquivocationKind::Proposal))
+        )
+    }));
     assert!(votes_sent(&e, VoteKind::Prevote).is_empty());
 }
 

@@ -9,10 +9,10 @@ use crate::Node;
 use alloy::primitives::Address;
 use alloy::providers::Provider;
 use alloy::rpc::types::TransactionReceipt;
+use cresolver_metrics::TimedStage;
 use cresolver_pipeline::transcript::{
     ConfirmationRecord, ConfirmationStatus, SubmissionRecord, TransactionRecord, Transcript,
 };
-use cresolver_metrics::TimedStage;
 use cresolver_store::{NonceState, Stage};
 use cresolver_submit::Confirmed;
 use cresolver_submit::txm::{TxManager, TxOutcome};

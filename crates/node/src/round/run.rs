@@ -6,8 +6,8 @@
 use super::{Next, Round, StepError, step};
 use crate::{Halt, Node};
 use alloy::primitives::{Address, U256};
-use cresolver_pipeline::round::{RoundError, RoundInput, RoundProgress};
 use cresolver_metrics::TimedStage;
+use cresolver_pipeline::round::{RoundError, RoundInput, RoundProgress};
 use cresolver_store::{RoundStore, Stage};
 use futures::future::BoxFuture;
 use std::sync::{Arc, Mutex};

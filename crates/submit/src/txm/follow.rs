@@ -162,9 +162,11 @@ impl<'a> Follow<'a> {
         }
         if let Some((tx, block)) = self.included.take() {
             tracing::warn!(market_id = %rec.payload.market_id, nonce, %tx, block, "reorg: our transaction is no longer on the canonical chain; re-broadcasting it");
-            txm.metrics.tx_event(&txm.signer_label, TxEventKind::Reorged);
+            txm.metrics
+                .tx_event(&txm.signer_label, TxEventKind::Reorged);
             if let Some(a) = attempts.iter().find(|a| a.tx_hash == tx) {
-                txm.metrics.tx_attempt(&txm.signer_label, TxAttemptKind::Rebroadcast);
+                txm.metrics
+                    .tx_attempt(&txm.signer_label, TxAttemptKind::Rebroadcast);
                 let _ = txm.broadcast(&rec.payload, a, head.number).await?;
             }
         }
@@ -291,7 +293,8 @@ impl<'a> Follow<'a> {
                     .add_attempt(txm.key, rec.payload.market, rec.payload.market_id, &a)
                     .await?;
                 crash_point("replaced");
-                txm.metrics.tx_attempt(&txm.signer_label, TxAttemptKind::Replacement);
+                txm.metrics
+                    .tx_attempt(&txm.signer_label, TxAttemptKind::Replacement);
                 let sent = txm.broadcast(&rec.payload, &a, head.number).await?;
                 tracing::warn!(market_id = %rec.payload.market_id, nonce, ?reason, replaces = %newest.tx_hash, tx = %a.tx_hash,
                     max_fee_gwei = %gwei(f.max_fee_per_gas), tip_gwei = %gwei(f.max_priority_fee_per_gas),
@@ -336,7 +339,8 @@ impl<'a> Follow<'a> {
             return Ok(Step::Wait);
         }
         tracing::warn!(market_id = %rec.payload.market_id, nonce = self.nonce, tx = %newest.tx_hash, "transaction dropped from the pool; re-broadcasting it");
-        txm.metrics.tx_attempt(&txm.signer_label, TxAttemptKind::Rebroadcast);
+        txm.metrics
+            .tx_attempt(&txm.signer_label, TxAttemptKind::Rebroadcast);
         let sent = txm.broadcast(&rec.payload, newest, head.number).await?;
         self.after_send(&sent);
         Ok(Step::Again)

@@ -393,7 +393,8 @@ impl TxManager {
             .add_attempt(self.key, payload.market, payload.market_id, &attempt)
             .await?;
         crash_point("signed");
-        self.metrics.tx_attempt(&self.signer_label, TxAttemptKind::First);
+        self.metrics
+            .tx_attempt(&self.signer_label, TxAttemptKind::First);
         Ok((attempt, head.number))
     }
 

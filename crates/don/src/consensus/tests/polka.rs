@@ -257,7 +257,10 @@ fn a_polka_of_too_few_repeated_or_forged_prevotes_is_refused_and_changes_nothing
     for (what, round, prevotes) in cases {
         let mut c = split(&fx).core;
         let e = c.handle(fx.polka(z, round, id, prevotes), at(50));
-        assert!(refused(&e, RefuseReason::BadPolkaCertificate), "{what}: {e:?}");
+        assert!(
+            refused(&e, RefuseReason::BadPolkaCertificate),
+            "{what}: {e:?}"
+        );
         assert!(appended(&e).is_empty(), "{what}");
         assert!(!c.has_polka(0, &id), "{what}");
         let e = c.handle(fx.reproposal(s.r, 0, &[0, 1, 2]), at(51));
