@@ -183,7 +183,7 @@ async fn perform(
                 s.send(env, to);
             }
             Effect::Schedule { at, timer } => timers.add(at, timer),
-            Effect::Event(what, why) => s.metrics.don_event(what, why),
+            Effect::Event(event) => s.metrics.don_event(event),
             Effect::Decided { round, set } => {
                 tracing::info!(execution_id = %exec, round, %set, "set decided");
             }

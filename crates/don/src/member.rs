@@ -18,7 +18,7 @@ use crate::wire::{self, Body, Envelope, SignedObservation};
 use alloy::primitives::{Address, B256, Bytes};
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_core::don::report_context;
-use cresolver_metrics::Metrics;
+use cresolver_metrics::{DonEvent, Metrics, ObservationSource, RefuseReason};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,11 +35,16 @@ pub enum Refused {
 }
 
 impl Refused {
+    /// The metric's reason.
+    pub fn reason(self) -> RefuseReason {
+        match self {
+            Refused::BookFull => RefuseReason::BookFull,
+        }
+    }
+
     /// The metric and response label.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Refused::BookFull => "book_full",
-        }
+        self.reason().as_str()
     }
 }
 
@@ -253,7 +258,9 @@ impl Don {
                 Ok(())
             }
             Err(Full::Sender) => {
-                self.s.metrics.don_event("message_refused", "book_full");
+                self.s
+                    .metrics
+                    .don_event(DonEvent::MessageRefused(Refused::BookFull.reason()));
                 Err(Refused::BookFull)
             }
         }
@@ -376,7 +383,9 @@ impl Don {
                     .ok_or(PersistError::Closed)?
             }
         };
-        self.s.metrics.don_event("observation_received", "own");
+        self.s
+            .metrics
+            .don_event(DonEvent::ObservationReceived(ObservationSource::Own));
         tracing::info!(execution_id = %exec, leader = %self.s.leader(&exec, 0), "consensus started for the execution");
         let slot = self.s.books.own(exec);
         let result = crate::host::run(&self.s, job, own, slot).await;

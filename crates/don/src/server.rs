@@ -231,7 +231,7 @@ async fn message(
 ) -> (StatusCode, &'static str) {
     let src = source_of(peer.ip());
     if !s.sources.allow(&src) {
-        don_refused_label(&s.don, "source_rate");
+        don_refused_label(&s.don, cresolver_metrics::RefuseReason::SourceRate);
         return (StatusCode::TOO_MANY_REQUESTS, "rate limited");
     }
     // the slot is held while the body is read (a slow sender's time), not while the
@@ -280,7 +280,7 @@ async fn message(
     };
     // the member's rate, from this source: a stranger naming a member spends its own
     if !s.senders.allow(&(env.sender, src)) {
-        don_refused_label(don, "member_rate");
+        don_refused_label(don, cresolver_metrics::RefuseReason::MemberRate);
         return (StatusCode::TOO_MANY_REQUESTS, "rate limited");
     }
     if let Err(e) = wire::authenticate(&env, &body, sig, members) {
@@ -311,6 +311,7 @@ fn don_refused(don: &Don, e: &wire::WireError) {
     don_refused_label(don, e.label());
 }
 
-fn don_refused_label(don: &Don, label: &'static str) {
-    don.metrics().don_event("message_refused", label);
+fn don_refused_label(don: &Don, label: cresolver_metrics::RefuseReason) {
+    don.metrics()
+        .don_event(cresolver_metrics::DonEvent::MessageRefused(label));
 }

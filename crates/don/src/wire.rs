@@ -9,6 +9,7 @@ use alloy::primitives::{Address, B256, Bytes, Signature, U256, keccak256};
 use alloy::signers::SignerSync;
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_core::don::Observation;
+use cresolver_metrics::RefuseReason;
 use serde::{Deserialize, Serialize};
 
 /// Domain tag of a message signature.
@@ -320,23 +321,23 @@ fn check_signature_shape(signature: &[u8]) -> Result<(), WireError> {
 
 impl WireError {
     /// A short label for metrics.
-    pub fn label(&self) -> &'static str {
+    pub fn label(&self) -> RefuseReason {
         match self {
-            WireError::TooLarge => "too_large",
-            WireError::NoSignature => "no_signature",
-            WireError::BadSignature => "bad_signature",
-            WireError::NotAMember => "not_a_member",
-            WireError::WrongSender { .. } => "wrong_sender",
-            WireError::Json(_) => "not_a_message",
-            WireError::OtherDon { .. } => "other_don",
-            WireError::Unbound { .. } => "unbound_observation",
-            WireError::Invalid { .. } => "invalid_observation",
-            WireError::DuplicateObserver(_) => "duplicate_observer",
-            WireError::TooMany => "too_many",
-            WireError::Sign(_) => "sign",
-            WireError::DuplicateVoter(_) => "duplicate_voter",
-            WireError::NotTheVoter(_) => "not_the_voter",
-            WireError::TooFewVotes { .. } => "too_few_votes",
+            WireError::TooLarge => RefuseReason::TooLarge,
+            WireError::NoSignature => RefuseReason::NoSignature,
+            WireError::BadSignature => RefuseReason::BadSignature,
+            WireError::NotAMember => RefuseReason::NotAMember,
+            WireError::WrongSender { .. } => RefuseReason::WrongSender,
+            WireError::Json(_) => RefuseReason::NotAMessage,
+            WireError::OtherDon { .. } => RefuseReason::OtherDon,
+            WireError::Unbound { .. } => RefuseReason::UnboundObservation,
+            WireError::Invalid { .. } => RefuseReason::InvalidObservation,
+            WireError::DuplicateObserver(_) => RefuseReason::DuplicateObserver,
+            WireError::TooMany => RefuseReason::TooMany,
+            WireError::Sign(_) => RefuseReason::Sign,
+            WireError::DuplicateVoter(_) => RefuseReason::DuplicateVoter,
+            WireError::NotTheVoter(_) => RefuseReason::NotTheVoter,
+            WireError::TooFewVotes { .. } => RefuseReason::TooFewVotes,
         }
     }
 }

@@ -6,7 +6,11 @@
 
 pub mod labels;
 
-pub use labels::RpcErrorKind;
+pub use labels::{
+    DonEvent, EquivocationKind, FinalityEvent, LeaderChangeCause, LeaseEvent, ObservationSource,
+    RefuseReason, RoundOutcome, RoundState, RpcErrorKind, StopReason, TimedStage,
+    TransmissionEvent, TxAttemptKind, TxEventKind, WorkerCallOutcome, WorkerStage,
+};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -22,35 +26,50 @@ const BUCKET_COUNT: u16 = 16;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
-    outcome: String,
+    outcome: RoundOutcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WorkerCallLabels {
-    stage: String,
-    outcome: String,
+    stage: WorkerStage,
+    outcome: WorkerCallOutcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StageLabels {
-    stage: String,
+    stage: TimedStage,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
-    state: &'static str,
+    state: RoundState,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TxLabels {
+struct TxAttemptLabels {
     signer: String,
-    kind: &'static str,
+    kind: TxAttemptKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TxEventLabels {
+    signer: String,
+    kind: TxEventKind,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DonLabels {
     event: &'static str,
     detail: &'static str,
+}
+
+impl DonLabels {
+    fn of(event: DonEvent) -> Self {
+        Self {
+            event: event.event(),
+            detail: event.detail(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -72,6 +91,17 @@ fn new_stage_histogram() -> Histogram {
     Histogram::new(stage_buckets())
 }
 
+/// The lease counters of this node (`/health`), read from `cresolver_lease_events_total`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseCounts {
+    /// Leases claimed.
+    pub claimed: u64,
+    /// Claims that took over a lease another node let expire.
+    pub takeovers: u64,
+    /// Leases lost.
+    pub lost: u64,
+}
+
 /// The registry and its metric families.
 #[derive(Debug)]
 pub struct Metrics {
@@ -86,7 +116,12 @@ pub struct Metrics {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaseLabels {
-    event: &'static str,
+    event: LeaseEvent,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FinalityLabels {
+    event: FinalityEvent,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -102,8 +137,8 @@ struct EndpointKindLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
-    stage: &'static str,
-    reason: &'static str,
+    stage: RoundState,
+    reason: StopReason,
 }
 
 /// The series of finished rounds: their outcomes, their worker calls and how long their
@@ -140,10 +175,12 @@ impl RoundSeries {
         );
         // Expose the common series from the start, so rates and dashboards see zeros
         // rather than missing data.
-        for outcome in ["confirmed", "failed", "skipped"] {
-            let _ = rounds.get_or_create(&OutcomeLabels {
-                outcome: outcome.to_string(),
-            });
+        for outcome in [
+            RoundOutcome::Confirmed,
+            RoundOutcome::Failed,
+            RoundOutcome::Skipped,
+        ] {
+            let _ = rounds.get_or_create(&OutcomeLabels { outcome });
         }
         Self {
             rounds,
@@ -193,8 +230,8 @@ impl WatchSeries {
 /// The transaction manager's series, per signing key.
 #[derive(Debug)]
 struct TxSeries {
-    attempts: Family<TxLabels, Counter>,
-    events: Family<TxLabels, Counter>,
+    attempts: Family<TxAttemptLabels, Counter>,
+    events: Family<TxEventLabels, Counter>,
     oldest_pending: Family<SignerLabels, U64Gauge>,
     nonce_gap: Family<SignerLabels, U64Gauge>,
 }
@@ -202,13 +239,13 @@ struct TxSeries {
 impl TxSeries {
     /// Registers the transaction series.
     fn register(registry: &mut Registry) -> Self {
-        let attempts = Family::<TxLabels, Counter>::default();
+        let attempts = Family::<TxAttemptLabels, Counter>::default();
         registry.register(
             "cresolver_tx_attempts",
             "Transactions signed and broadcast, by signing key and kind (first, replacement, rebroadcast)",
             attempts.clone(),
         );
-        let events = Family::<TxLabels, Counter>::default();
+        let events = Family::<TxEventLabels, Counter>::default();
         registry.register(
             "cresolver_tx_events",
             "Transaction outcomes, by signing key and kind (mined, lost: the nonce was used by another transaction, reorged)",
@@ -315,7 +352,7 @@ struct LifecycleSeries {
     rounds_stopped: Family<ReasonLabels, Counter>,
     leases_held: U64Gauge,
     lease_events: Family<LeaseLabels, Counter>,
-    finality_events: Family<LeaseLabels, Counter>,
+    finality_events: Family<FinalityLabels, Counter>,
 }
 
 impl LifecycleSeries {
@@ -339,17 +376,17 @@ impl LifecycleSeries {
             "Lease events of this node: claimed, takeover (claimed after another node's lease expired), lost (another node took it, or it could not be renewed in time)",
             lease_events.clone(),
         );
-        for event in ["claimed", "takeover", "lost"] {
+        for &event in LeaseEvent::ALL {
             let _ = lease_events.get_or_create(&LeaseLabels { event });
         }
-        let finality_events = Family::<LeaseLabels, Counter>::default();
+        let finality_events = Family::<FinalityLabels, Counter>::default();
         registry.register(
             "cresolver_finality_events",
             "What the finality watch saw of confirmed resolutions: finalized (their block is final), reorged (their block left the canonical chain before it was final; the round was reopened and its transaction re-sent)",
             finality_events.clone(),
         );
-        for event in ["finalized", "reorged"] {
-            let _ = finality_events.get_or_create(&LeaseLabels { event });
+        for &event in FinalityEvent::ALL {
+            let _ = finality_events.get_or_create(&FinalityLabels { event });
         }
         Self {
             rounds_stopped,
@@ -375,16 +412,16 @@ impl DonSeries {
             "A DON member's consensus: observation_received (a member's signed observation, detail own/peer), agreement (a decided set and f+1 signatures on its report), leader_change (a round ended undecided and the next member leads; detail timeout, or equivocation when this member saw the round's leader propose two sets), equivocation_seen (detail proposal/vote: a member sent two different ones for one round; the second is dropped), message_refused (detail: why a peer's message was dropped, e.g. source_rate, member_rate, bad_signature, not_the_leader, invalid_set, bad_commit_certificate, bad_polka_certificate, book_full), polka_taken (detail relayed: a polka another member relayed gave this member 2f+1 prevotes it could not count itself, e.g. it held an equivocating voter's other prevote), transmission (detail: the forwarder's transmission state this member saw or caused)",
             events.clone(),
         );
-        for (event, detail) in [
-            ("observation_received", "own"),
-            ("observation_received", "peer"),
-            ("agreement", "reached"),
-            ("leader_change", "timeout"),
-            ("leader_change", "equivocation"),
-            ("equivocation_seen", "proposal"),
-            ("equivocation_seen", "vote"),
+        for event in [
+            DonEvent::ObservationReceived(ObservationSource::Own),
+            DonEvent::ObservationReceived(ObservationSource::Peer),
+            DonEvent::Agreement,
+            DonEvent::LeaderChange(LeaderChangeCause::Timeout),
+            DonEvent::LeaderChange(LeaderChangeCause::Equivocation),
+            DonEvent::EquivocationSeen(EquivocationKind::Proposal),
+            DonEvent::EquivocationSeen(EquivocationKind::Vote),
         ] {
-            let _ = events.get_or_create(&DonLabels { event, detail });
+            let _ = events.get_or_create(&DonLabels::of(event));
         }
         Self { events }
     }
@@ -418,23 +455,20 @@ impl Metrics {
     }
 
     /// Counts a DON event (see `cresolver_don_events`).
-    pub fn don_event(&self, event: &'static str, detail: &'static str) {
-        self.don
-            .events
-            .get_or_create(&DonLabels { event, detail })
-            .inc();
+    pub fn don_event(&self, event: DonEvent) {
+        self.don.events.get_or_create(&DonLabels::of(event)).inc();
     }
 
-    /// Counts a finality event of a confirmed round: `finalized` or `reorged`.
-    pub fn finality_event(&self, event: &'static str) {
+    /// Counts a finality event of a confirmed round.
+    pub fn finality_event(&self, event: FinalityEvent) {
         self.lifecycle
             .finality_events
-            .get_or_create(&LeaseLabels { event })
+            .get_or_create(&FinalityLabels { event })
             .inc();
     }
 
-    /// Counts a lease event: `claimed`, `takeover` or `lost`.
-    pub fn lease_event(&self, event: &'static str) {
+    /// Counts a lease event.
+    pub fn lease_event(&self, event: LeaseEvent) {
         self.lifecycle
             .lease_events
             .get_or_create(&LeaseLabels { event })
@@ -446,17 +480,19 @@ impl Metrics {
         self.lifecycle.leases_held.set(n);
     }
 
-    /// The lease counters (`/health`): claimed, takeover, lost.
-    pub fn lease_counts(&self) -> [(&'static str, u64); 3] {
-        ["claimed", "takeover", "lost"].map(|event| {
-            (
-                event,
-                self.lifecycle
-                    .lease_events
-                    .get_or_create(&LeaseLabels { event })
-                    .get(),
-            )
-        })
+    /// The lease counters (`/health`).
+    pub fn lease_counts(&self) -> LeaseCounts {
+        let count = |event| {
+            self.lifecycle
+                .lease_events
+                .get_or_create(&LeaseLabels { event })
+                .get()
+        };
+        LeaseCounts {
+            claimed: count(LeaseEvent::Claimed),
+            takeovers: count(LeaseEvent::Takeover),
+            lost: count(LeaseEvent::Lost),
+        }
     }
 
     /// Records whether `endpoint` answered its last head probe.
@@ -520,31 +556,30 @@ impl Metrics {
         self.rpc.head_age.set(secs);
     }
 
-    /// Counts a round that stopped short of `confirmed`: the `stage` it was in and
-    /// `reason` (`failed`, `skipped`, `retry`).
-    pub fn round_stopped(&self, stage: &'static str, reason: &'static str) {
+    /// Counts a round that stopped short of `confirmed`: the `stage` it was in and why.
+    pub fn round_stopped(&self, stage: RoundState, reason: StopReason) {
         self.lifecycle
             .rounds_stopped
             .get_or_create(&ReasonLabels { stage, reason })
             .inc();
     }
 
-    /// Counts a signed transaction of `signer`: `first`, `replacement` or `rebroadcast`.
-    pub fn tx_attempt(&self, signer: &str, kind: &'static str) {
+    /// Counts a signed transaction of `signer`.
+    pub fn tx_attempt(&self, signer: &str, kind: TxAttemptKind) {
         self.tx
             .attempts
-            .get_or_create(&TxLabels {
+            .get_or_create(&TxAttemptLabels {
                 signer: signer.to_string(),
                 kind,
             })
             .inc();
     }
 
-    /// Counts a transaction outcome of `signer`: `mined`, `lost` or `reorged`.
-    pub fn tx_event(&self, signer: &str, kind: &'static str) {
+    /// Counts a transaction outcome of `signer`.
+    pub fn tx_event(&self, signer: &str, kind: TxEventKind) {
         self.tx
             .events
-            .get_or_create(&TxLabels {
+            .get_or_create(&TxEventLabels {
                 signer: signer.to_string(),
                 kind,
             })
@@ -563,36 +598,27 @@ impl Metrics {
         self.tx.nonce_gap.get_or_create(&l).set(nonce_gap);
     }
 
-    /// Counts a finished round (`confirmed`, `failed`, `skipped`, …).
-    pub fn round_finished(&self, outcome: &str) {
+    /// Counts a finished round.
+    pub fn round_finished(&self, outcome: RoundOutcome) {
         self.round
             .rounds
-            .get_or_create(&OutcomeLabels {
-                outcome: outcome.to_string(),
-            })
+            .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }
 
-    /// Counts one worker call of `stage` (`resolve`, `challenge`) that ended in `outcome`
-    /// (`ok` or a [`cresolver_workers::WorkerFailure::kind`] label).
-    pub fn worker_call(&self, stage: &str, outcome: &str) {
+    /// Counts one worker call of `stage` that ended in `outcome`.
+    pub fn worker_call(&self, stage: WorkerStage, outcome: WorkerCallOutcome) {
         self.round
             .worker_calls
-            .get_or_create(&WorkerCallLabels {
-                stage: stage.to_string(),
-                outcome: outcome.to_string(),
-            })
+            .get_or_create(&WorkerCallLabels { stage, outcome })
             .inc();
     }
 
-    /// Records how long a stage (`discover`, `resolve`, `challenge`, `evaluate`,
-    /// `submit`, or `round` for the whole round) took.
-    pub fn observe_stage(&self, stage: &str, seconds: f64) {
+    /// Records how long a part of a round (or the whole round) took.
+    pub fn observe_stage(&self, stage: TimedStage, seconds: f64) {
         self.round
             .stage_duration
-            .get_or_create(&StageLabels {
-                stage: stage.to_string(),
-            })
+            .get_or_create(&StageLabels { stage })
             .observe(seconds);
     }
 
@@ -606,11 +632,10 @@ impl Metrics {
         self.watch.head_lag.set(blocks);
     }
 
-    /// Sets the rounds-by-state gauge from the store's counts. `all` names every state
-    /// (the store's list), so a state no round is in any more shows 0; a count for a
-    /// state not in `all` is ignored.
-    pub fn set_rounds_by_state(&self, all: &[&'static str], counts: &[(&'static str, u64)]) {
-        for &state in all {
+    /// Sets the rounds-by-state gauge from the store's counts: every state is set, so a
+    /// state no round is in any more shows 0.
+    pub fn set_rounds_by_state(&self, counts: &[(RoundState, u64)]) {
+        for &state in RoundState::ALL {
             let n = counts
                 .iter()
                 .filter(|(s, _)| *s == state)
@@ -636,8 +661,6 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    const STATES: [&str; 3] = ["requested", "confirmed", "failed"];
-
     fn has_line(text: &str, line: &str) {
         assert!(
             text.lines().any(|l| l == line),
@@ -648,20 +671,24 @@ mod tests {
     #[test]
     fn encodes_recorded_values() {
         let m = Metrics::new();
-        m.round_finished("confirmed");
-        m.round_finished("confirmed");
-        m.round_finished("failed");
-        m.worker_call("resolve", "schema");
-        m.observe_stage("resolve", 0.2);
-        m.observe_stage("resolve", 3.0);
+        m.round_finished(RoundOutcome::Confirmed);
+        m.round_finished(RoundOutcome::Confirmed);
+        m.round_finished(RoundOutcome::Failed);
+        m.worker_call(WorkerStage::Resolve, WorkerCallOutcome::Schema);
+        m.observe_stage(TimedStage::Submit, 0.2);
+        m.observe_stage(TimedStage::Submit, 3.0);
         m.set_last_processed_block(12_345);
         m.set_head_lag(3);
-        m.set_rounds_by_state(&STATES, &[("confirmed", 4), ("failed", 1)]);
-        for outcome in ["ok", "ok", "timeout"] {
-            m.worker_call("resolve", outcome);
+        m.set_rounds_by_state(&[(RoundState::Confirmed, 4), (RoundState::Failed, 1)]);
+        for outcome in [
+            WorkerCallOutcome::Ok,
+            WorkerCallOutcome::Ok,
+            WorkerCallOutcome::Timeout,
+        ] {
+            m.worker_call(WorkerStage::Resolve, outcome);
         }
-        m.worker_call("challenge", "ok");
-        m.worker_call("challenge", "invalid_json");
+        m.worker_call(WorkerStage::Challenge, WorkerCallOutcome::Ok);
+        m.worker_call(WorkerStage::Challenge, WorkerCallOutcome::InvalidJson);
 
         let text = m.encode();
         has_line(&text, "# TYPE cresolver_rounds counter");
@@ -691,23 +718,23 @@ mod tests {
         has_line(&text, "# TYPE cresolver_stage_duration_seconds histogram");
         has_line(
             &text,
-            r#"cresolver_stage_duration_seconds_sum{stage="resolve"} 3.2"#,
+            r#"cresolver_stage_duration_seconds_sum{stage="submit"} 3.2"#,
         );
         has_line(
             &text,
-            r#"cresolver_stage_duration_seconds_count{stage="resolve"} 2"#,
+            r#"cresolver_stage_duration_seconds_count{stage="submit"} 2"#,
         );
         has_line(
             &text,
-            r#"cresolver_stage_duration_seconds_bucket{le="0.005",stage="resolve"} 0"#,
+            r#"cresolver_stage_duration_seconds_bucket{le="0.005",stage="submit"} 0"#,
         );
         has_line(
             &text,
-            r#"cresolver_stage_duration_seconds_bucket{le="120.0",stage="resolve"} 2"#,
+            r#"cresolver_stage_duration_seconds_bucket{le="120.0",stage="submit"} 2"#,
         );
         has_line(
             &text,
-            r#"cresolver_stage_duration_seconds_bucket{le="+Inf",stage="resolve"} 2"#,
+            r#"cresolver_stage_duration_seconds_bucket{le="+Inf",stage="submit"} 2"#,
         );
         has_line(&text, "cresolver_last_processed_block 12345");
         has_line(&text, "cresolver_head_lag_blocks 3");
@@ -730,8 +757,8 @@ mod tests {
     #[test]
     fn rounds_by_state_resets_missing_states() {
         let m = Metrics::new();
-        m.set_rounds_by_state(&STATES, &[("requested", 2)]);
-        m.set_rounds_by_state(&STATES, &[("confirmed", 1)]);
+        m.set_rounds_by_state(&[(RoundState::Requested, 2)]);
+        m.set_rounds_by_state(&[(RoundState::Confirmed, 1)]);
         let text = m.encode();
         has_line(&text, r#"cresolver_rounds_by_state{state="requested"} 0"#);
         has_line(&text, r#"cresolver_rounds_by_state{state="confirmed"} 1"#);

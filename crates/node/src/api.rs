@@ -17,7 +17,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use cresolver_store::{PastAttempt, RoundRecord, RoundSummary, Stage};
+use cresolver_store::{PastAttempt, RoundRecord, RoundSummary};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc::error::TrySendError;
@@ -240,9 +240,11 @@ async fn metrics(State(s): State<ApiState>) -> Response {
     let store = s.store.clone();
     match store.count_by_state().await {
         Ok(counts) => {
-            let counts: Vec<_> = counts.iter().map(|(st, n)| (st.as_str(), *n)).collect();
-            s.metrics
-                .set_rounds_by_state(&Stage::ALL.map(Stage::as_str), &counts)
+            let counts: Vec<_> = counts
+                .iter()
+                .map(|(st, n)| (crate::labels::round_state(*st), *n))
+                .collect();
+            s.metrics.set_rounds_by_state(&counts)
         }
         // Still serve the rest: a scrape should not fail because one gauge is stale.
         Err(e) => tracing::warn!(error = %e, "metrics: cannot count rounds by state"),

@@ -12,7 +12,7 @@ use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use cresolver_chain::finality::{Finalized, canonical_hash, finalized};
 use cresolver_chain::reader::{ReadError, resolved_many};
-use cresolver_metrics::Metrics;
+use cresolver_metrics::{FinalityEvent, Metrics};
 use cresolver_pipeline::transcript::{FinalityRecord, ReorgRecord, Transcript};
 use cresolver_store::{FinalityStore, Watched};
 use std::collections::HashMap;
@@ -313,7 +313,7 @@ impl FinalityWatch {
             .set_finalized(w.market, w.market_id, transcript.as_ref())
             .await?;
         if moved {
-            self.metrics.finality_event("finalized");
+            self.metrics.finality_event(FinalityEvent::Finalized);
             tracing::info!(market_id = %w.market_id, block = ?at.map(|a| a.block), finalized_block = fin.number, source = ?fin.source, "resolution final");
         }
         Ok(moved)
@@ -344,7 +344,7 @@ impl FinalityWatch {
             .reopen_submission(w.market, w.market_id, &reason, transcript.as_ref())
             .await?;
         if moved {
-            self.metrics.finality_event("reorged");
+            self.metrics.finality_event(FinalityEvent::Reorged);
             tracing::warn!(market_id = %w.market_id, head = fin.head, %why, "our resolution left the canonical chain before it was final: the round is reopened at the submission stage");
         }
         Ok(moved)

@@ -5,7 +5,7 @@
 //! still holds the round). A local store's claim is the in-process one.
 
 use alloy::primitives::{Address, U256};
-use cresolver_metrics::Metrics;
+use cresolver_metrics::{LeaseEvent, Metrics};
 use cresolver_store::{RoundStore, StoreError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,9 +52,9 @@ impl Keeper<'_> {
             return Ok(None);
         };
         if self.store.shared() {
-            self.metrics.lease_event("claimed");
+            self.metrics.lease_event(LeaseEvent::Claimed);
             if let Some(prev) = &lease.taken_from {
-                self.metrics.lease_event("takeover");
+                self.metrics.lease_event(LeaseEvent::Takeover);
                 tracing::warn!(market_id = %market_id, from = %prev, term = lease.term, "taking over a round whose holder's lease expired; continuing from its persisted stage");
             } else {
                 tracing::debug!(market_id = %market_id, term = lease.term, "lease claimed");

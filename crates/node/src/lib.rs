@@ -13,6 +13,7 @@ mod don;
 mod error;
 pub mod finality;
 pub mod http;
+mod labels;
 mod lease;
 pub mod preflight;
 mod round;
@@ -35,7 +36,7 @@ use alloy::signers::local::PrivateKeySigner;
 use cresolver_chain::discovery::DiscoveryConfig;
 use cresolver_chain::heads::HeadFeed;
 use cresolver_chain::watcher::Trigger;
-use cresolver_metrics::Metrics;
+use cresolver_metrics::{LeaseEvent, Metrics, StopReason, TimedStage};
 use cresolver_pipeline::config::{NodeConfig, default_confirmations, is_dev_chain};
 use cresolver_pipeline::round::Engine;
 use cresolver_pipeline::workflow::Workflow;
@@ -348,7 +349,7 @@ impl Node {
             self.drive_again(market, market_id);
         }
         self.metrics
-            .observe_stage("round", started.elapsed().as_secs_f64());
+            .observe_stage(TimedStage::Round, started.elapsed().as_secs_f64());
         let from = match result {
             Ok(Some(driven)) => driven.from,
             Ok(None) => {
@@ -356,7 +357,7 @@ impl Node {
                 return self.report(market, market_id).await;
             }
             Err((_, e)) if e.kind() == StepKind::LeaseLost => {
-                self.metrics.lease_event("lost");
+                self.metrics.lease_event(LeaseEvent::Lost);
                 tracing::warn!(market_id = %market_id, node = self.store.node_id(), "lease lost: another node drives this round now; this node stopped it and wrote nothing more");
                 return self.report(market, market_id).await;
             }
@@ -371,15 +372,16 @@ impl Node {
                         _ => Stage::Requested,
                     },
                 };
-                self.metrics.round_stopped(stage.as_str(), "retry");
+                self.metrics
+                    .round_stopped(labels::round_state(stage), StopReason::Retry);
                 tracing::warn!(market_id = %market_id, stage = stage.as_str(), reason = %e.reason(), "round paused on a transient error; will retry");
                 self.schedule_retry(market, market_id);
                 return self.report(market, market_id).await;
             }
         };
         let r = self.report(market, market_id).await?;
-        if matches!(r.state, Stage::Failed | Stage::Skipped) {
-            self.metrics.round_stopped(from.as_str(), r.state.as_str());
+        if let Some(why) = labels::stop_reason(r.state) {
+            self.metrics.round_stopped(labels::round_state(from), why);
             let reason = r.reason.as_deref().unwrap_or("");
             if r.state == Stage::Failed {
                 tracing::error!(market_id = %market_id, stage = from.as_str(), reason, "round failed");
@@ -387,8 +389,10 @@ impl Node {
                 tracing::warn!(market_id = %market_id, stage = from.as_str(), reason, "round skipped");
             }
         }
+        if let Some(outcome) = labels::round_outcome(r.state) {
+            self.metrics.round_finished(outcome);
+        }
         if r.state.is_final() {
-            self.metrics.round_finished(r.state.as_str());
             self.schedule.finished(key);
         }
         Ok(r)

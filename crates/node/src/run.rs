@@ -51,9 +51,9 @@ impl Node {
                     node_id: self.store.node_id().to_string(),
                     lease_secs: self.store.lease_duration().as_secs(),
                     leases_held: held,
-                    leases_claimed: counts[0].1,
-                    takeovers: counts[1].1,
-                    leases_lost: counts[2].1,
+                    leases_claimed: counts.claimed,
+                    takeovers: counts.takeovers,
+                    leases_lost: counts.lost,
                 });
             }
             let busy = self.schedule.busy();

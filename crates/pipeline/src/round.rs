@@ -11,6 +11,7 @@ use cresolver_core::{Dimensions, Reputation, TallyError, TallyOutcome};
 use cresolver_evaluate::{
     EvalError, Evaluation, Evaluator, LlmConfig, LlmEvaluator, RubricEvaluator,
 };
+use cresolver_metrics::{WorkerCallOutcome, WorkerStage};
 pub use cresolver_store::{Stage, StoreError};
 use cresolver_workers::fanout::{
     RatifyResult, ResolveStage, WorkerSlot, challenge_stage, ratify_stage, resolve_stage,
@@ -25,10 +26,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
+mod call_label;
 mod decision;
 mod progress;
 pub use progress::{ProgressOutOfOrder, RoundProgress};
 
+use call_label::failure_outcome;
 use decision::random_order;
 pub use decision::{Decision, decide, evaluate, evaluation_input, evaluation_slots, responders};
 
@@ -72,19 +75,18 @@ pub struct RoundOutcome {
 impl RoundOutcome {
     /// The worker calls of the round as `(stage, outcome)` metric labels: one per resolve
     /// result and one per challenged worker (workers not challenged are not counted).
-    pub fn worker_calls(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
-        let resolve = self.resolve.results.iter().map(|r| {
-            let label = match &r.outcome {
-                Ok(_) => "ok",
-                Err(f) => f.kind(),
-            };
-            ("resolve", label)
-        });
+    pub fn worker_calls(&self) -> impl Iterator<Item = (WorkerStage, WorkerCallOutcome)> + '_ {
+        let outcome = |f: Option<&WorkerFailure>| f.map_or(WorkerCallOutcome::Ok, failure_outcome);
+        let resolve = self
+            .resolve
+            .results
+            .iter()
+            .map(move |r| (WorkerStage::Resolve, outcome(r.outcome.as_ref().err())));
         let challenge = self
             .challenges
             .iter()
             .flatten()
-            .map(|c| ("challenge", c.failure.as_ref().map_or("ok", |f| f.kind())));
+            .map(move |c| (WorkerStage::Challenge, outcome(c.failure.as_ref())));
         resolve.chain(challenge)
     }
 }
@@ -636,11 +638,11 @@ mod tests {
         assert_eq!(
             calls,
             [
-                ("resolve", "ok"),
-                ("resolve", "ok"),
-                ("resolve", "timeout"),
-                ("challenge", "ok"),
-                ("challenge", "invalid_json"),
+                (WorkerStage::Resolve, WorkerCallOutcome::Ok),
+                (WorkerStage::Resolve, WorkerCallOutcome::Ok),
+                (WorkerStage::Resolve, WorkerCallOutcome::Timeout),
+                (WorkerStage::Challenge, WorkerCallOutcome::Ok),
+                (WorkerStage::Challenge, WorkerCallOutcome::InvalidJson),
             ]
         );
     }

@@ -194,15 +194,15 @@ pub enum StoreError {
     #[error("no round for market {0} / {1}")]
     NoRound(Address, U256),
     /// The blocking task that ran a SQLite call panicked or was cancelled.
-    #[error("a store task panicked or was cancelled")]
+    #[error("store task failed: {0}")]
     Task(#[source] tokio::task::JoinError),
     /// PostgreSQL refused a statement, or the connection pool failed.
     #[error("PostgreSQL: {0}")]
     Postgres(pg::PgFailure),
-    /// The PostgreSQL store cannot connect, or the server is unfit (why is the source,
-    /// shown after this message).
+    /// The PostgreSQL store cannot connect, or the server is unfit (why, also kept as
+    /// the source).
     #[error(
-        "cannot use the database at {url} (check store.url, and that the server runs and accepts this user)"
+        "cannot use the database at {url}: {error} (check store.url, and that the server runs and accepts this user)"
     )]
     Connect {
         /// The connection URL, without its password.

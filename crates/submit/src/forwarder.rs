@@ -10,7 +10,7 @@ use alloy::primitives::{Address, B256, Bytes, FixedBytes, U256};
 use cresolver_chain::RevertReason;
 use cresolver_chain::bindings::{ICREsolverMarket, IKeystoneForwarder};
 use cresolver_chain::reader::MarketSnapshot;
-use cresolver_metrics::Metrics;
+use cresolver_metrics::{DonEvent, Metrics, TransmissionEvent};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -230,7 +230,7 @@ impl Submitter {
                 }
                 Err(e) => {
                     if !e.is_transient() {
-                        metrics.don_event("transmission", "refused");
+                        metrics.don_event(DonEvent::Transmission(TransmissionEvent::Refused));
                     }
                     return Err(TransmitError::Submit(e));
                 }
@@ -307,17 +307,17 @@ impl Pass<'_> {
             if !refused.insert(a) {
                 return Err(TransmitError::SignatureRefused(reason));
             }
-            metrics.don_event("signature_refused", "forwarder_unknown_signer");
+            metrics.don_event(DonEvent::SignatureRefused);
             tracing::warn!(market_id = %market_id, signer = %a, "the forwarder does not know this member's key: transmitting with other members' signatures (fix the forwarder's config or [don].members)");
             return Ok(());
         }
         // an authorization the operator can still grant: another transmission may get
         // past it; any other error of the receiver ends the round
         if reason.is_resolver_unauthorized() {
-            metrics.don_event("transmission", "failed");
+            metrics.don_event(DonEvent::Transmission(TransmissionEvent::Failed));
             return Err(TransmitError::Unauthorized(reason));
         }
-        metrics.don_event("transmission", "refused");
+        metrics.don_event(DonEvent::Transmission(TransmissionEvent::Refused));
         Err(TransmitError::Submit(SubmitError::Reverted {
             reason,
             during,

@@ -39,7 +39,9 @@ impl Core {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(execution_id = %self.exec(), round, error = %e, "the decided set makes no report on this member: check its workflow and chain against the others'");
-                self.event("message_refused", "decided_set_unbuildable");
+                self.event(DonEvent::MessageRefused(
+                    RefuseReason::DecidedSetUnbuildable,
+                ));
                 return;
             }
         };
@@ -77,7 +79,7 @@ impl Core {
             Some(stored) => {
                 // only a member whose state file predates this protocol can hold another
                 tracing::error!(execution_id = %self.exec(), signed = %stored.digest, decided = %d.digest, "this member signed another report for this execution before: not signing the decided one");
-                self.event("message_refused", "signed_another");
+                self.event(DonEvent::MessageRefused(RefuseReason::SignedAnother));
                 self.finished = true;
                 self.out.push(Effect::SignedAnother);
                 return Ok(());
@@ -150,7 +152,7 @@ impl Core {
         if self.keys.recover(&d.digest, sig).ok() == Some(who) {
             self.sigs.entry(who).or_insert_with(|| sig.clone());
         } else {
-            self.event("message_refused", "bad_report_signature");
+            self.event(DonEvent::MessageRefused(RefuseReason::BadReportSignature));
         }
     }
 
@@ -186,7 +188,7 @@ impl Core {
             recomputed: true,
             commits: d.commits.clone(),
         };
-        self.event("agreement", "reached");
+        self.event(DonEvent::Agreement);
         tracing::info!(execution_id = %self.exec(), round = a.attempt, leader = %a.leader, signers = ?a.signers, "DON agreement");
         self.finished = true;
         self.out.push(Effect::Agreed(Box::new(a)));

@@ -6,6 +6,7 @@ use crate::agreed::Agreed;
 use crate::persist::Lock;
 use crate::wire::Envelope;
 use alloy::primitives::{Address, B256};
+use cresolver_metrics::DonEvent;
 use std::time::Duration;
 
 /// A timer the core asks the host for ([`Effect::Schedule`]) and is given back
@@ -81,8 +82,8 @@ pub enum Effect {
     /// This member's state file holds its signature of another report for this
     /// execution (a state file older than the consensus protocol): the instance stops.
     SignedAnother,
-    /// A metric event (`don_event(what, why)`).
-    Event(&'static str, &'static str),
+    /// A metric event (`don_event`).
+    Event(DonEvent),
 }
 
 /// What one member holds for one peer (see [`Core::held_for`]); the simulator checks it

@@ -13,7 +13,7 @@ impl Core {
                 || env.market_id != self.job.market_id
                 || !self.p.members.contains(&env.sender)
             {
-                self.refuse(&env, "wrong_market");
+                self.refuse(&env, RefuseReason::WrongMarket);
                 return;
             }
             let sender = env.sender;
@@ -47,23 +47,23 @@ impl Core {
         }
     }
 
-    pub(super) fn refuse(&mut self, env: &Envelope, why: &'static str) {
-        self.event("message_refused", why);
-        tracing::debug!(execution_id = %self.exec(), sender = %env.sender, kind = env.kind(), reason = why, "a member's DON message dropped");
+    pub(super) fn refuse(&mut self, env: &Envelope, why: RefuseReason) {
+        self.event(DonEvent::MessageRefused(why));
+        tracing::debug!(execution_id = %self.exec(), sender = %env.sender, kind = env.kind(), reason = why.as_str(), "a member's DON message dropped");
     }
 
-    pub(super) fn refuse_from(&mut self, sender: Address, kind: &'static str, why: &'static str) {
-        self.event("message_refused", why);
-        tracing::warn!(execution_id = %self.exec(), %sender, kind, reason = why, "a member's DON message dropped");
+    pub(super) fn refuse_from(&mut self, sender: Address, kind: &'static str, why: RefuseReason) {
+        self.event(DonEvent::MessageRefused(why));
+        tracing::warn!(execution_id = %self.exec(), %sender, kind, reason = why.as_str(), "a member's DON message dropped");
     }
 
     pub(super) fn on_observation(&mut self, o: SignedObservation) {
         if !self.usable(&o) {
-            self.event("message_refused", "unusable_observation");
+            self.event(DonEvent::MessageRefused(RefuseReason::UnusableObservation));
             return;
         }
         if !self.observations.contains_key(&o.observation.observer) {
-            self.event("observation_received", "peer");
+            self.event(DonEvent::ObservationReceived(ObservationSource::Peer));
             self.observations.insert(o.observation.observer, o);
         }
     }
@@ -84,25 +84,25 @@ impl Core {
         #[cfg(not(feature = "mutations"))]
         let any_proposer = false;
         if self.p.leader(&self.exec(), round) != sender && !any_proposer {
-            return self.refuse_from(sender, "proposal", "not_the_leader");
+            return self.refuse_from(sender, "proposal", RefuseReason::NotTheLeader);
         }
         if round > self.round.saturating_add(ROUND_WINDOW) {
-            return self.refuse_from(sender, "proposal", "round_too_far_ahead");
+            return self.refuse_from(sender, "proposal", RefuseReason::RoundTooFarAhead);
         }
         if pol_round.is_some_and(|p| p >= round) {
-            return self.refuse_from(sender, "proposal", "bad_pol_round");
+            return self.refuse_from(sender, "proposal", RefuseReason::BadPolRound);
         }
         let value = SetValue::new(observations);
         let digest = self.proposal_digest(round, pol_round, &value.id);
         if self.keys.recover(&digest, &signature).ok() != Some(sender) {
-            return self.refuse_from(sender, "proposal", "bad_proposal_signature");
+            return self.refuse_from(sender, "proposal", RefuseReason::BadProposalSignature);
         }
         match self.proposals_seen.get(&round) {
             Some((id, ..)) if *id == value.id => return,
             Some(_) => {
                 self.equivocated.insert(round);
-                self.event("equivocation_seen", "proposal");
-                return self.refuse_from(sender, "proposal", "equivocating_leader");
+                self.event(DonEvent::EquivocationSeen(EquivocationKind::Proposal));
+                return self.refuse_from(sender, "proposal", RefuseReason::EquivocatingLeader);
             }
             None => {}
         }
@@ -112,7 +112,7 @@ impl Core {
             self.sign_early(round, &value);
         }
         if !valid {
-            self.event("message_refused", "invalid_set");
+            self.event(DonEvent::MessageRefused(RefuseReason::InvalidSet));
             tracing::warn!(execution_id = %self.exec(), %sender, round, "the leader's set is not valid (fewer than 2f+1 usable observations, or it makes no report): prevoting nil");
         }
         self.take(LogEntry::Proposal {
@@ -140,14 +140,14 @@ impl Core {
         match self.votes_seen.get(&(sender, round, kind)) {
             Some(v) if *v == value => return,
             Some(_) => {
-                self.event("equivocation_seen", "vote");
-                return self.refuse_from(sender, "vote", "equivocating_voter");
+                self.event(DonEvent::EquivocationSeen(EquivocationKind::Vote));
+                return self.refuse_from(sender, "vote", RefuseReason::EquivocatingVoter);
             }
             None => {}
         }
         let digest = self.vote_digest(kind, round, value.as_ref());
         if self.keys.recover(&digest, &signature).ok() != Some(sender) {
-            return self.refuse_from(sender, "vote", "bad_vote_signature");
+            return self.refuse_from(sender, "vote", RefuseReason::BadVoteSignature);
         }
         if far {
             // far ahead: held, one per sender, until f+1 members vote in one such round
@@ -218,12 +218,12 @@ impl Core {
             Some(d) if d.value.id != value.id => {
                 // two sets with 2f+1 precommits each: more than f members lied
                 tracing::error!(execution_id = %self.exec(), %sender, ours = %d.value.id, theirs = %value.id, "a member claims another decided set");
-                return self.refuse_from(sender, "decided", "conflicting_decision");
+                return self.refuse_from(sender, "decided", RefuseReason::ConflictingDecision);
             }
             Some(_) => {}
             None => {
                 if !self.certified(round, &value.id, &commits) {
-                    return self.refuse_from(sender, "decided", "bad_commit_certificate");
+                    return self.refuse_from(sender, "decided", RefuseReason::BadCommitCertificate);
                 }
                 tracing::info!(execution_id = %self.exec(), %sender, round, "taking a decision another member proved with 2f+1 precommits");
                 self.decide(round, value, commits);

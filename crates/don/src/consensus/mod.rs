@@ -34,6 +34,9 @@ use crate::persist::{Lock, MAX_LOG_ENTRIES};
 use crate::wire::{self, Body, CommitVote, Envelope, SignedObservation, VoteKind};
 use alloy::primitives::{Address, B256, Bytes};
 use cresolver_core::don::aggregate::{Binding, aggregate, check_observation};
+use cresolver_metrics::{
+    DonEvent, EquivocationKind, LeaderChangeCause, ObservationSource, RefuseReason,
+};
 use malachitebft_core_driver::{Driver, Input as DriverInput, Output};
 use malachitebft_core_types::{
     NilOrVal, Round, SignedMessage, Threshold, Timeout, TimeoutKind, Validity, VoteType,
@@ -244,8 +247,8 @@ impl Core {
         self.keys.address()
     }
 
-    fn event(&mut self, what: &'static str, why: &'static str) {
-        self.out.push(Effect::Event(what, why));
+    fn event(&mut self, event: DonEvent) {
+        self.out.push(Effect::Event(event));
     }
 
     fn send(&mut self, env: Envelope) {
@@ -424,12 +427,12 @@ impl Core {
                     if r > 0 && !self.replaying && self.decided.is_none() {
                         self.leader_changes += 1;
                         let why = if self.equivocated.contains(&self.round) {
-                            "equivocation"
+                            LeaderChangeCause::Equivocation
                         } else {
-                            "timeout"
+                            LeaderChangeCause::Timeout
                         };
-                        self.event("leader_change", why);
-                        tracing::info!(execution_id = %self.exec(), round = r, leader = %self.p.leader(&self.exec(), r), reason = why, "consensus moves to a new round and leader");
+                        self.event(DonEvent::LeaderChange(why));
+                        tracing::info!(execution_id = %self.exec(), round = r, leader = %self.p.leader(&self.exec(), r), reason = why.as_str(), "consensus moves to a new round and leader");
                     }
                     self.round = r;
                     self.quorum_since = None;
@@ -513,7 +516,7 @@ impl Core {
             };
             if !self.may_vote_for(kind, round, &id.0) {
                 tracing::warn!(execution_id = %self.exec(), round, ?kind, set = %id.0, "the driver voted for a set Tendermint's rules do not allow here: voting nil");
-                self.event("vote_guarded", "nil");
+                self.event(DonEvent::VoteGuarded);
                 v.value = NilOrVal::Nil;
             }
         }

@@ -104,14 +104,14 @@ impl Core {
             return;
         }
         if round > self.round.saturating_add(ROUND_WINDOW) {
-            return self.refuse_from(sender, "polka", "round_too_far_ahead");
+            return self.refuse_from(sender, "polka", RefuseReason::RoundTooFarAhead);
         }
         if self.has_polka(round, &value) {
             // known here: nothing to check or take
             return;
         }
         let Some(voters) = self.certified_votes(VoteKind::Prevote, round, &value, &prevotes) else {
-            return self.refuse_from(sender, "polka", "bad_polka_certificate");
+            return self.refuse_from(sender, "polka", RefuseReason::BadPolkaCertificate);
         };
         let mut conflicting = Vec::new();
         for (voter, signature) in voters {
@@ -132,7 +132,7 @@ impl Core {
             self.take(entry);
         }
         if self.has_polka(round, &value) {
-            self.event("polka_taken", "relayed");
+            self.event(DonEvent::PolkaTaken);
             tracing::info!(execution_id = %self.exec(), %sender, round, set = %value, "a polka another member relayed: taken");
         }
     }

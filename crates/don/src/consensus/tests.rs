@@ -205,10 +205,10 @@ fn votes_sent(effects: &[Effect], kind: VoteKind) -> Vec<(usize, Option<B256>)> 
         .collect()
 }
 
-fn refused(effects: &[Effect], why: &str) -> bool {
+fn refused(effects: &[Effect], why: RefuseReason) -> bool {
     effects
         .iter()
-        .any(|e| matches!(e, Effect::Event("message_refused", w) if *w == why))
+        .any(|e| matches!(e, Effect::Event(DonEvent::MessageRefused(w)) if *w == why))
 }
 
 #[test]
@@ -320,7 +320,7 @@ fn a_proposal_from_a_member_that_does_not_lead_the_round_is_refused() {
     let mut c = fx.started(me);
     let (p, _) = fx.proposal(other, 0, &[0, 1, 2]);
     let e = c.handle(p, at(30));
-    assert!(refused(&e, "not_the_leader"));
+    assert!(refused(&e, RefuseReason::NotTheLeader));
     assert!(appended(&e).is_empty());
     assert!(votes_sent(&e, VoteKind::Prevote).is_empty());
 }
@@ -335,11 +335,13 @@ fn a_second_different_proposal_of_a_round_is_equivocation_and_changes_nothing() 
     let (second, other) = fx.proposal(fx.leader(0), 0, &[0, 1, 3]);
     assert_ne!(id, other);
     let e = c.handle(second, at(31));
-    assert!(refused(&e, "equivocating_leader"));
-    assert!(
-        e.iter()
-            .any(|x| matches!(x, Effect::Event("equivocation_seen", "proposal")))
-    );
+    assert!(refused(&e, RefuseReason::EquivocatingLeader));
+    assert!(e.iter().any(|x| {
+        matches!(
+            x,
+            Effect::Event(DonEvent::EquivocationSeen(EquivocationKind::Proposal))
+        )
+    }));
     assert!(votes_sent(&e, VoteKind::Prevote).is_empty());
 }
 
@@ -458,7 +460,7 @@ fn a_certificate_with_duplicated_signers_is_refused() {
         },
     );
     let e = c.handle(Input::Message(msg), at(10));
-    assert!(refused(&e, "bad_commit_certificate"));
+    assert!(refused(&e, RefuseReason::BadCommitCertificate));
     assert_eq!(c.decided(), None);
 }
 

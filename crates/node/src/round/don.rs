@@ -13,6 +13,7 @@ use alloy::primitives::{Address, Bytes};
 use cresolver_core::Reputation;
 use cresolver_core::don::{Aggregate, ReportSpec, build_report, execution_id};
 use cresolver_don::{Agreed, Don, DonConfig, Job, ReportRefusal};
+use cresolver_metrics::{DonEvent, TimedStage, TransmissionEvent};
 use cresolver_pipeline::transcript::Transcript;
 use cresolver_pipeline::transcript::{ConfirmationRecord, ConfirmationStatus, SubmissionRecord};
 use cresolver_store::Stage;
@@ -73,7 +74,7 @@ impl Steps<'_> {
         saved?;
         let agreed = agreed.map_err(StepError::retry_with)?;
         self.metrics
-            .observe_stage("don_agreement", started.elapsed().as_secs_f64());
+            .observe_stage(TimedStage::DonAgreement, started.elapsed().as_secs_f64());
         if let Some(own) = don.own_observation(&exec).await.ok().flatten() {
             transcript.don = Some(don_record(don, &own.observation, &agreed));
         }
@@ -218,12 +219,14 @@ impl Steps<'_> {
                 // the ending completes it with the confirmation
                 round.transcript = Some(transcript);
                 tracing::info!(market_id = %market_id, rank, "transmitting the DON's report");
-                self.metrics.don_event("transmission", "sent");
+                self.metrics
+                    .don_event(DonEvent::Transmission(TransmissionEvent::Sent));
                 self.send(round, txm, &prepared, view).await
             }
             Err(e) => {
                 if matches!(e, TransmitError::InvalidReceiver(_)) {
-                    self.metrics.don_event("transmission", "invalid_receiver");
+                    self.metrics
+                        .don_event(DonEvent::Transmission(TransmissionEvent::InvalidReceiver));
                 }
                 Err(transmit_step(e))
             }
@@ -240,7 +243,8 @@ impl Steps<'_> {
         from: Address,
         detail: String,
     ) -> Next {
-        self.metrics.don_event("transmission", "succeeded");
+        self.metrics
+            .don_event(DonEvent::Transmission(TransmissionEvent::Succeeded));
         if let Some(d) = round.transcript.as_mut().and_then(|t| t.don.as_mut()) {
             d.transmitter = Some(by);
             if let Some(don) = self.submission.don() {

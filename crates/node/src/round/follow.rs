@@ -8,6 +8,7 @@ use super::{Ending, Next, Round, StepError, Steps, step};
 use alloy::primitives::Address;
 use alloy::providers::Provider;
 use alloy::rpc::types::TransactionReceipt;
+use cresolver_metrics::TimedStage;
 use cresolver_pipeline::transcript::{
     ConfirmationRecord, ConfirmationStatus, SubmissionRecord, TransactionRecord, Transcript,
 };
@@ -39,7 +40,7 @@ impl Steps<'_> {
             .instrument(step("mine", round.market_id))
             .await;
         self.metrics
-            .observe_stage("submit", started.elapsed().as_secs_f64());
+            .observe_stage(TimedStage::Submit, started.elapsed().as_secs_f64());
         match outcome.map_err(StepError::from_tx)? {
             TxOutcome::Mined { receipt, .. } => Ok(Next::Conclude(receipt)),
             TxOutcome::Lost { nonce: lost } => self.fresh_nonce(round, txm, lost).await,

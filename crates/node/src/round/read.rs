@@ -5,6 +5,7 @@
 use super::{Carried, Ending, Next, Round, StepError, Steps, step};
 use alloy::providers::Provider;
 use cresolver_chain::reader::{MarketSnapshot, ReadError, read_market, resolved_at_head};
+use cresolver_metrics::TimedStage;
 use cresolver_pipeline::live::{LiveContext, LiveError, collect_input};
 use cresolver_pipeline::transcript::{RequestRecord, TRANSCRIPT_VERSION, Transcript};
 use cresolver_store::Stage;
@@ -118,7 +119,7 @@ impl Steps<'_> {
                 .map_err(StepError::retry_with)?;
         }
         self.metrics
-            .observe_stage("discover", started.elapsed().as_secs_f64());
+            .observe_stage(TimedStage::Discover, started.elapsed().as_secs_f64());
         if round.stage == Stage::Requested {
             self.store
                 .set_state(market, market_id, Stage::Discovered, None)

@@ -5,6 +5,7 @@
 
 use super::{Carried, Next, Round, StepError, Steps, step};
 use alloy::primitives::{Address, U256};
+use cresolver_metrics::TimedStage;
 use cresolver_pipeline::round::{RoundError, RoundInput, RoundProgress};
 use cresolver_store::{RoundStore, Stage, StoreError};
 use futures::future::BoxFuture;
@@ -71,7 +72,7 @@ impl Steps<'_> {
             .instrument(step("engine", market_id))
             .await;
         self.metrics
-            .observe_stage("resolve+evaluate", started.elapsed().as_secs_f64());
+            .observe_stage(TimedStage::ResolveEvaluate, started.elapsed().as_secs_f64());
         // the last stage stored (the stored stage when none was)
         round.stage = progress.stage().unwrap_or(round.stage);
         let outcome = match result {

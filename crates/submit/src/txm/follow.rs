@@ -8,6 +8,7 @@ use super::{Head, Sent, TxError, TxManager, TxOutcome, crash_point, gwei};
 use alloy::primitives::{B256, U256};
 use alloy::providers::Provider;
 use alloy::rpc::types::TransactionReceipt;
+use cresolver_metrics::{TxAttemptKind, TxEventKind};
 use cresolver_store::{AttemptRecord, NonceRecord, NonceState};
 use std::time::{Duration, Instant};
 
@@ -149,7 +150,7 @@ impl<'a> Follow<'a> {
                     .close_if_canonical(txm.key, nonce, a.tx_hash, block, &r, latest)
                     .await?
             {
-                txm.metrics.tx_event(&txm.signer_label, "mined");
+                txm.metrics.tx_event(&txm.signer_label, TxEventKind::Mined);
                 txm.refresh_backlog();
                 return Ok(Some(Step::Done(TxOutcome::Mined {
                     nonce,
@@ -161,9 +162,11 @@ impl<'a> Follow<'a> {
         }
         if let Some((tx, block)) = self.included.take() {
             tracing::warn!(market_id = %rec.payload.market_id, nonce, %tx, block, "reorg: our transaction is no longer on the canonical chain; re-broadcasting it");
-            txm.metrics.tx_event(&txm.signer_label, "reorged");
+            txm.metrics
+                .tx_event(&txm.signer_label, TxEventKind::Reorged);
             if let Some(a) = attempts.iter().find(|a| a.tx_hash == tx) {
-                txm.metrics.tx_attempt(&txm.signer_label, "rebroadcast");
+                txm.metrics
+                    .tx_attempt(&txm.signer_label, TxAttemptKind::Rebroadcast);
                 let _ = txm.broadcast(&rec.payload, a, head.number).await?;
             }
         }
@@ -206,7 +209,7 @@ impl<'a> Follow<'a> {
             txm.store
                 .finish_nonce(txm.key, nonce, NonceState::Lost, None, Some(&detail))
                 .await?;
-            txm.metrics.tx_event(&txm.signer_label, "lost");
+            txm.metrics.tx_event(&txm.signer_label, TxEventKind::Lost);
             txm.refresh_backlog();
             return Ok(Some(Step::Done(TxOutcome::Lost { nonce })));
         }
@@ -290,7 +293,8 @@ impl<'a> Follow<'a> {
                     .add_attempt(txm.key, rec.payload.market, rec.payload.market_id, &a)
                     .await?;
                 crash_point("replaced");
-                txm.metrics.tx_attempt(&txm.signer_label, "replacement");
+                txm.metrics
+                    .tx_attempt(&txm.signer_label, TxAttemptKind::Replacement);
                 let sent = txm.broadcast(&rec.payload, &a, head.number).await?;
                 tracing::warn!(market_id = %rec.payload.market_id, nonce, ?reason, replaces = %newest.tx_hash, tx = %a.tx_hash,
                     max_fee_gwei = %gwei(f.max_fee_per_gas), tip_gwei = %gwei(f.max_priority_fee_per_gas),
@@ -335,7 +339,8 @@ impl<'a> Follow<'a> {
             return Ok(Step::Wait);
         }
         tracing::warn!(market_id = %rec.payload.market_id, nonce = self.nonce, tx = %newest.tx_hash, "transaction dropped from the pool; re-broadcasting it");
-        txm.metrics.tx_attempt(&txm.signer_label, "rebroadcast");
+        txm.metrics
+            .tx_attempt(&txm.signer_label, TxAttemptKind::Rebroadcast);
         let sent = txm.broadcast(&rec.payload, newest, head.number).await?;
         self.after_send(&sent);
         Ok(Step::Again)

@@ -4,6 +4,7 @@
 
 use super::{Foreign, TxError, TxManager};
 use alloy::providers::Provider;
+use cresolver_metrics::TxAttemptKind;
 use cresolver_store::{KeyRef, NonceRecord, NonceState, StoreError};
 
 impl TxManager {
@@ -51,7 +52,7 @@ impl TxManager {
                 return Err(TxError::Store(StoreError::LeaseLost(p.market, p.market_id)));
             }
             self.metrics
-                .tx_attempt(&key.signer.to_string(), "rebroadcast");
+                .tx_attempt(&key.signer.to_string(), TxAttemptKind::Rebroadcast);
             if let Err(e) = self.provider.send_raw_transaction(&newest.raw).await {
                 tracing::debug!(nonce = rec.nonce, signer = %key.signer, error = %e, "re-broadcast of another key's transaction");
             }

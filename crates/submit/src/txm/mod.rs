@@ -25,7 +25,7 @@ use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuild
 use alloy::primitives::Address;
 use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
-use cresolver_metrics::Metrics;
+use cresolver_metrics::{Metrics, TxAttemptKind};
 use cresolver_store::{AttemptRecord, KeyRef, NonceState, StoreError, TxPayload, TxStore};
 use fees::{FeePolicy, Fees};
 use std::sync::Arc;
@@ -419,7 +419,8 @@ impl TxManager {
             .add_attempt(self.key, payload.market, payload.market_id, &attempt)
             .await?;
         crash_point("signed");
-        self.metrics.tx_attempt(&self.signer_label, "first");
+        self.metrics
+            .tx_attempt(&self.signer_label, TxAttemptKind::First);
         Ok((attempt, head.number))
     }
 

@@ -114,7 +114,7 @@ fn a_relayed_polka_makes_the_reproposal_acceptable_before_or_after_it() {
         ));
         let taken = |e: &Vec<Effect>| {
             e.iter()
-                .any(|x| matches!(x, Effect::Event("polka_taken", "relayed")))
+                .any(|x| matches!(x, Effect::Event(DonEvent::PolkaTaken)))
         };
         assert!(taken(&e1) || taken(&e2));
         let prevoted: Vec<_> = [e1, e2]
@@ -257,7 +257,10 @@ fn a_polka_of_too_few_repeated_or_forged_prevotes_is_refused_and_changes_nothing
     for (what, round, prevotes) in cases {
         let mut c = split(&fx).core;
         let e = c.handle(fx.polka(z, round, id, prevotes), at(50));
-        assert!(refused(&e, "bad_polka_certificate"), "{what}: {e:?}");
+        assert!(
+            refused(&e, RefuseReason::BadPolkaCertificate),
+            "{what}: {e:?}"
+        );
         assert!(appended(&e).is_empty(), "{what}");
         assert!(!c.has_polka(0, &id), "{what}");
         let e = c.handle(fx.reproposal(s.r, 0, &[0, 1, 2]), at(51));
