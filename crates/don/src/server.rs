@@ -15,10 +15,11 @@ use alloy::primitives::{Address, B256};
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -59,7 +60,7 @@ struct Reading(Mutex<HashMap<IpAddr, usize>>);
 impl Reading {
     /// A slot for `src`, released when the guard drops; `None` past [`MAX_PER_SOURCE`].
     fn enter<'a>(&'a self, src: IpAddr) -> Option<ReadingGuard<'a>> {
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.0.lock();
         let n = m.entry(src).or_insert(0);
         if *n >= MAX_PER_SOURCE {
             return None;
@@ -76,7 +77,7 @@ struct ReadingGuard<'a> {
 
 impl Drop for ReadingGuard<'_> {
     fn drop(&mut self) {
-        let mut m = self.reading.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.reading.0.lock();
         if let Some(n) = m.get_mut(&self.src) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -101,7 +102,7 @@ impl<K: Hash + Eq + Clone> Buckets<K> {
     }
 
     fn allow(&self, key: &K) -> bool {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.map.lock();
         let now = Instant::now();
         if map.len() > 10_000 {
             // forget the keys idle long enough to have a full bucket again
@@ -254,11 +255,7 @@ async fn message(
     };
     drop(reading);
     let digest = alloy::primitives::keccak256(&body);
-    let replay = s
-        .seen
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&digest);
+    let replay = s.seen.lock().get(&digest);
     if let Some((exec, sender, agreed)) = replay {
         // taken before (its signatures were checked then): nothing more to check, parse
         // or charge, but a member that asks again about an execution decided here is
@@ -297,10 +294,7 @@ async fn message(
         Ok(()) => {
             // only a message taken is a replay next time: one refused (its book full)
             // is read again when it is sent again
-            s.seen
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(digest, replay);
+            s.seen.lock().insert(digest, replay);
             (StatusCode::OK, "ok")
         }
         Err(why) => (StatusCode::CONFLICT, why.as_str()),

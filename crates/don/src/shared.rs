@@ -13,8 +13,9 @@ use crate::wire::{self, Body, Envelope};
 use alloy::primitives::{Address, B256, Bytes};
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_metrics::Metrics;
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -132,7 +133,7 @@ impl Shared {
                 agreed: true,
             },
         };
-        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let mut done = self.done.lock();
         let (map, order) = &mut *done;
         let entry = map.entry(a.execution_id).or_insert_with(|| {
             order.push_back(a.execution_id);

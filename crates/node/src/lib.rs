@@ -38,10 +38,11 @@ use cresolver_pipeline::workflow::Workflow;
 use cresolver_store::{RoundStore, Stage};
 use cresolver_submit::Submitter;
 use cresolver_submit::txm::TxManager;
+use parking_lot::Mutex;
 use round::{StepError, StepKind};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
@@ -112,7 +113,7 @@ pub struct Node {
     /// round is driven once more when its drive ends.
     in_flight: Mutex<HashMap<(Address, U256), bool>>,
     retries: Mutex<HashMap<(Address, U256), u32>>,
-    health: Arc<std::sync::RwLock<crate::http::NodeHealth>>,
+    health: Arc<parking_lot::RwLock<crate::http::NodeHealth>>,
     /// The chain as the head probe sees it (`/health`, `/health/ready`, chain metrics).
     pub chain_health: Arc<cresolver_chain::health::ChainHealth>,
     /// The newest head (probe and push subscription): wakes the watcher and the txm.
@@ -235,7 +236,7 @@ impl Node {
             http,
             in_flight: Mutex::new(HashMap::new()),
             retries: Mutex::new(HashMap::new()),
-            health: Arc::new(std::sync::RwLock::new(health)),
+            health: Arc::new(parking_lot::RwLock::new(health)),
             chain_health,
             heads,
             tracker: tokio_util::task::TaskTracker::new(),
@@ -333,7 +334,7 @@ impl Node {
         how: Claim,
     ) -> Result<RoundReport, NodeError> {
         let running = {
-            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            let mut in_flight = self.in_flight.lock();
             match in_flight.get_mut(&(market, market_id)) {
                 Some(again) => {
                     *again = true;
@@ -354,7 +355,6 @@ impl Node {
         let again = self
             .in_flight
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .remove(&(market, market_id))
             .unwrap_or(false);
         if again {
@@ -402,10 +402,7 @@ impl Node {
         }
         if r.state.is_final() {
             self.metrics.round_finished(r.state.as_str());
-            self.retries
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&(market, market_id));
+            self.retries.lock().remove(&(market, market_id));
         }
         Ok(r)
     }
@@ -487,7 +484,6 @@ impl Node {
     fn retries_of(&self, market: Address, market_id: U256) -> u32 {
         self.retries
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .get(&(market, market_id))
             .copied()
             .unwrap_or(0)
@@ -512,7 +508,7 @@ impl Node {
 
     fn schedule_retry(self: &Arc<Self>, market: Address, market_id: U256) {
         let n = {
-            let mut r = self.retries.lock().unwrap_or_else(|p| p.into_inner());
+            let mut r = self.retries.lock();
             let n = r.entry((market, market_id)).or_insert(0);
             *n += 1;
             *n
@@ -541,13 +537,7 @@ impl Node {
 
     /// The rounds being driven now (market contract and id), in no particular order.
     pub fn rounds_in_flight(&self) -> Vec<(Address, U256)> {
-        let mut v: Vec<_> = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .copied()
-            .collect();
+        let mut v: Vec<_> = self.in_flight.lock().keys().copied().collect();
         v.sort();
         v
     }
@@ -704,13 +694,13 @@ struct Halt {
 
 impl Halt {
     fn pause(&self, why: String) {
-        *self.pause.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        *self.pause.lock() = Some(why);
         self.token.cancel();
     }
 
     /// What the stop means for the round.
     fn step(&self) -> StepError {
-        match self.pause.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        match self.pause.lock().take() {
             Some(why) => StepError::retry(why),
             None => StepError::lease_lost(),
         }

@@ -41,7 +41,8 @@ impl Node {
             }
             let held = self.store.held() as u64;
             self.metrics.set_leases_held(held);
-            if let Ok(mut h) = self.health.write() {
+            {
+                let mut h = self.health.write();
                 let counts = self.metrics.lease_counts();
                 h.cluster = Some(crate::http::ClusterHealth {
                     node_id: self.store.node_id().to_string(),
@@ -52,11 +53,7 @@ impl Node {
                     leases_lost: counts[2].1,
                 });
             }
-            let busy = self
-                .in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .len();
+            let busy = self.in_flight.lock().len();
             let room = self.cfg.node.max_concurrent_rounds.saturating_sub(busy);
             if room == 0 {
                 continue;
@@ -82,11 +79,7 @@ impl Node {
             };
             let mut sent = 0;
             for (market, market_id) in ids {
-                let running = self
-                    .in_flight
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .contains_key(&(market, market_id));
+                let running = self.in_flight.lock().contains_key(&(market, market_id));
                 if running {
                     continue;
                 }
@@ -233,9 +226,7 @@ impl Node {
                         if let Some(to) = r.to {
                             m.set_last_processed_block(to);
                             ch.processed(to);
-                            if let Ok(mut h) = h.write() {
-                                h.last_processed_block = Some(to);
-                            }
+                            h.write().last_processed_block = Some(to);
                         }
                     })
                     .await

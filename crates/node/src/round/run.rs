@@ -9,7 +9,8 @@ use alloy::primitives::{Address, U256};
 use cresolver_pipeline::round::{RoundError, RoundInput, RoundProgress};
 use cresolver_store::{RoundStore, Stage};
 use futures::future::BoxFuture;
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Instant;
 use tracing::Instrument;
 
@@ -45,7 +46,7 @@ impl Persist {
                 .await
             {
                 Ok(()) => {
-                    *reached.lock().unwrap_or_else(|p| p.into_inner()) = stage;
+                    *reached.lock() = stage;
                     cresolver_submit::txm::crash_point(stage.as_str());
                     true
                 }
@@ -91,7 +92,7 @@ impl Node {
             .await;
         self.metrics
             .observe_stage("resolve+evaluate", started.elapsed().as_secs_f64());
-        round.stage = *persist.reached.lock().unwrap_or_else(|p| p.into_inner());
+        round.stage = *persist.reached.lock();
         let transcript = round
             .transcript
             .as_mut()

@@ -41,9 +41,10 @@ use super::registry::AdapterFactory;
 use ed25519_dalek::SigningKey;
 use envelope::{Envelope, SignError};
 use futures::future::BoxFuture;
+use parking_lot::Mutex;
 use replay::{ReplayCache, ReplayVerdict};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use url::Url;
 
 /// Tunables of the Agora client.
@@ -209,7 +210,7 @@ impl AgoraNode {
 
     /// How many message ids the replay cache holds.
     pub fn tracked_ids(&self) -> usize {
-        self.replay.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.replay.lock().len()
     }
 
     fn sign(&self, envelope: &Envelope) -> Result<Value, SignError> {
@@ -217,10 +218,7 @@ impl AgoraNode {
     }
 
     fn remember(&self, id: &str, digest: [u8; 32], now_ms: i64) -> ReplayVerdict {
-        self.replay
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .check_and_insert(id, digest, now_ms)
+        self.replay.lock().check_and_insert(id, digest, now_ms)
     }
 }
 
