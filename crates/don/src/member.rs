@@ -98,7 +98,7 @@ impl Don {
                 phases: Mutex::new(VecDeque::new()),
                 metrics,
                 books: Books::default(),
-                done: Mutex::new((HashMap::new(), VecDeque::new())),
+                done: Mutex::new(lru::LruCache::new(crate::shared::DONE_KEPT)),
                 status: Mutex::new(HashMap::new()),
                 decided: Mutex::new(crate::decided::DecidedLog::default()),
                 stop: watch::channel(false).0,
@@ -160,7 +160,7 @@ impl Don {
     /// chosen signer the forwarder does not know picks others.
     pub fn signatures(&self, exec: &B256, digest: &B256) -> Vec<(Address, Bytes)> {
         let done = self.s.done.lock();
-        match done.0.get(exec) {
+        match done.peek(exec) {
             Some(d) if d.digest == *digest => d.sigs.iter().map(|(a, s)| (*a, s.clone())).collect(),
             _ => Vec::new(),
         }
@@ -259,7 +259,7 @@ impl Don {
         } = &env.body
         {
             let mut done = self.s.done.lock();
-            if let Some(d) = done.0.get_mut(&exec)
+            if let Some(d) = done.peek_mut(&exec)
                 && wire::recover(&d.digest, sig).ok() == Some(env.sender)
             {
                 d.sigs.entry(env.sender).or_insert_with(|| sig.clone());
@@ -279,7 +279,7 @@ impl Don {
         }
         let reply = {
             let mut done = self.s.done.lock();
-            let Some(d) = done.0.get_mut(exec) else {
+            let Some(d) = done.peek_mut(exec) else {
                 return false;
             };
             let last = d.replied.get(&sender).copied();
@@ -299,7 +299,7 @@ impl Don {
     /// Whether `exec` is decided here: kept in memory, or (for an execution with no book
     /// open here) stored in the state file (read on the blocking pool).
     async fn knows_decided(&self, exec: &B256) -> bool {
-        if self.s.done.lock().0.contains_key(exec) {
+        if self.s.done.lock().contains(exec) {
             return true;
         }
         if self.s.books.is_open(exec) {
