@@ -106,16 +106,16 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
                     if f.is_some() { "" } else { r.as_str() }
                 })
                 .collect();
-            score_one(
-                (!w.answer.abstain).then_some(w.answer.determination),
-                w.answer.confidence,
+            score_one(Scored {
+                determination: (!w.answer.abstain).then_some(w.answer.determination),
+                confidence: w.answer.confidence,
                 evidence,
-                &sources,
-                w.challenges.len(),
-                &responses,
+                sources: &sources,
+                challenges: w.challenges.len(),
+                responses: &responses,
                 majority,
                 ref_year,
-            )
+            })
         })
         .collect();
     Evaluation {
@@ -130,17 +130,35 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn score_one(
+/// One worker's answer as the rubric scores it (its flagged parts already left out), and
+/// what it is scored against.
+struct Scored<'a> {
+    /// The position taken; `None` for an abstention.
     determination: Option<bool>,
     confidence: f64,
-    evidence: &str,
-    sources: &[&str],
+    evidence: &'a str,
+    sources: &'a [&'a str],
+    /// How many challenges the worker was sent.
     challenges: usize,
-    responses: &[&str],
+    /// Its responses to them.
+    responses: &'a [&'a str],
+    /// The workers' majority position, if there is one.
     majority: Option<bool>,
+    /// The year of the round's reference time.
     ref_year: i64,
-) -> Dimensions {
+}
+
+fn score_one(scored: Scored<'_>) -> Dimensions {
+    let Scored {
+        determination,
+        confidence,
+        evidence,
+        sources,
+        challenges,
+        responses,
+        majority,
+        ref_year,
+    } = scored;
     let lower = evidence.to_lowercase();
     let words = word_count(evidence) as f64;
     let sentences = sentences(evidence).filter(|s| word_count(s) >= 3).count() as f64;
