@@ -170,27 +170,7 @@ fn score_one(scored: Scored<'_>) -> Dimensions {
         (Some(_), Some(_)) => 50.0 - 40.0 * confidence,
     };
 
-    let mut urls = BTreeSet::new();
-    let mut hosts = BTreeSet::new();
-    let mut others = BTreeSet::new();
-    for s in sources {
-        let t = s.trim();
-        match url::Url::parse(t) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
-                let host = u
-                    .host_str()
-                    .unwrap_or_default()
-                    .trim_start_matches("www.")
-                    .to_lowercase();
-                hosts.insert(host);
-                urls.insert(t.to_lowercase());
-            }
-            _ => {
-                others.insert(t.to_lowercase());
-            }
-        }
-    }
-    let (n_urls, n_hosts, n_others) = (urls.len() as f64, hosts.len() as f64, others.len() as f64);
+    let (n_urls, n_hosts, n_others) = source_counts(sources);
     let source_quality = 15.0 * n_urls.min(4.0) + 10.0 * n_hosts.min(4.0) + 5.0 * n_others.min(2.0);
 
     let analysis_depth = 60.0 * words.min(400.0) / 400.0 + 5.0 * sentences.min(8.0);
@@ -267,6 +247,32 @@ fn score_one(scored: Scored<'_>) -> Dimensions {
         collaboration,
     }
     .normalized()
+}
+
+/// The distinct http(s) URLs, their distinct hosts and the distinct other sources among
+/// `sources` (case-insensitive).
+fn source_counts(sources: &[&str]) -> (f64, f64, f64) {
+    let mut urls = BTreeSet::new();
+    let mut hosts = BTreeSet::new();
+    let mut others = BTreeSet::new();
+    for s in sources {
+        let t = s.trim();
+        match url::Url::parse(t) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
+                let host = u
+                    .host_str()
+                    .unwrap_or_default()
+                    .trim_start_matches("www.")
+                    .to_lowercase();
+                hosts.insert(host);
+                urls.insert(t.to_lowercase());
+            }
+            _ => {
+                others.insert(t.to_lowercase());
+            }
+        }
+    }
+    (urls.len() as f64, hosts.len() as f64, others.len() as f64)
 }
 
 const CONNECTIVES: &[&str] = &[
