@@ -5,8 +5,9 @@ use cresolver_metrics::Metrics;
 use cresolver_node::api::serve;
 use cresolver_node::http::{ApiState, ManualTrigger, NodeHealth};
 use cresolver_store::{Nonces, Requests, SqliteStore, Store};
+use parking_lot::RwLock;
 use serde_json::{Value, json};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 

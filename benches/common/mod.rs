@@ -203,8 +203,8 @@ pub async fn wait_all_confirmed(
 /// Each round step's wall times (the node's `cresolver::step` spans), by step name, and
 /// when each market's round concluded.
 pub mod steps {
+    use parking_lot::Mutex;
     use std::collections::BTreeMap;
-    use std::sync::Mutex;
     use std::time::Instant;
     use tracing::span::{Attributes, Id};
     use tracing::{Subscriber, field::Field};
@@ -227,8 +227,8 @@ pub mod steps {
         at: Instant,
     }
 
-    fn spans() -> std::sync::MutexGuard<'static, Vec<Closed>> {
-        SPANS.lock().unwrap_or_else(|p| p.into_inner())
+    fn spans() -> parking_lot::MutexGuard<'static, Vec<Closed>> {
+        SPANS.lock()
     }
 
     /// Records every closed `cresolver::step` span: its `step` and `market_id` fields,
@@ -285,7 +285,7 @@ pub mod steps {
         let mut v = V::default();
         attrs.record(&mut v);
         static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-        let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+        let mut names = NAMES.lock();
         let name = match names.iter().find(|n| **n == v.0) {
             Some(n) => *n,
             None => {

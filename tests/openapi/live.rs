@@ -11,9 +11,10 @@ use cresolver_don::{DonConfig, MemberConfig};
 use cresolver_metrics::Metrics;
 use cresolver_node::http::{ApiState, NodeHealth};
 use cresolver_store::{SqliteStore, Store};
+use parking_lot::RwLock;
 use reqwest::Method;
 use std::collections::BTreeSet;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Calls the API at `base` and checks each answer against the description; remembers

@@ -7,8 +7,9 @@
 use crate::heads::HeadFeed;
 use crate::pool::{EndpointView, RpcPool};
 use cresolver_metrics::Metrics;
+use parking_lot::RwLock;
 use serde::Serialize;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Readiness thresholds.
@@ -152,18 +153,12 @@ impl ChainHealth {
 
     /// The watcher finished a scan up to `block`.
     pub fn processed(&self, block: u64) {
-        let mut p = self
-            .last_processed
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut p = self.last_processed.write();
         *p = Some(p.map_or(block, |b| b.max(block)));
     }
 
     fn last_processed(&self) -> Option<u64> {
-        *self
-            .last_processed
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        *self.last_processed.read()
     }
 
     /// The endpoints as they stand.

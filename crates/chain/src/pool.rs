@@ -22,7 +22,8 @@ use alloy::transports::{BoxTransport, TransportError, TransportErrorKind, Transp
 use cresolver_metrics::Metrics;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use std::sync::{Arc, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tower::{Layer, Service};
@@ -111,14 +112,11 @@ struct Endpoint {
 
 impl Endpoint {
     fn transport(&self) -> BoxTransport {
-        self.transport
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.transport.read().clone()
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, EndpointState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, EndpointState> {
+        self.state.lock()
     }
 
     fn succeeded(&self, latency: Duration) {
@@ -457,7 +455,7 @@ impl RpcPool {
         if e.ws && e.state().failed_probes >= 3 {
             match build_transport(&e.url, &self.cfg).await {
                 Ok((t, _)) => {
-                    *e.transport.write().unwrap_or_else(|p| p.into_inner()) = t;
+                    *e.transport.write() = t;
                     tracing::info!(endpoint = %e.name, "websocket endpoint reconnected with a new client");
                 }
                 Err(err) => {
@@ -574,7 +572,7 @@ impl RpcPool {
     }
 
     fn note_current(&self, i: usize) {
-        let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cur = self.current.lock();
         if *cur != Some(i) {
             if let Some(prev) = *cur {
                 tracing::warn!(from = %self.endpoints[prev].name, to = %self.endpoints[i].name, "reads switched to another RPC endpoint");

@@ -7,8 +7,8 @@
 
 use crate::wire::Envelope;
 use alloy::primitives::{Address, B256};
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use std::time::Instant;
 use tokio::sync::watch;
 
@@ -82,8 +82,8 @@ impl Slot {
     }
 
     /// The inbox, locked.
-    pub fn inbox(&self) -> std::sync::MutexGuard<'_, Inbox> {
-        self.inbox.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn inbox(&self) -> parking_lot::MutexGuard<'_, Inbox> {
+        self.inbox.lock()
     }
 }
 
@@ -94,8 +94,8 @@ pub struct Books {
 }
 
 impl Books {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<B256, std::sync::Arc<Slot>>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    fn map(&self) -> parking_lot::MutexGuard<'_, HashMap<B256, std::sync::Arc<Slot>>> {
+        self.map.lock()
     }
 
     /// The book of an execution this member runs a round of (opened if new; a book a
@@ -106,7 +106,7 @@ impl Books {
             .entry(exec)
             .or_insert_with(|| std::sync::Arc::new(Slot::new(None)))
             .clone();
-        *slot.opened_by.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *slot.opened_by.lock() = None;
         slot
     }
 
@@ -119,7 +119,7 @@ impl Books {
         }
         let theirs: Vec<(B256, Instant)> = map
             .iter()
-            .filter(|(_, s)| *s.opened_by.lock().unwrap_or_else(|p| p.into_inner()) == Some(sender))
+            .filter(|(_, s)| *s.opened_by.lock() == Some(sender))
             .map(|(k, s)| (*k, s.opened))
             .collect();
         if theirs.len() >= PEER_BOOKS

@@ -6,11 +6,14 @@
 
 use crate::agreed::Agreed;
 use alloy::primitives::{Address, B256, U256};
+use lru::LruCache;
 use serde::Serialize;
-use std::collections::VecDeque;
+use std::num::NonZeroUsize;
 
 /// Decided executions kept for the operator (the oldest is dropped past it).
 pub const DECIDED_SHOWN: usize = 32;
+/// [`DECIDED_SHOWN`], as the map's bound.
+const SHOWN: NonZeroUsize = NonZeroUsize::new(DECIDED_SHOWN).unwrap();
 
 /// One decided execution, as the operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -77,31 +80,36 @@ impl DecidedExecution {
     }
 }
 
-/// The newest decided executions, at most [`DECIDED_SHOWN`], oldest first.
-#[derive(Debug, Default)]
-pub struct DecidedLog(VecDeque<DecidedExecution>);
+/// The newest decided executions, at most [`DECIDED_SHOWN`], by execution. The first
+/// recorded goes first: entries are read with `peek` and replaced in place, so that a
+/// decision read again does not make it newer.
+#[derive(Debug)]
+pub struct DecidedLog(LruCache<B256, DecidedExecution>);
+
+impl Default for DecidedLog {
+    fn default() -> Self {
+        Self(LruCache::new(SHOWN))
+    }
+}
 
 impl DecidedLog {
     /// Keeps `d`; an execution already kept is replaced in place (its transmitter and
     /// known leader changes stay), and the oldest goes past the bound.
     pub fn record(&mut self, mut d: DecidedExecution) {
-        if let Some(old) = self.0.iter_mut().find(|x| x.execution_id == d.execution_id) {
+        if let Some(old) = self.0.peek_mut(&d.execution_id) {
             d.transmitter = d.transmitter.or(old.transmitter);
             d.leader_changes = d.leader_changes.or(old.leader_changes);
             d.decided_at = old.decided_at;
             *old = d;
             return;
         }
-        self.0.push_back(d);
-        while self.0.len() > DECIDED_SHOWN {
-            self.0.pop_front();
-        }
+        self.0.push(d.execution_id, d);
     }
 
     /// Names the member that transmitted an execution's report; `false` when the
     /// execution is not kept.
     pub fn transmitted(&mut self, exec: &B256, by: Address) -> bool {
-        match self.0.iter_mut().find(|x| x.execution_id == *exec) {
+        match self.0.peek_mut(exec) {
             Some(d) => {
                 d.transmitter = Some(by);
                 true
@@ -112,7 +120,8 @@ impl DecidedLog {
 
     /// The kept executions, newest first.
     pub fn newest_first(&self) -> Vec<DecidedExecution> {
-        self.0.iter().rev().cloned().collect()
+        // from the most recently pushed: nothing is ever made newer
+        self.0.iter().map(|(_, d)| d.clone()).collect()
     }
 }
 

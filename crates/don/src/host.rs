@@ -98,10 +98,7 @@ pub(crate) async fn run(
             };
         }
         let status = core.status();
-        s.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(exec, status);
+        s.status.lock().insert(exec, status);
         let wake = timers.next().map(|at| clock + at);
         tokio::select! {
             _ = tick.changed() => {}
@@ -212,17 +209,17 @@ async fn agreed(s: &Shared, core: &Core, a: Agreed) -> Result<Agreed, AgreeError
     let stored = s.journal.read(move |p| p.agreed(&exec)).await?.unwrap_or(a);
     // keep every signature seen, for a transmitter whose f+1 hold one the forwarder refuses
     s.remember_done(&stored, core.signatures());
-    s.decided.lock().unwrap_or_else(|p| p.into_inner()).record(
-        crate::decided::DecidedExecution::of(&stored, Some(core.leader_changes())),
-    );
+    s.decided
+        .lock()
+        .record(crate::decided::DecidedExecution::of(
+            &stored,
+            Some(core.leader_changes()),
+        ));
     Ok(stored)
 }
 
 fn clear_status(s: &Shared, exec: &alloy::primitives::B256) {
-    s.status
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(exec);
+    s.status.lock().remove(exec);
 }
 
 /// The first time each step was reached.
@@ -278,7 +275,7 @@ impl Marks {
             precommit: d.saturating_duration_since(pc),
             signatures: now.saturating_duration_since(d),
         };
-        let mut kept = s.phases.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = s.phases.lock();
         kept.push_back(phases);
         while kept.len() > PHASES_KEPT {
             kept.pop_front();

@@ -19,8 +19,9 @@ use alloy::primitives::{Address, B256, Bytes};
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_core::don::report_context;
 use cresolver_metrics::{DonEvent, Metrics, ObservationSource, RefuseReason};
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -102,7 +103,7 @@ impl Don {
                 phases: Mutex::new(VecDeque::new()),
                 metrics,
                 books: Books::default(),
-                done: Mutex::new((HashMap::new(), VecDeque::new())),
+                done: Mutex::new(lru::LruCache::new(crate::shared::DONE_KEPT)),
                 status: Mutex::new(HashMap::new()),
                 decided: Mutex::new(crate::decided::DecidedLog::default()),
                 stop: watch::channel(false).0,
@@ -156,21 +157,15 @@ impl Don {
     /// The phases of the executions this member agreed lately (at most
     /// [`crate::job::PHASES_KEPT`]), oldest first.
     pub fn phases(&self) -> Vec<Phases> {
-        self.s
-            .phases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .copied()
-            .collect()
+        self.s.phases.lock().iter().copied().collect()
     }
 
     /// Every valid signature this member holds over the report `digest` of `exec`, by
     /// signer address (more than f+1 when more members signed): a transmitter whose
     /// chosen signer the forwarder does not know picks others.
     pub fn signatures(&self, exec: &B256, digest: &B256) -> Vec<(Address, Bytes)> {
-        let done = self.s.done.lock().unwrap_or_else(|p| p.into_inner());
-        match done.0.get(exec) {
+        let done = self.s.done.lock();
+        match done.peek(exec) {
             Some(d) if d.digest == *digest => d.sigs.iter().map(|(a, s)| (*a, s.clone())).collect(),
             _ => Vec::new(),
         }
@@ -189,7 +184,7 @@ impl Don {
     /// What the operator sees of the executions in consensus now (an agreed one leaves
     /// it: see [`Don::decided`]).
     pub fn status(&self) -> Vec<InstanceStatus> {
-        let s = self.s.status.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.s.status.lock();
         let mut v: Vec<InstanceStatus> = s.values().cloned().collect();
         v.sort_by_key(|x| x.execution_id);
         v
@@ -198,21 +193,13 @@ impl Don {
     /// The executions decided lately, newest first (at most
     /// [`crate::decided::DECIDED_SHOWN`]).
     pub fn decided(&self) -> Vec<DecidedExecution> {
-        self.s
-            .decided
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .newest_first()
+        self.s.decided.lock().newest_first()
     }
 
     /// Names the member whose transmission delivered (or is delivering) an execution's
     /// report, for [`Don::decided`].
     pub fn transmitted(&self, exec: &B256, by: Address) {
-        self.s
-            .decided
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .transmitted(exec, by);
+        self.s.decided.lock().transmitted(exec, by);
     }
 
     /// Messages this member has sent to other members so far (one per recipient).
@@ -278,8 +265,8 @@ impl Don {
             ..
         } = &env.body
         {
-            let mut done = self.s.done.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(d) = done.0.get_mut(&exec)
+            let mut done = self.s.done.lock();
+            if let Some(d) = done.peek_mut(&exec)
                 && wire::recover(&d.digest, sig).ok() == Some(env.sender)
             {
                 d.sigs.entry(env.sender).or_insert_with(|| sig.clone());
@@ -298,8 +285,8 @@ impl Don {
             return false;
         }
         let reply = {
-            let mut done = self.s.done.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(d) = done.0.get_mut(exec) else {
+            let mut done = self.s.done.lock();
+            let Some(d) = done.peek_mut(exec) else {
                 return false;
             };
             let last = d.replied.get(&sender).copied();
@@ -319,14 +306,7 @@ impl Don {
     /// Whether `exec` is decided here: kept in memory, or (for an execution with no book
     /// open here) stored in the state file (read on the blocking pool).
     async fn knows_decided(&self, exec: &B256) -> bool {
-        if self
-            .s
-            .done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .0
-            .contains_key(exec)
-        {
+        if self.s.done.lock().contains(exec) {
             return true;
         }
         if self.s.books.is_open(exec) {
@@ -354,11 +334,7 @@ impl Don {
             .await?;
         if let Some(a) = agreed {
             self.s.remember_done(&a, []);
-            self.s
-                .decided
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .record(DecidedExecution::of(&a, None));
+            self.s.decided.lock().record(DecidedExecution::of(&a, None));
             return Ok(a);
         }
         if *self.s.stop.borrow() {

@@ -9,9 +9,9 @@
 use crate::agreed::Agreed;
 use crate::wire::SignedObservation;
 use alloy::primitives::{B256, Bytes};
+use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
-use std::sync::Mutex;
 
 /// Why the state file could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -109,17 +109,13 @@ impl Persist {
         })
     }
 
-    pub(crate) fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn conn(&self) -> parking_lot::MutexGuard<'_, Connection> {
+        self.conn.lock()
     }
 
     /// The connection reads use.
-    fn read_conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.reader
-            .as_ref()
-            .unwrap_or(&self.conn)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    fn read_conn(&self) -> parking_lot::MutexGuard<'_, Connection> {
+        self.reader.as_ref().unwrap_or(&self.conn).lock()
     }
 
     fn get<T: serde::de::DeserializeOwned>(

@@ -15,18 +15,29 @@ use alloy::primitives::{Address, B256};
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
-use std::collections::{HashMap, VecDeque};
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
+use lru::LruCache;
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::Arc;
+use std::time::Duration;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 /// Messages a source address may send per second (burst: twice that).
-const PER_SOURCE_PER_SEC: f64 = 200.0;
+const PER_SOURCE_PER_SEC: NonZeroU32 = NonZeroU32::new(200).unwrap();
 /// Messages one member may send per second (burst: twice that).
-const PER_MEMBER_PER_SEC: f64 = 100.0;
+const PER_MEMBER_PER_SEC: NonZeroU32 = NonZeroU32::new(100).unwrap();
+/// A rate's burst, as a multiple of the rate.
+const BURST_FACTOR: NonZeroU32 = NonZeroU32::new(2).unwrap();
+/// Keys a rate limiter holds before it forgets those whose allowance is whole again.
+const RATE_KEYS: usize = 10_000;
 /// Messages read at once (others wait for a slot): bounds the memory of slow senders.
 const MAX_CONCURRENT: usize = 64;
 /// Messages whose body one source is sending at once (more get 429): one slow sender
@@ -59,7 +70,7 @@ struct Reading(Mutex<HashMap<IpAddr, usize>>);
 impl Reading {
     /// A slot for `src`, released when the guard drops; `None` past [`MAX_PER_SOURCE`].
     fn enter<'a>(&'a self, src: IpAddr) -> Option<ReadingGuard<'a>> {
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.0.lock();
         let n = m.entry(src).or_insert(0);
         if *n >= MAX_PER_SOURCE {
             return None;
@@ -76,7 +87,7 @@ struct ReadingGuard<'a> {
 
 impl Drop for ReadingGuard<'_> {
     fn drop(&mut self) {
-        let mut m = self.reading.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.reading.0.lock();
         if let Some(n) = m.get_mut(&self.src) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -86,65 +97,57 @@ impl Drop for ReadingGuard<'_> {
     }
 }
 
-/// Token buckets by key, with a bounded number of keys.
-struct Buckets<K> {
-    rate: f64,
-    map: Mutex<HashMap<K, (f64, Instant)>>,
+/// Per-key rate limits (a GCRA limiter, the same allowance as a token bucket of `rate`
+/// per second holding twice that), with a bounded number of keys: past [`RATE_KEYS`], the
+/// keys whose allowance is whole again are forgotten.
+struct Buckets<K: Hash + Eq + Clone, C: Clock = DefaultClock> {
+    limiter: RateLimiter<K, DefaultKeyedStateStore<K>, C, NoOpMiddleware<C::Instant>>,
 }
 
 impl<K: Hash + Eq + Clone> Buckets<K> {
-    fn new(rate: f64) -> Self {
+    fn new(rate: NonZeroU32) -> Self {
+        Self::with_clock(rate, DefaultClock::default())
+    }
+}
+
+impl<K: Hash + Eq + Clone, C: Clock> Buckets<K, C> {
+    fn with_clock(rate: NonZeroU32, clock: C) -> Self {
+        let quota = Quota::per_second(rate).allow_burst(rate.saturating_mul(BURST_FACTOR));
         Self {
-            rate,
-            map: Mutex::new(HashMap::new()),
+            limiter: RateLimiter::new(quota, DefaultKeyedStateStore::default(), clock),
         }
     }
 
     fn allow(&self, key: &K) -> bool {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        if map.len() > 10_000 {
-            // forget the keys idle long enough to have a full bucket again
-            map.retain(|_, (_, last)| now.duration_since(*last) < Duration::from_secs(10));
+        if self.limiter.len() > RATE_KEYS {
+            self.limiter.retain_recent();
         }
-        let burst = self.rate * 2.0;
-        let (tokens, last) = map.entry(key.clone()).or_insert((burst, now));
-        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.rate).min(burst);
-        *last = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        self.limiter.check_key(key).is_ok()
     }
 }
 
 /// Digests of messages already taken in: a replayed message is answered at once, checks
 /// no signature and is charged to no bucket (a member cannot drain another member's
-/// rate by replaying its messages).
-struct Seen {
-    /// Each message taken, by digest: what a replay of it needs (its execution, its
-    /// sender, whether it says the sender holds f+1 signatures).
-    set: HashMap<B256, (B256, Address, bool)>,
-    order: VecDeque<B256>,
-}
+/// rate by replaying its messages). Each message taken, by digest, with what a replay of
+/// it needs (its execution, its sender, whether it says the sender holds f+1
+/// signatures); the first taken is forgotten first past [`Seen::CAP`] (a lookup does not
+/// refresh an entry: a replayer cannot keep its digest here).
+struct Seen(LruCache<B256, (B256, Address, bool)>);
 
 impl Seen {
-    const CAP: usize = 16_384;
+    const CAP: NonZeroUsize = NonZeroUsize::new(16_384).unwrap();
+
+    fn new() -> Self {
+        Self(LruCache::new(Self::CAP))
+    }
 
     fn get(&self, d: &B256) -> Option<(B256, Address, bool)> {
-        self.set.get(d).copied()
+        self.0.peek(d).copied()
     }
 
     fn insert(&mut self, d: B256, replay: (B256, Address, bool)) {
-        if self.set.insert(d, replay).is_none() {
-            self.order.push_back(d);
-            if self.order.len() > Self::CAP
-                && let Some(old) = self.order.pop_front()
-            {
-                self.set.remove(&old);
-            }
+        if !self.0.contains(&d) {
+            self.0.push(d, replay);
         }
     }
 }
@@ -175,10 +178,7 @@ pub fn router(don: Arc<Don>) -> Router {
         sources: Buckets::new(PER_SOURCE_PER_SEC),
         reading: Reading::default(),
         senders: Buckets::new(PER_MEMBER_PER_SEC),
-        seen: Mutex::new(Seen {
-            set: HashMap::new(),
-            order: VecDeque::new(),
-        }),
+        seen: Mutex::new(Seen::new()),
     });
     let (router, _) = described().split_for_parts();
     router
@@ -254,11 +254,7 @@ async fn message(
     };
     drop(reading);
     let digest = alloy::primitives::keccak256(&body);
-    let replay = s
-        .seen
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&digest);
+    let replay = s.seen.lock().get(&digest);
     if let Some((exec, sender, agreed)) = replay {
         // taken before (its signatures were checked then): nothing more to check, parse
         // or charge, but a member that asks again about an execution decided here is
@@ -297,10 +293,7 @@ async fn message(
         Ok(()) => {
             // only a message taken is a replay next time: one refused (its book full)
             // is read again when it is sent again
-            s.seen
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(digest, replay);
+            s.seen.lock().insert(digest, replay);
             (StatusCode::OK, "ok")
         }
         Err(why) => (StatusCode::CONFLICT, why.as_str()),
@@ -314,4 +307,89 @@ fn don_refused(don: &Don, e: &wire::WireError) {
 fn don_refused_label(don: &Don, label: cresolver_metrics::RefuseReason) {
     don.metrics()
         .don_event(cresolver_metrics::DonEvent::MessageRefused(label));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use governor::clock::FakeRelativeClock;
+
+    fn buckets(clock: &FakeRelativeClock) -> Buckets<u32, FakeRelativeClock> {
+        Buckets::with_clock(PER_MEMBER_PER_SEC, clock.clone())
+    }
+
+    #[test]
+    fn a_burst_past_the_rate_is_refused_per_key() {
+        let clock = FakeRelativeClock::default();
+        let b = buckets(&clock);
+        let burst = PER_MEMBER_PER_SEC.get() * BURST_FACTOR.get();
+        for _ in 0..burst {
+            assert!(b.allow(&1));
+        }
+        assert!(!b.allow(&1), "the burst is twice the rate");
+        // another key has its own allowance
+        assert!(b.allow(&2));
+        // one message's worth of time later, one more (and no more)
+        clock.advance(Duration::from_secs(1) / PER_MEMBER_PER_SEC.get());
+        assert!(b.allow(&1));
+        assert!(!b.allow(&1));
+        // a second later, the rate's worth again
+        clock.advance(Duration::from_secs(1));
+        for _ in 0..PER_MEMBER_PER_SEC.get() {
+            assert!(b.allow(&1));
+        }
+        assert!(!b.allow(&1));
+    }
+
+    #[test]
+    fn keys_whose_allowance_is_whole_are_forgotten_past_the_bound() {
+        let clock = FakeRelativeClock::default();
+        let b = buckets(&clock);
+        for k in 0..=RATE_KEYS as u32 {
+            assert!(b.allow(&k));
+        }
+        assert_eq!(b.limiter.len(), RATE_KEYS + 1);
+        // long enough for every allowance to be whole again; one key is busy meanwhile
+        clock.advance(Duration::from_secs(3));
+        for _ in 0..10 {
+            assert!(b.allow(&0));
+        }
+        assert!(b.allow(&u32::MAX));
+        assert_eq!(
+            b.limiter.len(),
+            2,
+            "only the busy key and the new one are kept"
+        );
+        // the busy key kept its spending
+        let left = PER_MEMBER_PER_SEC.get() * BURST_FACTOR.get() - 10;
+        for _ in 0..left {
+            assert!(b.allow(&0));
+        }
+        assert!(!b.allow(&0));
+    }
+
+    fn digest(i: usize) -> B256 {
+        B256::left_padding_from(&i.to_be_bytes())
+    }
+
+    #[test]
+    fn seen_holds_at_most_its_bound_and_forgets_the_first_taken_first() {
+        let mut seen = Seen::new();
+        let cap = Seen::CAP.get();
+        let replay = (B256::ZERO, Address::ZERO, false);
+        for i in 0..cap {
+            seen.insert(digest(i), replay);
+        }
+        // a lookup or a second insert does not make an entry newer
+        assert!(seen.get(&digest(0)).is_some());
+        seen.insert(digest(0), (B256::ZERO, Address::ZERO, true));
+        seen.insert(digest(cap), replay);
+        assert_eq!(seen.0.len(), cap);
+        assert!(
+            seen.get(&digest(0)).is_none(),
+            "the first taken is forgotten"
+        );
+        assert!(seen.get(&digest(1)).is_some());
+        assert!(seen.get(&digest(cap)).is_some());
+    }
 }

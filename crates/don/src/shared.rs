@@ -13,14 +13,17 @@ use crate::wire::{self, Body, Envelope};
 use alloy::primitives::{Address, B256, Bytes};
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_metrics::Metrics;
+use lru::LruCache;
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::num::NonZeroUsize;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Decided executions a member keeps in memory to answer late members with (older ones
 /// are read from its state file).
-pub(crate) const DONE_KEPT: usize = 4_096;
+pub(crate) const DONE_KEPT: NonZeroUsize = NonZeroUsize::new(4_096).unwrap();
 /// A member answers one sender's messages about a decided execution at most this often.
 pub(crate) const REPLY_EVERY: Duration = Duration::from_secs(1);
 
@@ -71,7 +74,9 @@ pub(crate) struct Shared {
     pub(crate) phases: Mutex<VecDeque<Phases>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) books: Books,
-    pub(crate) done: Mutex<(HashMap<B256, Done>, VecDeque<B256>)>,
+    /// The decided executions kept, the first kept forgotten first past [`DONE_KEPT`] (read
+    /// with `peek`: a lookup does not make one newer).
+    pub(crate) done: Mutex<LruCache<B256, Done>>,
     pub(crate) status: Mutex<HashMap<B256, InstanceStatus>>,
     /// The executions decided lately, for the operator.
     pub(crate) decided: Mutex<DecidedLog>,
@@ -132,28 +137,27 @@ impl Shared {
                 agreed: true,
             },
         };
-        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-        let (map, order) = &mut *done;
-        let entry = map.entry(a.execution_id).or_insert_with(|| {
-            order.push_back(a.execution_id);
-            Done {
-                reply: reply.clone(),
-                digest: a.digest,
-                sigs: BTreeMap::new(),
-                replied: HashMap::new(),
-            }
-        });
+        let mut done = self.done.lock();
+        if !done.contains(&a.execution_id) {
+            done.push(
+                a.execution_id,
+                Done {
+                    reply: reply.clone(),
+                    digest: a.digest,
+                    sigs: BTreeMap::new(),
+                    replied: HashMap::new(),
+                },
+            );
+        }
+        let Some(entry) = done.peek_mut(&a.execution_id) else {
+            return;
+        };
         entry.reply = reply;
         for (s, sig) in a.signers.iter().zip(&a.signatures) {
             entry.sigs.entry(*s).or_insert_with(|| sig.clone());
         }
         for (s, sig) in more {
             entry.sigs.entry(*s).or_insert_with(|| sig.clone());
-        }
-        while order.len() > DONE_KEPT {
-            if let Some(old) = order.pop_front() {
-                map.remove(&old);
-            }
         }
     }
 

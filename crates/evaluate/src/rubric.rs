@@ -106,16 +106,16 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
                     if f.is_some() { "" } else { r.as_str() }
                 })
                 .collect();
-            score_one(
-                (!w.answer.abstain).then_some(w.answer.determination),
-                w.answer.confidence,
+            score_one(Scored {
+                determination: (!w.answer.abstain).then_some(w.answer.determination),
+                confidence: w.answer.confidence,
                 evidence,
-                &sources,
-                w.challenges.len(),
-                &responses,
+                sources: &sources,
+                challenges: w.challenges.len(),
+                responses: &responses,
                 majority,
                 ref_year,
-            )
+            })
         })
         .collect();
     Evaluation {
@@ -130,17 +130,35 @@ pub fn score_all(input: &EvalInput) -> Evaluation {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn score_one(
+/// One worker's answer as the rubric scores it (its flagged parts already left out), and
+/// what it is scored against.
+struct Scored<'a> {
+    /// The position taken; `None` for an abstention.
     determination: Option<bool>,
     confidence: f64,
-    evidence: &str,
-    sources: &[&str],
+    evidence: &'a str,
+    sources: &'a [&'a str],
+    /// How many challenges the worker was sent.
     challenges: usize,
-    responses: &[&str],
+    /// Its responses to them.
+    responses: &'a [&'a str],
+    /// The workers' majority position, if there is one.
     majority: Option<bool>,
+    /// The year of the round's reference time.
     ref_year: i64,
-) -> Dimensions {
+}
+
+fn score_one(scored: Scored<'_>) -> Dimensions {
+    let Scored {
+        determination,
+        confidence,
+        evidence,
+        sources,
+        challenges,
+        responses,
+        majority,
+        ref_year,
+    } = scored;
     let lower = evidence.to_lowercase();
     let words = word_count(evidence) as f64;
     let sentences = sentences(evidence).filter(|s| word_count(s) >= 3).count() as f64;
@@ -152,27 +170,7 @@ fn score_one(
         (Some(_), Some(_)) => 50.0 - 40.0 * confidence,
     };
 
-    let mut urls = BTreeSet::new();
-    let mut hosts = BTreeSet::new();
-    let mut others = BTreeSet::new();
-    for s in sources {
-        let t = s.trim();
-        match url::Url::parse(t) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
-                let host = u
-                    .host_str()
-                    .unwrap_or_default()
-                    .trim_start_matches("www.")
-                    .to_lowercase();
-                hosts.insert(host);
-                urls.insert(t.to_lowercase());
-            }
-            _ => {
-                others.insert(t.to_lowercase());
-            }
-        }
-    }
-    let (n_urls, n_hosts, n_others) = (urls.len() as f64, hosts.len() as f64, others.len() as f64);
+    let (n_urls, n_hosts, n_others) = source_counts(sources);
     let source_quality = 15.0 * n_urls.min(4.0) + 10.0 * n_hosts.min(4.0) + 5.0 * n_others.min(2.0);
 
     let analysis_depth = 60.0 * words.min(400.0) / 400.0 + 5.0 * sentences.min(8.0);
@@ -249,6 +247,32 @@ fn score_one(
         collaboration,
     }
     .normalized()
+}
+
+/// The distinct http(s) URLs, their distinct hosts and the distinct other sources among
+/// `sources` (case-insensitive).
+fn source_counts(sources: &[&str]) -> (f64, f64, f64) {
+    let mut urls = BTreeSet::new();
+    let mut hosts = BTreeSet::new();
+    let mut others = BTreeSet::new();
+    for s in sources {
+        let t = s.trim();
+        match url::Url::parse(t) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
+                let host = u
+                    .host_str()
+                    .unwrap_or_default()
+                    .trim_start_matches("www.")
+                    .to_lowercase();
+                hosts.insert(host);
+                urls.insert(t.to_lowercase());
+            }
+            _ => {
+                others.insert(t.to_lowercase());
+            }
+        }
+    }
+    (urls.len() as f64, hosts.len() as f64, others.len() as f64)
 }
 
 const CONNECTIVES: &[&str] = &[

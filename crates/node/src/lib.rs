@@ -111,7 +111,7 @@ pub struct Node {
     /// Which rounds run when: the bound on concurrent rounds, one drive per round,
     /// retries, and the tasks shutdown drains.
     schedule: schedule::Schedule,
-    health: Arc<std::sync::RwLock<crate::http::NodeHealth>>,
+    health: Arc<parking_lot::RwLock<crate::http::NodeHealth>>,
     /// The chain as the head probe sees it (`/health`, `/health/ready`, chain metrics).
     pub chain_health: Arc<cresolver_chain::health::ChainHealth>,
     /// The newest head (probe and push subscription): wakes the watcher and the txm.
@@ -234,7 +234,7 @@ impl Node {
             discovery,
             submission: Submission::new(txm, don).ok_or(don::DonSetupError::NoSigner)?,
             http,
-            health: Arc::new(std::sync::RwLock::new(health)),
+            health: Arc::new(parking_lot::RwLock::new(health)),
             chain_health,
             heads,
         }))

@@ -45,7 +45,8 @@ impl Node {
             }
             let held = self.store.held() as u64;
             self.metrics.set_leases_held(held);
-            if let Ok(mut h) = self.health.write() {
+            {
+                let mut h = self.health.write();
                 let counts = self.metrics.lease_counts();
                 h.cluster = Some(crate::http::ClusterHealth {
                     node_id: self.store.node_id().to_string(),
@@ -229,9 +230,7 @@ impl Node {
                         if let Some(to) = r.to {
                             m.set_last_processed_block(to);
                             ch.processed(to);
-                            if let Ok(mut h) = h.write() {
-                                h.last_processed_block = Some(to);
-                            }
+                            h.write().last_processed_block = Some(to);
                         }
                     })
                     .await

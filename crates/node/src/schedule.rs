@@ -3,9 +3,9 @@
 //! retries after a doubling back-off, spawned on a tracker that shutdown drains.
 
 use alloy::primitives::{Address, U256};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
@@ -50,7 +50,7 @@ impl Schedule {
     /// Enters a round's drive: `false` when it is driven already (it is then marked to
     /// be driven once more when that drive ends).
     pub fn enter(&self, key: Key) -> bool {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut in_flight = self.in_flight.lock();
         match in_flight.get_mut(&key) {
             Some(again) => {
                 *again = true;
@@ -65,11 +65,7 @@ impl Schedule {
 
     /// Leaves a round's drive: whether it was asked for again meanwhile.
     pub fn leave(&self, key: Key) -> bool {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key)
-            .unwrap_or(false)
+        self.in_flight.lock().remove(&key).unwrap_or(false)
     }
 
     /// Waits for a slot among the rounds driven at once (`None`: the schedule closed).
@@ -79,29 +75,17 @@ impl Schedule {
 
     /// How many rounds are being driven now.
     pub fn busy(&self) -> usize {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
+        self.in_flight.lock().len()
     }
 
     /// Whether a round is being driven now.
     pub fn is_running(&self, key: Key) -> bool {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&key)
+        self.in_flight.lock().contains_key(&key)
     }
 
     /// The rounds being driven now, sorted.
     pub fn in_flight(&self) -> Vec<Key> {
-        let mut v: Vec<_> = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .copied()
-            .collect();
+        let mut v: Vec<_> = self.in_flight.lock().keys().copied().collect();
         v.sort();
         v
     }
@@ -113,18 +97,13 @@ impl Schedule {
 
     /// How many times a round was retried so far.
     pub fn retries_of(&self, key: Key) -> u32 {
-        self.retries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .copied()
-            .unwrap_or(0)
+        self.retries.lock().get(&key).copied().unwrap_or(0)
     }
 
     /// Counts one more retry of a round: the wait before it.
     fn next_retry(&self, key: Key) -> Duration {
         let n = {
-            let mut r = self.retries.lock().unwrap_or_else(|p| p.into_inner());
+            let mut r = self.retries.lock();
             let n = r.entry(key).or_insert(0);
             *n += 1;
             *n
@@ -134,10 +113,7 @@ impl Schedule {
 
     /// Forgets a finished round's retries.
     pub fn finished(&self, key: Key) {
-        self.retries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
+        self.retries.lock().remove(&key);
     }
 
     /// Runs `drive` (a round's retry) after its back-off, or as soon as `restored`

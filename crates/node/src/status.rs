@@ -413,7 +413,7 @@ async fn page(
         rounds.push(view);
     }
     *cache = fresh;
-    let chain_id = s.health.read().ok().and_then(|h| h.chain_id);
+    let chain_id = s.health.read().chain_id;
     let (head, lag_blocks, status) = match &s.chain {
         Some(c) => {
             let a = c.assess();

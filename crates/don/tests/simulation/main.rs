@@ -39,9 +39,9 @@ mod scenario;
 mod sim;
 
 use cresolver_don::consensus::Mutation;
+use parking_lot::Mutex;
 use scenario::Bias;
 use sim::{Outcome, Sim};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -118,7 +118,7 @@ pub fn run_many(
                         break;
                     }
                     let r = run_seed(seed, mutation, bias, false);
-                    let mut sum = summary.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut sum = summary.lock();
                     sum.runs += 1;
                     match r {
                         Ok(out) => {
@@ -147,7 +147,7 @@ pub fn run_many(
             });
         }
     });
-    summary.into_inner().unwrap_or_else(|p| p.into_inner())
+    summary.into_inner()
 }
 
 /// The draw `CRESOLVER_SIM_STRATEGY=<strategy>` asks for: every Byzantine member (at

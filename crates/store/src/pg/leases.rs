@@ -69,10 +69,7 @@ impl Leases for PgStore {
         };
         let term: i64 = col(&row, 0)?;
         let prev: Option<String> = col(&row, 1)?;
-        self.held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((market, market_id), term);
+        self.held.lock().insert((market, market_id), term);
         Ok(Some(Lease {
             term: term as u64,
             taken_from: prev.filter(|p| p != &self.node),
@@ -167,7 +164,7 @@ impl Leases for PgStore {
     }
 
     fn held(&self) -> usize {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.held.lock().len()
     }
 }
 

@@ -26,9 +26,9 @@ use crate::column::{Addr, Num};
 use crate::{KeyRef, StoreError};
 use alloy_primitives::{Address, U256};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio_postgres::{NoTls, Row};
 
@@ -336,18 +336,11 @@ impl PgStore {
     }
 
     fn term_of(&self, market: Address, market_id: U256) -> Option<i64> {
-        self.held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(market, market_id))
-            .copied()
+        self.held.lock().get(&(market, market_id)).copied()
     }
 
     fn forget(&self, market: Address, market_id: U256) {
-        self.held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(market, market_id));
+        self.held.lock().remove(&(market, market_id));
     }
 }
 

@@ -75,7 +75,7 @@ fn key_params(key: &KeyRef) -> (Addr, i64) {
 impl PgStore {
     /// Runs `f` on the rounds of the nonces this node reserved.
     fn reserved<T>(&self, f: impl FnOnce(&mut HashMap<(KeyRef, u64), (Address, U256)>) -> T) -> T {
-        f(&mut self.nonce_rounds.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&mut self.nonce_rounds.lock())
     }
 
     /// The round a reserved nonce belongs to.

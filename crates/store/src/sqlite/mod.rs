@@ -7,10 +7,11 @@
 use crate::column::{Addr, Hash, Json, Num};
 use crate::{RoundRecord, StoreError};
 use alloy_primitives::{Address, Bytes, U256};
+use parking_lot::{Mutex, MutexGuard};
 use rusqlite::Connection;
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 mod finality;
 mod leases;
@@ -119,7 +120,7 @@ impl Store {
     pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite inconsistent (each statement
         // is atomic), so a poisoned lock is safe to reuse.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        self.conn.lock()
     }
 }
 
@@ -162,7 +163,7 @@ impl SqliteStore {
     }
 
     fn held_set(&self) -> MutexGuard<'_, HashSet<(Address, U256)>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
+        self.held.lock()
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Default)]
 pub(super) struct Order {
     started: AtomicU64,
-    applied: std::sync::Mutex<u64>,
+    applied: parking_lot::Mutex<u64>,
 }
 
 impl TxManager {
@@ -32,7 +32,7 @@ impl TxManager {
                 (Some(hi), Some(lo)) => hi.nonce - lo.nonce + 1,
                 _ => 0,
             };
-            let mut applied = order.applied.lock().unwrap_or_else(|p| p.into_inner());
+            let mut applied = order.applied.lock();
             if *applied < seq {
                 *applied = seq;
                 metrics.set_tx_backlog(&label, oldest, gap);

@@ -41,9 +41,10 @@ use super::registry::AdapterFactory;
 use ed25519_dalek::SigningKey;
 use envelope::{Envelope, SignError};
 use futures::future::BoxFuture;
+use parking_lot::Mutex;
 use replay::{ReplayCache, ReplayVerdict};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use url::Url;
 
 /// Tunables of the Agora client.
@@ -209,7 +210,7 @@ impl AgoraNode {
 
     /// How many message ids the replay cache holds.
     pub fn tracked_ids(&self) -> usize {
-        self.replay.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.replay.lock().len()
     }
 
     fn sign(&self, envelope: &Envelope) -> Result<Value, SignError> {
@@ -217,10 +218,7 @@ impl AgoraNode {
     }
 
     fn remember(&self, id: &str, digest: [u8; 32], now_ms: i64) -> ReplayVerdict {
-        self.replay
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .check_and_insert(id, digest, now_ms)
+        self.replay.lock().check_and_insert(id, digest, now_ms)
     }
 }
 
@@ -277,31 +275,6 @@ impl AgoraProtocol {
     /// The node this worker speaks as.
     pub fn node(&self) -> &Arc<AgoraNode> {
         &self.node
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn negotiate(
-        &self,
-        client: &StageClient,
-        relay: &Url,
-        intent: &str,
-        question: &str,
-        description: &str,
-        params: Value,
-        check: negotiate::OutputCheck,
-    ) -> Result<negotiate::Delivered, WorkerFailure> {
-        negotiate::run(negotiate::Ask {
-            node: &self.node,
-            agent_did: &self.agent_did,
-            client,
-            relay,
-            intent,
-            title: envelope::clip(question, 200),
-            description,
-            params,
-            check,
-        })
-        .await
     }
 }
 
@@ -371,17 +344,18 @@ impl WorkerProtocol for AgoraProtocol {
             if let Some(context) = &request.context {
                 params["context"] = json!(context);
             }
-            let delivered = self
-                .negotiate(
-                    client,
-                    endpoint,
-                    &self.node.settings.intent_resolve,
-                    &request.question,
-                    RESOLVE_DESCRIPTION,
-                    params,
-                    check_resolve_output,
-                )
-                .await?;
+            let delivered = negotiate::run(negotiate::Ask {
+                node: &self.node,
+                agent_did: &self.agent_did,
+                client,
+                relay: endpoint,
+                intent: &self.node.settings.intent_resolve,
+                title: envelope::clip(&request.question, 200),
+                description: RESOLVE_DESCRIPTION,
+                params,
+                check: check_resolve_output,
+            })
+            .await?;
             to_resolve_answer(delivered)
         })
     }
@@ -417,19 +391,20 @@ impl WorkerProtocol for AgoraProtocol {
                     "confidence": request.own.confidence,
                 },
             });
-            let delivered = self
-                .negotiate(
-                    client,
-                    endpoint,
-                    &self.node.settings.intent_challenge,
-                    &request.request.question,
-                    CHALLENGE_DESCRIPTION,
-                    params,
-                    // defences are matched by position and kept in part: any output is
-                    // taken and judged by `parse_challenge_responses`
-                    |_| Ok(()),
-                )
-                .await;
+            let delivered = negotiate::run(negotiate::Ask {
+                node: &self.node,
+                agent_did: &self.agent_did,
+                client,
+                relay: endpoint,
+                intent: &self.node.settings.intent_challenge,
+                title: envelope::clip(&request.request.question, 200),
+                description: CHALLENGE_DESCRIPTION,
+                params,
+                // defences are matched by position and kept in part: any output is
+                // taken and judged by `parse_challenge_responses`
+                check: |_| Ok(()),
+            })
+            .await;
             match delivered {
                 Ok(d) => match serde_json::to_vec(&d.output) {
                     Ok(body) => parse_challenge_responses(&body, challenges),

@@ -36,7 +36,7 @@
 
 use super::AgoraNode;
 use super::envelope::{self, Envelope, MessageType, Rejection, clip, format_ts, new_id};
-use super::relay::{parse_poll_reply, post_message};
+use super::relay::{Route, parse_poll_reply, post_message};
 use super::replay::{RETAIN_MS, ReplayVerdict};
 use super::thread::ThreadState;
 use crate::client::{HttpCall, StageClient, join_endpoint};
@@ -162,7 +162,18 @@ impl Drop for Negotiation<'_> {
         rt.spawn(async move {
             let sent = tokio::time::timeout(
                 CANCEL_WITHIN,
-                post_message(&node, &client, &relay, &agent, &thread, MessageType::Cancel, payload, ts),
+                post_message(
+                    Route {
+                        node: &node,
+                        client: &client,
+                        relay: &relay,
+                        agent: &agent,
+                        thread: &thread,
+                    },
+                    MessageType::Cancel,
+                    payload,
+                    ts,
+                ),
             )
             .await;
             match sent {
@@ -606,17 +617,14 @@ impl<'a> Negotiation<'a> {
             .now_ms()
             .max(self.last_sent_ms.saturating_add(1));
         self.last_sent_ms = now;
-        post_message(
-            self.ask.node,
-            self.ask.client,
-            self.ask.relay,
-            self.ask.agent_did,
-            &self.thread_id,
-            kind,
-            payload,
-            now,
-        )
-        .await?;
+        let to = Route {
+            node: self.ask.node,
+            client: self.ask.client,
+            relay: self.ask.relay,
+            agent: self.ask.agent_did,
+            thread: &self.thread_id,
+        };
+        post_message(to, kind, payload, now).await?;
         self.state = next;
         Ok(now)
     }

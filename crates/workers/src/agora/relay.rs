@@ -13,19 +13,32 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use url::Url;
 
-/// Signs one of this node's messages in `thread` to `agent`, stamped `ts_ms`, remembers
-/// its id (an agent echoing it with other content is a replay) and posts it to the relay.
-#[allow(clippy::too_many_arguments)]
+/// Where one of this node's messages goes: the node it is signed as, the client and relay
+/// it is posted through, and the agent and thread it is addressed to.
+pub(crate) struct Route<'a> {
+    pub node: &'a AgoraNode,
+    pub client: &'a StageClient,
+    pub relay: &'a Url,
+    pub agent: &'a str,
+    pub thread: &'a str,
+}
+
+/// Signs one of this node's messages in `to.thread` to `to.agent`, stamped `ts_ms`,
+/// remembers its id (an agent echoing it with other content is a replay) and posts it to
+/// the relay.
 pub(crate) async fn post_message(
-    node: &AgoraNode,
-    client: &StageClient,
-    relay: &Url,
-    agent: &str,
-    thread: &str,
+    to: Route<'_>,
     kind: MessageType,
     payload: Value,
     ts_ms: i64,
 ) -> Result<(), WorkerFailure> {
+    let Route {
+        node,
+        client,
+        relay,
+        agent,
+        thread,
+    } = to;
     let env = Envelope {
         version: VERSION.into(),
         id: new_id("msg"),
