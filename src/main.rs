@@ -309,27 +309,10 @@ fn main() -> ExitCode {
     match rt.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", chain_text(&e));
+            eprintln!("error: {}", cresolver_chain::causes(e.as_ref()));
             ExitCode::FAILURE
         }
     }
-}
-
-/// An error with its causes, each cause once: a message that shows its cause already
-/// (most of ours do, so that a log line alone says why) is not followed by it again.
-fn chain_text(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let m = cause.to_string();
-        if out.contains(&m) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&m);
-    }
-    out
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {

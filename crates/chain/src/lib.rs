@@ -133,6 +133,23 @@ pub fn redact_url(rpc_url: &str) -> String {
 #[error("{0}")]
 pub struct ConnectError(pub String);
 
+/// An error's message followed by each of its causes, each once: a cause whose text the
+/// message shows already (most messages show their cause, so that a log line alone says
+/// why) is not repeated.
+pub fn causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let m = c.to_string();
+        if !out.contains(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 /// An error text fit for logs: every URL in it reduced by [`redact_url`].
 pub fn redact_error(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

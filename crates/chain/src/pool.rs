@@ -141,17 +141,7 @@ impl Endpoint {
 /// An error's text with its causes (reqwest says only "error sending request"; the
 /// cause says "connection refused"), every URL in it redacted.
 fn text(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let m = c.to_string();
-        if !out.contains(&m) {
-            out.push_str(": ");
-            out.push_str(&m);
-        }
-        cause = c.source();
-    }
-    redact_error(&out)
+    redact_error(&crate::causes(e))
 }
 
 /// A failed call as callers see it: a connection-level error (whose text may hold the
