@@ -58,7 +58,7 @@ fn transport_kind(k: &TransportErrorKind) -> RpcErrorKind {
 }
 
 /// The kind of the first error in `e`'s chain of sources that tells one.
-pub fn wrapped_kind(e: &(dyn StdError + 'static)) -> RpcErrorKind {
+fn wrapped_kind(e: &(dyn StdError + 'static)) -> RpcErrorKind {
     let mut cause = Some(e);
     while let Some(c) = cause {
         if let Some(kind) = own_kind(c) {
