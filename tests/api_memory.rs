@@ -2,7 +2,7 @@
 //! 300 KiB each answers 8 concurrent `GET /rounds?limit=1000` with summaries, and its
 //! peak RSS stays within 50 MiB of its idle figure.
 
-mod common;
+use crate::common;
 
 use alloy::primitives::U256;
 use common::chain::*;

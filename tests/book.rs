@@ -2,8 +2,7 @@
 //! `.tools/mdbook`), its summary names only chapters inside `docs/`, and every link of
 //! the built HTML between its pages resolves, anchors included.
 
-#[path = "common/generated.rs"]
-mod generated;
+use crate::common::generated;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The command line as an operator meets it: help, config check, one-shot resolve on
 //! anvil, and errors that say what to do.
 
-mod common;
+use crate::common;
 
 use common::chain::*;
 use common::*;

@@ -4,7 +4,7 @@
 //! database restart loses and doubles nothing. The nodes share dev account 0's key, so
 //! the key's mined transaction count says how many resolutions were sent in all.
 
-mod common;
+use crate::common;
 
 use alloy::primitives::U256;
 use common::chain::{

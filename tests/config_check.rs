@@ -3,7 +3,7 @@
 //! against anvil), and both must refuse it quickly, with a non-zero exit and the same
 //! error message; a good config passes the check.
 
-mod common;
+use crate::common;
 
 use common::node::tmpdir;
 use cresolver_devnet::Devnet;

@@ -5,11 +5,10 @@
 //! schema and in the reference; the example and workflow files name their schema on
 //! their first line and validate against it.
 //!
-//! `CRESOLVER_UPDATE_DOCS=1 cargo test --test config_reference` rewrites the generated files.
+//! `CRESOLVER_UPDATE_DOCS=1 cargo test --test suite -- config_reference::` rewrites the generated files.
 
+use crate::common::generated;
 use cresolver_pipeline::schema::{self, Key};
-#[path = "common/generated.rs"]
-mod generated;
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -203,7 +202,7 @@ fn config_reference() -> String {
     format!(
         "# Configuration reference\n\n\
          Generated from the configuration types by `tests/config_reference.rs`\n\
-         (`CRESOLVER_UPDATE_DOCS=1 cargo test --test config_reference`). The same types give\n\
+         (`CRESOLVER_UPDATE_DOCS=1 cargo test --test suite -- config_reference::`). The same types give\n\
          the JSON Schemas [node.schema.json](node.schema.json) and\n\
          [workflow.schema.json](workflow.schema.json) (`cresolver config schema [--workflow]`):\n\
          a first line `#:schema ./node.schema.json` (a path relative to the TOML file, or a\n\

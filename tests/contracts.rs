@@ -1,7 +1,7 @@
 //! The local contracts match `onchain-interface.md`: resolveMarket's effects and every
 //! revert (decoded by name), the CRE receiver path through the test forwarder.
 
-mod common;
+use crate::common;
 
 use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::providers::Provider;

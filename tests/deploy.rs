@@ -3,7 +3,7 @@
 //! Grafana dashboard query is one a running node really exports, and the systemd unit
 //! starts the binary with flags it has.
 
-mod common;
+use crate::common;
 
 use common::market_with_three_workers;
 use common::node::{free_port, node_config, start, tmpdir, wait_final, workflow_file};

@@ -2,7 +2,7 @@
 //! and without Multicall3, at the latest or an older block), and every discard reason
 //! of discovery, in registration order, for data:, http(s) and ipfs:// token URIs.
 
-mod common;
+use crate::common;
 
 use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;

@@ -5,11 +5,10 @@
 //! `README.md` and `docs/` resolves; every `cresolver …` command line in them parses with
 //! the real CLI.
 //!
-//! `CRESOLVER_UPDATE_DOCS=1 cargo test --test docs --test config_reference` rewrites the
+//! `CRESOLVER_UPDATE_DOCS=1 cargo test --test suite -- docs:: config_reference::` rewrites the
 //! generated references.
 
-#[path = "common/generated.rs"]
-mod generated;
+use crate::common::generated;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! exactly the prompt the round sent. Peers shown to workers carry other labels. A round
 //! whose progress cannot be stored stops before its next stage: the LLM is not asked.
 
-mod common;
+use crate::common;
 
 use alloy::primitives::{Address, U256};
 use common::{Scripted, agent, behaviour, llm_server, slot};

@@ -4,7 +4,7 @@
 //! resolved market is ignored with its reason (`POST /resolve`, `rounds retry`), and a
 //! reorg below the `finalized` block changes nothing.
 
-mod common;
+use crate::common;
 
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::Provider;

@@ -10,7 +10,7 @@
 //! toolchain lives in root's home, and a second build would take minutes. Switching user
 //! needs root; run as another user, the test says so and passes without checking.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::symlink;
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! resolve the market through `CREReceiver`, 1 or 3 are `InvalidSignatureCount`, a key
 //! outside the config is `InvalidSigner`, the same report again is `AlreadyAttempted`.
 
-mod common;
+use crate::common;
 
 use alloy::primitives::{Address, B256, Bytes, U256, keccak256};
 use alloy::signers::Signer;

@@ -3,7 +3,7 @@
 //! resolution; a wrong password, a missing file, a corrupt file and a missing password
 //! stop the node at start with messages that say what to do, never with the password.
 
-mod common;
+use crate::common;
 
 use alloy::signers::local::PrivateKeySigner;
 use common::market_with_three_workers;

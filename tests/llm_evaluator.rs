@@ -1,6 +1,6 @@
 //! The LLM evaluator against an OpenAI-compatible server started on 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use common::*;
 use cresolver_core::Dimensions;

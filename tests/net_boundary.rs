@@ -3,7 +3,7 @@
 //! flips from a public address to 127.0.0.1 between the two (DNS rebinding) is refused
 //! at the call and reported as a refused endpoint; the worker behind it is never reached.
 
-mod common;
+use crate::common;
 
 use common::{agent, behaviour};
 use cresolver_chain::discovery::validate_endpoint_with;

@@ -5,7 +5,7 @@
 //! evidence, in a defence, or as a source) never raises any of that worker's eight
 //! scores, and never changes another worker's scores. What was set aside is noted.
 
-mod common;
+use crate::common;
 
 use common::addr;
 use cresolver_core::Dimensions;

@@ -3,7 +3,7 @@
 //! in the URL path, logging at trace level as text and as JSON. None of the three is in
 //! any log line, any answer of the node's API, or the errors the CLI prints.
 
-mod common;
+use crate::common;
 
 use axum::Router;
 use axum::body::Bytes;

@@ -4,7 +4,7 @@
 //! as text: no script runs, no element is made of it. A screenshot is saved as
 //! `target/status-page.png`.
 
-mod common;
+use crate::common;
 
 use common::browser::{Browser, Page};
 use common::chain::{AgentUri, MarketSetup, market_with_workers};

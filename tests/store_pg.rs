@@ -2,7 +2,7 @@
 //! PostgreSQL server started by the harness), and what only a shared store has: leases
 //! with fencing terms, takeovers, and nonces reserved by several nodes at once.
 
-mod common;
+use crate::common;
 
 use alloy::primitives::{Address, B256, Bytes, U256};
 use common::pg::Pg;

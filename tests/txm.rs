@@ -3,7 +3,7 @@
 //! kills at every step of a submission, and the report-mode pre-flight through a
 //! forwarder that reverts.
 
-mod common;
+use crate::common;
 
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::Provider;

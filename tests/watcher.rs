@@ -2,7 +2,7 @@
 //! logs, a rewind when the checkpoint's block hash changed, and range halving behind a
 //! JSON-RPC proxy that refuses large eth_getLogs ranges like hosted providers do.
 
-mod common;
+use crate::common;
 
 use alloy::primitives::{B256, U256};
 use alloy::providers::Provider;

@@ -1,6 +1,6 @@
 //! Worker protocol, client and fan-out against real HTTP servers on 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use common::*;
 use cresolver_core::{QuorumRule, Reputation};

@@ -16,7 +16,7 @@ pub fn check(rel: &str, generated: &str, test: &str) {
     let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         on_disk == generated,
-        "{rel} is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test {test}` and commit it"
+        "{rel} is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test suite -- {test}::` and commit it"
     );
 }
 

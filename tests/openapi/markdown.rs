@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 /// The line the generated part of the page starts after; what is above it is written
 /// by hand and kept.
-pub const MARKER: &str = "<!-- Everything below is generated from the OpenAPI description (GET /openapi.json) by tests/openapi: CRESOLVER_UPDATE_DOCS=1 cargo test --test openapi -->";
+pub const MARKER: &str = "<!-- Everything below is generated from the OpenAPI description (GET /openapi.json) by tests/openapi: CRESOLVER_UPDATE_DOCS=1 cargo test --test suite -- openapi:: -->";
 
 /// A table cell: pipes escaped, newlines joined.
 fn cell(s: &str) -> String {

@@ -1,8 +1,7 @@
 //! End-to-end: a real node (in-process, or the binary where a process must die)
 //! against real HTTP workers and the contracts on anvil.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod restarts;
 
 use alloy::primitives::{Address, U256};

@@ -5,8 +5,7 @@
 //! transcript-less markets; dry-runs leave the chain and the resolver's nonce as they
 //! were; bad transcripts are clear errors.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod dry_run;
 mod range;
 mod transcripts;

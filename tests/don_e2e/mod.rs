@@ -6,8 +6,7 @@
 //! whose raw report every member rebuilt itself.
 
 mod byzantine;
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod faults;
 
 use alloy::primitives::{Address, B256, Bytes, U256};
@@ -158,13 +157,6 @@ impl Dn {
     pub fn spawn_all(&mut self) {
         for i in 0..self.keys.len() {
             self.spawn(i, None);
-        }
-    }
-
-    /// Kills member `i`'s process, if it runs.
-    pub async fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.procs[i].take() {
-            let _ = c.kill().await;
         }
     }
 

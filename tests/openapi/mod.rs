@@ -4,10 +4,9 @@
 //! the description lists and a body that validates against the described schema; and
 //! the build's version and commit are shown by `cresolver --version` and `/health`.
 //!
-//! `CRESOLVER_UPDATE_DOCS=1 cargo test --test openapi` rewrites the reference.
+//! `CRESOLVER_UPDATE_DOCS=1 cargo test --test suite -- openapi::` rewrites the reference.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod live;
 mod markdown;
 mod validate;
@@ -31,7 +30,7 @@ fn the_http_reference_is_generated_from_the_description() {
     }
     assert!(
         on_disk == generated,
-        "{rel} is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test openapi` and commit it"
+        "{rel} is not current: run `CRESOLVER_UPDATE_DOCS=1 cargo test --test suite -- openapi::` and commit it"
     );
 }
 
