@@ -429,7 +429,7 @@ mod tests {
     fn input(workers: Vec<EvalWorker>) -> EvalInput {
         // 2026-06-01
         EvalInput {
-            market_id: 1,
+            market_id: 1u64.into(),
             question: "q".into(),
             workers,
             reference_time: 1_780_272_000,

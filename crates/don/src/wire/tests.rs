@@ -2,6 +2,7 @@
 //! of a set and of a polka certificate.
 
 use super::*;
+use cresolver_core::MarketId;
 use cresolver_core::don::{ObservedAnswer, Position, WorkerObservation};
 
 fn obs(observer: Address) -> Observation {
@@ -10,7 +11,7 @@ fn obs(observer: Address) -> Observation {
         config_version: 1,
         execution_id: B256::repeat_byte(7),
         market: Address::repeat_byte(9),
-        market_id: U256::from(3),
+        market_id: MarketId::from(3u64),
         observer,
         timestamp: 1_700_000_000,
         workers: vec![WorkerObservation {
@@ -31,7 +32,7 @@ fn env(sender: Address, body: Body) -> Envelope {
         config_version: 1,
         execution_id: B256::repeat_byte(7),
         market: Address::repeat_byte(9),
-        market_id: U256::from(3),
+        market_id: MarketId::from(3u64),
         sender,
         body,
     }
