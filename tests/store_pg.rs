@@ -532,37 +532,19 @@ async fn leases_fence_a_node_that_lost_its_round() {
     let lease = Duration::from_millis(600);
     let a = pg_store(&pg, "node-a", lease).await;
     let b = pg_store(&pg, "node-b", lease).await;
-    let (m, id) = (Address::repeat_byte(1), U256::from(1));
-    a.manual_request(RoundKey::new(m, id), "wf").await.unwrap();
+    let k = RoundKey::new(Address::repeat_byte(1), 1u64);
+    a.manual_request(k, "wf").await.unwrap();
 
-    let la = a
-        .claim(RoundKey::new(m, id), false)
-        .await
-        .unwrap()
-        .expect("a claims");
-    assert!(
-        b.claim(RoundKey::new(m, id), false)
-            .await
-            .unwrap()
-            .is_none(),
-        "held by a"
-    );
-    assert!(
-        b.claim(RoundKey::new(m, id), true).await.unwrap().is_none(),
-        "held by a"
-    );
-    assert!(a.renew(RoundKey::new(m, id)).await.unwrap());
-    assert!(b.claimable(&[m], 10).await.unwrap().is_empty());
-    a.set_state(RoundKey::new(m, id), Stage::Discovered, None)
-        .await
-        .unwrap();
+    let la = a.claim(k, false).await.unwrap().expect("a claims");
+    assert!(b.claim(k, false).await.unwrap().is_none(), "held by a");
+    assert!(b.claim(k, true).await.unwrap().is_none(), "held by a");
+    assert!(a.renew(k).await.unwrap());
+    assert!(b.claimable(&[k.market], 10).await.unwrap().is_empty());
+    a.set_state(k, Stage::Discovered, None).await.unwrap();
 
     // a stops renewing (paused); its lease expires; b takes the round over
     tokio::time::sleep(lease + Duration::from_millis(200)).await;
-    assert_eq!(
-        b.claimable(&[m], 10).await.unwrap(),
-        vec![RoundKey::new(m, id)]
-    );
+    assert_eq!(b.claimable(&[k.market], 10).await.unwrap(), vec![k]);
     assert!(
         b.claimable(&[Address::repeat_byte(0x77)], 10)
             .await
@@ -570,16 +552,10 @@ async fn leases_fence_a_node_that_lost_its_round() {
             .is_empty(),
         "only the markets a node has a workflow for"
     );
-    let lb = b
-        .claim(RoundKey::new(m, id), false)
-        .await
-        .unwrap()
-        .expect("b takes over");
+    let lb = b.claim(k, false).await.unwrap().expect("b takes over");
     assert!(lb.term > la.term, "a new term fences the old one");
     assert_eq!(lb.taken_from.as_deref(), Some("node-a"));
-    b.set_state(RoundKey::new(m, id), Stage::Answered, None)
-        .await
-        .unwrap();
+    b.set_state(k, Stage::Answered, None).await.unwrap();
 
     // a wakes up: every write and every broadcast check is refused, nothing of b's is overwritten
     let key = KeyRef {
@@ -587,18 +563,13 @@ async fn leases_fence_a_node_that_lost_its_round() {
         chain_id: 1,
     };
     let refused = [
-        a.set_state(RoundKey::new(m, id), Stage::Failed, Some("stale"))
+        a.set_state(k, Stage::Failed, Some("stale")).await,
+        a.save_progress(k, 1, Stage::Evaluated, &serde_json::json!({}))
             .await,
-        a.save_progress(
-            RoundKey::new(m, id),
-            1,
-            Stage::Evaluated,
-            &serde_json::json!({}),
-        )
-        .await,
-        a.set_outcome(RoundKey::new(m, id), &serde_json::json!({"stale": true}))
-            .await,
-        a.reserve_nonce(key, 0, &payload(m, 1)).await.map(|_| ()),
+        a.set_outcome(k, &serde_json::json!({"stale": true})).await,
+        a.reserve_nonce(key, 0, &payload(k.market, 1))
+            .await
+            .map(|_| ()),
     ];
     for r in refused {
         assert!(
@@ -606,46 +577,35 @@ async fn leases_fence_a_node_that_lost_its_round() {
             "a stale write was not refused: {r:?}"
         );
     }
-    assert!(!a.fence_ok(RoundKey::new(m, id)).await.unwrap());
-    assert!(!a.renew(RoundKey::new(m, id)).await.unwrap());
-    let r = b.get(RoundKey::new(m, id)).await.unwrap().unwrap();
+    assert!(!a.fence_ok(k).await.unwrap());
+    assert!(!a.renew(k).await.unwrap());
+    let r = b.get(k).await.unwrap().unwrap();
     assert_eq!(r.state, Stage::Answered);
     assert_eq!(r.outcome, None);
     assert_eq!(r.holder.as_deref(), Some("node-b"));
-    assert!(
-        b.pending_nonce_of(key, RoundKey::new(m, id))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(b.pending_nonce_of(key, k).await.unwrap().is_none());
 
     // b's writes go on; a release with a back-off keeps other nodes' claim loops away
-    assert_eq!(b.reserve_nonce(key, 0, &payload(m, 1)).await.unwrap(), 0);
-    b.add_attempt(key, RoundKey::new(m, id), &attempt(0, 0))
-        .await
-        .unwrap();
-    assert!(b.fence_ok(RoundKey::new(m, id)).await.unwrap());
-    b.release(RoundKey::new(m, id), Some(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    assert_eq!(
+        b.reserve_nonce(key, 0, &payload(k.market, 1))
+            .await
+            .unwrap(),
+        0
+    );
+    b.add_attempt(key, k, &attempt(0, 0)).await.unwrap();
+    assert!(b.fence_ok(k).await.unwrap());
+    b.release(k, Some(Duration::from_secs(30))).await.unwrap();
     assert!(
-        a.claimable(&[m], 10).await.unwrap().is_empty(),
+        a.claimable(&[k.market], 10).await.unwrap().is_empty(),
         "backing off"
     );
-    assert!(
-        a.claim(RoundKey::new(m, id), false)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(a.claim(k, false).await.unwrap().is_none());
     // an operator's retry (or the node's own) does not wait for the back-off
-    assert!(a.claim(RoundKey::new(m, id), true).await.unwrap().is_some());
-    a.set_state(RoundKey::new(m, id), Stage::Confirmed, None)
-        .await
-        .unwrap();
-    a.release(RoundKey::new(m, id), None).await.unwrap();
+    assert!(a.claim(k, true).await.unwrap().is_some());
+    a.set_state(k, Stage::Confirmed, None).await.unwrap();
+    a.release(k, None).await.unwrap();
     assert!(
-        b.claim(RoundKey::new(m, id), true).await.unwrap().is_none(),
+        b.claim(k, true).await.unwrap().is_none(),
         "a final round is never claimed"
     );
     let (page, _) = b.list_summaries(10, None).await.unwrap();

@@ -436,6 +436,14 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_input_carries_the_market_id_as_a_json_number() {
+        let v = serde_json::to_value(input(vec![])).unwrap();
+        assert_eq!(v["market_id"], serde_json::json!(1));
+        let back: EvalInput = serde_json::from_value(v).unwrap();
+        assert_eq!(back, input(vec![]));
+    }
+
     const RICH: &str = "First, ETF inflows reached $4.2B in March 2026 because institutions rotated. \
 However, the risk of a drawdown remains and the outcome may depend on rates.\n\n\
 - On-chain volume rose 35% year over year.\n- Exchange reserves fell to 2.1M BTC.\n\

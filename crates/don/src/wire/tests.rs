@@ -247,3 +247,27 @@ fn a_body_type_a_member_does_not_know_is_refused_as_not_a_message() {
         Err(WireError::Json(_))
     ));
 }
+
+#[test]
+fn the_market_id_travels_as_the_u256_hex_string_it_always_was() {
+    // the wire of the version before MarketId: `market_id` was a U256
+    let o = obs(Address::repeat_byte(1));
+    let v = serde_json::to_value(&o).unwrap();
+    assert_eq!(v["market_id"], "0x3");
+    assert_eq!(
+        v["market_id"],
+        serde_json::to_value(alloy::primitives::U256::from(3u64)).unwrap()
+    );
+    let back: Observation = serde_json::from_value(v).unwrap();
+    assert_eq!(back, o);
+    let e = env(
+        Address::repeat_byte(2),
+        Body::Observation {
+            observation: sign_observation(o, &PrivateKeySigner::random()).unwrap(),
+        },
+    );
+    let v = serde_json::to_value(&e).unwrap();
+    assert_eq!(v["market_id"], "0x3");
+    let back: Envelope = serde_json::from_value(v).unwrap();
+    assert_eq!(back, e);
+}
