@@ -747,22 +747,17 @@ async fn the_fence_in_each_statement_refuses_a_stale_holder() {
     let a = pg_store(&pg, "node-a", lease).await;
     let b = pg_store(&pg, "node-b", lease).await;
     let (m, id) = (Address::repeat_byte(5), U256::from(1));
+    let k = RoundKey::new(m, id);
     let key = KeyRef {
         signer: Address::repeat_byte(9),
         chain_id: 1,
     };
-    a.manual_request(RoundKey::new(m, id), "wf").await.unwrap();
+    a.manual_request(k, "wf").await.unwrap();
     // a takes the round, lets its lease lapse, b takes it over; a keeps its term
-    async fn takeover(a: &PgStore, b: &PgStore, m: Address, id: U256, lease: Duration) {
-        a.claim(RoundKey::new(m, id), true)
-            .await
-            .unwrap()
-            .expect("a claims");
+    async fn takeover(a: &PgStore, b: &PgStore, k: RoundKey, lease: Duration) {
+        a.claim(k, true).await.unwrap().expect("a claims");
         tokio::time::sleep(lease + Duration::from_millis(150)).await;
-        b.claim(RoundKey::new(m, id), false)
-            .await
-            .unwrap()
-            .expect("b takes over");
+        b.claim(k, false).await.unwrap().expect("b takes over");
     }
     let lost = |r: Result<(), StoreError>| {
         assert!(
@@ -771,37 +766,27 @@ async fn the_fence_in_each_statement_refuses_a_stale_holder() {
         )
     };
 
-    takeover(&a, &b, m, id, lease).await;
+    takeover(&a, &b, k, lease).await;
     lost(a.reserve_nonce(key, 0, &payload(m, 1)).await.map(|_| ()));
     assert_eq!(a.highest_nonce(key).await.unwrap(), None, "no nonce taken");
     assert_eq!(b.reserve_nonce(key, 0, &payload(m, 1)).await.unwrap(), 0);
-    b.add_attempt(key, RoundKey::new(m, id), &attempt(0, 0))
-        .await
-        .unwrap();
-    b.release(RoundKey::new(m, id), None).await.unwrap();
+    b.add_attempt(key, k, &attempt(0, 0)).await.unwrap();
+    b.release(k, None).await.unwrap();
 
-    takeover(&a, &b, m, id, lease).await;
-    lost(
-        a.mark_attempt_sent(key, RoundKey::new(m, id), 0, 0, 5)
-            .await,
-    );
+    takeover(&a, &b, k, lease).await;
+    lost(a.mark_attempt_sent(key, k, 0, 0, 5).await);
     assert_eq!(b.attempts(key, 0).await.unwrap()[0].sent_block, None);
-    b.mark_attempt_sent(key, RoundKey::new(m, id), 0, 0, 7)
-        .await
-        .unwrap();
+    b.mark_attempt_sent(key, k, 0, 0, 7).await.unwrap();
     assert_eq!(b.attempts(key, 0).await.unwrap()[0].sent_block, Some(7));
-    b.release(RoundKey::new(m, id), None).await.unwrap();
+    b.release(k, None).await.unwrap();
 
-    takeover(&a, &b, m, id, lease).await;
+    takeover(&a, &b, k, lease).await;
     lost(
         a.finish_nonce(key, 0, NonceState::Lost, None, Some("stale"))
             .await,
     );
     assert_eq!(
-        b.pending_nonce_of(key, RoundKey::new(m, id))
-            .await
-            .unwrap()
-            .map(|n| n.nonce),
+        b.pending_nonce_of(key, k).await.unwrap().map(|n| n.nonce),
         Some(0),
         "the nonce is still b's and pending"
     );
