@@ -12,6 +12,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use alloy::primitives::U256;
 use alloy::providers::Provider;
 use cresolver_devnet::Devnet;
+use cresolver_store::RoundKey;
 use cresolver_store::Stage;
 use std::time::{Duration, Instant};
 
@@ -186,7 +187,11 @@ async fn failover_times(lease: u64) -> anyhow::Result<Vec<f64>> {
         }
         dev.request_resolution(*id).await?;
         let holder = loop {
-            let rec = nodes[0].node.store.get(dev.contracts.market, *id).await?;
+            let rec = nodes[0]
+                .node
+                .store
+                .get(RoundKey::new(dev.contracts.market, *id))
+                .await?;
             if let Some(r) = rec
                 && r.state != Stage::Requested
                 && let Some(h) = r.holder
@@ -205,7 +210,10 @@ async fn failover_times(lease: u64) -> anyhow::Result<Vec<f64>> {
         let survivor = nodes.remove(0);
         loop {
             anyhow::ensure!(t0.elapsed() < Duration::from_secs(60), "no failover");
-            let r = survivor.node.report(dev.contracts.market, *id).await?;
+            let r = survivor
+                .node
+                .report(RoundKey::new(dev.contracts.market, *id))
+                .await?;
             if r.state.is_confirmed() {
                 break;
             }

@@ -8,6 +8,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use alloy::providers::Provider;
 use cresolver_devnet::Devnet;
+use cresolver_store::RoundKey;
 use cresolver_store::Stage;
 use std::time::{Duration, Instant};
 
@@ -66,7 +67,7 @@ async fn latency(ws: bool) -> anyhow::Result<Vec<Split>> {
         let mut states: Vec<(&'static str, f64)> = vec![];
         let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
         loop {
-            let r = node.report(dev.contracts.market, id).await?;
+            let r = node.report(RoundKey::new(dev.contracts.market, id)).await?;
             if r.reason.as_deref() != Some("no such round") {
                 seen.get_or_insert_with(|| ms(t0));
                 if states.last().is_none_or(|(s, _)| *s != r.state.as_str()) {

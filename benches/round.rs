@@ -70,7 +70,8 @@ where
     )
 }
 
-use alloy::primitives::{Address, U256};
+use alloy::primitives::Address;
+use cresolver_core::MarketId;
 use cresolver_core::tally::Vote;
 use cresolver_core::{Reputation, TallyWorker};
 use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode};
@@ -150,7 +151,7 @@ async fn start_workers(latency: Duration) -> Vec<WorkerSlot> {
 
 fn round_input(market_id: u64, workers: &[WorkerSlot]) -> RoundInput {
     RoundInput {
-        market_id,
+        market_id: MarketId::from(market_id),
         question: QUESTION.into(),
         deadline: None,
         reference_time: REFERENCE_TIME,
@@ -297,7 +298,7 @@ async fn sequential_round(
         slot_of.push(i);
     }
     let eval_input = EvalInput {
-        market_id,
+        market_id: MarketId::from(market_id),
         question: QUESTION.into(),
         workers: eval_workers,
         reference_time: REFERENCE_TIME,
@@ -321,8 +322,8 @@ async fn sequential_round(
             reputation: Reputation::default(),
         })
         .collect();
-    let outcome =
-        cresolver_core::tally(U256::from(market_id), &tally_workers, wf.tally.tie).expect("tally");
+    let outcome = cresolver_core::tally(MarketId::from(market_id), &tally_workers, wf.tally.tie)
+        .expect("tally");
     assert!(!outcome.report().is_empty());
     t.elapsed()
 }
@@ -384,7 +385,7 @@ fn eval_input_of(out: &cresolver_pipeline::round::RoundOutcome, market_id: u64) 
         })
         .collect();
     EvalInput {
-        market_id,
+        market_id: MarketId::from(market_id),
         question: QUESTION.into(),
         workers,
         reference_time: REFERENCE_TIME,

@@ -4,6 +4,7 @@ use alloy::primitives::{Address, U256};
 use cresolver_metrics::Metrics;
 use cresolver_node::api::serve;
 use cresolver_node::http::{ApiState, ManualTrigger, NodeHealth};
+use cresolver_store::RoundKey;
 use cresolver_store::{Nonces, Requests, SqliteStore, Store};
 use parking_lot::RwLock;
 use serde_json::{Value, json};
@@ -105,7 +106,7 @@ async fn health_reports_status_version_and_extra_fields() {
 async fn metrics_include_rounds_by_state() {
     let s = start(None).await;
     s.store
-        .manual_request(MARKET, U256::from(5), "default")
+        .manual_request(RoundKey::new(MARKET, U256::from(5)), "default")
         .await
         .unwrap();
     let resp = s.http.get(s.url("/metrics")).send().await.unwrap();
@@ -174,7 +175,7 @@ async fn reserve_with_two_attempts(s: &Server) {
             4,
             &cresolver_store::TxPayload {
                 market: MARKET,
-                market_id: U256::from(7),
+                market_id: U256::from(7).into(),
                 to: MARKET,
                 calldata: vec![1u8, 2].into(),
                 gas_limit: 90_000,
@@ -186,8 +187,7 @@ async fn reserve_with_two_attempts(s: &Server) {
         s.store
             .add_attempt(
                 key,
-                MARKET,
-                U256::from(7),
+                RoundKey::new(MARKET, U256::from(7)),
                 &cresolver_store::AttemptRecord {
                     nonce,
                     seq,
@@ -212,16 +212,19 @@ async fn rounds_list_and_get() {
     assert_eq!((status, body), (200, json!([])));
 
     s.store
-        .manual_request(MARKET, U256::from(7), "default")
+        .manual_request(RoundKey::new(MARKET, U256::from(7)), "default")
         .await
         .unwrap();
     s.store
-        .manual_request(MARKET, U256::from(8), "default")
+        .manual_request(RoundKey::new(MARKET, U256::from(8)), "default")
         .await
         .unwrap();
     // Another market's round is listed but not found by id under the node's market.
     s.store
-        .manual_request(Address::repeat_byte(0x22), U256::from(9), "default")
+        .manual_request(
+            RoundKey::new(Address::repeat_byte(0x22), U256::from(9)),
+            "default",
+        )
         .await
         .unwrap();
 
@@ -306,7 +309,7 @@ async fn resolve_requires_the_right_token() {
     assert_eq!(
         trigger,
         ManualTrigger {
-            market_id: U256::from(42)
+            market_id: U256::from(42).into()
         }
     );
 
@@ -318,7 +321,7 @@ async fn resolve_requires_the_right_token() {
     assert_eq!(status, 202, "{resp}");
     assert_eq!(resp["market_id"], big);
     let trigger = s.triggers.recv().await.unwrap();
-    assert_eq!(trigger.market_id, U256::from(1u8) << 128);
+    assert_eq!(trigger.market_id.get(), U256::from(1u8) << 128);
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use crate::common;
 use alloy::primitives::U256;
 use common::chain::*;
 use common::node::*;
+use cresolver_store::RoundKey;
 use cresolver_store::{Requests, Rounds, SqliteStore, Stage};
 use std::time::{Duration, Instant};
 
@@ -32,16 +33,19 @@ async fn listing_300_large_rounds_8_times_at_once_stays_within_50_mib() {
         for i in 0..300u64 {
             let id = U256::from(1_000 + i);
             store
-                .manual_request(market, id, "cresolver-resolution")
+                .manual_request(RoundKey::new(market, id), "cresolver-resolution")
                 .await
                 .unwrap();
             let transcript = serde_json::json!({
                 "version": 2,
                 "answers": [{ "worker": format!("w{i}"), "evidence": evidence }],
             });
-            store.set_outcome(market, id, &transcript).await.unwrap();
             store
-                .set_state(market, id, Stage::Confirmed, None)
+                .set_outcome(RoundKey::new(market, id), &transcript)
+                .await
+                .unwrap();
+            store
+                .set_state(RoundKey::new(market, id), Stage::Confirmed, None)
                 .await
                 .unwrap();
         }

@@ -6,6 +6,7 @@ use crate::common;
 use common::chain::*;
 use common::*;
 use cresolver_devnet::agent::DeterminationMode;
+use cresolver_store::RoundKey;
 use std::process::Output;
 
 async fn run(args: &[&str], envs: &[(&str, String)]) -> Output {
@@ -146,7 +147,7 @@ async fn requests_1_to_3(
             log_index: 0,
         };
         store
-            .record_request(market, U256::from(id), "wf", &log)
+            .record_request(RoundKey::new(market, U256::from(id)), "wf", &log)
             .await
             .unwrap();
     }
@@ -162,7 +163,11 @@ async fn rounds_list_filters_the_stored_rounds() {
     {
         let store = requests_1_to_3(&dir, market).await;
         store
-            .set_state(market, U256::from(2u64), Stage::Failed, Some("no quorum"))
+            .set_state(
+                RoundKey::new(market, U256::from(2u64)),
+                Stage::Failed,
+                Some("no quorum"),
+            )
             .await
             .unwrap();
     }

@@ -14,6 +14,7 @@ use common::node::{free_port, node_process_with, nonce, resolved_events, tmpdir,
 use common::pg::Pg;
 use common::{agent, behaviour};
 use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode};
+use cresolver_store::RoundKey;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -587,8 +588,7 @@ async fn the_rounds_commands_read_the_shared_database() {
     let (ok, out, err) = rounds_cli(&s, &url, &["export", "--out", export.to_str().unwrap()]);
     assert!(ok && out.contains("exported 1 round(s)"), "{out}{err}");
     let file = export.join(cresolver_pipeline::transcript::export_file_name(
-        s.dev.contracts.market,
-        s.market_id,
+        RoundKey::new(s.dev.contracts.market, s.market_id),
     ));
     assert!(file.is_file(), "{out}");
     said += &(out + &err);

@@ -272,7 +272,7 @@ fn raw_report(
     exec: u8,
 ) -> (Bytes, ReportMetadata) {
     let body = encode_report(
-        market_id,
+        market_id.into(),
         workers,
         &[u(100), u(50)],
         &[70, 60, 50, 40, 30, 20],

@@ -7,6 +7,7 @@ use crate::common;
 
 use common::market_with_three_workers;
 use common::node::{free_port, node_config, start, tmpdir, wait_final, workflow_file};
+use cresolver_store::RoundKey;
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -93,10 +94,10 @@ async fn the_rules_and_the_dashboard_query_metrics_the_node_exports() {
     wait_final(&node.node, s.dev.contracts.market, s.market_id).await;
     // a round that stops short of confirmed (no such market)
     let missing = alloy::primitives::U256::from(999);
-    node.node.request(missing).await.unwrap();
+    node.node.request(missing.into()).await.unwrap();
     let r = node
         .node
-        .run_round(s.dev.contracts.market, missing)
+        .run_round(RoundKey::new(s.dev.contracts.market, missing))
         .await
         .unwrap();
     assert!(r.state.is_final(), "{r:?}");

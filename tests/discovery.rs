@@ -18,6 +18,7 @@ use cresolver_chain::discovery::{
 use cresolver_chain::reader::{MarketSnapshot, ReadError, read_market};
 use cresolver_core::Reputation;
 use cresolver_devnet::{Devnet, data_uri, registration_json};
+use cresolver_store::RoundKey;
 use cresolver_workers::StageClient;
 use std::time::Duration;
 use url::Url;
@@ -44,10 +45,15 @@ async fn agent_url() -> String {
 async fn snapshot(dev: &Devnet, market_id: U256, block: Option<u64>) -> MarketSnapshot {
     let p = &dev.provider;
     let m = dev.contracts.market;
-    let batched = read_market(p, m, market_id, block, Some(dev.contracts.multicall))
-        .await
-        .expect("read with multicall");
-    let single = read_market(p, m, market_id, Some(batched.block), None)
+    let batched = read_market(
+        p,
+        RoundKey::new(m, market_id),
+        block,
+        Some(dev.contracts.multicall),
+    )
+    .await
+    .expect("read with multicall");
+    let single = read_market(p, RoundKey::new(m, market_id), Some(batched.block), None)
         .await
         .expect("read without multicall");
     assert_eq!(batched, single, "multicall and single reads differ");
@@ -99,7 +105,7 @@ async fn five_workers_one_endpoint_four_discards_in_order() {
     let snap = snapshot(dev, s.market_id, None).await;
     assert_eq!(snap.block, dev.provider.get_block_number().await.unwrap());
     assert_eq!(snap.market, dev.contracts.market);
-    assert_eq!(snap.market_id, s.market_id);
+    assert_eq!(snap.market_id, s.market_id.into());
     assert_eq!(snap.question, "Will the reference feed report YES?");
     assert_eq!(snap.reward_pool, s.reward);
     assert!(snap.deadline > U256::ZERO);
@@ -374,8 +380,7 @@ async fn reads_at_an_older_block() {
     // A multicall address without code falls back to single calls.
     let no_multicall = read_market(
         &dev.provider,
-        dev.contracts.market,
-        market_id,
+        RoundKey::new(dev.contracts.market, market_id),
         Some(now.block),
         Some(Address::repeat_byte(0x43)),
     )
@@ -395,17 +400,27 @@ async fn reads_at_an_older_block() {
 async fn unknown_market_and_wrong_address() {
     let dev = Devnet::start().await.expect("devnet");
     for mc in [Some(dev.contracts.multicall), None] {
-        let err = read_market(&dev.provider, dev.contracts.market, u(7), None, mc)
-            .await
-            .unwrap_err();
+        let err = read_market(
+            &dev.provider,
+            RoundKey::new(dev.contracts.market, u(7)),
+            None,
+            mc,
+        )
+        .await
+        .unwrap_err();
         assert!(
             matches!(err, ReadError::MarketDoesNotExist(id) if id == u(7)),
             "{err:?}"
         );
         // An address without a market contract is invalid chain data, not a panic.
-        let err = read_market(&dev.provider, Address::repeat_byte(0x42), u(0), None, mc)
-            .await
-            .unwrap_err();
+        let err = read_market(
+            &dev.provider,
+            RoundKey::new(Address::repeat_byte(0x42), u(0)),
+            None,
+            mc,
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err, ReadError::Invalid(_)), "{err:?}");
     }
 }

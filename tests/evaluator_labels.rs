@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use alloy::primitives::{Address, U256};
+use alloy::primitives::Address;
 use common::{Scripted, agent, behaviour, llm_server, slot};
 use cresolver_core::Reputation;
 use cresolver_devnet::agent::DeterminationMode;
@@ -41,7 +41,7 @@ fn llm_config(url: &str) -> LlmConfig {
 /// A round of market 7 on the reference question, asking `workers` (no reputation yet).
 fn round_input(workers: Vec<WorkerSlot>) -> RoundInput {
     RoundInput {
-        market_id: 7,
+        market_id: 7u64.into(),
         question: "Will the reference feed report YES?".into(),
         deadline: None,
         reference_time: 1_780_272_000,
@@ -112,7 +112,7 @@ async fn two_rounds_get_different_labels_and_a_recorded_order_rebuilds_the_promp
     assert_eq!(prompts.len(), 2);
     for (outcome, sent) in [(&first, &prompts[0]), (&second, &prompts[1])] {
         let (rebuilt, slot_of) = evaluation_input(
-            7,
+            7u64.into(),
             &input.question,
             input.reference_time,
             &outcome.resolve,
@@ -163,7 +163,10 @@ async fn a_round_whose_progress_is_not_stored_stops_before_the_evaluator() {
                 if stored {
                     Ok(())
                 } else {
-                    Err(StoreError::NoRound(Address::ZERO, U256::ZERO))
+                    Err(StoreError::NoRound(cresolver_store::RoundKey::new(
+                        Address::ZERO,
+                        0u64,
+                    )))
                 }
             })
         })

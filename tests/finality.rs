@@ -13,6 +13,7 @@ use alloy::rpc::types::anvil::ReorgOptions;
 use common::chain::*;
 use common::node::*;
 use common::*;
+use cresolver_store::RoundKey;
 use cresolver_store::{
     NonceRecord, NonceState, RoundRecord, RoundTxs, Rounds, SqliteStore, Stage, block_on,
 };
@@ -21,13 +22,18 @@ use std::time::{Duration, Instant};
 
 /// The round as the node's store has it now (opened afresh: the node owns the file).
 fn round(dir: &Path, market: Address, id: U256) -> Option<RoundRecord> {
-    block_on(SqliteStore::open(&dir.join("data")).ok()?.get(market, id)).ok()?
+    block_on(
+        SqliteStore::open(&dir.join("data"))
+            .ok()?
+            .get(RoundKey::new(market, id)),
+    )
+    .ok()?
 }
 
 /// The round's mined nonce record.
 fn mined(dir: &Path, market: Address, id: U256) -> NonceRecord {
     let s = SqliteStore::open(&dir.join("data")).unwrap();
-    block_on(s.tx_history(market, id))
+    block_on(s.tx_history(RoundKey::new(market, id)))
         .unwrap()
         .into_iter()
         .map(|(n, _)| n)
@@ -494,7 +500,7 @@ async fn a_reorged_resolution_whose_nonce_was_taken_is_signed_anew_while_the_mar
     }
     let h = SqliteStore::open(&dir.join("data"))
         .unwrap()
-        .tx_history(market, s.market_id)
+        .tx_history(RoundKey::new(market, s.market_id))
         .await
         .unwrap();
     let states: Vec<(u64, NonceState)> = h.iter().map(|(r, _)| (r.nonce, r.state)).collect();

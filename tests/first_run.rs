@@ -12,6 +12,7 @@
 
 use crate::common;
 
+use cresolver_store::RoundKey;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::process::Command;
@@ -184,7 +185,11 @@ async fn the_binary_runs_a_node_with_only_its_config_and_workflow_files() {
     loop {
         let state = SqliteStore::open(&dir.join("cresolver-data"))
             .ok()
-            .and_then(|st| block_on(st.get(market, s.market_id)).ok().flatten())
+            .and_then(|st| {
+                block_on(st.get(RoundKey::new(market, s.market_id)))
+                    .ok()
+                    .flatten()
+            })
             .map(|r| r.state);
         if state == Some(Stage::Confirmed) {
             break;

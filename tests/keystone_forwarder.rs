@@ -19,6 +19,7 @@ use cresolver_chain::{RevertReason, decode_revert};
 use cresolver_core::don::{execution_id, forwarder_digest, report_context};
 use cresolver_core::encode_report;
 use cresolver_core::report::{ExecutionHeader, ReportMetadata, build_raw_report};
+use cresolver_store::RoundKey;
 
 const DON_ID: u32 = 1;
 const CONFIG_VERSION: u32 = 1;
@@ -124,12 +125,11 @@ async fn sign_report(s: &MarketSetup, f: &Forwarder) -> SignedReport {
     let request = dev.request_resolution(s.market_id).await.unwrap();
     let exec = execution_id(
         dev.chain_id,
-        dev.contracts.market,
-        s.market_id,
+        RoundKey::new(dev.contracts.market, s.market_id),
         request.transaction_hash,
     );
     let body = encode_report(
-        s.market_id,
+        s.market_id.into(),
         &s.workers,
         &[U256::from(100), U256::from(50)],
         &[70, 60, 50, 40, 30, 20],

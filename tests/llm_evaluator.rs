@@ -28,7 +28,7 @@ fn input() -> EvalInput {
         responses: vec!["Because the 2026 data says so, although risk remains.".into()],
     };
     EvalInput {
-        market_id: 1,
+        market_id: 1u64.into(),
         question: "Will it rain?".into(),
         workers: vec![
             w(
@@ -262,7 +262,7 @@ async fn ten_workers_at_the_body_bound_fit_the_prompt_budget_and_the_cuts_are_re
         responses: vec!["because ".repeat(20_000)],
     };
     let input = EvalInput {
-        market_id: 9,
+        market_id: 9u64.into(),
         question: "Will it?".into(),
         workers: (1..=10).map(big).collect(),
         reference_time: 1_780_272_000,

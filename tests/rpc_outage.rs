@@ -17,6 +17,7 @@ use common::node::*;
 use common::proxy::{self, Mode};
 use common::*;
 use cresolver_devnet::agent::DeterminationMode;
+use cresolver_store::RoundKey;
 use cresolver_store::Stage;
 use std::time::{Duration, Instant};
 
@@ -33,7 +34,11 @@ async fn all_confirmed(r: &Running, s: &MarketSetup, ids: &[U256], within: Durat
     loop {
         let mut done = true;
         for id in ids {
-            let rep = r.node.report(s.dev.contracts.market, *id).await.unwrap();
+            let rep = r
+                .node
+                .report(RoundKey::new(s.dev.contracts.market, *id))
+                .await
+                .unwrap();
             assert!(
                 rep.state == Stage::Confirmed
                     || !rep.state.is_final()
@@ -139,7 +144,7 @@ async fn refused_for_60s_markets_requested_meanwhile_resolve_within_5s_of_the_re
     for id in &ids {
         assert_ne!(
             r.node
-                .report(s.dev.contracts.market, *id)
+                .report(RoundKey::new(s.dev.contracts.market, *id))
                 .await
                 .unwrap()
                 .state,
@@ -431,9 +436,9 @@ async fn shutdown_ends_a_retry_that_waits_and_leaves_nothing_behind() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     px.set(Mode::Refuse);
     let m = s.dev.contracts.market;
-    r.node.request(ids[0]).await.unwrap();
+    r.node.request(ids[0].into()).await.unwrap();
     // the round cannot read the market: it pauses with a retry scheduled
-    let rep = r.node.run_round(m, ids[0]).await.unwrap();
+    let rep = r.node.run_round(RoundKey::new(m, ids[0])).await.unwrap();
     assert!(!rep.state.is_final(), "{rep:?}");
     let stopping = Instant::now();
     r.stop().await;

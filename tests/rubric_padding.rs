@@ -104,7 +104,7 @@ fn worker(i: u8, evidence: &str, yes: bool) -> EvalWorker {
 
 fn input(workers: Vec<EvalWorker>) -> EvalInput {
     EvalInput {
-        market_id: 1,
+        market_id: 1u64.into(),
         question: "Will the feed report YES?".into(),
         workers,
         reference_time: 1_780_272_000,

@@ -7,6 +7,7 @@ use crate::common;
 use alloy::primitives::{Address, B256, Bytes, U256};
 use common::pg::Pg;
 use cresolver_core::LogRef;
+use cresolver_store::RoundKey;
 use cresolver_store::{
     AttemptRecord, Fence, KeyRef, Leases, NonceState, Nonces, Overview, PgConfig, PgStore,
     RequestDecision, Requests, RoundStore, Rounds, Settings, SqliteStore, Stage, Store, StoreError,
@@ -58,7 +59,7 @@ fn log(i: u8) -> LogRef {
 fn payload(m: Address, id: u64) -> TxPayload {
     TxPayload {
         market: m,
-        market_id: U256::from(id),
+        market_id: U256::from(id).into(),
         to: Address::repeat_byte(2),
         calldata: Bytes::from(vec![1, 2, 3]),
         gas_limit: 100_000,
@@ -119,27 +120,35 @@ async fn store_contract(s: &dyn RoundStore) {
 async fn round_contract(s: &dyn RoundStore, m: Address) {
     let id = U256::from(7);
     assert_eq!(
-        s.record_request(m, id, "wf", &log(1)).await.unwrap(),
+        s.record_request(RoundKey::new(m, id), "wf", &log(1))
+            .await
+            .unwrap(),
         RequestDecision::New
     );
     assert_eq!(
-        s.record_request(m, id, "wf", &log(1)).await.unwrap(),
+        s.record_request(RoundKey::new(m, id), "wf", &log(1))
+            .await
+            .unwrap(),
         RequestDecision::DuplicateLog
     );
     assert_eq!(
-        s.record_request(m, id, "wf", &log(2)).await.unwrap(),
+        s.record_request(RoundKey::new(m, id), "wf", &log(2))
+            .await
+            .unwrap(),
         RequestDecision::AlreadyHandled(Stage::Requested)
     );
-    assert!(s.claim(m, id, true).await.unwrap().is_some());
-    s.set_state(m, id, Stage::Failed, Some("quorum not met"))
+    assert!(s.claim(RoundKey::new(m, id), true).await.unwrap().is_some());
+    s.set_state(RoundKey::new(m, id), Stage::Failed, Some("quorum not met"))
         .await
         .unwrap();
-    s.release(m, id, None).await.unwrap();
+    s.release(RoundKey::new(m, id), None).await.unwrap();
     assert_eq!(
-        s.record_request(m, id, "wf", &log(3)).await.unwrap(),
+        s.record_request(RoundKey::new(m, id), "wf", &log(3))
+            .await
+            .unwrap(),
         RequestDecision::Reopened
     );
-    let r = s.get(m, id).await.unwrap().unwrap();
+    let r = s.get(RoundKey::new(m, id)).await.unwrap().unwrap();
     assert_eq!(
         (r.state, r.attempt, r.reason.clone(), r.request_tx),
         (Stage::Requested, 2, None, Some(B256::repeat_byte(3)))
@@ -147,18 +156,18 @@ async fn round_contract(s: &dyn RoundStore, m: Address) {
     assert_eq!(s.unfinished().await.unwrap().len(), 1);
 
     // progress is kept per attempt
-    assert!(s.claim(m, id, true).await.unwrap().is_some());
+    assert!(s.claim(RoundKey::new(m, id), true).await.unwrap().is_some());
     let p = serde_json::json!({"resolve": {"x": 1}});
-    s.save_progress(m, id, 2, Stage::Answered, &p)
+    s.save_progress(RoundKey::new(m, id), 2, Stage::Answered, &p)
         .await
         .unwrap();
-    assert_eq!(s.progress(m, id, 2).await.unwrap(), Some(p));
-    assert_eq!(s.progress(m, id, 1).await.unwrap(), None);
-    s.set_request_block(m, id, 99).await.unwrap();
-    s.set_outcome(m, id, &serde_json::json!({"version": 2}))
+    assert_eq!(s.progress(RoundKey::new(m, id), 2).await.unwrap(), Some(p));
+    assert_eq!(s.progress(RoundKey::new(m, id), 1).await.unwrap(), None);
+    s.set_request_block(RoundKey::new(m, id), 99).await.unwrap();
+    s.set_outcome(RoundKey::new(m, id), &serde_json::json!({"version": 2}))
         .await
         .unwrap();
-    let r = s.get(m, id).await.unwrap().unwrap();
+    let r = s.get(RoundKey::new(m, id)).await.unwrap().unwrap();
     assert_eq!(r.state, Stage::Answered);
     assert_eq!(r.request_block, Some(99));
     assert_eq!(r.outcome, Some(serde_json::json!({"version": 2})));
@@ -169,11 +178,11 @@ async fn round_contract(s: &dyn RoundStore, m: Address) {
 /// kept, lost and mined nonces, and the round's transaction history.
 async fn nonce_contract(s: &dyn RoundStore, m: Address, key: KeyRef) {
     for i in 1..=3u64 {
-        s.manual_request(m, U256::from(100 + i), "wf")
+        s.manual_request(RoundKey::new(m, U256::from(100 + i)), "wf")
             .await
             .unwrap();
         assert!(
-            s.claim(m, U256::from(100 + i), true)
+            s.claim(RoundKey::new(m, U256::from(100 + i)), true)
                 .await
                 .unwrap()
                 .is_some()
@@ -186,18 +195,22 @@ async fn nonce_contract(s: &dyn RoundStore, m: Address, key: KeyRef) {
         10
     );
     assert_eq!(
-        s.get(m, U256::from(102)).await.unwrap().unwrap().state,
+        s.get(RoundKey::new(m, U256::from(102)))
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
         Stage::Submitted
     );
     for seq in 0..3 {
-        s.add_attempt(key, m, U256::from(101), &attempt(5, seq))
+        s.add_attempt(key, RoundKey::new(m, U256::from(101)), &attempt(5, seq))
             .await
             .unwrap();
     }
-    s.mark_attempt_sent(key, m, U256::from(101), 5, 1, 42)
+    s.mark_attempt_sent(key, RoundKey::new(m, U256::from(101)), 5, 1, 42)
         .await
         .unwrap();
-    s.mark_attempt_sent(key, m, U256::from(101), 5, 1, 50)
+    s.mark_attempt_sent(key, RoundKey::new(m, U256::from(101)), 5, 1, 50)
         .await
         .unwrap();
     let a = s.attempts(key, 5).await.unwrap();
@@ -234,19 +247,26 @@ async fn nonce_contract(s: &dyn RoundStore, m: Address, key: KeyRef) {
         vec![10]
     );
     assert_eq!(
-        s.pending_nonce_of(key, m, U256::from(103))
+        s.pending_nonce_of(key, RoundKey::new(m, U256::from(103)))
             .await
             .unwrap()
             .map(|n| n.nonce),
         Some(10)
     );
     assert_eq!(s.highest_nonce(key).await.unwrap(), Some(10));
-    let h = s.tx_history(m, U256::from(101)).await.unwrap();
+    let h = s
+        .tx_history(RoundKey::new(m, U256::from(101)))
+        .await
+        .unwrap();
     assert_eq!(h.len(), 1);
     assert_eq!(h[0].0.state, NonceState::Mined);
     assert_eq!(h[0].1.len(), 3);
     assert_eq!(
-        s.get(m, U256::from(101)).await.unwrap().unwrap().submit_tx,
+        s.get(RoundKey::new(m, U256::from(101)))
+            .await
+            .unwrap()
+            .unwrap()
+            .submit_tx,
         Some(B256::repeat_byte(2)),
         "the mined attempt"
     );
@@ -263,11 +283,11 @@ async fn second_key_contract(s: &dyn RoundStore, m: Address, key: KeyRef) {
         s.reserve_nonce(other, 5, &payload(m, 101)).await.unwrap(),
         5
     );
-    s.add_attempt(other, m, U256::from(101), &attempt(5, 0))
+    s.add_attempt(other, RoundKey::new(m, U256::from(101)), &attempt(5, 0))
         .await
         .unwrap();
     let mut h: Vec<(NonceState, usize)> = s
-        .tx_history(m, U256::from(101))
+        .tx_history(RoundKey::new(m, U256::from(101)))
         .await
         .unwrap()
         .iter()
@@ -275,7 +295,10 @@ async fn second_key_contract(s: &dyn RoundStore, m: Address, key: KeyRef) {
         .collect();
     h.sort_by_key(|(_, n)| *n);
     assert_eq!(h, vec![(NonceState::Pending, 1), (NonceState::Mined, 3)]);
-    let pending = s.pending_nonces_of_round(m, U256::from(101)).await.unwrap();
+    let pending = s
+        .pending_nonces_of_round(RoundKey::new(m, U256::from(101)))
+        .await
+        .unwrap();
     assert_eq!(
         pending
             .iter()
@@ -302,17 +325,21 @@ async fn finality_contract(s: &dyn RoundStore) {
         chain_id: 31337,
     };
     assert_eq!(
-        s.manual_request(m, id, "wf").await.unwrap(),
+        s.manual_request(RoundKey::new(m, id), "wf").await.unwrap(),
         RequestDecision::New
     );
-    assert!(s.claim(m, id, true).await.unwrap().is_some());
+    assert!(s.claim(RoundKey::new(m, id), true).await.unwrap().is_some());
     assert_eq!(s.reserve_nonce(key, 0, &payload(m, 1)).await.unwrap(), 0);
-    s.add_attempt(key, m, id, &attempt(0, 0)).await.unwrap();
-    s.mark_attempt_sent(key, m, id, 0, 0, 5).await.unwrap();
-    s.set_outcome(m, id, &serde_json::json!({"v": 1}))
+    s.add_attempt(key, RoundKey::new(m, id), &attempt(0, 0))
         .await
         .unwrap();
-    s.release(m, id, None).await.unwrap();
+    s.mark_attempt_sent(key, RoundKey::new(m, id), 0, 0, 5)
+        .await
+        .unwrap();
+    s.set_outcome(RoundKey::new(m, id), &serde_json::json!({"v": 1}))
+        .await
+        .unwrap();
+    s.release(RoundKey::new(m, id), None).await.unwrap();
     confirm(s, m, id, key, 0xa1).await;
 
     let w = s.awaiting_finality(10).await.unwrap();
@@ -323,7 +350,7 @@ async fn finality_contract(s: &dyn RoundStore) {
         (key, 0, 7, B256::repeat_byte(0xa1))
     );
     assert_eq!(
-        s.manual_request(m, id, "wf").await.unwrap(),
+        s.manual_request(RoundKey::new(m, id), "wf").await.unwrap(),
         RequestDecision::AlreadyHandled(Stage::Confirmed),
         "without the chain's word a done round is left alone"
     );
@@ -351,7 +378,7 @@ async fn finality_contract(s: &dyn RoundStore) {
 /// Confirms round `id` of market `m` as the node does: claimed, its nonce 0 under `key`
 /// mined in a block whose hash is all `hash` bytes, the round confirmed and released.
 async fn confirm(s: &dyn RoundStore, m: Address, id: U256, key: KeyRef, hash: u8) {
-    assert!(s.claim(m, id, true).await.unwrap().is_some());
+    assert!(s.claim(RoundKey::new(m, id), true).await.unwrap().is_some());
     s.finish_nonce(
         key,
         0,
@@ -365,8 +392,10 @@ async fn confirm(s: &dyn RoundStore, m: Address, id: U256, key: KeyRef, hash: u8
     )
     .await
     .unwrap();
-    s.set_state(m, id, Stage::Confirmed, None).await.unwrap();
-    s.release(m, id, None).await.unwrap();
+    s.set_state(RoundKey::new(m, id), Stage::Confirmed, None)
+        .await
+        .unwrap();
+    s.release(RoundKey::new(m, id), None).await.unwrap();
 }
 
 /// A confirmed round whose transaction was reorged out: reopened at the submission
@@ -374,17 +403,25 @@ async fn confirm(s: &dyn RoundStore, m: Address, id: U256, key: KeyRef, hash: u8
 async fn reorg_contract(s: &dyn RoundStore, m: Address, id: U256, key: KeyRef) {
     let v2 = serde_json::json!({"v": 2});
     assert!(
-        s.reopen_submission(m, id, "reorged", Some(&v2))
+        s.reopen_submission(RoundKey::new(m, id), "reorged", Some(&v2))
             .await
             .unwrap()
     );
-    assert!(!s.reopen_submission(m, id, "reorged", None).await.unwrap());
-    let r = s.get(m, id).await.unwrap().unwrap();
+    assert!(
+        !s.reopen_submission(RoundKey::new(m, id), "reorged", None)
+            .await
+            .unwrap()
+    );
+    let r = s.get(RoundKey::new(m, id)).await.unwrap().unwrap();
     assert_eq!(
         (r.state, r.reason.as_deref(), r.outcome, r.attempt),
         (Stage::Submitted, Some("reorged"), Some(v2), 1)
     );
-    let n = s.pending_nonce_of(key, m, id).await.unwrap().unwrap();
+    let n = s
+        .pending_nonce_of(key, RoundKey::new(m, id))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((n.nonce, n.mined_tx, n.mined_hash), (0, None, None));
     assert_eq!(s.attempts(key, 0).await.unwrap()[0].sent_block, None);
     assert!(s.awaiting_finality(10).await.unwrap().is_empty());
@@ -403,42 +440,48 @@ async fn reorg_contract(s: &dyn RoundStore, m: Address, id: U256, key: KeyRef) {
 /// only when the chain says the market is open, the old attempt kept.
 async fn finalize_and_renew_contract(s: &dyn RoundStore, m: Address, id: U256) {
     let v3 = serde_json::json!({"v": 3});
-    assert!(s.set_finalized(m, id, Some(&v3)).await.unwrap());
-    assert!(!s.set_finalized(m, id, None).await.unwrap());
-    let r = s.get(m, id).await.unwrap().unwrap();
+    assert!(
+        s.set_finalized(RoundKey::new(m, id), Some(&v3))
+            .await
+            .unwrap()
+    );
+    assert!(!s.set_finalized(RoundKey::new(m, id), None).await.unwrap());
+    let r = s.get(RoundKey::new(m, id)).await.unwrap().unwrap();
     assert_eq!(
         (r.state, r.outcome.clone()),
         (Stage::Finalized, Some(v3.clone()))
     );
     assert!(
-        s.claim(m, id, true).await.unwrap().is_none(),
+        s.claim(RoundKey::new(m, id), true).await.unwrap().is_none(),
         "a final round is not driven"
     );
 
     // a new request for it: ignored unless the chain says the market is open
     assert_eq!(
-        s.manual_request_judged(m, id, "wf", false).await.unwrap(),
+        s.manual_request_judged(RoundKey::new(m, id), "wf", false)
+            .await
+            .unwrap(),
         RequestDecision::AlreadyHandled(Stage::Finalized)
     );
     assert_eq!(
-        s.record_request_judged(m, id, "wf", &log(40), true)
+        s.record_request_judged(RoundKey::new(m, id), "wf", &log(40), true)
             .await
             .unwrap(),
         RequestDecision::Renewed
     );
-    let r = s.get(m, id).await.unwrap().unwrap();
+    let r = s.get(RoundKey::new(m, id)).await.unwrap().unwrap();
     assert_eq!(
         (r.state, r.attempt, r.outcome, r.submit_tx, r.request_tx),
         (Stage::Requested, 2, None, None, Some(B256::repeat_byte(40)))
     );
-    let past = s.past_attempts(m, id).await.unwrap();
+    let past = s.past_attempts(RoundKey::new(m, id)).await.unwrap();
     assert_eq!(past.len(), 1);
     assert_eq!(
         (past[0].attempt, past[0].state, past[0].outcome.clone()),
         (1, Stage::Finalized, Some(v3))
     );
     assert!(
-        !s.renew_round(m, id, "wf", None, Stage::Finalized)
+        !s.renew_round(RoundKey::new(m, id), "wf", None, Stage::Finalized)
             .await
             .unwrap(),
         "a round that left the state is not renewed twice"
@@ -489,19 +532,19 @@ async fn leases_fence_a_node_that_lost_its_round() {
     let lease = Duration::from_millis(600);
     let a = pg_store(&pg, "node-a", lease).await;
     let b = pg_store(&pg, "node-b", lease).await;
-    let (m, id) = (Address::repeat_byte(1), U256::from(1));
-    a.manual_request(m, id, "wf").await.unwrap();
+    let k = RoundKey::new(Address::repeat_byte(1), 1u64);
+    a.manual_request(k, "wf").await.unwrap();
 
-    let la = a.claim(m, id, false).await.unwrap().expect("a claims");
-    assert!(b.claim(m, id, false).await.unwrap().is_none(), "held by a");
-    assert!(b.claim(m, id, true).await.unwrap().is_none(), "held by a");
-    assert!(a.renew(m, id).await.unwrap());
-    assert!(b.claimable(&[m], 10).await.unwrap().is_empty());
-    a.set_state(m, id, Stage::Discovered, None).await.unwrap();
+    let la = a.claim(k, false).await.unwrap().expect("a claims");
+    assert!(b.claim(k, false).await.unwrap().is_none(), "held by a");
+    assert!(b.claim(k, true).await.unwrap().is_none(), "held by a");
+    assert!(a.renew(k).await.unwrap());
+    assert!(b.claimable(&[k.market], 10).await.unwrap().is_empty());
+    a.set_state(k, Stage::Discovered, None).await.unwrap();
 
     // a stops renewing (paused); its lease expires; b takes the round over
     tokio::time::sleep(lease + Duration::from_millis(200)).await;
-    assert_eq!(b.claimable(&[m], 10).await.unwrap(), vec![(m, id)]);
+    assert_eq!(b.claimable(&[k.market], 10).await.unwrap(), vec![k]);
     assert!(
         b.claimable(&[Address::repeat_byte(0x77)], 10)
             .await
@@ -509,10 +552,10 @@ async fn leases_fence_a_node_that_lost_its_round() {
             .is_empty(),
         "only the markets a node has a workflow for"
     );
-    let lb = b.claim(m, id, false).await.unwrap().expect("b takes over");
+    let lb = b.claim(k, false).await.unwrap().expect("b takes over");
     assert!(lb.term > la.term, "a new term fences the old one");
     assert_eq!(lb.taken_from.as_deref(), Some("node-a"));
-    b.set_state(m, id, Stage::Answered, None).await.unwrap();
+    b.set_state(k, Stage::Answered, None).await.unwrap();
 
     // a wakes up: every write and every broadcast check is refused, nothing of b's is overwritten
     let key = KeyRef {
@@ -520,12 +563,13 @@ async fn leases_fence_a_node_that_lost_its_round() {
         chain_id: 1,
     };
     let refused = [
-        a.set_state(m, id, Stage::Failed, Some("stale")).await,
-        a.save_progress(m, id, 1, Stage::Evaluated, &serde_json::json!({}))
+        a.set_state(k, Stage::Failed, Some("stale")).await,
+        a.save_progress(k, 1, Stage::Evaluated, &serde_json::json!({}))
             .await,
-        a.set_outcome(m, id, &serde_json::json!({"stale": true}))
-            .await,
-        a.reserve_nonce(key, 0, &payload(m, 1)).await.map(|_| ()),
+        a.set_outcome(k, &serde_json::json!({"stale": true})).await,
+        a.reserve_nonce(key, 0, &payload(k.market, 1))
+            .await
+            .map(|_| ()),
     ];
     for r in refused {
         assert!(
@@ -533,32 +577,35 @@ async fn leases_fence_a_node_that_lost_its_round() {
             "a stale write was not refused: {r:?}"
         );
     }
-    assert!(!a.fence_ok(m, id).await.unwrap());
-    assert!(!a.renew(m, id).await.unwrap());
-    let r = b.get(m, id).await.unwrap().unwrap();
+    assert!(!a.fence_ok(k).await.unwrap());
+    assert!(!a.renew(k).await.unwrap());
+    let r = b.get(k).await.unwrap().unwrap();
     assert_eq!(r.state, Stage::Answered);
     assert_eq!(r.outcome, None);
     assert_eq!(r.holder.as_deref(), Some("node-b"));
-    assert!(b.pending_nonce_of(key, m, id).await.unwrap().is_none());
+    assert!(b.pending_nonce_of(key, k).await.unwrap().is_none());
 
     // b's writes go on; a release with a back-off keeps other nodes' claim loops away
-    assert_eq!(b.reserve_nonce(key, 0, &payload(m, 1)).await.unwrap(), 0);
-    b.add_attempt(key, m, id, &attempt(0, 0)).await.unwrap();
-    assert!(b.fence_ok(m, id).await.unwrap());
-    b.release(m, id, Some(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    assert_eq!(
+        b.reserve_nonce(key, 0, &payload(k.market, 1))
+            .await
+            .unwrap(),
+        0
+    );
+    b.add_attempt(key, k, &attempt(0, 0)).await.unwrap();
+    assert!(b.fence_ok(k).await.unwrap());
+    b.release(k, Some(Duration::from_secs(30))).await.unwrap();
     assert!(
-        a.claimable(&[m], 10).await.unwrap().is_empty(),
+        a.claimable(&[k.market], 10).await.unwrap().is_empty(),
         "backing off"
     );
-    assert!(a.claim(m, id, false).await.unwrap().is_none());
+    assert!(a.claim(k, false).await.unwrap().is_none());
     // an operator's retry (or the node's own) does not wait for the back-off
-    assert!(a.claim(m, id, true).await.unwrap().is_some());
-    a.set_state(m, id, Stage::Confirmed, None).await.unwrap();
-    a.release(m, id, None).await.unwrap();
+    assert!(a.claim(k, true).await.unwrap().is_some());
+    a.set_state(k, Stage::Confirmed, None).await.unwrap();
+    a.release(k, None).await.unwrap();
     assert!(
-        b.claim(m, id, true).await.unwrap().is_none(),
+        b.claim(k, true).await.unwrap().is_none(),
         "a final round is never claimed"
     );
     let (page, _) = b.list_summaries(10, None).await.unwrap();
@@ -581,8 +628,13 @@ async fn nodes_sharing_a_key_never_reserve_the_same_nonce() {
         for j in 0..15u64 {
             let (node, id) = (node.clone(), (i as u64) * 100 + j);
             tasks.push(tokio::spawn(async move {
-                node.manual_request(m, U256::from(id), "wf").await.unwrap();
-                node.claim(m, U256::from(id), true).await.unwrap().unwrap();
+                node.manual_request(RoundKey::new(m, U256::from(id)), "wf")
+                    .await
+                    .unwrap();
+                node.claim(RoundKey::new(m, U256::from(id)), true)
+                    .await
+                    .unwrap()
+                    .unwrap();
                 node.reserve_nonce(key, 3, &payload(m, id)).await.unwrap()
             }));
         }
@@ -695,16 +747,17 @@ async fn the_fence_in_each_statement_refuses_a_stale_holder() {
     let a = pg_store(&pg, "node-a", lease).await;
     let b = pg_store(&pg, "node-b", lease).await;
     let (m, id) = (Address::repeat_byte(5), U256::from(1));
+    let k = RoundKey::new(m, id);
     let key = KeyRef {
         signer: Address::repeat_byte(9),
         chain_id: 1,
     };
-    a.manual_request(m, id, "wf").await.unwrap();
+    a.manual_request(k, "wf").await.unwrap();
     // a takes the round, lets its lease lapse, b takes it over; a keeps its term
-    async fn takeover(a: &PgStore, b: &PgStore, m: Address, id: U256, lease: Duration) {
-        a.claim(m, id, true).await.unwrap().expect("a claims");
+    async fn takeover(a: &PgStore, b: &PgStore, k: RoundKey, lease: Duration) {
+        a.claim(k, true).await.unwrap().expect("a claims");
         tokio::time::sleep(lease + Duration::from_millis(150)).await;
-        b.claim(m, id, false).await.unwrap().expect("b takes over");
+        b.claim(k, false).await.unwrap().expect("b takes over");
     }
     let lost = |r: Result<(), StoreError>| {
         assert!(
@@ -713,30 +766,27 @@ async fn the_fence_in_each_statement_refuses_a_stale_holder() {
         )
     };
 
-    takeover(&a, &b, m, id, lease).await;
+    takeover(&a, &b, k, lease).await;
     lost(a.reserve_nonce(key, 0, &payload(m, 1)).await.map(|_| ()));
     assert_eq!(a.highest_nonce(key).await.unwrap(), None, "no nonce taken");
     assert_eq!(b.reserve_nonce(key, 0, &payload(m, 1)).await.unwrap(), 0);
-    b.add_attempt(key, m, id, &attempt(0, 0)).await.unwrap();
-    b.release(m, id, None).await.unwrap();
+    b.add_attempt(key, k, &attempt(0, 0)).await.unwrap();
+    b.release(k, None).await.unwrap();
 
-    takeover(&a, &b, m, id, lease).await;
-    lost(a.mark_attempt_sent(key, m, id, 0, 0, 5).await);
+    takeover(&a, &b, k, lease).await;
+    lost(a.mark_attempt_sent(key, k, 0, 0, 5).await);
     assert_eq!(b.attempts(key, 0).await.unwrap()[0].sent_block, None);
-    b.mark_attempt_sent(key, m, id, 0, 0, 7).await.unwrap();
+    b.mark_attempt_sent(key, k, 0, 0, 7).await.unwrap();
     assert_eq!(b.attempts(key, 0).await.unwrap()[0].sent_block, Some(7));
-    b.release(m, id, None).await.unwrap();
+    b.release(k, None).await.unwrap();
 
-    takeover(&a, &b, m, id, lease).await;
+    takeover(&a, &b, k, lease).await;
     lost(
         a.finish_nonce(key, 0, NonceState::Lost, None, Some("stale"))
             .await,
     );
     assert_eq!(
-        b.pending_nonce_of(key, m, id)
-            .await
-            .unwrap()
-            .map(|n| n.nonce),
+        b.pending_nonce_of(key, k).await.unwrap().map(|n| n.nonce),
         Some(0),
         "the nonce is still b's and pending"
     );

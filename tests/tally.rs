@@ -59,7 +59,7 @@ fn hand_checked_vector_with_reputation_history() {
         w(3, Some(true), dims(C), rep(88.0, 75.0, 69.0, 5)),
         w(4, None, Dimensions::default(), rep(10.0, 10.0, 10.0, 1)),
     ];
-    let out = tally(U256::from(9), &workers, TieRule::Yes).unwrap();
+    let out = tally(U256::from(9).into(), &workers, TieRule::Yes).unwrap();
     assert!(out.resolution);
     assert_eq!(
         out.dim_scores(),
@@ -77,7 +77,7 @@ fn hand_checked_vector_with_reputation_history() {
     );
     // the report decodes back to the same arrays, in registration order
     let r = decode_report(&out.report()).unwrap();
-    assert_eq!(r.market_id, U256::from(9));
+    assert_eq!(r.market_id, U256::from(9).into());
     assert_eq!(
         r.workers,
         (1..=4).map(Address::repeat_byte).collect::<Vec<_>>()
@@ -103,14 +103,14 @@ fn tie_follows_the_rule() {
             Reputation::default(),
         ),
     ];
-    let yes = tally(U256::ZERO, &workers, TieRule::Yes).unwrap();
+    let yes = tally(U256::ZERO.into(), &workers, TieRule::Yes).unwrap();
     assert!(yes.resolution && yes.tie);
     assert_eq!(yes.weights(), vec![U256::from(10000), U256::from(2500)]);
-    let no = tally(U256::ZERO, &workers, TieRule::No).unwrap();
+    let no = tally(U256::ZERO.into(), &workers, TieRule::No).unwrap();
     assert!(!no.resolution);
     assert_eq!(no.weights(), vec![U256::from(2500), U256::from(10000)]);
     assert_eq!(
-        tally(U256::ZERO, &workers, TieRule::Fail),
+        tally(U256::ZERO.into(), &workers, TieRule::Fail),
         Err(TallyError::Tie { weight: 50.0 })
     );
 }
@@ -126,7 +126,7 @@ fn all_no_round() {
         ),
         w(2, Some(false), dims(B), Reputation::default()),
     ];
-    let out = tally(U256::from(1), &workers, TieRule::Yes).unwrap();
+    let out = tally(U256::from(1).into(), &workers, TieRule::Yes).unwrap();
     assert!(!out.resolution);
     assert_eq!(out.yes_weight, 0.0);
     assert_eq!(out.weights(), vec![U256::from(14000), U256::from(11000)]);
@@ -136,7 +136,7 @@ fn all_no_round() {
 fn degenerate_rounds_fail_clearly() {
     let none = vec![w(1, None, Dimensions::default(), Reputation::default())];
     assert_eq!(
-        tally(U256::ZERO, &none, TieRule::Yes),
+        tally(U256::ZERO.into(), &none, TieRule::Yes),
         Err(TallyError::NoResponders)
     );
     let zero = vec![w(
@@ -146,7 +146,7 @@ fn degenerate_rounds_fail_clearly() {
         Reputation::default(),
     )];
     assert_eq!(
-        tally(U256::ZERO, &zero, TieRule::Yes),
+        tally(U256::ZERO.into(), &zero, TieRule::Yes),
         Err(TallyError::ZeroTotalWeight)
     );
     let dup = vec![
@@ -159,7 +159,7 @@ fn degenerate_rounds_fail_clearly() {
         w(1, None, Dimensions::default(), Reputation::default()),
     ];
     assert!(matches!(
-        tally(U256::ZERO, &dup, TieRule::Yes),
+        tally(U256::ZERO.into(), &dup, TieRule::Yes),
         Err(TallyError::DuplicateWorker { .. })
     ));
     let bad = vec![w(
@@ -169,7 +169,7 @@ fn degenerate_rounds_fail_clearly() {
         Reputation::default(),
     )];
     assert!(matches!(
-        tally(U256::ZERO, &bad, TieRule::Yes),
+        tally(U256::ZERO.into(), &bad, TieRule::Yes),
         Err(TallyError::ScoreOutOfRange {
             field: "resolutionQuality",
             ..
@@ -202,7 +202,7 @@ proptest! {
     fn tally_properties(workers in arb_round(), tie in prop_oneof![Just(TieRule::Yes), Just(TieRule::No)]) {
         let n = workers.len();
         let anyone = workers.iter().any(|w| w.vote.is_some());
-        match tally(U256::from(1), &workers, tie) {
+        match tally(U256::from(1).into(), &workers, tie) {
             Ok(out) => {
                 prop_assert!(anyone);
                 prop_assert_eq!(out.dim_scores().len(), 3 * n);

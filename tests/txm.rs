@@ -12,6 +12,7 @@ use alloy::rpc::types::anvil::ReorgOptions;
 use common::chain::*;
 use common::node::*;
 use common::*;
+use cresolver_store::RoundKey;
 use cresolver_store::{
     AttemptRecord, NonceRecord, NonceState, RoundStore, RoundTxs, Rounds, SqliteStore, Stage,
     block_on,
@@ -31,7 +32,7 @@ type History = Vec<(NonceRecord, Vec<AttemptRecord>)>;
 async fn wait_sent(store: &dyn RoundStore, market: Address, id: U256) -> History {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let h = store.tx_history(market, id).await.unwrap();
+        let h = store.tx_history(RoundKey::new(market, id)).await.unwrap();
         if h.last()
             .and_then(|(_, a)| a.last())
             .is_some_and(|a| a.sent_block.is_some())
@@ -104,7 +105,7 @@ async fn twenty_markets_requested_in_one_block_resolve_exactly_once_with_contigu
         let h = r
             .node
             .store
-            .tx_history(s.dev.contracts.market, *id)
+            .tx_history(RoundKey::new(s.dev.contracts.market, *id))
             .await
             .unwrap();
         assert_eq!(h.len(), 1, "one nonce for market {id}");
@@ -171,7 +172,12 @@ async fn an_underpriced_attempt_is_replaced_at_the_same_nonce_with_higher_fees()
     let _miner = Miner::start(&s, Duration::from_millis(250));
     let report = wait_final(&r.node, market, s.market_id).await;
     assert_eq!(report.state, Stage::Confirmed, "{report:?}");
-    let h = r.node.store.tx_history(market, s.market_id).await.unwrap();
+    let h = r
+        .node
+        .store
+        .tx_history(RoundKey::new(market, s.market_id))
+        .await
+        .unwrap();
     assert_eq!(h.len(), 1, "one nonce");
     let attempts = &h[0].1;
     assert!(attempts.len() >= 2, "replaced: {attempts:?}");
@@ -213,7 +219,12 @@ async fn a_dropped_attempt_is_rebroadcast() {
     p.evm_mine(None).await.unwrap();
     let report = wait_final(&r.node, market, s.market_id).await;
     assert_eq!(report.state, Stage::Confirmed, "{report:?}");
-    let h = r.node.store.tx_history(market, s.market_id).await.unwrap();
+    let h = r
+        .node
+        .store
+        .tx_history(RoundKey::new(market, s.market_id))
+        .await
+        .unwrap();
     assert_eq!(mined_attempt(&h).tx_hash, tx, "the same transaction");
     assert_eq!(h[0].1.len(), 1, "not re-signed");
     r.stop().await;
@@ -242,7 +253,7 @@ async fn wait_final_in(dir: &std::path::Path, market: Address, id: U256) -> Stag
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(store) = SqliteStore::open(&dir.join("data"))
-            && let Ok(Some(r)) = store.get(market, id).await
+            && let Ok(Some(r)) = store.get(RoundKey::new(market, id)).await
             && r.state.is_final()
         {
             return r.state;
@@ -262,14 +273,17 @@ async fn killed_at_then_restarted(point: &str) {
     let stored = SqliteStore::open(&dir.join("data")).unwrap();
     assert_eq!(
         stored
-            .get(market, s.market_id)
+            .get(RoundKey::new(market, s.market_id))
             .await
             .unwrap()
             .unwrap()
             .state,
         Stage::Submitted
     );
-    let h = stored.tx_history(market, s.market_id).await.unwrap();
+    let h = stored
+        .tx_history(RoundKey::new(market, s.market_id))
+        .await
+        .unwrap();
     assert_eq!(h.len(), 1, "one reserved nonce");
     let expected_attempts = if point == "reserved" { 0 } else { 1 };
     assert_eq!(h[0].1.len(), expected_attempts);
@@ -283,7 +297,7 @@ async fn killed_at_then_restarted(point: &str) {
         // the nonce is stored mined, the round not concluded
         let h = SqliteStore::open(&dir.join("data"))
             .unwrap()
-            .tx_history(market, s.market_id)
+            .tx_history(RoundKey::new(market, s.market_id))
             .await
             .unwrap();
         assert_eq!(h[0].0.state, NonceState::Mined);
@@ -301,7 +315,7 @@ async fn killed_at_then_restarted(point: &str) {
     );
     let h = SqliteStore::open(&dir.join("data"))
         .unwrap()
-        .tx_history(market, s.market_id)
+        .tx_history(RoundKey::new(market, s.market_id))
         .await
         .unwrap();
     assert_eq!(h.len(), 1, "the reserved nonce, no second one");
@@ -358,7 +372,10 @@ async fn killed_after_persisting_a_replacement_then_restarted_resolves_once() {
         .expect("node exits after storing the replacement")
         .unwrap();
     assert_eq!(status.code(), Some(97));
-    let h = store.tx_history(market, s.market_id).await.unwrap();
+    let h = store
+        .tx_history(RoundKey::new(market, s.market_id))
+        .await
+        .unwrap();
     assert_eq!(h[0].1.len(), 2, "original and stored replacement");
     assert_eq!(h[0].1[1].sent_block, None, "the replacement was not sent");
 
@@ -369,7 +386,10 @@ async fn killed_after_persisting_a_replacement_then_restarted_resolves_once() {
     assert_eq!(st, Stage::Confirmed);
     assert_eq!(resolved_events(&s).await.len(), 1);
     assert_eq!(nonce(&s, s.dev.accounts[0]).await, before + 1);
-    let h = store.tx_history(market, s.market_id).await.unwrap();
+    let h = store
+        .tx_history(RoundKey::new(market, s.market_id))
+        .await
+        .unwrap();
     assert_eq!(h.len(), 1);
     assert!(mined_attempt(&h).seq >= 1, "a replacement was mined");
 }
@@ -404,7 +424,7 @@ async fn a_nonce_used_behind_the_nodes_back_is_recovered_with_a_fresh_nonce() {
     let before = crash_at(&s, &dir, &wf, "signed").await;
     let reserved = SqliteStore::open(&dir.join("data"))
         .unwrap()
-        .tx_history(market, s.market_id)
+        .tx_history(RoundKey::new(market, s.market_id))
         .await
         .unwrap()[0]
         .0
@@ -422,7 +442,7 @@ async fn a_nonce_used_behind_the_nodes_back_is_recovered_with_a_fresh_nonce() {
     assert_eq!(nonce(&s, resolver).await, before + 2);
     let h = SqliteStore::open(&dir.join("data"))
         .unwrap()
-        .tx_history(market, s.market_id)
+        .tx_history(RoundKey::new(market, s.market_id))
         .await
         .unwrap();
     assert_eq!(h.len(), 2, "{h:?}");
@@ -456,7 +476,7 @@ async fn a_nonce_used_elsewhere_is_lost_only_once_that_is_as_deep_as_a_receipt_m
     tokio::time::sleep(Duration::from_secs(5)).await;
     let h = SqliteStore::open(&dir.join("data"))
         .unwrap()
-        .tx_history(market, s.market_id)
+        .tx_history(RoundKey::new(market, s.market_id))
         .await
         .unwrap();
     let states: Vec<_> = h.iter().map(|(n, _)| (n.nonce, n.state)).collect();
@@ -471,7 +491,7 @@ async fn a_nonce_used_elsewhere_is_lost_only_once_that_is_as_deep_as_a_receipt_m
     assert_eq!(nonce(&s, resolver).await, before + 2);
     let h = SqliteStore::open(&dir.join("data"))
         .unwrap()
-        .tx_history(market, s.market_id)
+        .tx_history(RoundKey::new(market, s.market_id))
         .await
         .unwrap();
     assert_eq!(h[0].0.state, NonceState::Lost);
@@ -507,7 +527,11 @@ async fn a_resolution_reorged_away_before_it_is_deep_enough_is_resubmitted() {
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        r.node.report(market, s.market_id).await.unwrap().state,
+        r.node
+            .report(RoundKey::new(market, s.market_id))
+            .await
+            .unwrap()
+            .state,
         Stage::Submitted,
         "not confirmed without 2 blocks on top"
     );
@@ -526,7 +550,12 @@ async fn a_resolution_reorged_away_before_it_is_deep_enough_is_resubmitted() {
     assert_eq!(report.state, Stage::Confirmed, "{report:?}");
     let events = resolved_events(&s).await;
     assert_eq!(events.len(), 1, "one MarketResolved on the canonical chain");
-    let h = r.node.store.tx_history(market, s.market_id).await.unwrap();
+    let h = r
+        .node
+        .store
+        .tx_history(RoundKey::new(market, s.market_id))
+        .await
+        .unwrap();
     let mined = mined_attempt(&h);
     let rc = p
         .get_transaction_receipt(mined.tx_hash)
@@ -565,7 +594,11 @@ async fn a_request_reorged_away_before_it_is_deep_enough_starts_nothing() {
     .unwrap();
     p.anvil_mine(Some(3), None).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let report = r.node.report(market, s.market_id).await.unwrap();
+    let report = r
+        .node
+        .report(RoundKey::new(market, s.market_id))
+        .await
+        .unwrap();
     assert_eq!(
         report.reason.as_deref(),
         Some("no such round"),
@@ -614,7 +647,11 @@ async fn report_mode_preflight_names_forwarder_reverts_and_sends_nothing() {
     s.dev.request_resolution(s.market_id).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let reason = loop {
-        let rep = r.node.report(market, s.market_id).await.unwrap();
+        let rep = r
+            .node
+            .report(RoundKey::new(market, s.market_id))
+            .await
+            .unwrap();
         if rep.state == Stage::Failed
             && rep
                 .reason
@@ -639,7 +676,7 @@ fn r_store_has_no_nonce(dir: &std::path::Path, market: Address, id: U256) -> boo
     block_on(
         SqliteStore::open(&dir.join("data"))
             .unwrap()
-            .tx_history(market, id),
+            .tx_history(RoundKey::new(market, id)),
     )
     .unwrap()
     .is_empty()

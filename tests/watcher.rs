@@ -11,6 +11,7 @@ use axum::extract::State;
 use common::chain::*;
 use cresolver_chain::watcher::{Trigger, Watcher, WatcherConfig};
 use cresolver_pipeline::store_sink::StoreSink;
+use cresolver_store::RoundKey;
 use cresolver_store::{Checkpoints, Finality, Rounds, SqliteStore, Store};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -61,7 +62,7 @@ async fn confirmations_checkpoint_duplicates_and_rewind() {
     assert_eq!(r.triggers, 1);
     let t = drain(&mut rx);
     assert_eq!(t.len(), 1);
-    assert_eq!(t[0].market_id, s.market_id);
+    assert_eq!(t[0].round.id, s.market_id.into());
     assert_eq!(t[0].question, "Will the reference feed report YES?");
 
     // a second request for the same market: recorded, but no second round
@@ -291,7 +292,7 @@ async fn a_rewind_never_goes_below_the_start_block() {
     assert_eq!(r.from, start);
     let t = drain(&mut rx);
     assert_eq!(t.len(), 1);
-    assert_eq!(t[0].market_id, other);
+    assert_eq!(t[0].round.id, other.into());
 
     // the checkpoint's block was replaced: the rewind stops at the start block
     let key = format!("watch:{market}:wf");
@@ -320,7 +321,11 @@ async fn a_rewind_never_goes_below_the_start_block() {
     assert_eq!(r.from, start, "{r:?}");
     assert!(drain(&mut rx).is_empty());
     assert!(
-        store.get(market, s.market_id).await.unwrap().is_none(),
+        store
+            .get(RoundKey::new(market, s.market_id))
+            .await
+            .unwrap()
+            .is_none(),
         "no round for the request below the start block"
     );
 }
@@ -331,6 +336,7 @@ async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     use cresolver_store::Stage;
     let s = market_with_n_workers(1).await;
     let market = s.dev.contracts.market;
+    let k = RoundKey::new(market, s.market_id);
     let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, mut rx) = mpsc::channel(16);
     let mut w = Watcher::new(
@@ -345,38 +351,32 @@ async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     // the round is done (finalized, as the store believes), but the market is open on
     // chain: a new request is served as a new attempt, the old one kept
     store
-        .set_outcome(market, s.market_id, &json!({"old": "transcript"}))
+        .set_outcome(k, &json!({"old": "transcript"}))
         .await
         .unwrap();
-    store
-        .set_state(market, s.market_id, Stage::Finalized, None)
-        .await
-        .unwrap();
+    store.set_state(k, Stage::Finalized, None).await.unwrap();
     let second = s.dev.request_resolution(s.market_id).await.unwrap();
     let r = w.scan_once(&tx).await.unwrap();
     assert_eq!((r.logs, r.triggers), (1, 1), "{r:?}");
-    let rec = store.get(market, s.market_id).await.unwrap().unwrap();
+    let rec = store.get(k).await.unwrap().unwrap();
     assert_eq!((rec.state, rec.attempt), (Stage::Requested, 2));
     assert_eq!(rec.request_tx, Some(second.transaction_hash));
     assert_eq!(
         rec.outcome, None,
         "the new attempt starts without a transcript"
     );
-    let past = store.past_attempts(market, s.market_id).await.unwrap();
+    let past = store.past_attempts(k).await.unwrap();
     assert_eq!(past.len(), 1);
     assert_eq!((past[0].attempt, past[0].state), (1, Stage::Finalized));
     assert_eq!(past[0].outcome, Some(json!({"old": "transcript"})));
     drain(&mut rx);
 
     // a confirmed round whose market is open on chain: reopened at the submission stage
-    store
-        .set_state(market, s.market_id, Stage::Confirmed, None)
-        .await
-        .unwrap();
+    store.set_state(k, Stage::Confirmed, None).await.unwrap();
     s.dev.request_resolution(s.market_id).await.unwrap();
     let r = w.scan_once(&tx).await.unwrap();
     assert_eq!(r.triggers, 1, "{r:?}");
-    let rec = store.get(market, s.market_id).await.unwrap().unwrap();
+    let rec = store.get(k).await.unwrap().unwrap();
     assert_eq!(
         (rec.state, rec.attempt),
         (Stage::Submitted, 2),
@@ -385,10 +385,7 @@ async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     drain(&mut rx);
 
     // the market is resolved in the very block of the request: ignored
-    store
-        .set_state(market, s.market_id, Stage::Skipped, None)
-        .await
-        .unwrap();
+    store.set_state(k, Stage::Skipped, None).await.unwrap();
     let p = &s.dev.provider;
     p.anvil_set_auto_mine(false).await.unwrap();
     let gwei = 1_000_000_000u128;
@@ -431,7 +428,7 @@ async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     assert_eq!(a.block_number, b.block_number);
     let r = w.scan_once(&tx).await.unwrap();
     assert_eq!((r.logs, r.triggers), (1, 0), "{r:?}");
-    let rec = store.get(market, s.market_id).await.unwrap().unwrap();
+    let rec = store.get(k).await.unwrap().unwrap();
     assert_eq!((rec.state, rec.attempt), (Stage::Skipped, 2));
     assert!(drain(&mut rx).is_empty());
 }

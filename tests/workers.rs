@@ -32,7 +32,7 @@ fn engine(wf: Workflow) -> Engine {
 fn input(slots: Vec<WorkerSlot>) -> RoundInput {
     let n = slots.len();
     RoundInput {
-        market_id: 3,
+        market_id: 3u64.into(),
         question: "Will the reference feed report YES?".into(),
         deadline: None,
         reference_time: 1_780_272_000,

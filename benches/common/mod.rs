@@ -7,6 +7,7 @@ use cresolver_devnet::Devnet;
 use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode};
 use cresolver_node::Node;
 use cresolver_pipeline::config::NodeConfig;
+use cresolver_store::RoundKey;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -184,7 +185,7 @@ pub async fn wait_all_confirmed(
             let mut pending = false;
             let mut failed = Vec::new();
             for id in ids {
-                let r = node.report(market, *id).await?;
+                let r = node.report(RoundKey::new(market, *id)).await?;
                 if !r.state.is_final() || r.reason.as_deref() == Some("no such round") {
                     pending = true;
                 } else if !r.state.is_confirmed() {

@@ -92,7 +92,7 @@ async fn dry_run_cmd(a: DryRunArgs) -> anyhow::Result<ExitCode> {
     let id = a
         .market
         .context("--market N is required (or run with --watch)")?;
-    let r = runner.run_at(id, a.at_block).await?;
+    let r = runner.run_at(id.into(), a.at_block).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

@@ -225,7 +225,7 @@ pub async fn all_rounds(
     loop {
         let (page, next) = store.list_summaries(500, cursor).await?;
         for sum in page {
-            if let Some(rec) = store.get(sum.market, sum.market_id).await? {
+            if let Some(rec) = store.get(sum.key()).await? {
                 out.push(rec);
             }
         }

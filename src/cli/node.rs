@@ -3,6 +3,7 @@
 
 use super::*;
 use cresolver_node::{Node, Preflight};
+use cresolver_store::RoundKey;
 
 /// How long in-flight rounds get to reach a persisted state after the first Ctrl-C or
 /// SIGTERM.
@@ -105,7 +106,7 @@ fn stop_now(node: &Node) -> ! {
     } else {
         let ids: Vec<String> = left
             .iter()
-            .map(|(m, id)| format!("market {id} on {m}"))
+            .map(|k| format!("market {} on {}", k.id, k.market))
             .collect();
         eprintln!(
             "second signal: stopping now; {} round(s) left unfinished: {}. They resume from their last persisted stage when the node starts again.",
@@ -127,13 +128,13 @@ async fn resolve_cmd(
     let _lock = cresolver_node::lock_data_dir(&cfg, "resolve")?;
     let node = Node::build(cfg, Some(signer)).await?;
     let market_addr = node.default_pipeline().market;
-    node.request(market).await?;
-    let mut report = node.run_round(market_addr, market).await?;
+    node.request(market.into()).await?;
+    let mut report = node.run_round(RoundKey::new(market_addr, market)).await?;
     // Transient trouble: the node retries in the background; wait for a final state.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     while !report.state.is_final() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        report = node.report(market_addr, market).await?;
+        report = node.report(RoundKey::new(market_addr, market)).await?;
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -3,6 +3,7 @@
 
 use super::*;
 use cresolver_pipeline::dispatch::{Concurrency, dispatch};
+use cresolver_store::RoundKey;
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("markets").required(true).args(["transcript", "market", "from_block"])))]
@@ -82,24 +83,17 @@ impl TranscriptSource {
 
     /// The transcript of market `id` on `market`, with the name of where it comes from;
     /// `None` when the source has none (a stored round without an outcome has none).
-    pub async fn get(
-        &self,
-        market: Address,
-        id: U256,
-    ) -> anyhow::Result<Option<(Transcript, String)>> {
+    pub async fn get(&self, round: RoundKey) -> anyhow::Result<Option<(Transcript, String)>> {
         match self {
-            Self::Files(files) => Ok(files
-                .iter()
-                .find(|(t, _)| t.market.market == market && t.market.market_id == id)
-                .cloned()),
+            Self::Files(files) => Ok(files.iter().find(|(t, _)| t.market.key() == round).cloned()),
             Self::Store(store, db) => {
-                let Some(rec) = cresolver_store::Rounds::get(store, market, id).await? else {
+                let Some(rec) = cresolver_store::Rounds::get(store, round).await? else {
                     return Ok(None);
                 };
                 if rec.outcome.is_none() {
                     return Ok(None);
                 }
-                let name = format!("{} (round {id})", db.display());
+                let name = format!("{} (round {})", db.display(), round.id);
                 let doc = cresolver_pipeline::transcript::export_document(&rec)?;
                 Ok(Some((Transcript::from_value(doc, Path::new(&name))?, name)))
             }
@@ -268,10 +262,10 @@ impl RequestScan<'_> {
         let (market, to) = (self.market, self.to);
         // With a transcript, its request (a manual one: the block the node read at).
         let known = source
-            .get(market, id)
+            .get(RoundKey::new(market, id))
             .await?
             .map(|(t, _)| replay::RequestRef {
-                market_id: id,
+                market_id: id.into(),
                 block: t.request_block().unwrap_or(t.market.block),
                 tx: t.request.as_ref().and_then(|r| r.tx),
             });
@@ -409,15 +403,20 @@ impl MarketsReplay {
         let (provider, market, chain_id, opts) =
             (&self.provider, self.market, self.chain_id, &self.opts);
         let id = req.market_id;
-        let t = self.source.get(market, id).await?;
+        let t = self.source.get(RoundKey::new(market, id)).await?;
         let mismatch = t.as_ref().and_then(|(t, name)| {
             t.chain_id
                 .filter(|c| *c != chain_id)
                 .map(|c| (c, name.clone()))
         });
         Ok(if let Some((c, name)) = mismatch {
-            let on_chain =
-                replay::onchain_outcome(provider, market, id, req.block, opts.max_range).await?;
+            let on_chain = replay::onchain_outcome(
+                provider,
+                RoundKey::new(market, id),
+                req.block,
+                opts.max_range,
+            )
+            .await?;
             MarketReplay::unavailable(
                 market,
                 id,
@@ -451,8 +450,13 @@ impl MarketsReplay {
             )
             .await?
         } else {
-            let on_chain =
-                replay::onchain_outcome(provider, market, id, req.block, opts.max_range).await?;
+            let on_chain = replay::onchain_outcome(
+                provider,
+                RoundKey::new(market, id),
+                req.block,
+                opts.max_range,
+            )
+            .await?;
             MarketReplay::unavailable(
                 market,
                 id,

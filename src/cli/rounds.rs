@@ -1,6 +1,7 @@
 //! `cresolver rounds`: the node's stored rounds — list, show, export, retry.
 
 use super::*;
+use cresolver_store::RoundKey;
 
 /// A round's state as `--state` takes it: every stage of the store's [`Stage`], by the
 /// name the store, the API and the metrics use.
@@ -178,7 +179,7 @@ async fn rounds_retry(
     let cfg = config.load()?;
     let market = cfg.market()?;
     let store = open_store(&cfg).await?;
-    let Some(rec) = store.get(market, id).await? else {
+    let Some(rec) = store.get(RoundKey::new(market, id)).await? else {
         anyhow::bail!("no round for market {id} on {market} in the store");
     };
     let unresolved = if rec.state.is_resolved() {
@@ -190,7 +191,7 @@ async fn rounds_retry(
                 rec.state.as_str()
             )
         })?;
-        match judge_request(&provider, market, id, None).await {
+        match judge_request(&provider, RoundKey::new(market, id), None).await {
             Ok(ChainWord::Unresolved) => true,
             Ok(ChainWord::Resolved(why)) => anyhow::bail!(
                 "the round of market {id} is {} and {why}: there is nothing to retry",
@@ -250,9 +251,9 @@ async fn rounds_retry(
         );
     }
     let decision = store
-        .manual_request_judged(market, id, &rec.workflow, unresolved)
+        .manual_request_judged(RoundKey::new(market, id), &rec.workflow, unresolved)
         .await?;
-    let now = store.get(market, id).await?.map(|r| r.state);
+    let now = store.get(RoundKey::new(market, id)).await?.map(|r| r.state);
     println!(
         "round of market {id}: {} ({decision:?}); a node runs it when it starts{}",
         now.map_or("?", |s| s.as_str()),
@@ -284,8 +285,8 @@ async fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::R
     let cfg = config.load()?;
     let store = open_store(&cfg).await?;
     let rec = find_round(&cfg, store.as_ref(), id).await?;
-    let txs = store.tx_history(rec.market, rec.market_id).await?;
-    let past = store.past_attempts(rec.market, rec.market_id).await?;
+    let txs = store.tx_history(rec.key()).await?;
+    let past = store.past_attempts(rec.key()).await?;
     if json {
         print_round_document(&rec, &txs, &past)?;
         return Ok(ExitCode::SUCCESS);
@@ -310,14 +311,14 @@ async fn find_round(
 ) -> anyhow::Result<cresolver_store::RoundRecord> {
     Ok(match cfg.chain.market_address {
         Some(m) => store
-            .get(m, id)
+            .get(RoundKey::new(m, id))
             .await?
             .with_context(|| format!("no round for market {id} on {m} in the store"))?,
         None => {
             let mut all: Vec<_> = all_rounds(store)
                 .await?
                 .into_iter()
-                .filter(|r| r.market_id == id)
+                .filter(|r| r.market_id == id.into())
                 .collect();
             match all.len() {
                 0 => anyhow::bail!("no round for market {id} in the store"),
@@ -536,10 +537,7 @@ async fn rounds_export(config: &BaseConfigArgs, out: &Path) -> anyhow::Result<Ex
         }
         match cresolver_pipeline::transcript::export_document(&rec) {
             Ok(doc) => {
-                let path = out.join(cresolver_pipeline::transcript::export_file_name(
-                    rec.market,
-                    rec.market_id,
-                ));
+                let path = out.join(cresolver_pipeline::transcript::export_file_name(rec.key()));
                 std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")
                     .with_context(|| format!("cannot write {}", path.display()))?;
                 written += 1;

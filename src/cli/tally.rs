@@ -1,7 +1,8 @@
 //! `cresolver tally`: the audit tool. Reads a round's inputs as JSON, runs the same tally
 //! as the engine, and prints the resolution, weights, packed scores and report bytes.
 
-use alloy::primitives::{Address, U256};
+use alloy::primitives::Address;
+use cresolver_core::MarketId;
 use cresolver_core::Position;
 use cresolver_core::tally::Vote;
 use cresolver_core::{Dimensions, Reputation, TallyError, TallyWorker, TieRule, tally};
@@ -118,7 +119,7 @@ pub fn run(text: &str) -> Result<Value, TallyInputError> {
         });
     }
     let outcome = tally(
-        U256::from(input.market_id),
+        MarketId::from(input.market_id),
         &workers,
         input.tie.unwrap_or_default(),
     )?;

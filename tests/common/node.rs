@@ -9,6 +9,7 @@ use alloy::sol_types::SolEvent;
 use cresolver_chain::bindings::ICREsolverMarket;
 use cresolver_node::{Node, RoundReport};
 use cresolver_pipeline::config::NodeConfig;
+use cresolver_store::RoundKey;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,7 +95,7 @@ impl Running {
 pub async fn wait_final(node: &Node, market: Address, id: U256) -> RoundReport {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let r = node.report(market, id).await.unwrap();
+        let r = node.report(RoundKey::new(market, id)).await.unwrap();
         if r.state.is_final() && r.reason.as_deref() != Some("no such round") {
             return r;
         }

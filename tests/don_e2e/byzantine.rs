@@ -66,7 +66,7 @@ impl Liar {
             config_version: 1,
             execution_id: exec,
             market: dn.s.dev.contracts.market,
-            market_id: dn.s.market_id,
+            market_id: dn.s.market_id.into(),
             sender: self.key.address(),
             body,
         }

@@ -6,6 +6,7 @@
 use super::*;
 use cresolver_core::don::{Observation, ObservedAnswer, Position, WorkerObservation, execution_id};
 use cresolver_don::wire::{self, Body, Envelope};
+use cresolver_store::RoundKey;
 
 /// How long a DON may take with faults: two attempts (2 s each), the transmission
 /// delays of two ranks (2 s each), the rounds themselves and process start-up.
@@ -16,8 +17,7 @@ pub(super) async fn request(dn: &Dn) -> B256 {
     let chain = dn.s.dev.provider.get_chain_id().await.unwrap();
     execution_id(
         chain,
-        dn.s.dev.contracts.market,
-        dn.s.market_id,
+        RoundKey::new(dn.s.dev.contracts.market, dn.s.market_id),
         r.transaction_hash,
     )
 }
@@ -153,8 +153,7 @@ async fn a_member_the_forwarder_does_not_know_is_left_out_of_the_signatures() {
     let chain = s.dev.provider.get_chain_id().await.unwrap();
     let exec = execution_id(
         chain,
-        s.dev.contracts.market,
-        s.market_id,
+        RoundKey::new(s.dev.contracts.market, s.market_id),
         receipt.transaction_hash,
     );
     let unknown = cresolver_don::config::leader_of(&members, &exec, 0);
@@ -200,7 +199,7 @@ fn lie(dn: &Dn, exec: B256, liar: Address, score: u8) -> Observation {
         config_version: 1,
         execution_id: exec,
         market: dn.s.dev.contracts.market,
-        market_id: dn.s.market_id,
+        market_id: dn.s.market_id.into(),
         observer: liar,
         timestamp: 1,
         workers: dn
@@ -240,7 +239,7 @@ fn liar_envelope(dn: &Dn, exec: B256, liar: Address, body: Body) -> Envelope {
         config_version: 1,
         execution_id: exec,
         market: dn.s.dev.contracts.market,
-        market_id: dn.s.market_id,
+        market_id: dn.s.market_id.into(),
         sender: liar,
         body,
     }
@@ -259,7 +258,7 @@ fn fake_report(dn: &Dn, exec: B256, liar: &PrivateKeySigner) -> (Bytes, Bytes) {
         },
         &cresolver_core::report::ReportMetadata::new(B256::ZERO, "x", Address::ZERO, [0, 1]),
         &cresolver_core::encode_report(
-            dn.s.market_id,
+            dn.s.market_id.into(),
             &dn.s.workers,
             &[U256::from(1); 3],
             &[100; 9],
@@ -417,7 +416,7 @@ async fn an_observation_of_other_workers_is_left_out_not_a_stall() {
             config_version: 1,
             execution_id: exec,
             market: dn.s.dev.contracts.market,
-            market_id: dn.s.market_id,
+            market_id: dn.s.market_id.into(),
             sender: liar.address(),
             body: Body::Observation {
                 observation: own.clone(),

@@ -457,7 +457,7 @@ async fn four_members_resolve_once_through_the_production_forwarder() {
     // the two YES workers weighted, the market resolved YES
     let (_, body) = cresolver_core::report::split_raw_report(&call.rawReport).unwrap();
     let r = cresolver_core::decode_report(body).unwrap();
-    assert_eq!(r.market_id, dn.s.market_id);
+    assert_eq!(r.market_id, dn.s.market_id.into());
     assert_eq!(r.workers, dn.s.workers);
     assert!(r.resolution);
     let events = resolved_events(&dn.s).await;

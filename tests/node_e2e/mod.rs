@@ -10,6 +10,7 @@ use common::chain::*;
 use common::node::*;
 use common::*;
 use cresolver_devnet::agent::{AgentBehaviour, DeterminationMode, FailureMode};
+use cresolver_store::RoundKey;
 use cresolver_store::Stage;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -345,7 +346,7 @@ async fn unauthorized_key_fails_once_with_decoded_reason() {
     // no retry storm: still failed, nothing sent
     assert_eq!(
         r.node
-            .report(s.dev.contracts.market, s.market_id)
+            .report(RoundKey::new(s.dev.contracts.market, s.market_id))
             .await
             .unwrap()
             .state,

@@ -1,13 +1,16 @@
 //! The node killed or crashed at every step, rounds retried, and thousands of unfinished rounds resumed: each market resolved exactly once, no worker asked again.
 
 use super::*;
+use cresolver_store::RoundKey;
 use cresolver_store::{Requests, Rounds};
 
 async fn wait_state(dir: &std::path::Path, s: &MarketSetup, want: impl Fn(Stage) -> bool) -> Stage {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(store) = cresolver_store::SqliteStore::open(&dir.join("data"))
-            && let Ok(Some(r)) = store.get(s.dev.contracts.market, s.market_id).await
+            && let Ok(Some(r)) = store
+                .get(RoundKey::new(s.dev.contracts.market, s.market_id))
+                .await
             && want(r.state)
         {
             return r.state;
@@ -76,7 +79,7 @@ async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction()
     );
     let stored = cresolver_store::SqliteStore::open(&dir.join("data"))
         .unwrap()
-        .get(s.dev.contracts.market, s.market_id)
+        .get(RoundKey::new(s.dev.contracts.market, s.market_id))
         .await
         .unwrap()
         .unwrap();
@@ -94,7 +97,7 @@ async fn crash_between_signing_and_broadcast_rebroadcasts_the_same_transaction()
     assert_eq!(events.len(), 1);
     let done = cresolver_store::SqliteStore::open(&dir.join("data"))
         .unwrap()
-        .get(s.dev.contracts.market, s.market_id)
+        .get(RoundKey::new(s.dev.contracts.market, s.market_id))
         .await
         .unwrap()
         .unwrap();
@@ -150,11 +153,15 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
         let store = cresolver_store::SqliteStore::open(&dir.join("data")).unwrap();
         let m = s.dev.contracts.market;
         store
-            .manual_request(m, s.market_id, "cresolver-resolution")
+            .manual_request(RoundKey::new(m, s.market_id), "cresolver-resolution")
             .await
             .unwrap();
         store
-            .set_state(m, s.market_id, Stage::Failed, Some("failed earlier"))
+            .set_state(
+                RoundKey::new(m, s.market_id),
+                Stage::Failed,
+                Some("failed earlier"),
+            )
             .await
             .unwrap();
     }
@@ -206,8 +213,7 @@ async fn rounds_retry_runs_a_failed_round_now_or_at_the_next_start() {
         let store = cresolver_store::SqliteStore::open(&dir.join("data")).unwrap();
         store
             .set_state(
-                s.dev.contracts.market,
-                s.market_id,
+                RoundKey::new(s.dev.contracts.market, s.market_id),
                 Stage::Failed,
                 Some("failed again"),
             )
@@ -240,8 +246,7 @@ async fn five_thousand_unfinished_rounds_start_and_drain() {
         for i in 0..5000u64 {
             store
                 .manual_request(
-                    s.dev.contracts.market,
-                    U256::from(1_000_000 + i),
+                    RoundKey::new(s.dev.contracts.market, U256::from(1_000_000 + i)),
                     "cresolver-resolution",
                 )
                 .await

@@ -536,7 +536,7 @@ async fn a_round_of_factagora_workers_counts_neutral_as_an_abstention() {
     let engine = Engine::with_evaluator(wf, StageClient::default_http(), Arc::new(RubricEvaluator));
     let out = engine
         .run(&RoundInput {
-            market_id: 42,
+            market_id: 42u64.into(),
             question: request().question,
             deadline: None,
             reference_time: 1_780_272_000,

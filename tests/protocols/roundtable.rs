@@ -685,7 +685,7 @@ async fn a_round_of_round_table_agents_resolves_and_ratifies() {
     let engine = Engine::with_evaluator(wf, StageClient::default_http(), Arc::new(RubricEvaluator));
     let out = engine
         .run(&RoundInput {
-            market_id: 42,
+            market_id: 42u64.into(),
             question: QUESTION.into(),
             deadline: None,
             reference_time: 1_780_272_000,

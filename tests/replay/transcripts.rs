@@ -1,6 +1,7 @@
 //! Replays of recorded rounds: bit for bit under the recorded workflow, named differences under a changed one, an LLM-scored round from its recorded reply.
 
 use super::*;
+use cresolver_store::RoundKey;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_round_is_exported_and_replays_bit_for_bit_and_differences_are_named() {
@@ -113,8 +114,7 @@ async fn check_rounds_export(s: &MarketSetup, dir: &Path, store_args: &[&str]) -
     let out = cli(&args, &[]).await;
     assert!(out.status.success(), "{}", show(&out));
     let file = exported.join(cresolver_pipeline::transcript::export_file_name(
-        s.dev.contracts.market,
-        s.market_id,
+        RoundKey::new(s.dev.contracts.market, s.market_id),
     ));
     assert!(file.is_file(), "{}", show(&out));
     assert_eq!(std::fs::read_dir(&exported).unwrap().count(), 1);
@@ -339,9 +339,9 @@ async fn a_changed_tie_rule_is_named_and_flips_a_tied_market() {
     let node = Node::build(node_config(&s, &dir, wf), Some(s.dev.signers[0].clone()))
         .await
         .unwrap();
-    node.request(s.market_id).await.unwrap();
+    node.request(s.market_id.into()).await.unwrap();
     let report = node
-        .run_round(s.dev.contracts.market, s.market_id)
+        .run_round(RoundKey::new(s.dev.contracts.market, s.market_id))
         .await
         .unwrap();
     assert_eq!(report.state, Stage::Confirmed, "{report:?}");

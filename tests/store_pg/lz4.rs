@@ -3,6 +3,7 @@
 //! operator's own choice.
 
 use super::*;
+use cresolver_store::RoundKey;
 
 /// The compression setting of the three JSON columns (`l` lz4, `p` pglz, empty: the
 /// server's default).
@@ -57,7 +58,7 @@ async fn the_rounds_json_is_switched_to_lz4_at_a_start_when_the_tables_are_free(
         "nothing switched while a table is in use"
     );
     assert!(
-        b.manual_request(Address::repeat_byte(1), U256::from(1), "wf")
+        b.manual_request(RoundKey::new(Address::repeat_byte(1), U256::from(1)), "wf")
             .await
             .is_ok()
     );

@@ -2,6 +2,7 @@
 //! one round and each log is taken once, whoever races whom.
 
 use super::*;
+use cresolver_store::RoundKey;
 
 /// Three watchers record the same request logs at once (as nodes sharing a database
 /// do), and a second request of each market arrives meanwhile: each market gets one
@@ -28,7 +29,7 @@ async fn watchers_recording_the_same_requests_at_once_take_each_market_once() {
             tasks.push(tokio::spawn(async move {
                 start.wait().await;
                 let d = node
-                    .record_request(m, U256::from(i), "wf", &log_of(l))
+                    .record_request(RoundKey::new(m, U256::from(i)), "wf", &log_of(l))
                     .await
                     .unwrap();
                 (i, l, d)
@@ -54,7 +55,11 @@ async fn watchers_recording_the_same_requests_at_once_take_each_market_once() {
             1,
             "market {i}: {ds:?}"
         );
-        let r = nodes[0].get(m, U256::from(i)).await.unwrap().unwrap();
+        let r = nodes[0]
+            .get(RoundKey::new(m, U256::from(i)))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((r.state, r.attempt), (Stage::Requested, 1));
     }
     // both logs of every market are seen, whichever node took them
@@ -89,7 +94,10 @@ async fn a_round_inserted_meanwhile_by_another_node_makes_the_request_already_ha
         .unwrap();
     let recording = tokio::spawn({
         let node = node.clone();
-        async move { node.record_request(m, id, "wf", &log(1)).await }
+        async move {
+            node.record_request(RoundKey::new(m, id), "wf", &log(1))
+                .await
+        }
     });
     // the recording waits on the other node's uncommitted row (`pg_locks` is read anew
     // at each look; `pg_stat_activity` would be read once per transaction)
@@ -112,7 +120,9 @@ async fn a_round_inserted_meanwhile_by_another_node_makes_the_request_already_ha
     );
     assert!(node.log_seen(&log(1)).await.unwrap());
     assert_eq!(
-        node.record_request(m, id, "wf", &log(1)).await.unwrap(),
+        node.record_request(RoundKey::new(m, id), "wf", &log(1))
+            .await
+            .unwrap(),
         RequestDecision::DuplicateLog
     );
 }

@@ -2,6 +2,7 @@
 //! SQLite and PostgreSQL: a round of an old id updated recently is listed.
 
 use super::*;
+use cresolver_store::RoundKey;
 
 /// Rounds 1..=3 of one market; round 1, the oldest, updated at `now`, the others at
 /// 1000 (by `backdate`, which runs SQL on the store's database): a listing since
@@ -10,7 +11,7 @@ async fn updated_filter_contract(s: &dyn RoundStore, backdate: impl Fn(&str)) {
     use cresolver_store::UpdatedBetween;
     let m = Address::repeat_byte(0x51);
     for id in 1..=3u8 {
-        s.record_request(m, U256::from(id), "wf", &log(0x20 + id))
+        s.record_request(RoundKey::new(m, U256::from(id)), "wf", &log(0x20 + id))
             .await
             .unwrap();
     }
@@ -20,7 +21,7 @@ async fn updated_filter_contract(s: &dyn RoundStore, backdate: impl Fn(&str)) {
         "UPDATE rounds SET updated_at = {now} WHERE market_id = '1'"
     ));
     let ids = |page: &[cresolver_store::RoundSummary]| -> Vec<u64> {
-        page.iter().map(|r| r.market_id.to::<u64>()).collect()
+        page.iter().map(|r| r.market_id.to_u64().unwrap()).collect()
     };
     let recent = UpdatedBetween {
         since: Some(now - 60),

@@ -16,7 +16,7 @@ use alloy::primitives::{Address, Bytes, U256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::TransactionRequest;
 use alloy::sol_types::SolCall;
-use cresolver_core::Reputation;
+use cresolver_core::{MarketId, Reputation, RoundKey};
 use serde::Serialize;
 use std::collections::HashSet;
 
@@ -49,7 +49,7 @@ pub struct MarketSnapshot {
     /// The market contract.
     pub market: Address,
     /// The market's id on that contract.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The question the market asks.
     pub question: String,
     /// The reward shared among the workers, in wei.
@@ -87,21 +87,27 @@ pub enum ReadError {
 
 /// Whether the market is resolved at the head (one `getMarket` call): a round judged at
 /// its request block checks this first, so nobody is asked about a market already done.
-pub async fn resolved_at_head(
-    provider: &DynProvider,
-    market: Address,
-    market_id: U256,
-) -> Result<bool, ReadError> {
-    resolved_at(provider, market, market_id, None).await
+pub async fn resolved_at_head(provider: &DynProvider, round: RoundKey) -> Result<bool, ReadError> {
+    resolved_at(provider, round, None).await
+}
+
+impl MarketSnapshot {
+    /// The round the snapshot is of.
+    pub fn key(&self) -> RoundKey {
+        RoundKey {
+            market: self.market,
+            id: self.market_id,
+        }
+    }
 }
 
 /// Whether the market is resolved at `block` (`None`: the head).
 pub async fn resolved_at(
     provider: &DynProvider,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     block: Option<u64>,
 ) -> Result<bool, ReadError> {
+    let (market, market_id) = (round.market, round.id.get());
     let m = ICREsolverMarket::new(market, provider.clone());
     let call = m.getMarket(market_id);
     let call = match block {
@@ -137,7 +143,7 @@ pub async fn resolved_at(
 pub async fn resolved_many(
     provider: &DynProvider,
     multicall: Option<Address>,
-    markets: &[(Address, U256)],
+    markets: &[RoundKey],
     block: Option<u64>,
 ) -> Result<Vec<Result<bool, ReadError>>, ReadError> {
     if markets.is_empty() {
@@ -150,7 +156,14 @@ pub async fn resolved_many(
     };
     let calls = markets
         .iter()
-        .map(|(m, id)| Call::new(*m, ICREsolverMarket::getMarketCall { marketId: *id }))
+        .map(|k| {
+            Call::new(
+                k.market,
+                ICREsolverMarket::getMarketCall {
+                    marketId: k.id.get(),
+                },
+            )
+        })
         .collect();
     let outcomes = reader.batch(calls).await?;
     if outcomes.len() != markets.len() {
@@ -163,14 +176,14 @@ pub async fn resolved_many(
     Ok(outcomes
         .into_iter()
         .zip(markets)
-        .map(|(out, (_, id))| match out {
+        .map(|(out, k)| match out {
             Err(CallFailure::Reverted(RevertReason::Market(
                 ICREsolverMarket::ICREsolverMarketErrors::MarketDoesNotExist(_),
-            ))) => Err(ReadError::MarketDoesNotExist(*id)),
+            ))) => Err(ReadError::MarketDoesNotExist(k.id.get())),
             other => {
                 let t = required::<ICREsolverMarket::getMarketCall>("getMarket", other)?;
                 if t.deadline.is_zero() {
-                    Err(ReadError::MarketDoesNotExist(*id))
+                    Err(ReadError::MarketDoesNotExist(k.id.get()))
                 } else {
                     Ok(t.resolved)
                 }
@@ -188,11 +201,11 @@ fn at_block(block: Option<u64>) -> String {
 /// calls are batched through Multicall3 `aggregate3`.
 pub async fn read_market(
     provider: &DynProvider,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     block: Option<u64>,
     multicall: Option<Address>,
 ) -> Result<MarketSnapshot, ReadError> {
+    let market = round.market;
     let block = match block {
         Some(b) => b,
         None => provider
@@ -205,17 +218,15 @@ pub async fn read_market(
         block: BlockId::number(block),
         multicall,
     };
-    let terms = reader.market_terms(market, market_id).await?;
-    let mut workers = reader
-        .worker_data(market, market_id, &terms.workers)
-        .await?;
+    let terms = reader.market_terms(round).await?;
+    let mut workers = reader.worker_data(round, &terms.workers).await?;
     reader
-        .mark_operators(market, market_id, terms.identity_registry, &mut workers)
+        .mark_operators(round, terms.identity_registry, &mut workers)
         .await;
     let t = terms.market;
     Ok(MarketSnapshot {
         market,
-        market_id,
+        market_id: round.id,
         question: t.question,
         reward_pool: t.rewardPool,
         deadline: t.deadline,
@@ -257,7 +268,8 @@ fn check_worker_list(market_id: U256, addresses: &[Address]) -> Result<(), ReadE
 }
 
 /// The three calls of one worker in round 2: its agent id, stake and reputation.
-fn worker_calls(market: Address, market_id: U256, worker: Address) -> [Call; 3] {
+fn worker_calls(round: RoundKey, worker: Address) -> [Call; 3] {
+    let (market, market_id) = (round.market, round.id.get());
     [
         Call::new(
             market,
@@ -361,11 +373,8 @@ impl Reader<'_> {
     /// Round 1: the market's terms, its workers and its identity registry. A market that
     /// does not exist (a `MarketDoesNotExist` revert, or a zero deadline) is
     /// [`ReadError::MarketDoesNotExist`].
-    async fn market_terms(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<MarketTerms, ReadError> {
+    async fn market_terms(&self, round: RoundKey) -> Result<MarketTerms, ReadError> {
+        let (market, market_id) = (round.market, round.id.get());
         let round1 = self
             .batch(vec![
                 Call::new(
@@ -412,13 +421,12 @@ impl Reader<'_> {
     /// of `addresses` (`market_is_operator` is left `false` for round 3).
     async fn worker_data(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         addresses: &[Address],
     ) -> Result<Vec<WorkerInfo>, ReadError> {
         let calls: Vec<Call> = addresses
             .iter()
-            .flat_map(|&w| worker_calls(market, market_id, w))
+            .flat_map(|&w| worker_calls(round, w))
             .collect();
         let round2 = if calls.is_empty() {
             Vec::new()
@@ -459,11 +467,11 @@ impl Reader<'_> {
     /// every flag `false`.
     async fn mark_operators(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         identity_registry: Address,
         workers: &mut [WorkerInfo],
     ) {
+        let (market, market_id) = (round.market, round.id.get());
         if workers.is_empty() || identity_registry.is_zero() {
             return;
         }

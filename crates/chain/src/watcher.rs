@@ -21,11 +21,11 @@ use crate::reader::{ReadError, resolved_at};
 use crate::rpc_failure::{RpcCause, RpcFailure};
 use crate::scan::LogScanner;
 use alloy::eips::BlockNumberOrTag;
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{Address, B256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::{Filter, Log};
 use alloy::sol_types::SolEvent;
-use cresolver_core::LogRef;
+use cresolver_core::{LogRef, RoundKey};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -34,10 +34,8 @@ use tracing::Instrument;
 /// A recorded trigger that starts (or restarts) a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trigger {
-    /// The market contract.
-    pub market: Address,
-    /// The market's id on that contract.
-    pub market_id: U256,
+    /// The round: the market contract and the market's id on it.
+    pub round: RoundKey,
     /// The question the request carried (empty for a round resumed from the store).
     pub question: String,
     /// The `ResolutionRequested` log that asked for the round; `None` for a round resumed
@@ -86,10 +84,8 @@ pub struct SinkError(pub String);
 /// A `ResolutionRequested` log the watcher saw, with the chain's word on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeenRequest<'a> {
-    /// The market contract.
-    pub market: Address,
-    /// The market's id on that contract.
-    pub market_id: U256,
+    /// The round: the market contract and the market's id on it.
+    pub round: RoundKey,
     /// The watcher's workflow.
     pub workflow: &'a str,
     /// The log's identity and position.
@@ -122,7 +118,7 @@ pub trait WatchSink: Send + Sync {
     async fn log_seen(&self, log: &LogRef) -> Result<bool, SinkError>;
     /// Whether the market's round is done (`confirmed`, `finalized` or `skipped`): only
     /// then is the chain asked whether the market is still unresolved.
-    async fn round_done(&self, market: Address, market_id: U256) -> Result<bool, SinkError>;
+    async fn round_done(&self, round: RoundKey) -> Result<bool, SinkError>;
     /// Records the request (de-duplicated by its log) and decides what it starts.
     async fn record_request(&self, req: SeenRequest<'_>) -> Result<Recorded, SinkError>;
 }
@@ -169,12 +165,11 @@ pub enum ChainWord {
 /// block's state judges at the head alone.
 pub async fn judge_request(
     provider: &DynProvider,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     request_block: Option<u64>,
 ) -> Result<ChainWord, ReadError> {
     if let Some(b) = request_block {
-        match resolved_at(provider, market, market_id, Some(b)).await {
+        match resolved_at(provider, round, Some(b)).await {
             Ok(true) => {
                 return Ok(ChainWord::Resolved(format!(
                     "the market is resolved on chain at the request's block {b}"
@@ -185,7 +180,7 @@ pub async fn judge_request(
             Err(e) => return Err(e),
         }
     }
-    Ok(if resolved_at(provider, market, market_id, None).await? {
+    Ok(if resolved_at(provider, round, None).await? {
         ChainWord::Resolved("the market is resolved on chain (at the head)".into())
     } else {
         ChainWord::Unresolved
@@ -335,28 +330,19 @@ impl Watcher {
             block_number,
             block_hash,
         };
-        let market_id = ev.data.marketId;
+        let round = RoundKey::new(self.cfg.market, ev.data.marketId);
+        let market_id = round.id;
         // a done round is served again only when the chain says the market is open; the
         // chain is read before the log is recorded, so an RPC error leaves it to the
         // next scan
         // (a log seen before — a rescan after a rewind — is a duplicate: no chain read)
         // The two store reads go out together; the round's is only used (and its error
         // only counts) for a log not seen before.
-        let (seen, done) = tokio::join!(
-            self.sink.log_seen(&log_ref),
-            self.sink.round_done(self.cfg.market, market_id)
-        );
+        let (seen, done) = tokio::join!(self.sink.log_seen(&log_ref), self.sink.round_done(round));
         let done = !seen? && done?;
         let mut ignored_because = None;
         let unresolved = if done {
-            match judge_request(
-                &self.provider,
-                self.cfg.market,
-                market_id,
-                Some(block_number),
-            )
-            .await
-            {
+            match judge_request(&self.provider, round, Some(block_number)).await {
                 Ok(ChainWord::Unresolved) => true,
                 Ok(ChainWord::Resolved(why)) => {
                     ignored_because = Some(why);
@@ -374,8 +360,7 @@ impl Watcher {
         let recorded = self
             .sink
             .record_request(SeenRequest {
-                market: self.cfg.market,
-                market_id,
+                round,
                 workflow: &self.cfg.workflow,
                 log: &log_ref,
                 unresolved_on_chain: unresolved,
@@ -390,8 +375,7 @@ impl Watcher {
             }
         }
         Ok(recorded.starts_round.then(|| Trigger {
-            market: self.cfg.market,
-            market_id,
+            round,
             question: ev.data.question.clone(),
             log: Some(log_ref),
         }))

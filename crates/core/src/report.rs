@@ -2,6 +2,7 @@
 //! and the KeystoneForwarder `rawReport` envelope around it (metadata layout of
 //! Chainlink's forwarder 1.0.0: the receiver gets `rawReport[45:109]` and `rawReport[109:]`).
 
+use crate::MarketId;
 use alloy_primitives::{Address, B256, Bytes, FixedBytes, U256};
 use alloy_sol_types::{SolType, sol_data};
 use sha2::{Digest, Sha256};
@@ -18,14 +19,14 @@ type ReportTuple = (
 
 /// Encodes the report body exactly as `abi.encode(marketId, workers, weights, dimScores, resolution)`.
 pub fn encode_report(
-    market_id: U256,
+    market_id: MarketId,
     workers: &[Address],
     weights: &[U256],
     dim_scores: &[u8],
     resolution: bool,
 ) -> Bytes {
     let t = (
-        market_id,
+        market_id.get(),
         workers.to_vec(),
         weights.to_vec(),
         dim_scores.to_vec(),
@@ -38,7 +39,7 @@ pub fn encode_report(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     /// The market the report resolves.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// Every registered worker, in registration order.
     pub workers: Vec<Address>,
     /// Each worker's reward weight, in the order of `workers`.
@@ -66,7 +67,7 @@ pub fn decode_report(bytes: &[u8]) -> Result<Report, ReportError> {
         ReportTuple::abi_decode_params_validate(bytes)
             .map_err(|e| ReportError::Decode(e.to_string()))?;
     Ok(Report {
-        market_id,
+        market_id: market_id.into(),
         workers,
         weights,
         dim_scores,
@@ -167,7 +168,7 @@ mod tests {
             address!("0x00000000000000000000000000000000000000bb"),
         ];
         let bytes = encode_report(
-            U256::from(7),
+            MarketId::from(7u64),
             &w,
             &[U256::from(13400), U256::ZERO],
             &[67, 70, 64, 0, 0, 0],

@@ -4,6 +4,7 @@
 //! registration order — non-responders with weight 0 and scores (0,0,0).
 
 use super::jsmath::js_round;
+use crate::MarketId;
 use crate::Position;
 use alloy_primitives::{Address, U256};
 use serde::{Deserialize, Serialize};
@@ -246,7 +247,7 @@ pub struct WorkerResult {
 #[serde(rename_all = "camelCase")]
 pub struct TallyOutcome {
     /// The market the tally resolves.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The outcome: `true` for YES.
     pub resolution: bool,
     /// The summed vote weight of the YES votes.
@@ -381,7 +382,7 @@ pub enum TallyError {
 
 /// Runs the tally over the registered workers, in registration order.
 pub fn tally(
-    market_id: U256,
+    market_id: MarketId,
     workers: &[TallyWorker],
     tie: TieRule,
 ) -> Result<TallyOutcome, TallyError> {
@@ -508,7 +509,7 @@ mod tests {
 
     fn outcome(weights: &[u64]) -> TallyOutcome {
         TallyOutcome {
-            market_id: U256::ZERO,
+            market_id: MarketId::ZERO,
             resolution: true,
             yes_weight: 2.0,
             no_weight: 0.5,

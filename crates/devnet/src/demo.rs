@@ -8,6 +8,7 @@ use crate::{Devnet, RegisteredAgent};
 use alloy::primitives::{Address, B256, U256, utils::format_ether, utils::parse_ether};
 use cresolver_node::{Node, RoundReport};
 use cresolver_pipeline::config::NodeConfig;
+use cresolver_store::RoundKey;
 use cresolver_store::Stage;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -138,7 +139,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoSummary> {
     );
     dev.request_resolution(market_id).await?;
     let market = dev.contracts.market;
-    let report = wait_for_final(&node, market, market_id, opts.progress).await?;
+    let report = wait_for_final(&node, RoundKey::new(market, market_id), opts.progress).await?;
     let _ = stop_tx.send(());
     let _ = runner.await;
 
@@ -230,14 +231,14 @@ fn node_config(dev: &Devnet, dir: &std::path::Path) -> anyhow::Result<NodeConfig
 /// each new state; an error after 120 s.
 async fn wait_for_final(
     node: &Node,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     progress: bool,
 ) -> anyhow::Result<RoundReport> {
+    let (market, market_id) = (round.market, round.id.get());
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut last = None;
     loop {
-        let r = node.report(market, market_id).await?;
+        let r = node.report(RoundKey::new(market, market_id)).await?;
         if last != Some(r.state) && r.reason.as_deref() != Some("no such round") {
             say(progress, &format!("round state: {}", r.state.as_str()));
             last = Some(r.state);

@@ -153,7 +153,7 @@ impl Books {
 mod tests {
     use super::*;
     use crate::wire::{Body, VoteKind};
-    use alloy::primitives::{Bytes, U256};
+    use alloy::primitives::Bytes;
 
     fn vote(sender: Address, exec: B256) -> Envelope {
         Envelope {
@@ -161,7 +161,7 @@ mod tests {
             config_version: 1,
             execution_id: exec,
             market: Address::ZERO,
-            market_id: U256::ZERO,
+            market_id: cresolver_core::MarketId::ZERO,
             sender,
             body: Body::Vote {
                 round: 0,

@@ -5,7 +5,8 @@
 //! Bounded: the newest [`DECIDED_SHOWN`] are kept.
 
 use crate::agreed::Agreed;
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{Address, B256};
+use cresolver_core::MarketId;
 use lru::LruCache;
 use serde::Serialize;
 use std::num::NonZeroUsize;
@@ -26,7 +27,7 @@ pub struct DecidedExecution {
     pub market: Address,
     /// The market id (hex quantity, as the store shows it).
     #[schema(value_type = String, pattern = "^0x[0-9a-f]+$")]
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The consensus round (epoch) whose precommits decided the set.
     pub round: u32,
     /// The leader of that round, which proposed the set.
@@ -133,7 +134,7 @@ mod tests {
         DecidedExecution {
             execution_id: B256::repeat_byte(i),
             market: Address::repeat_byte(1),
-            market_id: U256::from(i),
+            market_id: MarketId::from(i as u64),
             round: 0,
             leader: Address::repeat_byte(2),
             leader_changes: Some(u32::from(i)),

@@ -4,7 +4,8 @@
 
 use crate::persist::PersistError;
 use crate::wire::WireError;
-use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::primitives::{Address, B256, Bytes};
+use cresolver_core::RoundKey;
 use cresolver_core::don::{Aggregate, Observation};
 use serde::Serialize;
 use std::sync::Arc;
@@ -34,10 +35,8 @@ pub enum BuildError {
 pub struct Job {
     /// The execution id (the forwarder's `workflowExecutionId`).
     pub execution_id: B256,
-    /// The market contract.
-    pub market: Address,
-    /// The market id.
-    pub market_id: U256,
+    /// The round: the market contract and the market id.
+    pub round: RoundKey,
     /// This member's observation (used when none is stored for the execution yet).
     pub observation: Observation,
     /// The market's registered workers, in registration order.

@@ -5,9 +5,10 @@
 //! signatures carry signatures of their own (over their canonical digests), so that a
 //! leader can forward them and every member can check them.
 
-use alloy::primitives::{Address, B256, Bytes, Signature, U256, keccak256};
+use alloy::primitives::{Address, B256, Bytes, Signature, keccak256};
 use alloy::signers::SignerSync;
 use alloy::signers::local::PrivateKeySigner;
+use cresolver_core::MarketId;
 use cresolver_core::don::Observation;
 use cresolver_metrics::RefuseReason;
 use serde::{Deserialize, Serialize};
@@ -134,7 +135,7 @@ pub struct Envelope {
     /// Its market contract.
     pub market: Address,
     /// Its market id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The member that sent (and signed) it.
     pub sender: Address,
     /// What it says.

@@ -8,7 +8,7 @@ pub mod recorded;
 pub mod rubric;
 
 use alloy_primitives::Address;
-use cresolver_core::Dimensions;
+use cresolver_core::{Dimensions, MarketId};
 use cresolver_workers::ResolveAnswer;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -34,8 +34,9 @@ pub struct EvalWorker {
 /// Everything an evaluator may look at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalInput {
-    /// The market whose round is evaluated.
-    pub market_id: u64,
+    /// The market whose round is evaluated (a JSON number, as the worker protocols carry it).
+    #[serde(with = "cresolver_core::round_key::as_number")]
+    pub market_id: MarketId,
     /// The market's question, as the workers received it.
     pub question: String,
     /// The valid responders, in the order their scores are returned.

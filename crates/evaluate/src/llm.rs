@@ -167,7 +167,7 @@ impl Evaluator for LlmEvaluator {
             let body = Bytes::from(self.request_body(input).to_string());
             let prompt_cuts = user_prompt(input, self.cfg.max_prompt_chars).1;
             for cut in &prompt_cuts {
-                tracing::info!(market = input.market_id, "{cut}");
+                tracing::info!(market = %input.market_id, "{cut}");
             }
             let mut attempts = Vec::new();
             let mut backoff = self.cfg.retry_backoff;

@@ -429,11 +429,19 @@ mod tests {
     fn input(workers: Vec<EvalWorker>) -> EvalInput {
         // 2026-06-01
         EvalInput {
-            market_id: 1,
+            market_id: 1u64.into(),
             question: "q".into(),
             workers,
             reference_time: 1_780_272_000,
         }
+    }
+
+    #[test]
+    fn the_input_carries_the_market_id_as_a_json_number() {
+        let v = serde_json::to_value(input(vec![])).unwrap();
+        assert_eq!(v["market_id"], serde_json::json!(1));
+        let back: EvalInput = serde_json::from_value(v).unwrap();
+        assert_eq!(back, input(vec![]));
     }
 
     const RICH: &str = "First, ETF inflows reached $4.2B in March 2026 because institutions rotated. \

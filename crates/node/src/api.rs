@@ -17,6 +17,8 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use cresolver_store::MarketId;
+use cresolver_store::RoundKey;
 use cresolver_store::{PastAttempt, RoundRecord, RoundSummary};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -343,9 +345,11 @@ async fn get_round(State(s): State<ApiState>, Path(raw): Path<String>) -> Respon
     };
     let (store, market) = (s.store.clone(), s.market);
     let round = async {
-        let round = store.get(market, market_id).await?;
-        let txs = store.tx_history(market, market_id).await?;
-        let past = store.past_attempts(market, market_id).await?;
+        let round = store.get(RoundKey::new(market, market_id)).await?;
+        let txs = store.tx_history(RoundKey::new(market, market_id)).await?;
+        let past = store
+            .past_attempts(RoundKey::new(market, market_id))
+            .await?;
         Ok::<_, cresolver_store::StoreError>(round.map(|r| (r, txs, past)))
     }
     .await;
@@ -448,7 +452,7 @@ async fn resolve(State(s): State<ApiState>, req: Request) -> Response {
         }
     };
     let market_id = match parse_trigger_body(&body) {
-        Ok(id) => id,
+        Ok(id) => MarketId::from(id),
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
     match s.trigger.try_send(ManualTrigger { market_id }) {

@@ -4,11 +4,12 @@
 //! `agree` and `transmit` steps are in `round::don`.
 
 use crate::Pipeline;
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{Address, B256};
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_metrics::Metrics;
 use cresolver_pipeline::config::NodeConfig;
 use cresolver_pipeline::transcript::{DonMemberRecord, DonRecord};
+use cresolver_store::MarketId;
 use std::sync::Arc;
 
 use cresolver_core::don::{Observation, ObservedAnswer, Position, WorkerObservation};
@@ -115,7 +116,7 @@ pub(super) fn member(
 /// registration order, its answer reduced to position, confidence and the three scores.
 pub(crate) fn observe(
     outcome: &cresolver_pipeline::round::RoundOutcome,
-    binding: (u32, u32, B256, Address, U256),
+    binding: (u32, u32, B256, Address, MarketId),
     observer: Address,
 ) -> Observation {
     let workers = outcome
@@ -170,7 +171,7 @@ pub(crate) fn observe(
 /// those that did answer this member.
 pub(crate) fn observe_failed(
     stage: &cresolver_workers::fanout::ResolveStage,
-    binding: (u32, u32, B256, Address, U256),
+    binding: (u32, u32, B256, Address, MarketId),
     observer: Address,
 ) -> Observation {
     let workers = stage
@@ -193,7 +194,7 @@ pub(crate) fn observe_failed(
 
 /// An observation of `workers` by `observer`, bound to the round, stamped now.
 fn observation(
-    binding: (u32, u32, B256, Address, U256),
+    binding: (u32, u32, B256, Address, MarketId),
     observer: Address,
     workers: Vec<WorkerObservation>,
 ) -> Observation {

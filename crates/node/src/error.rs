@@ -2,8 +2,9 @@
 //! start-up (configuration, key, store, chain, market, DON, listeners) and for the
 //! manual trigger.
 
-use alloy::primitives::{Address, U256};
+use alloy::primitives::Address;
 use cresolver_chain::reader::ReadError;
+use cresolver_store::MarketId;
 use cresolver_submit::SubmitError;
 
 /// Why the node could not start, or could not serve a request.
@@ -121,7 +122,7 @@ pub enum NodeError {
     #[error("cannot read market {market_id} on chain to judge the request: {error} (try again)")]
     Judge {
         /// The market asked for.
-        market_id: U256,
+        market_id: MarketId,
         /// What the read met.
         error: ReadError,
     },

@@ -8,12 +8,13 @@
 //! nodes of a cluster may all watch and exactly one makes each change; the change is
 //! persisted before anything is re-sent. Restarted, the watch resumes from the store.
 
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{Address, B256};
 use alloy::providers::DynProvider;
 use cresolver_chain::finality::{Finalized, canonical_hash, finalized};
 use cresolver_chain::reader::{ReadError, resolved_many};
 use cresolver_metrics::{FinalityEvent, Metrics};
 use cresolver_pipeline::transcript::{FinalityRecord, ReorgRecord, Transcript};
+use cresolver_store::RoundKey;
 use cresolver_store::{FinalityStore, Watched};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,9 +54,9 @@ pub struct Pass {
     /// `confirmed` rounds looked at.
     pub watched: usize,
     /// Rounds marked `finalized` this pass.
-    pub finalized: Vec<(Address, U256)>,
+    pub finalized: Vec<RoundKey>,
     /// Rounds reopened at the submission stage (their drive must run again).
-    pub reopened: Vec<(Address, U256)>,
+    pub reopened: Vec<RoundKey>,
     /// The final block the pass judged by (`None`: not known this pass).
     pub at: Option<Finalized>,
 }
@@ -71,7 +72,7 @@ pub struct FinalityWatch {
     multicall: Option<Address>,
     /// Rounds without their block known unresolved at a final block (its number): not
     /// asked there again. Only rounds still watched are kept.
-    unresolved_at_final: tokio::sync::Mutex<HashMap<(Address, U256), u64>>,
+    unresolved_at_final: tokio::sync::Mutex<HashMap<RoundKey, u64>>,
 }
 
 impl FinalityWatch {
@@ -113,7 +114,7 @@ impl FinalityWatch {
         // rounds mined in one block share one look at it
         let mut hashes: HashMap<u64, Option<B256>> = HashMap::new();
         for w in rounds {
-            let verdict = match by_market.remove(&(w.market, w.market_id)) {
+            let verdict = match by_market.remove(&w.key()) {
                 Some(v) => v,
                 None => self.verdict(&w, &fin, &mut hashes).await,
             };
@@ -128,12 +129,12 @@ impl FinalityWatch {
                 Verdict::Watching => {}
                 Verdict::Final => {
                     if self.finalize(&w, &fin).await? {
-                        pass.finalized.push((w.market, w.market_id));
+                        pass.finalized.push(w.key());
                     }
                 }
                 Verdict::Reorged(why) => {
                     if self.reopen(&w, &fin, why).await? {
-                        pass.reopened.push((w.market, w.market_id));
+                        pass.reopened.push(w.key());
                     }
                 }
             }
@@ -152,21 +153,19 @@ impl FinalityWatch {
         &self,
         rounds: &[&Watched],
         fin: &Finalized,
-    ) -> HashMap<(Address, U256), Result<Verdict, FinalityError>> {
+    ) -> HashMap<RoundKey, Result<Verdict, FinalityError>> {
         let mut out = HashMap::new();
         if rounds.is_empty() {
             self.unresolved_at_final.lock().await.clear();
             return out;
         }
-        let mined_block: HashMap<(Address, U256), Option<u64>> = rounds
-            .iter()
-            .map(|w| ((w.market, w.market_id), w.mined_block))
-            .collect();
+        let mined_block: HashMap<RoundKey, Option<u64>> =
+            rounds.iter().map(|w| (w.key(), w.mined_block)).collect();
         let mut known = self.unresolved_at_final.lock().await;
         known.retain(|k, _| mined_block.contains_key(k));
-        let ask: Vec<(Address, U256)> = rounds
+        let ask: Vec<RoundKey> = rounds
             .iter()
-            .map(|w| (w.market, w.market_id))
+            .map(|w| w.key())
             .filter(|k| known.get(k) != Some(&fin.number))
             .collect();
         let at_final = match resolved_many(&self.provider, self.multicall, &ask, Some(fin.number))
@@ -181,7 +180,7 @@ impl FinalityWatch {
         let mut at_head_asked = Vec::new();
         let mut answers: HashMap<_, _> = ask.into_iter().zip(at_final).collect();
         for w in rounds {
-            let key = (w.market, w.market_id);
+            let key = w.key();
             match answers.remove(&key) {
                 Some(Ok(true)) => {
                     out.insert(key, Ok(Verdict::Final));
@@ -210,8 +209,8 @@ impl FinalityWatch {
                 return out;
             }
         };
-        for ((market, market_id), r) in at_head_asked.into_iter().zip(at_head) {
-            let block = mined_block.get(&(market, market_id)).copied().flatten();
+        for (key, r) in at_head_asked.into_iter().zip(at_head) {
+            let block = mined_block.get(&key).copied().flatten();
             let verdict = match r {
                 Ok(true) => Ok(Verdict::Watching),
                 Ok(false) => Ok(Verdict::Reorged(format!(
@@ -221,7 +220,7 @@ impl FinalityWatch {
                 ))),
                 Err(e) => Err(FinalityError::Read(e)),
             };
-            out.insert((market, market_id), verdict);
+            out.insert(key, verdict);
         }
         out
     }
@@ -269,11 +268,7 @@ impl FinalityWatch {
         w: &Watched,
         edit: impl FnOnce(&mut FinalityRecord),
     ) -> Result<Option<serde_json::Value>, FinalityError> {
-        let stored = self
-            .store
-            .get(w.market, w.market_id)
-            .await?
-            .and_then(|r| r.outcome);
+        let stored = self.store.get(w.key()).await?.and_then(|r| r.outcome);
         let Some(mut t) = stored.and_then(|v| serde_json::from_value::<Transcript>(v).ok()) else {
             return Ok(None);
         };
@@ -310,7 +305,7 @@ impl FinalityWatch {
             .await?;
         let moved = self
             .store
-            .set_finalized(w.market, w.market_id, transcript.as_ref())
+            .set_finalized(w.key(), transcript.as_ref())
             .await?;
         if moved {
             self.metrics.finality_event(FinalityEvent::Finalized);
@@ -341,7 +336,7 @@ impl FinalityWatch {
             .await?;
         let moved = self
             .store
-            .reopen_submission(w.market, w.market_id, &reason, transcript.as_ref())
+            .reopen_submission(w.key(), &reason, transcript.as_ref())
             .await?;
         if moved {
             self.metrics.finality_event(FinalityEvent::Reorged);
@@ -354,7 +349,7 @@ impl FinalityWatch {
     /// rounds it reopens are sent on `reopened` to be driven again.
     pub async fn run(
         self,
-        reopened: tokio::sync::mpsc::Sender<(Address, U256)>,
+        reopened: tokio::sync::mpsc::Sender<RoundKey>,
         stop: tokio_util::sync::CancellationToken,
         mut wake: watch::Receiver<u64>,
         every: Duration,

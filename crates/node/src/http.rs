@@ -5,6 +5,7 @@ use alloy::primitives::{Address, U256};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cresolver_metrics::Metrics;
+use cresolver_store::MarketId;
 use cresolver_store::RoundStore;
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use tokio::sync::mpsc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ManualTrigger {
     /// The market to resolve.
-    pub market_id: U256,
+    pub market_id: MarketId,
 }
 
 /// What the handlers share.

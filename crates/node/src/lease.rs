@@ -4,8 +4,9 @@
 //! refused, or none made within two thirds of the lease (the node then cannot know it
 //! still holds the round). A local store's claim is the in-process one.
 
-use alloy::primitives::{Address, U256};
+use alloy::primitives::Address;
 use cresolver_metrics::{LeaseEvent, Metrics};
+use cresolver_store::{MarketId, RoundKey};
 use cresolver_store::{RoundStore, StoreError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ pub(crate) struct Keeper<'a> {
 /// A round this node holds, its lease renewed until it is released (or dropped).
 pub(crate) struct Held {
     market: Address,
-    market_id: U256,
+    market_id: MarketId,
     /// Cancelled when the lease is lost.
     lost: CancellationToken,
     /// The renewal task (shared stores), aborted when the round is let go.
@@ -41,14 +42,14 @@ impl Keeper<'_> {
     /// Claims the round (`direct`: a trigger, a retry or an operator, which the
     /// back-off of a released round does not hold up). `None`: another node holds it,
     /// or it is final.
-    pub async fn claim(
-        &self,
-        market: Address,
-        market_id: U256,
-        direct: bool,
-    ) -> Result<Option<Held>, StoreError> {
+    pub async fn claim(&self, round: RoundKey, direct: bool) -> Result<Option<Held>, StoreError> {
+        let (market, market_id) = (round.market, round.id);
         let claimed_at = Instant::now();
-        let Some(lease) = self.store.claim(market, market_id, direct).await? else {
+        let Some(lease) = self
+            .store
+            .claim(RoundKey::new(market, market_id), direct)
+            .await?
+        else {
             return Ok(None);
         };
         if self.store.shared() {
@@ -62,12 +63,11 @@ impl Keeper<'_> {
         }
         self.metrics.set_leases_held(self.store.held() as u64);
         let lost = CancellationToken::new();
-        // aborted with the Held, also when the node drops the drive (shutdown, a test)
+        // aborted with the Held, also when the node drops the drive (RoundKey::new(shutdown, a test))
         let renewal = self.store.shared().then(|| {
             AbortOnDropHandle::new(tokio::spawn(renew(
                 self.store.clone(),
-                market,
-                market_id,
+                RoundKey::new(market, market_id),
                 claimed_at,
                 lost.clone(),
             )))
@@ -87,7 +87,11 @@ impl Keeper<'_> {
     pub async fn release(&self, held: Held, retry_after: Option<Duration>) {
         let (market, market_id) = (held.market, held.market_id);
         drop(held);
-        if let Err(e) = self.store.release(market, market_id, retry_after).await {
+        if let Err(e) = self
+            .store
+            .release(RoundKey::new(market, market_id), retry_after)
+            .await
+        {
             tracing::warn!(market_id = %market_id, error = %e, "cannot release the round's lease: it expires by itself");
         }
         self.metrics.set_leases_held(self.store.held() as u64);
@@ -99,11 +103,11 @@ impl Keeper<'_> {
 /// two thirds of the lease (the node cannot know it still holds it, so it stops first).
 async fn renew(
     store: Arc<dyn RoundStore>,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     claimed_at: Instant,
     lost: CancellationToken,
 ) {
+    let (market, market_id) = (round.market, round.id);
     let lease = store.lease_duration();
     let every = lease / 3;
     // The drive stops at two thirds of a lease after the last renewal that succeeded,
@@ -117,7 +121,7 @@ async fn renew(
         }
         let sent = Instant::now();
         let budget = deadline.saturating_duration_since(sent).min(every);
-        match tokio::time::timeout(budget, store.renew(market, market_id)).await {
+        match tokio::time::timeout(budget, store.renew(RoundKey::new(market, market_id))).await {
             Ok(Ok(true)) => deadline = sent + lease * 2 / 3,
             Ok(Ok(false)) => {
                 tracing::warn!(market_id = %market_id, "lease renewal refused: another node holds the round");

@@ -30,7 +30,7 @@ pub use setup::{DataDirLock, lock_data_dir, open_store, txm_config};
 pub use submission::Submission;
 
 use alloy::network::EthereumWallet;
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{Address, B256};
 use alloy::providers::DynProvider;
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_chain::discovery::DiscoveryConfig;
@@ -40,6 +40,7 @@ use cresolver_metrics::{LeaseEvent, Metrics, StopReason, TimedStage};
 use cresolver_pipeline::config::{NodeConfig, default_confirmations, is_dev_chain};
 use cresolver_pipeline::round::Engine;
 use cresolver_pipeline::workflow::Workflow;
+use cresolver_store::{MarketId, RoundKey};
 use cresolver_store::{RoundStore, Stage};
 use cresolver_submit::Submitter;
 use cresolver_submit::txm::TxManager;
@@ -75,7 +76,7 @@ pub struct RoundReport {
     /// The market contract.
     pub market: Address,
     /// The market's id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The round's stage.
     pub state: Stage,
     /// Why it failed or was skipped (or paused).
@@ -281,17 +282,16 @@ impl Node {
     /// ([`Self::default_pipeline`]). A round
     /// that is done is served again only when the chain says the market is unresolved;
     /// otherwise the request is ignored with that reason.
-    pub async fn request(&self, market_id: U256) -> Result<Option<Trigger>, NodeError> {
+    pub async fn request(&self, market_id: MarketId) -> Result<Option<Trigger>, NodeError> {
         let p = self.default_pipeline();
+        let round = RoundKey::new(p.market, market_id);
         let done = self
             .store
-            .get(p.market, market_id)
+            .get(round)
             .await?
             .is_some_and(|r| r.state.is_resolved());
         let unresolved = if done {
-            match cresolver_chain::watcher::judge_request(&self.provider, p.market, market_id, None)
-                .await
-            {
+            match cresolver_chain::watcher::judge_request(&self.provider, round, None).await {
                 Ok(cresolver_chain::watcher::ChainWord::Unresolved) => true,
                 Ok(cresolver_chain::watcher::ChainWord::Resolved(why)) => {
                     tracing::info!(market_id = %market_id, reason = %why, "manual resolution request ignored: the market is resolved on chain");
@@ -304,49 +304,50 @@ impl Node {
         };
         let d = self
             .store
-            .manual_request_judged(p.market, market_id, &p.workflow.name, unresolved)
+            .manual_request_judged(
+                RoundKey::new(p.market, market_id),
+                &p.workflow.name,
+                unresolved,
+            )
             .await?;
         tracing::info!(market_id = %market_id, decision = ?d, "manual resolution request");
         // A manual request also resumes an unfinished round that is not running.
         let unfinished = self
             .store
-            .get(p.market, market_id)
+            .get(round)
             .await?
             .is_some_and(|r| !r.state.is_final());
         Ok((d.starts_round() || unfinished).then(|| Trigger {
-            market: p.market,
-            market_id,
+            round,
             question: String::new(),
             log: None,
         }))
     }
 
     /// Runs (or resumes) the round of one market to a final or persisted state.
-    pub async fn run_round(
-        self: &Arc<Self>,
-        market: Address,
-        market_id: U256,
-    ) -> Result<RoundReport, NodeError> {
-        self.run_round_as(market, market_id, Claim::Direct).await
+    pub async fn run_round(self: &Arc<Self>, round: RoundKey) -> Result<RoundReport, NodeError> {
+        self.run_round_as(round, Claim::Direct).await
     }
 
     /// [`Self::run_round`], claiming the round's lease first: `Claim::FromStore` (the
     /// claim loop) respects the back-off a paused round was released with.
     async fn run_round_as(
         self: &Arc<Self>,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         how: Claim,
     ) -> Result<RoundReport, NodeError> {
-        let key = (market, market_id);
+        let (market, market_id) = (round.market, round.id);
+        let key = RoundKey::new(market, market_id);
         if !self.schedule.enter(key) {
-            return self.report(market, market_id).await;
+            return self.report(RoundKey::new(market, market_id)).await;
         }
         let _slot = self.schedule.slot().await;
         let started = Instant::now();
-        let result = self.drive_leased(market, market_id, how).await;
+        let result = self
+            .drive_leased(RoundKey::new(market, market_id), how)
+            .await;
         if self.schedule.leave(key) {
-            self.drive_again(market, market_id);
+            self.drive_again(round);
         }
         self.metrics
             .observe_stage(TimedStage::Round, started.elapsed().as_secs_f64());
@@ -354,12 +355,12 @@ impl Node {
             Ok(Some(driven)) => driven.from,
             Ok(None) => {
                 tracing::debug!(market_id = %market_id, "round held by another node (or final): not run here");
-                return self.report(market, market_id).await;
+                return self.report(RoundKey::new(market, market_id)).await;
             }
             Err((_, e)) if e.kind() == StepKind::LeaseLost => {
                 self.metrics.lease_event(LeaseEvent::Lost);
                 tracing::warn!(market_id = %market_id, node = self.store.node_id(), "lease lost: another node drives this round now; this node stopped it and wrote nothing more");
-                return self.report(market, market_id).await;
+                return self.report(RoundKey::new(market, market_id)).await;
             }
             Err((stage, e)) => {
                 // a drive stopped from outside (a progress that could not be stored) or
@@ -367,7 +368,7 @@ impl Node {
                 // the store is what is failing (the retry is scheduled regardless)
                 let stage = match stage {
                     Some(s) => s,
-                    None => match self.store.get(market, market_id).await {
+                    None => match self.store.get(RoundKey::new(market, market_id)).await {
                         Ok(Some(r)) => r.state,
                         _ => Stage::Requested,
                     },
@@ -375,11 +376,11 @@ impl Node {
                 self.metrics
                     .round_stopped(labels::round_state(stage), StopReason::Retry);
                 tracing::warn!(market_id = %market_id, stage = stage.as_str(), reason = %e.reason(), "round paused on a transient error; will retry");
-                self.schedule_retry(market, market_id);
-                return self.report(market, market_id).await;
+                self.schedule_retry(round);
+                return self.report(RoundKey::new(market, market_id)).await;
             }
         };
-        let r = self.report(market, market_id).await?;
+        let r = self.report(RoundKey::new(market, market_id)).await?;
         if let Some(why) = labels::stop_reason(r.state) {
             self.metrics.round_stopped(labels::round_state(from), why);
             let reason = r.reason.as_deref().unwrap_or("");
@@ -403,27 +404,30 @@ impl Node {
     /// renewed within the lease: the node then cannot know it still holds it).
     async fn drive_leased(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         how: Claim,
     ) -> Result<Option<round::Driven>, (Option<Stage>, StepError)> {
+        let (market, market_id) = (round.market, round.id);
         let keeper = lease::Keeper {
             store: &self.store,
             metrics: &self.metrics,
         };
-        let held = match keeper.claim(market, market_id, how == Claim::Direct).await {
+        let held = match keeper
+            .claim(RoundKey::new(market, market_id), how == Claim::Direct)
+            .await
+        {
             Ok(Some(h)) => h,
             Ok(None) => return Ok(None),
             Err(e) => return Err((None, e.into())),
         };
         let result = tokio::select! {
-            r = self.drive(market, market_id) => r.map(Some).map_err(|(s, e)| (Some(s), e)),
+            r = self.drive(RoundKey::new(market, market_id)) => r.map(Some).map_err(|(s, e)| (Some(s), e)),
             _ = held.lost() => Err((None, StepError::lease_lost())),
         };
         let retry_after = match &result {
             // the wait of the retry about to be scheduled
             Err((_, e)) if e.kind() == StepKind::Retry => {
-                let key = (market, market_id);
+                let key = RoundKey::new(market, market_id);
                 Some(self.schedule.backoff(self.schedule.retries_of(key) + 1))
             }
             _ => None,
@@ -445,13 +449,13 @@ impl Node {
     /// Drives a round once more, now, if it is not final (it was asked for while its
     /// drive was ending: a new request may have reopened it). A final one is left alone,
     /// so that it is not counted or logged as finished twice.
-    fn drive_again(self: &Arc<Self>, market: Address, market_id: U256) {
+    fn drive_again(self: &Arc<Self>, round: RoundKey) {
         let node = self.clone();
         self.schedule.now(async move {
-            if let Ok(Some(rec)) = node.store.get(market, market_id).await
+            if let Ok(Some(rec)) = node.store.get(round).await
                 && !rec.state.is_final()
             {
-                let _ = node.run_round(market, market_id).await;
+                let _ = node.run_round(round).await;
             }
         });
     }
@@ -459,22 +463,23 @@ impl Node {
     /// Drives a paused round again after its back-off (retried for as long as the
     /// market is open: a round that reads the market resolved ends `skipped`), or as
     /// soon as the RPC comes back after an outage.
-    fn schedule_retry(self: &Arc<Self>, market: Address, market_id: U256) {
+    fn schedule_retry(self: &Arc<Self>, round: RoundKey) {
         let node = self.clone();
         self.schedule
-            .retry((market, market_id), self.heads.on_restore(), async move {
-                let _ = node.run_round(market, market_id).await;
+            .retry(round, self.heads.on_restore(), async move {
+                let _ = node.run_round(round).await;
             });
     }
 
     /// The rounds being driven now (market contract and id), sorted.
-    pub fn rounds_in_flight(&self) -> Vec<(Address, U256)> {
+    pub fn rounds_in_flight(&self) -> Vec<RoundKey> {
         self.schedule.in_flight()
     }
 
     /// The stored state of a round.
-    pub async fn report(&self, market: Address, market_id: U256) -> Result<RoundReport, NodeError> {
-        let rec = self.store.get(market, market_id).await?;
+    pub async fn report(&self, round: RoundKey) -> Result<RoundReport, NodeError> {
+        let (market, market_id) = (round.market, round.id);
+        let rec = self.store.get(RoundKey::new(market, market_id)).await?;
         Ok(match rec {
             Some(r) => RoundReport {
                 market,

@@ -4,12 +4,13 @@
 
 use crate::http::{ApiState, ManualTrigger};
 use crate::{Claim, Node, NodeError, finality};
-use alloy::primitives::{Address, U256};
+use alloy::primitives::Address;
 use alloy::providers::Provider;
 use cresolver_chain::heads::PushConfig;
 use cresolver_chain::watcher::{Trigger, Watcher};
 use cresolver_pipeline::config::is_dev_chain;
 use cresolver_pipeline::store_sink::StoreSink;
+use cresolver_store::RoundKey;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +27,7 @@ impl Node {
     /// rounds spread over the nodes with room. Also keeps `/health`'s cluster view.
     pub(super) async fn claim_loop(
         self: Arc<Self>,
-        tx: mpsc::Sender<(Address, U256)>,
+        tx: mpsc::Sender<RoundKey>,
         stop: tokio_util::sync::CancellationToken,
     ) {
         let every = self
@@ -82,14 +83,14 @@ impl Node {
                 }
             };
             let mut sent = 0;
-            for (market, market_id) in ids {
-                if self.schedule.is_running((market, market_id)) {
+            for round in ids {
+                if self.schedule.is_running(round) {
                     continue;
                 }
                 if sent == room {
                     break;
                 }
-                if tx.send((market, market_id)).await.is_err() {
+                if tx.send(round).await.is_err() {
                     return;
                 }
                 sent += 1;
@@ -112,9 +113,9 @@ impl Node {
         self.spawn_chain_tasks();
         // the finality watch: confirmed rounds until final; the rounds it reopens (a
         // reorg removed their resolution) go to the dispatcher like the claim loop's
-        let (reopen_tx, reopen_rx) = mpsc::channel::<(Address, U256)>(256);
+        let (reopen_tx, reopen_rx) = mpsc::channel::<RoundKey>(256);
         self.spawn_finality(reopen_tx);
-        let (claim_tx, claim_rx) = mpsc::channel::<(Address, U256)>(256);
+        let (claim_tx, claim_rx) = mpsc::channel::<RoundKey>(256);
         if self.store.shared() {
             let (node, rx) = (self.clone(), self.schedule.cancel.clone());
             self.schedule
@@ -137,30 +138,34 @@ impl Node {
             stop.clone(),
             trig_rx,
             jobs_tx.clone(),
-            |t: Trigger| RoundJob::Local(t.market, t.market_id),
+            |t: Trigger| RoundJob::Local(t.round),
         );
         forward(
             tasks,
             stop.clone(),
             reopen_rx,
             jobs_tx.clone(),
-            |(m, id)| RoundJob::Local(m, id),
+            RoundJob::Local,
         );
-        forward(tasks, stop.clone(), claim_rx, jobs_tx.clone(), |(m, id)| {
-            RoundJob::Claimed(m, id)
-        });
+        forward(
+            tasks,
+            stop.clone(),
+            claim_rx,
+            jobs_tx.clone(),
+            RoundJob::Claimed,
+        );
         self.spawn_manual_requests(api_rx, jobs_tx);
         drop(trig_tx);
         let node = self.clone();
         let rounds = dispatch(jobs_rx, Concurrency::Unbounded, shutdown, move |job| {
             let node = node.clone();
             async move {
-                let (market, market_id, how) = match job {
-                    RoundJob::Local(m, id) => (m, id, Claim::Direct),
-                    RoundJob::Claimed(m, id) => (m, id, Claim::FromStore),
+                let (round, how) = match job {
+                    RoundJob::Local(k) => (k, Claim::Direct),
+                    RoundJob::Claimed(k) => (k, Claim::FromStore),
                 };
-                if let Err(e) = node.run_round_as(market, market_id, how).await {
-                    tracing::error!(market_id = %market_id, error = %e, "round error");
+                if let Err(e) = node.run_round_as(round, how).await {
+                    tracing::error!(market_id = %round.id, error = %e, "round error");
                 }
             }
         })
@@ -187,8 +192,7 @@ impl Node {
             for rec in unfinished {
                 tracing::debug!(market_id = %rec.market_id, state = rec.state.as_str(), "resuming unfinished round");
                 let t = Trigger {
-                    market: rec.market,
-                    market_id: rec.market_id,
+                    round: rec.key(),
                     question: String::new(),
                     log: None,
                 };
@@ -281,7 +285,7 @@ impl Node {
     }
 
     /// The finality watch, sending the rounds it reopens to `reopen`.
-    fn spawn_finality(&self, reopen: mpsc::Sender<(Address, U256)>) {
+    fn spawn_finality(&self, reopen: mpsc::Sender<RoundKey>) {
         let depth = self.cfg.chain.finality_depth.unwrap_or(
             cresolver_chain::finality::default_finality_depth(self.chain_id),
         );
@@ -380,11 +384,7 @@ impl Node {
             while let Some(m) = requests.recv().await {
                 match node.request(m.market_id).await {
                     Ok(Some(t)) => {
-                        if jobs
-                            .send(RoundJob::Local(t.market, t.market_id))
-                            .await
-                            .is_err()
-                        {
+                        if jobs.send(RoundJob::Local(t.round)).await.is_err() {
                             return;
                         }
                     }
@@ -431,8 +431,8 @@ impl Node {
 /// A round for the dispatcher: one this node starts (or resumes) itself, or one a shared
 /// store's claim loop found.
 enum RoundJob {
-    Local(Address, U256),
-    Claimed(Address, U256),
+    Local(RoundKey),
+    Claimed(RoundKey),
 }
 
 /// Forwards a source's channel into the dispatcher's, mapped to jobs, until either closes

@@ -2,7 +2,7 @@
 //! round at a time (a round asked for while it is driven is driven once more after), and
 //! retries after a doubling back-off, spawned on a tracker that shutdown drains.
 
-use alloy::primitives::{Address, U256};
+use cresolver_store::RoundKey;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// A round's key: its market contract and id.
-type Key = (Address, U256);
+type Key = RoundKey;
 
 /// The node's schedule of rounds.
 pub(crate) struct Schedule {
@@ -152,11 +152,12 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloy::primitives::Address;
 
     #[test]
     fn a_round_is_driven_once_at_a_time_and_again_when_asked_meanwhile() {
         let s = Schedule::new(2, Duration::from_secs(30));
-        let k = (Address::ZERO, U256::from(7));
+        let k = RoundKey::new(Address::ZERO, 7u64);
         assert!(s.enter(k));
         assert!(!s.enter(k), "driven already");
         assert_eq!(s.in_flight(), vec![k]);
@@ -169,7 +170,7 @@ mod tests {
     #[test]
     fn retries_back_off_doubling_up_to_the_cap() {
         let s = Schedule::new(1, Duration::from_secs(10));
-        let k = (Address::ZERO, U256::from(1));
+        let k = RoundKey::new(Address::ZERO, 1u64);
         assert_eq!(s.next_retry(k), Duration::from_secs(2));
         assert_eq!(s.next_retry(k), Duration::from_secs(4));
         assert_eq!(s.next_retry(k), Duration::from_secs(8));

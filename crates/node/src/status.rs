@@ -16,6 +16,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use cresolver_pipeline::transcript::Transcript;
+use cresolver_store::MarketId;
+use cresolver_store::RoundKey;
 use cresolver_store::{AttemptRecord, NonceRecord, RoundRecord};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -372,7 +374,7 @@ struct PageQuery {
 
 /// Views of the rounds already built, by (market id, updated_at, holder): a round that
 /// did not change is not read and parsed again.
-type ViewCache = HashMap<(U256, u64, Option<String>), RoundView>;
+type ViewCache = HashMap<(MarketId, u64, Option<String>), RoundView>;
 
 /// A page of round views (newest first) with the chain's head and the watcher's lag.
 async fn page(
@@ -392,17 +394,12 @@ async fn page(
         let mut view = match cache.remove(&key) {
             Some(v) => v,
             None => {
-                let Some(rec) = s
-                    .store
-                    .get(sum.market, sum.market_id)
-                    .await
-                    .map_err(|e| e.to_string())?
-                else {
+                let Some(rec) = s.store.get(sum.key()).await.map_err(|e| e.to_string())? else {
                     continue;
                 };
                 let txs = s
                     .store
-                    .tx_history(sum.market, sum.market_id)
+                    .tx_history(sum.key())
                     .await
                     .map_err(|e| e.to_string())?;
                 round_view(&rec, &txs, false)
@@ -469,10 +466,13 @@ async fn one(State(s): State<ApiState>, Path(raw): Path<String>) -> Response {
         );
     };
     let found = async {
-        let Some(rec) = s.store.get(s.market, market_id).await? else {
+        let Some(rec) = s.store.get(RoundKey::new(s.market, market_id)).await? else {
             return Ok(None);
         };
-        let txs = s.store.tx_history(s.market, market_id).await?;
+        let txs = s
+            .store
+            .tx_history(RoundKey::new(s.market, market_id))
+            .await?;
         Ok::<_, cresolver_store::StoreError>(Some(round_view(&rec, &txs, true)))
     }
     .await;

@@ -32,6 +32,7 @@ use cresolver_chain::bindings::ICREsolverMarket;
 use cresolver_chain::discovery::DiscoveryConfig;
 use cresolver_chain::reader::MarketSnapshot;
 use cresolver_chain::watcher::{Trigger, Watcher};
+use cresolver_core::{MarketId, RoundKey};
 use cresolver_store::{SqliteStore, Store};
 use cresolver_submit::{Simulation, Submitter};
 use serde::Serialize;
@@ -110,7 +111,7 @@ pub struct DryRunReport {
     /// The market contract.
     pub market: Address,
     /// The market's id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The block the market was read at.
     pub block: u64,
     /// The market's question.
@@ -220,7 +221,7 @@ impl DryRunner {
     }
 
     /// Runs the pipeline for `market_id` at the head and simulates the submission.
-    pub async fn run(&self, market_id: U256) -> Result<DryRunReport, DryRunError> {
+    pub async fn run(&self, market_id: MarketId) -> Result<DryRunReport, DryRunError> {
         self.run_at(market_id, None).await
     }
 
@@ -228,9 +229,10 @@ impl DryRunner {
     /// as the node does; `None`: the head) and simulates the submission (at the head).
     pub async fn run_at(
         &self,
-        market_id: U256,
+        market_id: MarketId,
         block: Option<u64>,
     ) -> Result<DryRunReport, DryRunError> {
+        let round = RoundKey::new(self.market, market_id);
         let ctx = LiveContext {
             provider: &self.provider,
             multicall: self.multicall,
@@ -238,19 +240,19 @@ impl DryRunner {
             http: &self.http,
         };
         if let Some(b) = block
-            && cresolver_chain::reader::resolved_at_head(&self.provider, self.market, market_id)
+            && cresolver_chain::reader::resolved_at_head(&self.provider, round)
                 .await
                 .unwrap_or(false)
         {
             // resolved since the request: say so from the head's view
-            let snapshot = crate::live::read(&ctx, self.market, market_id, None).await?;
+            let snapshot = crate::live::read(&ctx, round, None).await?;
             let mut r = self.report(&snapshot, "already_resolved");
             r.reason = Some(format!(
                 "market {market_id} (requested at block {b}) is already resolved on chain"
             ));
             return Ok(r);
         }
-        let snapshot = crate::live::read(&ctx, self.market, market_id, block).await?;
+        let snapshot = crate::live::read(&ctx, round, block).await?;
         if snapshot.resolved {
             let mut r = self.report(&snapshot, "already_resolved");
             r.reason = Some(format!(
@@ -345,7 +347,7 @@ impl DryRunner {
         cfg: &NodeConfig,
         start_block: Option<u64>,
         shutdown: tokio_util::sync::CancellationToken,
-        mut on_report: impl FnMut(U256, Result<DryRunReport, DryRunError>),
+        mut on_report: impl FnMut(MarketId, Result<DryRunReport, DryRunError>),
     ) -> Result<(), DryRunError> {
         let chain_id =
             self.provider.get_chain_id().await.map_err(|e| {
@@ -403,9 +405,9 @@ impl DryRunner {
                 async move {
                     // judged at the request's block, as the node judges it
                     let r = me
-                        .run_at(t.market_id, t.log.as_ref().map(|l| l.block_number))
+                        .run_at(t.round.id, t.log.as_ref().map(|l| l.block_number))
                         .await;
-                    let _ = done.send((t.market_id, r));
+                    let _ = done.send((t.round.id, r));
                 }
             },
         );

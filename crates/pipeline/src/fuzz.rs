@@ -51,7 +51,7 @@ fn eval_input() -> cresolver_evaluate::EvalInput {
         responses: vec![],
     };
     cresolver_evaluate::EvalInput {
-        market_id: 1,
+        market_id: 1u64.into(),
         question: "q".into(),
         workers: vec![w(1), w(2), w(3)],
         reference_time: 0,

@@ -5,10 +5,11 @@
 
 use crate::round::{Engine, RoundError, RoundInput, RoundOutcome};
 use alloy::eips::BlockNumberOrTag;
-use alloy::primitives::{Address, U256};
+use alloy::primitives::Address;
 use alloy::providers::{DynProvider, Provider};
 use cresolver_chain::discovery::{DiscoveredWorker, DiscoveryConfig, discover, to_slots};
 use cresolver_chain::reader::{MarketSnapshot, ReadError, read_market};
+use cresolver_core::{MarketId, MarketIdTooLarge, RoundKey};
 
 /// Where and how a live round reads and calls.
 pub struct LiveContext<'a> {
@@ -41,13 +42,13 @@ pub enum LiveError {
     #[error("reading market {market_id}: {source}")]
     Read {
         /// The market's id.
-        market_id: U256,
+        market_id: MarketId,
         /// Why the read failed.
         source: ReadError,
     },
     /// The market id is larger than the worker protocol's `u64`.
-    #[error("market id {0} does not fit the worker protocol's number (u64)")]
-    MarketIdTooLarge(U256),
+    #[error(transparent)]
+    MarketIdTooLarge(#[from] MarketIdTooLarge),
     /// A chain call failed.
     #[error("RPC error: {0}")]
     Rpc(#[from] cresolver_chain::RpcFailure),
@@ -72,13 +73,15 @@ pub async fn block_time(provider: &DynProvider, block: Option<u64>) -> Result<u6
 /// Reads `market_id` at `block` (`None`: the head).
 pub async fn read(
     ctx: &LiveContext<'_>,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     block: Option<u64>,
 ) -> Result<MarketSnapshot, LiveError> {
-    read_market(ctx.provider, market, market_id, block, ctx.multicall)
+    read_market(ctx.provider, round, block, ctx.multicall)
         .await
-        .map_err(|source| LiveError::Read { market_id, source })
+        .map_err(|source| LiveError::Read {
+            market_id: round.id,
+            source,
+        })
 }
 
 /// Discovers the snapshot's workers at its block and builds the round's input, judged at
@@ -88,8 +91,8 @@ pub async fn collect_input(
     ctx: &LiveContext<'_>,
     snapshot: &MarketSnapshot,
 ) -> Result<(Vec<DiscoveredWorker>, RoundInput), LiveError> {
-    let id64 = u64::try_from(snapshot.market_id)
-        .map_err(|_| LiveError::MarketIdTooLarge(snapshot.market_id))?;
+    // refused before any worker is discovered: the round's requests could not carry it
+    snapshot.market_id.to_u64()?;
     let found = discover(
         ctx.provider,
         snapshot.identity_registry,
@@ -101,7 +104,7 @@ pub async fn collect_input(
     .await;
     let reference_time = block_time(ctx.provider, Some(snapshot.block)).await?;
     let input = RoundInput {
-        market_id: id64,
+        market_id: snapshot.market_id,
         question: snapshot.question.clone(),
         deadline: u64::try_from(snapshot.deadline).ok(),
         reference_time,
@@ -132,10 +135,9 @@ pub async fn run_round(
 pub async fn run_live(
     ctx: &LiveContext<'_>,
     engine: &Engine,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     block: Option<u64>,
 ) -> Result<LiveRound, LiveError> {
-    let snapshot = read(ctx, market, market_id, block).await?;
+    let snapshot = read(ctx, round, block).await?;
     run_round(ctx, engine, snapshot).await
 }

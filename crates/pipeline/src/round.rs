@@ -6,8 +6,10 @@
 //! its workers or the LLM again.
 
 use crate::workflow::{EvaluatorKind, Workflow};
-use alloy::primitives::{Address, Bytes, U256};
-use cresolver_core::{Dimensions, Reputation, TallyError, TallyOutcome};
+use alloy::primitives::{Address, Bytes};
+use cresolver_core::{
+    Dimensions, MarketId, MarketIdTooLarge, Reputation, TallyError, TallyOutcome,
+};
 use cresolver_evaluate::{
     EvalError, Evaluation, Evaluator, LlmConfig, LlmEvaluator, RubricEvaluator,
 };
@@ -38,8 +40,8 @@ pub use decision::{Decision, decide, evaluate, evaluation_input, evaluation_slot
 /// What a round is asked to resolve.
 #[derive(Debug, Clone)]
 pub struct RoundInput {
-    /// The market's id.
-    pub market_id: u64,
+    /// The market's id (narrowed to the worker protocols' number only in the requests).
+    pub market_id: MarketId,
     /// The market's question, as the workers are asked it.
     pub question: String,
     /// The market's deadline, in Unix seconds (`None`: it does not fit a `u64`).
@@ -97,6 +99,9 @@ pub enum RoundError {
     /// The market has no registered workers.
     #[error("the market has no registered workers")]
     NoWorkers,
+    /// The market id does not fit the worker protocols' number.
+    #[error(transparent)]
+    MarketIdTooLarge(#[from] MarketIdTooLarge),
     /// Too few workers answered validly; the stage says who failed and why.
     #[error("{}", quorum_message(.0))]
     QuorumNotMet(Box<ResolveStage>),
@@ -284,7 +289,7 @@ impl Engine {
     ) -> Result<RoundOutcome, RoundError> {
         starting_progress(input, progress)?;
         let request = ResolveRequest {
-            market_id: input.market_id,
+            market_id: input.market_id.to_u64()?,
             question: input.question.clone(),
             deadline: input.deadline,
             context: None,
@@ -301,7 +306,7 @@ impl Engine {
             tally: outcome,
             report,
         } = decide(
-            U256::from(input.market_id),
+            input.market_id,
             &stage,
             &slot_of,
             &evaluation,
@@ -349,7 +354,7 @@ fn starting_progress(input: &RoundInput, progress: &mut RoundProgress) -> Result
     }
     if !progress.fits(input) {
         tracing::warn!(
-            market = input.market_id,
+            market = %input.market_id,
             "recorded progress does not match the market's workers: running the round from the start"
         );
         *progress = RoundProgress::default();
@@ -521,9 +526,9 @@ impl Engine {
 
 /// Logs a finished resolve stage: its counts, then each excluded worker once with its
 /// typed reason (the operator's log says why, not only how many).
-fn log_resolve_stage(market_id: u64, stage: &ResolveStage) {
+fn log_resolve_stage(market_id: MarketId, stage: &ResolveStage) {
     tracing::info!(
-        market = market_id,
+        market = %market_id,
         valid = stage.valid,
         registered = stage.registered,
         required = stage.required,
@@ -532,7 +537,7 @@ fn log_resolve_stage(market_id: u64, stage: &ResolveStage) {
     for r in &stage.results {
         if let Err(f) = &r.outcome {
             tracing::info!(
-                market = market_id,
+                market = %market_id,
                 worker = %r.address,
                 reason = f.kind(),
                 detail = %f,
@@ -543,18 +548,18 @@ fn log_resolve_stage(market_id: u64, stage: &ResolveStage) {
 }
 
 /// Logs each dissenting or failed ratifying vote.
-fn log_ratification(market_id: u64, votes: &[RatifyResult]) {
+fn log_ratification(market_id: MarketId, votes: &[RatifyResult]) {
     for v in votes {
         match &v.outcome {
             Ok(r) if !r.approve => tracing::info!(
-                market = market_id,
+                market = %market_id,
                 worker = %v.address,
                 reason = r.dissent_reason.as_deref().unwrap_or(""),
                 "worker dissents from the outcome (recorded, not counted)"
             ),
             Ok(_) => {}
             Err(e) => tracing::info!(
-                market = market_id,
+                market = %market_id,
                 worker = %v.address,
                 error = %e,
                 "ratifying vote failed (recorded, not counted)"
@@ -624,7 +629,7 @@ mod tests {
                 raw_reply: None,
             },
             tally: TallyOutcome {
-                market_id: U256::from(7),
+                market_id: MarketId::from(7u64),
                 resolution: true,
                 yes_weight: 1.0,
                 no_weight: 0.0,

@@ -2,9 +2,10 @@
 //! request (or is de-duplicated), and the scan's acknowledged block is the store's
 //! checkpoint. The chain crate knows only [`WatchSink`]; this is where it meets the store.
 
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::B256;
 use cresolver_chain::watcher::{Recorded, SeenRequest, SinkError, WatchSink};
 use cresolver_core::LogRef;
+use cresolver_store::RoundKey;
 use cresolver_store::{RequestDecision, RoundStore, StoreError};
 use std::sync::Arc;
 
@@ -39,21 +40,15 @@ impl WatchSink for StoreSink {
         self.0.log_seen(log).await.map_err(sink_err)
     }
 
-    async fn round_done(&self, market: Address, market_id: U256) -> Result<bool, SinkError> {
-        let round = self.0.get(market, market_id).await.map_err(sink_err)?;
+    async fn round_done(&self, round: RoundKey) -> Result<bool, SinkError> {
+        let round = self.0.get(round).await.map_err(sink_err)?;
         Ok(round.is_some_and(|r| r.state.is_resolved()))
     }
 
     async fn record_request(&self, req: SeenRequest<'_>) -> Result<Recorded, SinkError> {
         let d = self
             .0
-            .record_request_judged(
-                req.market,
-                req.market_id,
-                req.workflow,
-                req.log,
-                req.unresolved_on_chain,
-            )
+            .record_request_judged(req.round, req.workflow, req.log, req.unresolved_on_chain)
             .await
             .map_err(sink_err)?;
         Ok(Recorded {

@@ -4,9 +4,10 @@ mod transactions;
 pub use transactions::{AttemptState, AttemptView, TransactionRecord};
 
 use crate::workflow::Workflow;
-use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::primitives::{Address, B256, Bytes};
 use cresolver_chain::reader::MarketSnapshot;
 use cresolver_core::tally::TallyOutcome;
+use cresolver_core::{MarketId, RoundKey};
 use cresolver_store::RoundRecord;
 use cresolver_submit::SubmitMode;
 use cresolver_workers::fanout::ResolveStage;
@@ -270,7 +271,7 @@ pub struct RoundInfo {
     /// The market contract.
     pub market: Address,
     /// The market's id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// A [`cresolver_store::Stage`] name (`confirmed`, `failed`, …).
     pub state: String,
     /// Why the round is in that state (a failure, a skip).
@@ -357,7 +358,7 @@ pub enum TranscriptError {
         /// The market contract.
         market: Address,
         /// The market's id.
-        market_id: U256,
+        market_id: MarketId,
         /// The round's state.
         state: String,
     },
@@ -538,8 +539,8 @@ pub fn export_document(rec: &RoundRecord) -> Result<serde_json::Value, Transcrip
 }
 
 /// The file name `rounds export` gives a round: `<market>-<id>.json`.
-pub fn export_file_name(market: Address, market_id: U256) -> String {
-    format!("{market:#x}-{market_id}.json")
+pub fn export_file_name(round: RoundKey) -> String {
+    format!("{:#x}-{}.json", round.market, round.id)
 }
 
 #[cfg(test)]

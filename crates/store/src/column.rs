@@ -21,6 +21,18 @@ pub(crate) struct Addr(pub Address);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Num(pub U256);
 
+impl From<cresolver_core::MarketId> for Num {
+    fn from(id: cresolver_core::MarketId) -> Self {
+        Num(id.get())
+    }
+}
+
+impl From<Num> for cresolver_core::MarketId {
+    fn from(n: Num) -> Self {
+        n.0.into()
+    }
+}
+
 /// A hash column (a transaction, a block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Hash(pub B256);

@@ -31,8 +31,9 @@ pub use round_store::{
 pub use sqlite::{SqliteStore, Store};
 pub use stage::Stage;
 
-use alloy_primitives::{Address, B256, Bytes, U256};
+use alloy_primitives::{Address, B256, Bytes};
 use cresolver_core::LogRef;
+pub use cresolver_core::{MarketId, RoundKey};
 use serde::Serialize;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -44,7 +45,7 @@ pub struct RoundRecord {
     pub market: Address,
     /// The market's id in its contract.
     #[schema(value_type = String, pattern = "^0x[0-9a-f]+$")]
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// Where the round is.
     pub state: Stage,
     /// 1 for the first round of a market; a new request after a failure adds one.
@@ -99,6 +100,26 @@ pub struct UpdatedBetween {
     pub until: Option<u64>,
 }
 
+impl RoundRecord {
+    /// The round's identity.
+    pub fn key(&self) -> RoundKey {
+        RoundKey {
+            market: self.market,
+            id: self.market_id,
+        }
+    }
+}
+
+impl RoundSummary {
+    /// The round's identity.
+    pub fn key(&self) -> RoundKey {
+        RoundKey {
+            market: self.market,
+            id: self.market_id,
+        }
+    }
+}
+
 impl UpdatedBetween {
     /// The bounds as SQL integers: `since` (0 when open) and `until` (`i64::MAX` when open).
     pub(crate) fn sql_bounds(self) -> (i64, i64) {
@@ -118,7 +139,7 @@ pub struct RoundSummary {
     pub market: Address,
     /// The market's id in its contract.
     #[schema(value_type = String, pattern = "^0x[0-9a-f]+$")]
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// Where the round is.
     pub state: Stage,
     /// 1 for the first round of a market; a new request after a failure adds one.
@@ -191,8 +212,8 @@ pub enum StoreError {
     #[error("cannot encode a value for the store: {0}")]
     Encode(#[source] serde_json::Error),
     /// A write for a round that the store does not hold.
-    #[error("no round for market {0} / {1}")]
-    NoRound(Address, U256),
+    #[error("no round for market {0}")]
+    NoRound(RoundKey),
     /// The blocking task that ran a SQLite call panicked or was cancelled.
     #[error("store task failed: {0}")]
     Task(#[source] tokio::task::JoinError),
@@ -212,8 +233,8 @@ pub enum StoreError {
         error: Box<dyn std::error::Error + Send + Sync>,
     },
     /// This node no longer holds the round (another node claimed it): nothing was written.
-    #[error("the lease of market {0} / {1} was lost to another node: this node stops the round")]
-    LeaseLost(Address, U256),
+    #[error("the lease of market {0} was lost to another node: this node stops the round")]
+    LeaseLost(RoundKey),
 }
 
 impl StoreError {

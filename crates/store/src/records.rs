@@ -3,8 +3,8 @@
 //! attempts ([`AttemptRecord`]), a round's earlier attempts ([`PastAttempt`]) and the
 //! rounds the finality watch follows ([`Watched`]).
 
-use crate::Stage;
-use alloy_primitives::{Address, B256, Bytes, U256};
+use crate::{MarketId, RoundKey, Stage};
+use alloy_primitives::{Address, B256, Bytes};
 use serde::Serialize;
 
 /// Where a reserved nonce is.
@@ -48,7 +48,7 @@ pub struct TxPayload {
     /// The market contract of the round the transaction resolves.
     pub market: Address,
     /// The market's id in its contract.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The contract the transaction calls.
     pub to: Address,
     /// The transaction's input.
@@ -151,11 +151,31 @@ pub struct Watched {
     /// The market contract.
     pub market: Address,
     /// The market's id in its contract.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The round's current attempt.
     pub attempt: u32,
     /// The key and nonce of the mined transaction, with where it was mined.
     pub mined: Option<(KeyRef, u64, MinedAt)>,
     /// The block a legacy record was mined in, without its hash.
     pub mined_block: Option<u64>,
+}
+
+impl TxPayload {
+    /// The round the transaction resolves.
+    pub fn key(&self) -> RoundKey {
+        RoundKey {
+            market: self.market,
+            id: self.market_id,
+        }
+    }
+}
+
+impl Watched {
+    /// The round.
+    pub fn key(&self) -> RoundKey {
+        RoundKey {
+            market: self.market,
+            id: self.market_id,
+        }
+    }
 }

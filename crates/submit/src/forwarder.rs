@@ -6,10 +6,11 @@
 //! change. A member transmits only at its turn and only while nobody has succeeded.
 
 use crate::{Prepared, SignedReport, SubmitError, Submitter};
-use alloy::primitives::{Address, B256, Bytes, FixedBytes, U256};
+use alloy::primitives::{Address, B256, Bytes, FixedBytes};
 use cresolver_chain::RevertReason;
 use cresolver_chain::bindings::{ICREsolverMarket, IKeystoneForwarder};
 use cresolver_chain::reader::MarketSnapshot;
+use cresolver_core::MarketId;
 use cresolver_metrics::{DonEvent, Metrics, TransmissionEvent};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -162,7 +163,7 @@ impl Submitter {
     pub async fn transmit(
         &self,
         snapshot: &MarketSnapshot,
-        market_id: U256,
+        market_id: MarketId,
         d: &Delivery<'_>,
         metrics: &Metrics,
     ) -> Result<Transmitted, TransmitError> {
@@ -255,9 +256,9 @@ impl Submitter {
 
     /// Whether the market is resolved on chain while the forwarder has not delivered
     /// the report (a failed read counts as no).
-    async fn resolved_by_another(&self, execution_id: B256, market_id: U256) -> bool {
+    async fn resolved_by_another(&self, execution_id: B256, market_id: MarketId) -> bool {
         let resolved = ICREsolverMarket::new(self.cfg.market, self.provider.clone())
-            .getMarket(market_id)
+            .getMarket(market_id.get())
             .call()
             .await
             .is_ok_and(|m| m.resolved);
@@ -273,7 +274,7 @@ impl Submitter {
 struct Pass<'a> {
     refused: &'a mut HashSet<Address>,
     told_pending: &'a mut bool,
-    market_id: U256,
+    market_id: MarketId,
     metrics: &'a Metrics,
 }
 

@@ -23,8 +23,8 @@ use alloy::sol_types::{SolCall, SolEvent};
 use cresolver_chain::bindings::{ICREsolverMarket, IKeystoneForwarder, IReceiver};
 use cresolver_chain::reader::MarketSnapshot;
 use cresolver_chain::{RevertReason, RpcFailure, decode_revert};
-use cresolver_core::TallyOutcome;
 use cresolver_core::report::{ExecutionHeader, ReportMetadata, build_raw_report};
+use cresolver_core::{MarketId, TallyOutcome};
 use serde::Serialize;
 
 /// How a round's result reaches the chain: `resolveMarket(...)` from the node's key
@@ -56,7 +56,7 @@ pub enum SubmitError {
     #[error("market {market_id} is already resolved on chain")]
     AlreadyResolved {
         /// The market's id in its contract.
-        market_id: U256,
+        market_id: MarketId,
     },
     /// A worker's agent has the market as its operator, so every submission reverts.
     #[error(
@@ -252,7 +252,7 @@ impl Submitter {
         let exec_id = keccak256(
             [
                 self.cfg.market.as_slice(),
-                &tally.market_id.to_be_bytes::<32>(),
+                &tally.market_id.get().to_be_bytes::<32>(),
                 body.as_ref(),
             ]
             .concat(),
@@ -275,7 +275,7 @@ impl Submitter {
         match self.cfg.mode {
             SubmitMode::Direct => {
                 let call = ICREsolverMarket::resolveMarketCall {
-                    marketId: tally.market_id,
+                    marketId: tally.market_id.get(),
                     workers: tally.addresses(),
                     weights: tally.weights(),
                     dimScores: tally.dim_scores(),
@@ -316,7 +316,7 @@ impl Submitter {
     pub async fn prepare_signed(
         &self,
         snapshot: &MarketSnapshot,
-        market_id: U256,
+        market_id: MarketId,
         signed: &SignedReport,
     ) -> Result<Prepared, SubmitError> {
         if self.cfg.mode != SubmitMode::Report {
@@ -360,7 +360,7 @@ impl Submitter {
     async fn prepare_call(
         &self,
         snapshot: &MarketSnapshot,
-        market_id: U256,
+        market_id: MarketId,
         to: Address,
         calldata: Bytes,
         sim: TransactionRequest,
@@ -395,7 +395,7 @@ impl Submitter {
         let market = ICREsolverMarket::new(self.cfg.market, self.provider.clone());
         let resolved = async {
             market
-                .getMarket(market_id)
+                .getMarket(market_id.get())
                 .call()
                 .await
                 .map(|m| m.resolved)
@@ -482,7 +482,7 @@ impl Submitter {
     /// signatures, a transmission already attempted) is decoded by name. Direct mode: `None`.
     async fn preflight_forwarder(
         &self,
-        market_id: U256,
+        market_id: MarketId,
         to: Address,
         calldata: &Bytes,
     ) -> Result<Option<u64>, SubmitError> {
@@ -654,7 +654,7 @@ impl Submitter {
     /// forwarder's `ReportProcessed.result` is true.
     pub fn confirm(
         &self,
-        market_id: U256,
+        market_id: MarketId,
         r: &TransactionReceipt,
     ) -> Result<Confirmed, SubmitError> {
         let tx = r.transaction_hash;
@@ -693,7 +693,7 @@ impl Submitter {
             .iter()
             .filter(|l| l.address() == self.cfg.market)
             .filter_map(|l| ICREsolverMarket::MarketResolved::decode_log(&l.inner).ok())
-            .find(|e| e.data.marketId == market_id);
+            .find(|e| e.data.marketId == market_id.get());
         match resolved {
             Some(e) => Ok(Confirmed {
                 tx_hash: tx,

@@ -34,8 +34,9 @@
 //! member's observations bracket.
 
 use super::{Observation, ObservedAnswer, Position};
+use crate::MarketId;
 use crate::tally::{Dimensions, Reputation, TallyWorker, Vote};
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::{Address, B256};
 use serde::{Deserialize, Serialize};
 
 /// The binding every observation of the set must carry: which DON, which configuration,
@@ -51,7 +52,7 @@ pub struct Binding {
     /// The market contract the round resolves a market of.
     pub market: Address,
     /// The market's id on that contract.
-    pub market_id: U256,
+    pub market_id: MarketId,
 }
 
 /// One registered worker, as the set of observations agrees on it.
@@ -328,7 +329,7 @@ mod tests {
             config_version: 3,
             execution_id: B256::repeat_byte(0xee),
             market: Address::repeat_byte(0xaa),
-            market_id: U256::from(42u64),
+            market_id: MarketId::from(42u64),
         }
     }
 
@@ -501,7 +502,7 @@ mod tests {
             ("config_version", |o| o.config_version += 1),
             ("execution_id", |o| o.execution_id = B256::ZERO),
             ("market", |o| o.market = Address::ZERO),
-            ("market_id", |o| o.market_id = U256::from(43u64)),
+            ("market_id", |o| o.market_id = MarketId::from(43u64)),
         ];
         for (field, edit) in edits {
             let mut set = vec![obs(0, 1, &[None]), obs(1, 1, &[None]), obs(2, 1, &[None])];
@@ -635,7 +636,7 @@ mod tests {
         assert_eq!(t[3].scores, Dimensions::default());
         assert_eq!(t[0].address, Address::with_last_byte(1));
         // the tally accepts it
-        let out = tally(U256::from(1u64), &t, TieRule::Yes).unwrap();
+        let out = tally(MarketId::from(1u64), &t, TieRule::Yes).unwrap();
         assert!(out.resolution);
         assert!(!out.workers[3].responded);
     }

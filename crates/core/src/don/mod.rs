@@ -7,6 +7,7 @@
 pub mod aggregate;
 pub mod report;
 
+use crate::{MarketId, RoundKey};
 use alloy_primitives::{Address, B256, U256, keccak256};
 use alloy_sol_types::{SolValue, sol};
 use serde::{Deserialize, Serialize};
@@ -57,7 +58,7 @@ pub struct Observation {
     /// The market contract of the round.
     pub market: Address,
     /// The market's id on that contract.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The member that made (and signs) the observation.
     pub observer: Address,
     /// The member's clock when it made the observation (unix seconds).
@@ -107,7 +108,7 @@ impl Observation {
             configVersion: self.config_version,
             executionId: self.execution_id,
             market: self.market,
-            marketId: self.market_id,
+            marketId: self.market_id.get(),
             observer: self.observer,
             timestamp: self.timestamp,
             workers,
@@ -155,8 +156,16 @@ impl Observation {
 
 /// The round's execution id, the same on every member: `keccak256(chainId ‖ market ‖
 /// marketId ‖ request tx hash)` (each as a 32-byte word).
-pub fn execution_id(chain_id: u64, market: Address, market_id: U256, request_tx: B256) -> B256 {
-    keccak256((U256::from(chain_id), market, market_id, request_tx).abi_encode())
+pub fn execution_id(chain_id: u64, round: RoundKey, request_tx: B256) -> B256 {
+    keccak256(
+        (
+            U256::from(chain_id),
+            round.market,
+            round.id.get(),
+            request_tx,
+        )
+            .abi_encode(),
+    )
 }
 
 /// The digest the forwarder recovers each signer from:

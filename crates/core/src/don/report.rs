@@ -4,15 +4,16 @@
 //! so they sign the same bytes; the node and the DON simulator both call it.
 
 use super::Aggregate;
+use crate::MarketId;
 use crate::report::{ExecutionHeader, ReportMetadata, build_raw_report};
 use crate::{QuorumRule, Reputation, TallyError, TieRule, tally};
-use alloy_primitives::{B256, Bytes, U256};
+use alloy_primitives::{B256, Bytes};
 
 /// What a report is built with, besides the aggregate.
 #[derive(Debug, Clone)]
 pub struct ReportSpec {
     /// The market id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The execution (the forwarder's `workflowExecutionId`).
     pub execution_id: B256,
     /// The DON id, as on the forwarder.

@@ -9,8 +9,8 @@ impl Core {
     pub(super) fn on_message(&mut self, env: Envelope) {
         {
             if env.execution_id != self.exec()
-                || env.market != self.job.market
-                || env.market_id != self.job.market_id
+                || env.market != self.job.round.market
+                || env.market_id != self.job.round.id
                 || !self.p.members.contains(&env.sender)
             {
                 self.refuse(&env, RefuseReason::WrongMarket);

@@ -281,8 +281,8 @@ impl Core {
             don_id: self.p.don_id,
             config_version: self.p.config_version,
             execution_id: self.job.execution_id,
-            market: self.job.market,
-            market_id: self.job.market_id,
+            market: self.job.round.market,
+            market_id: self.job.round.id,
         }
     }
 
@@ -308,8 +308,8 @@ impl Core {
             don_id: self.p.don_id,
             config_version: self.p.config_version,
             execution_id: self.job.execution_id,
-            market: self.job.market,
-            market_id: self.job.market_id,
+            market: self.job.round.market,
+            market_id: self.job.round.id,
             sender: self.me(),
             body,
         }

@@ -3,9 +3,10 @@
 
 use super::*;
 use crate::wire::sign_observation;
-use alloy::primitives::{U256, keccak256};
+use alloy::primitives::keccak256;
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_core::don::{Observation, ObservedAnswer, Position, WorkerObservation};
+use cresolver_core::{MarketId, RoundKey};
 
 mod polka;
 
@@ -17,7 +18,7 @@ struct Fixture {
     params: Arc<Params>,
     exec: B256,
     market: Address,
-    market_id: U256,
+    market_id: MarketId,
     workers: Vec<Address>,
 }
 
@@ -42,7 +43,7 @@ impl Fixture {
             params,
             exec: keccak256(b"an execution"),
             market: Address::repeat_byte(0xaa),
-            market_id: U256::from(42u64),
+            market_id: MarketId::from(42u64),
             workers: vec![Address::repeat_byte(0xb0), Address::repeat_byte(0xb1)],
         }
     }
@@ -88,8 +89,7 @@ impl Fixture {
     fn job(&self, i: usize) -> Job {
         Job {
             execution_id: self.exec,
-            market: self.market,
-            market_id: self.market_id,
+            round: RoundKey::new(self.market, self.market_id),
             observation: self.observation(i).observation,
             workers: self.workers.clone(),
             build: Arc::new(|agg| Ok(Bytes::from(serde_json::to_vec(agg)?))),

@@ -2,6 +2,7 @@
 //! of a set and of a polka certificate.
 
 use super::*;
+use cresolver_core::MarketId;
 use cresolver_core::don::{ObservedAnswer, Position, WorkerObservation};
 
 fn obs(observer: Address) -> Observation {
@@ -10,7 +11,7 @@ fn obs(observer: Address) -> Observation {
         config_version: 1,
         execution_id: B256::repeat_byte(7),
         market: Address::repeat_byte(9),
-        market_id: U256::from(3),
+        market_id: MarketId::from(3u64),
         observer,
         timestamp: 1_700_000_000,
         workers: vec![WorkerObservation {
@@ -31,7 +32,7 @@ fn env(sender: Address, body: Body) -> Envelope {
         config_version: 1,
         execution_id: B256::repeat_byte(7),
         market: Address::repeat_byte(9),
-        market_id: U256::from(3),
+        market_id: MarketId::from(3u64),
         sender,
         body,
     }
@@ -245,4 +246,28 @@ fn a_body_type_a_member_does_not_know_is_refused_as_not_a_message() {
         open(json.as_bytes(), Some(&sig), &[a.address()], 1, 1),
         Err(WireError::Json(_))
     ));
+}
+
+#[test]
+fn the_market_id_travels_as_the_u256_hex_string_it_always_was() {
+    // the wire of the version before MarketId: `market_id` was a U256
+    let o = obs(Address::repeat_byte(1));
+    let v = serde_json::to_value(&o).unwrap();
+    assert_eq!(v["market_id"], "0x3");
+    assert_eq!(
+        v["market_id"],
+        serde_json::to_value(alloy::primitives::U256::from(3u64)).unwrap()
+    );
+    let back: Observation = serde_json::from_value(v).unwrap();
+    assert_eq!(back, o);
+    let e = env(
+        Address::repeat_byte(2),
+        Body::Observation {
+            observation: sign_observation(o, &PrivateKeySigner::random()).unwrap(),
+        },
+    );
+    let v = serde_json::to_value(&e).unwrap();
+    assert_eq!(v["market_id"], "0x3");
+    let back: Envelope = serde_json::from_value(v).unwrap();
+    assert_eq!(back, e);
 }

@@ -17,6 +17,7 @@ use cresolver_core::don::{
     execution_id, forwarder_digest, report_context,
 };
 use cresolver_core::report::{ExecutionHeader, ReportMetadata, build_raw_report};
+use cresolver_core::{MarketId, RoundKey};
 use cresolver_don::member::BuildReport;
 use cresolver_don::persist::{Lock, Persist};
 use cresolver_don::server::serve;
@@ -52,7 +53,7 @@ struct Net {
     servers: Vec<Option<Server>>,
     exec: B256,
     market: Address,
-    market_id: U256,
+    market_id: MarketId,
     workers: Vec<Address>,
 }
 
@@ -70,7 +71,7 @@ impl Net {
             listeners.push(Some(l));
         }
         let market = Address::repeat_byte(0xaa);
-        let market_id = U256::from(42u64);
+        let market_id = MarketId::from(42u64);
         // a fresh execution per test (the request tx hash is derived from a random key)
         let request_tx = keccak256(keys[0].address());
         Self {
@@ -79,7 +80,7 @@ impl Net {
             members,
             listeners,
             servers: (0..n).map(|_| None).collect(),
-            exec: execution_id(31_337, market, market_id, request_tx),
+            exec: execution_id(31_337, RoundKey::new(market, market_id), request_tx),
             market,
             market_id,
             workers: (0..3).map(|i| Address::repeat_byte(0xb0 + i)).collect(),
@@ -244,8 +245,7 @@ impl Net {
     fn job(&self, observation: Observation) -> Job {
         Job {
             execution_id: self.exec,
-            market: self.market,
-            market_id: self.market_id,
+            round: RoundKey::new(self.market, self.market_id),
             observation,
             workers: self.workers.clone(),
             build: self.build(),

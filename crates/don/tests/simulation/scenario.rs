@@ -6,13 +6,13 @@
 //! `StdRng::seed_from_u64(seed)`: the same seed draws the same execution.
 
 use crate::keys::{Scheme, SimKeys};
-use alloy::primitives::{Address, B256, Bytes, U256, keccak256};
+use alloy::primitives::{Address, B256, Bytes, keccak256};
 use cresolver_core::don::{
     Observation, ObservedAnswer, Position, ReportSpec, WorkerObservation, build_report,
     report_context,
 };
 use cresolver_core::report::ReportMetadata;
-use cresolver_core::{QuorumRule, Reputation, TieRule};
+use cresolver_core::{MarketId, QuorumRule, Reputation, RoundKey, TieRule};
 use cresolver_don::Job;
 use cresolver_don::consensus::{Keys, Mutation, Params};
 use cresolver_don::wire::SignedObservation;
@@ -168,7 +168,7 @@ pub struct Scenario {
     /// Its market contract.
     pub market: Address,
     /// Its market id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The registered workers.
     pub workers: Vec<Address>,
     /// Each member's own signed observation.
@@ -203,7 +203,7 @@ impl Scenario {
         let byz = draw_byzantine(&mut rng, n, f, bias);
         let exec = keccak256([&seed.to_be_bytes()[..], b"exec"].concat());
         let market = Address::repeat_byte(0xaa);
-        let market_id = U256::from(rng.gen_range(1u64..1_000));
+        let market_id = MarketId::from(rng.gen_range(1u64..1_000));
         let workers: Vec<Address> = (0..rng.gen_range(2..=4u8))
             .map(|w| Address::repeat_byte(0xb0 + w))
             .collect();
@@ -292,8 +292,7 @@ impl Scenario {
         let spec = self.spec.clone();
         Job {
             execution_id: self.exec,
-            market: self.market,
-            market_id: self.market_id,
+            round: RoundKey::new(self.market, self.market_id),
             observation: self.observations[i].observation.clone(),
             workers: self.workers.clone(),
             build: Arc::new(move |agg| Ok(build_report(&spec, agg)?)),
@@ -339,7 +338,7 @@ impl Scenario {
 fn draw_spec(
     rng: &mut StdRng,
     exec: B256,
-    market_id: U256,
+    market_id: MarketId,
     workers: usize,
     miss_p: f64,
 ) -> ReportSpec {

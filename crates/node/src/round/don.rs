@@ -98,8 +98,9 @@ impl Steps<'_> {
             dc,
             request_tx,
         } = at;
-        let (market, market_id) = (round.market(), round.market_id);
-        let exec = execution_id(self.chain_id, market, market_id, request_tx);
+        let key = round.key();
+        let (market, market_id) = (key.market, key.id);
+        let exec = execution_id(self.chain_id, key, request_tx);
         let binding = (dc.don_id, dc.config_version, exec, market, market_id);
         let own = match (&transcript.outcome, &transcript.resolve) {
             (Some(outcome), _) => observe(outcome, binding, member),
@@ -121,8 +122,7 @@ impl Steps<'_> {
         };
         Some(Job {
             execution_id: exec,
-            market,
-            market_id,
+            round: key,
             observation: own,
             workers: transcript
                 .market

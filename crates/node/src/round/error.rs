@@ -184,8 +184,11 @@ mod tests {
 
     #[test]
     fn a_lost_lease_from_the_store_is_its_own_kind() {
-        let e: StepError =
-            StoreError::LeaseLost(alloy::primitives::Address::ZERO, Default::default()).into();
+        let e: StepError = StoreError::LeaseLost(cresolver_store::RoundKey::new(
+            alloy::primitives::Address::ZERO,
+            0u64,
+        ))
+        .into();
         assert_eq!(e.kind(), StepKind::LeaseLost);
         assert!(!e.is_fatal());
         assert!(StepError::fail("no").is_fatal());

@@ -12,6 +12,7 @@ use cresolver_metrics::TimedStage;
 use cresolver_pipeline::transcript::{
     ConfirmationRecord, ConfirmationStatus, SubmissionRecord, TransactionRecord, Transcript,
 };
+use cresolver_store::RoundKey;
 use cresolver_store::{NonceState, Stage};
 use cresolver_submit::Confirmed;
 use cresolver_submit::txm::{TxManager, TxOutcome};
@@ -112,10 +113,7 @@ impl Steps<'_> {
         &self,
         round: &Round<'_>,
     ) -> Result<Option<TransactionReceipt>, StepError> {
-        let history = self
-            .store
-            .tx_history(round.market(), round.market_id)
-            .await?;
+        let history = self.store.tx_history(round.key()).await?;
         let mined = history
             .iter()
             .rev()
@@ -141,7 +139,7 @@ impl Steps<'_> {
     /// Whether the round's market is resolved at the head.
     pub(super) async fn resolved_on_chain(&self, round: &Round<'_>) -> Result<bool, StepError> {
         cresolver_chain::bindings::ICREsolverMarket::new(round.market(), self.provider.clone())
-            .getMarket(round.market_id)
+            .getMarket(round.market_id.get())
             .call()
             .await
             .map(|m| m.resolved)
@@ -231,7 +229,10 @@ impl Steps<'_> {
         reason: Option<&str>,
     ) -> Result<(), StepError> {
         let (market, market_id) = (round.market(), round.market_id);
-        let history = self.store.tx_history(market, market_id).await?;
+        let history = self
+            .store
+            .tx_history(RoundKey::new(market, market_id))
+            .await?;
         if t.submission.is_none() {
             // the nonce whose attempt was mined, else the last one reserved
             let sent = history
@@ -251,7 +252,7 @@ impl Steps<'_> {
         let v = serde_json::to_value(&t)
             .map_err(|e| StepError::retry_from("cannot encode the transcript", e))?;
         self.store
-            .set_outcome_and_state(market, market_id, &v, stage, reason)
+            .set_outcome_and_state(RoundKey::new(market, market_id), &v, stage, reason)
             .instrument(step("save_transcript", market_id))
             .await?;
         Ok(())

@@ -24,7 +24,7 @@ mod submit;
 pub use error::{StepError, StepKind};
 
 use crate::{Node, Pipeline, Submission};
-use alloy::primitives::{Address, U256};
+use alloy::primitives::Address;
 use alloy::providers::DynProvider;
 use alloy::rpc::types::TransactionReceipt;
 use cresolver_chain::discovery::DiscoveryConfig;
@@ -34,6 +34,7 @@ use cresolver_metrics::Metrics;
 use cresolver_pipeline::round::{RoundInput, RoundOutcome};
 use cresolver_pipeline::transcript::{ConfirmationRecord, Transcript};
 use cresolver_store::RoundStore;
+use cresolver_store::{MarketId, RoundKey};
 use cresolver_store::{RoundRecord, Stage};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +43,7 @@ use tracing::Instrument;
 /// A span around one step of a round (target `cresolver::step`, fields `step` and
 /// `market_id`): a debug log shows it, and `cargo bench --bench node` takes each step's
 /// time, and when a round concluded, from it.
-pub(crate) fn step(name: &'static str, market_id: U256) -> tracing::Span {
+pub(crate) fn step(name: &'static str, market_id: MarketId) -> tracing::Span {
     tracing::debug_span!(target: "cresolver::step", "step", step = name, market_id = %market_id)
 }
 
@@ -115,7 +116,7 @@ impl Ending {
 /// A round as its drive carries it from step to step.
 pub(crate) struct Round<'a> {
     pub p: &'a Pipeline,
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The round as stored when the drive began.
     pub rec: RoundRecord,
     /// The stage last persisted (the `stage` label of a round that stops).
@@ -133,6 +134,14 @@ impl Round<'_> {
     /// The market the round is of.
     pub fn market(&self) -> Address {
         self.p.market
+    }
+
+    /// The round's identity.
+    pub fn key(&self) -> RoundKey {
+        RoundKey {
+            market: self.p.market,
+            id: self.market_id,
+        }
     }
 }
 
@@ -168,11 +177,8 @@ pub(crate) struct Driven {
 impl Node {
     /// Drives a held round from its stored state to an end or a persisted stop, with
     /// the steps' share of the node.
-    pub(crate) async fn drive(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Driven, (Stage, StepError)> {
+    pub(crate) async fn drive(&self, round: RoundKey) -> Result<Driven, (Stage, StepError)> {
+        let (market, market_id) = (round.market, round.id);
         let steps = Steps {
             store: &self.store,
             metrics: &self.metrics,
@@ -184,7 +190,9 @@ impl Node {
             submission: &self.submission,
             foreign_wait: self.foreign_wait(),
         };
-        steps.drive(self.pipeline(market), market, market_id).await
+        steps
+            .drive(self.pipeline(market), RoundKey::new(market, market_id))
+            .await
     }
 }
 
@@ -193,18 +201,21 @@ impl Steps<'_> {
     async fn drive(
         &self,
         p: Option<&Pipeline>,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
     ) -> Result<Driven, (Stage, StepError)> {
+        let (market, market_id) = (round.market, round.id);
         let Some(p) = p else {
-            self.fail(market, market_id, "no workflow watches this market")
-                .await
-                .map_err(|e| (Stage::Requested, e))?;
+            self.fail(
+                RoundKey::new(market, market_id),
+                "no workflow watches this market",
+            )
+            .await
+            .map_err(|e| (Stage::Requested, e))?;
             return Ok(Driven {
                 from: Stage::Requested,
             });
         };
-        let rec = match self.store.get(market, market_id).await {
+        let rec = match self.store.get(RoundKey::new(market, market_id)).await {
             Ok(Some(r)) if !r.state.is_final() => r,
             Ok(Some(r)) => return Ok(Driven { from: r.state }),
             Ok(None) => {
@@ -275,7 +286,7 @@ impl Steps<'_> {
                     tracing::warn!(market_id = %market_id, %reason, "round failed");
                 }
                 self.store
-                    .set_state(market, market_id, stage, Some(&reason))
+                    .set_state(RoundKey::new(market, market_id), stage, Some(&reason))
                     .await?;
                 Ok(())
             }
@@ -287,7 +298,7 @@ impl Steps<'_> {
             } => {
                 let Some(t) = round.transcript.take() else {
                     self.store
-                        .set_state(market, market_id, stage, reason.as_deref())
+                        .set_state(RoundKey::new(market, market_id), stage, reason.as_deref())
                         .await?;
                     return Ok(());
                 };
@@ -298,10 +309,15 @@ impl Steps<'_> {
     }
 
     /// Fails a round outside a drive's steps (no workflow watches its market).
-    async fn fail(&self, market: Address, market_id: U256, reason: &str) -> Result<(), StepError> {
+    async fn fail(&self, round: RoundKey, reason: &str) -> Result<(), StepError> {
+        let (market, market_id) = (round.market, round.id);
         tracing::warn!(market_id = %market_id, %reason, "round failed");
         self.store
-            .set_state(market, market_id, Stage::Failed, Some(reason))
+            .set_state(
+                RoundKey::new(market, market_id),
+                Stage::Failed,
+                Some(reason),
+            )
             .await?;
         Ok(())
     }
@@ -316,7 +332,7 @@ impl Steps<'_> {
         let v = serde_json::to_value(t)
             .map_err(|e| StepError::retry_from("cannot encode the transcript", e))?;
         self.store
-            .set_outcome(round.market(), round.market_id, &v)
+            .set_outcome(round.key(), &v)
             .instrument(step("save_transcript", round.market_id))
             .await?;
         Ok(())

@@ -8,6 +8,7 @@ use cresolver_chain::reader::{MarketSnapshot, ReadError, read_market, resolved_a
 use cresolver_metrics::TimedStage;
 use cresolver_pipeline::live::{LiveContext, LiveError, collect_input};
 use cresolver_pipeline::transcript::{RequestRecord, TRANSCRIPT_VERSION, Transcript};
+use cresolver_store::RoundKey;
 use cresolver_store::Stage;
 use std::time::Instant;
 use tracing::Instrument;
@@ -41,8 +42,13 @@ impl Steps<'_> {
         let multicall = self.multicall;
         let (at_head, read) = async {
             tokio::join!(
-                resolved_at_head(self.provider, market, market_id),
-                read_market(self.provider, market, market_id, Some(block), multicall),
+                resolved_at_head(self.provider, RoundKey::new(market, market_id)),
+                read_market(
+                    self.provider,
+                    RoundKey::new(market, market_id),
+                    Some(block),
+                    multicall
+                ),
             )
         }
         .instrument(step("read", market_id))
@@ -56,7 +62,13 @@ impl Steps<'_> {
             // after the request); the round is still judged at the request block's time.
             Err(ReadError::Rpc(e)) if e.is_pruned_state() => {
                 tracing::warn!(market_id = %market_id, block, error = %e, "the endpoint has no state at the request block (pruned): reading the market at the head");
-                read_market(self.provider, market, market_id, None, multicall).await
+                read_market(
+                    self.provider,
+                    RoundKey::new(market, market_id),
+                    None,
+                    multicall,
+                )
+                .await
             }
             other => other,
         };
@@ -80,9 +92,7 @@ impl Steps<'_> {
             .get_block_number()
             .await
             .map_err(|e| StepError::retry_from("eth_blockNumber", e))?;
-        self.store
-            .set_request_block(round.market(), round.market_id, head)
-            .await?;
+        self.store.set_request_block(round.key(), head).await?;
         tracing::info!(market_id = %round.market_id, block = head, "manual request: judged at this block from now on");
         Ok(head)
     }
@@ -122,7 +132,7 @@ impl Steps<'_> {
             .observe_stage(TimedStage::Discover, started.elapsed().as_secs_f64());
         if round.stage == Stage::Requested {
             self.store
-                .set_state(market, market_id, Stage::Discovered, None)
+                .set_state(RoundKey::new(market, market_id), Stage::Discovered, None)
                 .await?;
             round.stage = Stage::Discovered;
         }

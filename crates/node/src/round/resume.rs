@@ -5,6 +5,7 @@
 
 use super::{Next, Round, StepError, Steps};
 use cresolver_pipeline::transcript::Transcript;
+use cresolver_store::RoundKey;
 use cresolver_store::{KeyRef, NonceRecord, Stage};
 use cresolver_submit::txm::{Foreign, TxManager};
 use serde::Deserialize;
@@ -57,7 +58,7 @@ impl Steps<'_> {
         // (The round's pending reservations under every key, read once.)
         let pending = self
             .store
-            .pending_nonces_of_round(market, market_id)
+            .pending_nonces_of_round(RoundKey::new(market, market_id))
             .await?;
         if let Some((_, n)) = pending
             .iter()

@@ -4,9 +4,10 @@
 //! goes on to agree, also when its own round missed the quorum; any other node submits.
 
 use super::{Carried, Next, Round, StepError, Steps, step};
-use alloy::primitives::{Address, U256};
+use alloy::primitives::Address;
 use cresolver_metrics::TimedStage;
 use cresolver_pipeline::round::{RoundError, RoundInput, RoundProgress};
+use cresolver_store::{MarketId, RoundKey};
 use cresolver_store::{RoundStore, Stage, StoreError};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use tracing::Instrument;
 struct Persist {
     store: Arc<dyn RoundStore>,
     market: Address,
-    market_id: U256,
+    market_id: MarketId,
     attempt: u32,
 }
 
@@ -36,7 +37,7 @@ impl Persist {
         Box::pin(async move {
             let value = value.map_err(StoreError::Encode)?;
             store
-                .save_progress(market, market_id, attempt, stage, &value)
+                .save_progress(RoundKey::new(market, market_id), attempt, stage, &value)
                 .await?;
             cresolver_submit::txm::crash_point(stage.as_str());
             Ok(())
@@ -110,10 +111,7 @@ impl Steps<'_> {
     /// What an interrupted run of this attempt recorded: its workers and the LLM are
     /// not asked again for a stage it passed.
     async fn progress(&self, round: &Round<'_>) -> Result<RoundProgress, StepError> {
-        let stored = self
-            .store
-            .progress(round.market(), round.market_id, round.rec.attempt)
-            .await?;
+        let stored = self.store.progress(round.key(), round.rec.attempt).await?;
         let progress = stored
             .and_then(|v| match serde_json::from_value::<RoundProgress>(v) {
                 Ok(p) => Some(p),

@@ -2,6 +2,8 @@
 //! transaction's calldata say happened to a market.
 
 use super::*;
+use cresolver_core::MarketId;
+use cresolver_core::RoundKey;
 
 // ─── The chain side ─────────────────────────────────────────────────────────────────
 
@@ -9,7 +11,7 @@ use super::*;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReportView {
     /// The market's id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// Every registered worker, in registration order.
     pub workers: Vec<Address>,
     /// Each worker's reward weight, aligned with `workers`.
@@ -60,7 +62,7 @@ impl ReportView {
         if input.starts_with(&ICREsolverMarket::resolveMarketCall::SELECTOR) {
             let c = ICREsolverMarket::resolveMarketCall::abi_decode(input).ok()?;
             return Some(Self {
-                market_id: c.marketId,
+                market_id: c.marketId.into(),
                 workers: c.workers,
                 weights: c.weights,
                 dim_scores: c.dimScores,
@@ -131,11 +133,11 @@ pub(super) fn yes_no(b: bool) -> &'static str {
 /// carried.
 pub async fn onchain_outcome(
     provider: &DynProvider,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     from_block: u64,
     max_range: u64,
 ) -> Result<OnChain, ReplayError> {
+    let (market, market_id) = (round.market, round.id.get());
     let m = ICREsolverMarket::new(market, provider.clone())
         .getMarket(market_id)
         .call()
@@ -228,8 +230,7 @@ pub async fn chain_check(
 ) -> ChainCheck {
     let snap = match read_market(
         provider,
-        t.market.market,
-        t.market.market_id,
+        RoundKey::new(t.market.market, t.market.market_id),
         Some(block),
         multicall,
     )

@@ -2,6 +2,8 @@
 //! changes, differences in outcome, weights and scores.
 
 use super::*;
+use cresolver_core::MarketId;
+use cresolver_core::RoundKey;
 
 // ─── Workflow changes ───────────────────────────────────────────────────────────────
 
@@ -176,7 +178,7 @@ pub struct MarketReplay {
     /// The market contract.
     pub market: Address,
     /// The market's id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// `transcript` or `live`.
     pub source: String,
     /// Where the transcript came from (a file, or the store).
@@ -207,7 +209,7 @@ impl MarketReplay {
     /// A market that could not be replayed.
     pub fn unavailable(
         market: Address,
-        market_id: U256,
+        market_id: MarketId,
         request: Option<RequestRef>,
         on_chain: OnChain,
         reason: String,
@@ -236,7 +238,7 @@ pub struct Compared<'a> {
     /// The market contract.
     pub market: Address,
     /// The market's id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// `transcript` or `live`.
     pub source: &'a str,
     /// Where the transcript came from (a file, or the store).
@@ -438,8 +440,7 @@ pub async fn replay_from_transcript(
             let check_block = request.as_ref().map_or(t.market.block, |r| r.block);
             let on_chain = onchain_outcome(
                 p,
-                t.market.market,
-                t.market.market_id,
+                RoundKey::new(t.market.market, t.market.market_id),
                 check_block,
                 opts.max_range,
             )
@@ -476,13 +477,17 @@ pub async fn replay_live(
     transcript: Option<(&Transcript, String)>,
     opts: &ReplayOptions,
 ) -> Result<MarketReplay, ReplayError> {
-    let live =
-        crate::live::run_live(ctx, engine, market, request.market_id, Some(request.block)).await?;
+    let live = crate::live::run_live(
+        ctx,
+        engine,
+        RoundKey::new(market, request.market_id),
+        Some(request.block),
+    )
+    .await?;
     let replayed = Replayed::from_live(&engine.workflow, &live.result, live.snapshot.workers.len());
     let on_chain = onchain_outcome(
         ctx.provider,
-        market,
-        request.market_id,
+        RoundKey::new(market, request.market_id),
         request.block,
         opts.max_range,
     )

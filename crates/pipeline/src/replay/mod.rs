@@ -30,6 +30,7 @@ use alloy::rpc::types::{Filter, Log};
 use alloy::sol_types::{SolCall, SolEvent};
 use cresolver_chain::bindings::{ICREsolverMarket, IKeystoneForwarder};
 use cresolver_chain::reader::{MarketSnapshot, read_market};
+use cresolver_core::MarketId;
 use cresolver_core::report::split_raw_report;
 use cresolver_core::{Dimensions, decode_report};
 use cresolver_evaluate::recorded::RecordedLlm;
@@ -108,7 +109,7 @@ pub async fn scan_logs(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RequestRef {
     /// The market's id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// The log's block.
     pub block: u64,
     /// The log's transaction.
@@ -141,9 +142,9 @@ pub async fn scan_requests(
         let Some(block) = log.block_number else {
             continue;
         };
-        if out.iter().all(|r| r.market_id != ev.data.marketId) {
+        if out.iter().all(|r| r.market_id.get() != ev.data.marketId) {
             out.push(RequestRef {
-                market_id: ev.data.marketId,
+                market_id: ev.data.marketId.into(),
                 block,
                 tx: log.transaction_hash,
             });

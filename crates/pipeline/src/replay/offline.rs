@@ -179,9 +179,10 @@ pub fn replay_transcript(t: &Transcript, wf: &Workflow) -> Replayed {
     if !quorum.met {
         return Replayed::ended(ReplayStatus::NoQuorum, Some(quorum), notes);
     }
-    let Ok(market_id) = u64::try_from(t.market.market_id) else {
+    let market_id = t.market.market_id;
+    if market_id.to_u64().is_err() {
         return Replayed::unavailable("market id does not fit the worker protocol's number");
-    };
+    }
     let challenges = replayed_challenges(t, wf, stage, &mut notes);
 
     // The evaluator's input, built by the engine's own function.

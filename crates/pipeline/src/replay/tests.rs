@@ -1,10 +1,11 @@
 //! Tests of replay: transcripts replayed under changed workflows, comparisons and the summary table.
 
 use super::*;
+use cresolver_core::MarketId;
 
 fn view(weights: &[u64], scores: &[u8], resolution: bool) -> ReportView {
     ReportView {
-        market_id: U256::from(1),
+        market_id: MarketId::from(1),
         workers: (1..=weights.len() as u8)
             .map(Address::repeat_byte)
             .collect(),

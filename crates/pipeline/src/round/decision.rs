@@ -2,9 +2,11 @@
 //! evaluator's input, the evaluation stage, and the decision (scores by slot, the tally
 //! and the report bytes). Live rounds and replays share these functions.
 
-use alloy::primitives::{Bytes, U256};
+use alloy::primitives::Bytes;
 use cresolver_core::tally::Vote;
-use cresolver_core::{Dimensions, Reputation, TallyError, TallyOutcome, TallyWorker, tally};
+use cresolver_core::{
+    Dimensions, MarketId, Reputation, TallyError, TallyOutcome, TallyWorker, tally,
+};
 use cresolver_evaluate::{EvalError, EvalInput, EvalWorker, Evaluation, Evaluator};
 use cresolver_workers::ChallengeOutcome;
 use cresolver_workers::fanout::ResolveStage;
@@ -29,7 +31,7 @@ pub(super) fn random_order(mut slots: Vec<usize>) -> Vec<usize> {
 /// responses. Returns the slot of each evaluated worker. The one place this input is
 /// built (live rounds and replays alike).
 pub fn evaluation_input(
-    market_id: u64,
+    market_id: MarketId,
     question: &str,
     reference_time: u64,
     stage: &ResolveStage,
@@ -85,7 +87,7 @@ pub fn evaluation_slots(stage: &ResolveStage, order: Option<&[usize]>) -> Vec<us
 /// workflow's evaluator, replays with the rubric or the recorded LLM reply.
 pub async fn evaluate(
     evaluator: &dyn Evaluator,
-    market_id: u64,
+    market_id: MarketId,
     question: &str,
     reference_time: u64,
     stage: &ResolveStage,
@@ -120,7 +122,7 @@ pub struct Decision {
 /// worker (non-responders with weight 0) and the report bytes. Used by live rounds and
 /// replays alike.
 pub fn decide(
-    market_id: U256,
+    market_id: MarketId,
     stage: &ResolveStage,
     slot_of: &[usize],
     evaluation: &Evaluation,

@@ -135,7 +135,7 @@ impl TransactionRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloy::primitives::{Bytes, U256};
+    use alloy::primitives::Bytes;
     use cresolver_store::{AttemptRecord, NonceRecord, NonceState, TxPayload};
 
     fn history(
@@ -149,7 +149,7 @@ mod tests {
             state,
             payload: TxPayload {
                 market: Address::repeat_byte(1),
-                market_id: U256::from(9),
+                market_id: cresolver_core::MarketId::from(9u64),
                 to: Address::repeat_byte(2),
                 calldata: Bytes::from_static(&[1, 2]),
                 gas_limit: 300_000,

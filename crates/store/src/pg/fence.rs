@@ -4,16 +4,15 @@
 //! is made only if that fenced update or lock of the round touched it.
 
 use super::{PgStore, pg_err};
+use crate::RoundKey;
 use crate::StoreError;
 use crate::column::{Addr, Num};
-use alloy_primitives::{Address, U256};
 
 impl PgStore {
     /// This node's term of the round, or `LeaseLost` when it holds none (the check
     /// before every fenced write, made without a round trip).
-    pub(super) fn held_term(&self, market: Address, market_id: U256) -> Result<i64, StoreError> {
-        self.term_of(market, market_id)
-            .ok_or(StoreError::LeaseLost(market, market_id))
+    pub(super) fn held_term(&self, round: RoundKey) -> Result<i64, StoreError> {
+        self.term_of(round).ok_or(StoreError::LeaseLost(round))
     }
 
     /// One fenced write for a round in one round trip: `sql` is an `UPDATE rounds …
@@ -24,15 +23,13 @@ impl PgStore {
     /// second read, on that path only).
     pub(super) async fn fenced_execute(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<(), StoreError> {
         let n = params.len();
         let fenced = format!("{sql} AND holder = ${} AND term = ${}", n + 1, n + 2);
-        self.fenced_statement(market, market_id, &fenced, params)
-            .await
+        self.fenced_statement(round, &fenced, params).await
     }
 
     /// Runs a statement whose last two parameters are this node's id and its term of the
@@ -40,12 +37,11 @@ impl PgStore {
     /// `LeaseLost` without a round trip; 0 rows → `NoRound` or `LeaseLost`.
     pub(super) async fn fenced_statement(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<(), StoreError> {
-        let term = self.held_term(market, market_id)?;
+        let term = self.held_term(round)?;
         let client = self.client().await?;
         let stmt = client.prepare_cached(sql).await.map_err(pg_err)?;
         let mut all: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params.to_vec();
@@ -56,24 +52,25 @@ impl PgStore {
             return Ok(());
         }
         drop(client);
-        Err(self.unfenced(market, market_id).await)
+        Err(self.unfenced(round).await)
     }
 
     /// Why a fenced write touched no row: the round is gone (`NoRound`), or this node
     /// lost its lease (`LeaseLost`, and the term is forgotten). A second read, on that
     /// path only.
-    pub(super) async fn unfenced(&self, market: Address, market_id: U256) -> StoreError {
-        match self.round_exists(market, market_id).await {
-            Ok(false) => StoreError::NoRound(market, market_id),
+    pub(super) async fn unfenced(&self, round: RoundKey) -> StoreError {
+        match self.round_exists(round).await {
+            Ok(false) => StoreError::NoRound(round),
             Ok(true) => {
-                self.forget(market, market_id);
-                StoreError::LeaseLost(market, market_id)
+                self.forget(round);
+                StoreError::LeaseLost(round)
             }
             Err(e) => e,
         }
     }
 
-    async fn round_exists(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
+    async fn round_exists(&self, round: RoundKey) -> Result<bool, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let client = self.client().await?;
         let exists = client
             .query_opt(

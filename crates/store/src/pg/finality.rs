@@ -3,9 +3,10 @@
 //! it leaves (and `renew_in` locks the row first). [`PgStore`]'s [`Finality`].
 
 use super::{PgStore, col, pg_err, read_market};
+use crate::RoundKey;
 use crate::column::{Addr, Hash, Json, Num};
 use crate::{Finality, KeyRef, MinedAt, PastAttempt, Stage, StoreError, Watched, now};
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::B256;
 use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
 
@@ -13,10 +14,10 @@ use tokio_postgres::Row;
 /// one replaces it.
 pub(super) async fn archive_in(
     tx: &Transaction<'_>,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     at: i64,
 ) -> Result<(), StoreError> {
+    let (market, market_id) = (round.market, round.id.get());
     let stmt = tx
         .prepare_cached(
             "INSERT INTO round_attempts (market, market_id, attempt, state, reason, request_tx, request_block, submit_tx, outcome, ended_at)
@@ -34,12 +35,12 @@ pub(super) async fn archive_in(
 /// [`Finality::renew_round`] inside a transaction.
 pub(super) async fn renew_in(
     tx: &Transaction<'_>,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     workflow: &str,
     request: Option<(B256, u64)>,
     from: Stage,
 ) -> Result<bool, StoreError> {
+    let (market, market_id) = (round.market, round.id.get());
     let (m, id, t) = (Addr(market), Num(market_id), now() as i64);
     let state: Option<Stage> = tx
         .query_opt(
@@ -57,7 +58,7 @@ pub(super) async fn renew_in(
     if state != Some(from) {
         return Ok(false);
     }
-    archive_in(tx, market, market_id, t).await?;
+    archive_in(tx, round, t).await?;
     tx.execute(
         &tx.prepare_cached(
             "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3, request_tx = $4,
@@ -83,11 +84,11 @@ pub(super) async fn renew_in(
 /// [`Finality::reopen_submission`] inside a transaction.
 pub(super) async fn reopen_submission_in(
     tx: &Transaction<'_>,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     reason: &str,
     outcome: Option<&serde_json::Value>,
 ) -> Result<bool, StoreError> {
+    let (market, market_id) = (round.market, round.id.get());
     let (m, id, t) = (Addr(market), Num(market_id), now() as i64);
     let n = tx
         .execute(
@@ -151,7 +152,10 @@ pub(super) async fn reopen_submission_in(
 /// A watched round: the round, and the nonce whose attempt resolved it when the store
 /// holds one with where it was mined.
 fn read_watched(r: &Row) -> Result<Watched, StoreError> {
-    let (market, market_id) = read_market(r, 0)?;
+    let RoundKey {
+        market,
+        id: market_id,
+    } = read_market(r, 0)?;
     let signer: Option<Addr> = col(r, 3)?;
     let chain_id: Option<i64> = col(r, 4)?;
     let nonce: Option<i64> = col(r, 5)?;
@@ -200,39 +204,37 @@ fn read_past(r: &Row) -> Result<PastAttempt, StoreError> {
 impl Finality for PgStore {
     async fn renew_round(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
         request: Option<(B256, u64)>,
         from: Stage,
     ) -> Result<bool, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let done = renew_in(&tx, market, market_id, workflow, request, from).await?;
+        let done = renew_in(&tx, round, workflow, request, from).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(done)
     }
 
     async fn reopen_submission(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         reason: &str,
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let done = reopen_submission_in(&tx, market, market_id, reason, outcome).await?;
+        let done = reopen_submission_in(&tx, round, reason, outcome).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(done)
     }
 
     async fn set_finalized(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let client = self.client().await?;
         let n = client
             .execute(
@@ -275,11 +277,8 @@ impl Finality for PgStore {
         rows.iter().map(read_watched).collect()
     }
 
-    async fn past_attempts(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Vec<PastAttempt>, StoreError> {
+    async fn past_attempts(&self, round: RoundKey) -> Result<Vec<PastAttempt>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let client = self.client().await?;
         let rows = client
             .query(

@@ -4,10 +4,11 @@
 //! [`Fence`].
 
 use super::{NOW_MS, PgStore, col, pg_err, read_market};
+use crate::RoundKey;
 use crate::column::{Addr, Num};
 use crate::stage::DONE_SQL;
 use crate::{Fence, Lease, Leases, StoreError};
-use alloy_primitives::{Address, U256};
+use alloy_primitives::Address;
 use std::time::Duration;
 
 #[async_trait::async_trait]
@@ -26,10 +27,10 @@ impl Leases for PgStore {
 
     async fn claim(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         ignore_backoff: bool,
     ) -> Result<Option<Lease>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let client = self.client().await?;
         // One statement (one round trip): the row is locked (`old`, which also keeps the
         // previous holder), then taken when the round is not final and its lease is free:
@@ -69,15 +70,16 @@ impl Leases for PgStore {
         };
         let term: i64 = col(&row, 0)?;
         let prev: Option<String> = col(&row, 1)?;
-        self.held.lock().insert((market, market_id), term);
+        self.held.lock().insert(round, term);
         Ok(Some(Lease {
             term: term as u64,
             taken_from: prev.filter(|p| p != &self.node),
         }))
     }
 
-    async fn renew(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
-        let Some(term) = self.term_of(market, market_id) else {
+    async fn renew(&self, round: RoundKey) -> Result<bool, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
+        let Some(term) = self.term_of(round) else {
             return Ok(false);
         };
         let client = self.client().await?;
@@ -101,21 +103,21 @@ impl Leases for PgStore {
             .await
             .map_err(pg_err)?;
         if n == 0 {
-            self.forget(market, market_id);
+            self.forget(round);
         }
         Ok(n == 1)
     }
 
     async fn release(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         retry_after: Option<Duration>,
     ) -> Result<(), StoreError> {
-        let Some(term) = self.term_of(market, market_id) else {
+        let (market, market_id) = (round.market, round.id.get());
+        let Some(term) = self.term_of(round) else {
             return Ok(());
         };
-        self.forget(market, market_id);
+        self.forget(round);
         let client = self.client().await?;
         let after = retry_after.map(|d| d.as_millis() as i64);
         client
@@ -142,7 +144,7 @@ impl Leases for PgStore {
         &self,
         markets: &[Address],
         limit: usize,
-    ) -> Result<Vec<(Address, U256)>, StoreError> {
+    ) -> Result<Vec<RoundKey>, StoreError> {
         let client = self.client().await?;
         let markets: Vec<Addr> = markets.iter().copied().map(Addr).collect();
         let rows = client
@@ -170,8 +172,9 @@ impl Leases for PgStore {
 
 #[async_trait::async_trait]
 impl Fence for PgStore {
-    async fn fence_ok(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
-        let Some(term) = self.term_of(market, market_id) else {
+    async fn fence_ok(&self, round: RoundKey) -> Result<bool, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
+        let Some(term) = self.term_of(round) else {
             return Ok(false);
         };
         // held at this term, with a sixth of the lease still to run by the database's
@@ -188,7 +191,7 @@ impl Fence for PgStore {
             .await
             .map_err(pg_err)?;
         if row.is_none() {
-            self.forget(market, market_id);
+            self.forget(round);
         }
         Ok(row.is_some())
     }

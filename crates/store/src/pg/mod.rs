@@ -22,9 +22,9 @@
 //! ([`crate::Leases`], [`crate::Fence`], with the write fence in `fence`), `finality`
 //! and `settings`.
 
+use crate::RoundKey;
 use crate::column::{Addr, Num};
 use crate::{KeyRef, StoreError};
-use alloy_primitives::{Address, U256};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -69,11 +69,11 @@ pub struct PgStore {
     node: String,
     lease: Duration,
     /// The rounds this node holds, with the term it claimed them at (the fencing token).
-    held: Mutex<HashMap<(Address, U256), i64>>,
+    held: Mutex<HashMap<RoundKey, i64>>,
     /// The round of each nonce this node reserved and has not ended (a reservation's
     /// round never changes), so ending one needs no lookup first; a nonce not in it (a
     /// restart, a takeover) is looked up. Emptied should it pass [`NONCE_ROUNDS_CAP`].
-    nonce_rounds: Mutex<HashMap<(KeyRef, u64), (Address, U256)>>,
+    nonce_rounds: Mutex<HashMap<(KeyRef, u64), RoundKey>>,
 }
 
 /// More reservations than a node has open at once.
@@ -335,12 +335,12 @@ impl PgStore {
         self.pool.get().await.map_err(pool_err)
     }
 
-    fn term_of(&self, market: Address, market_id: U256) -> Option<i64> {
-        self.held.lock().get(&(market, market_id)).copied()
+    fn term_of(&self, round: RoundKey) -> Option<i64> {
+        self.held.lock().get(&round).copied()
     }
 
-    fn forget(&self, market: Address, market_id: U256) {
-        self.held.lock().remove(&(market, market_id));
+    fn forget(&self, round: RoundKey) {
+        self.held.lock().remove(&round);
     }
 }
 
@@ -362,6 +362,9 @@ fn read_key(r: &Row, at: usize) -> Result<KeyRef, StoreError> {
 }
 
 /// A market and a market id in columns `at` and `at + 1` of a row.
-fn read_market(r: &Row, at: usize) -> Result<(Address, U256), StoreError> {
-    Ok((col::<Addr>(r, at)?.0, col::<Num>(r, at + 1)?.0))
+fn read_market(r: &Row, at: usize) -> Result<RoundKey, StoreError> {
+    Ok(RoundKey::new(
+        col::<Addr>(r, at)?.0,
+        col::<Num>(r, at + 1)?.0,
+    ))
 }

@@ -5,6 +5,7 @@
 
 use super::finality::{archive_in, renew_in, reopen_submission_in};
 use super::{NOW_MS, PgStore, col, pg_err};
+use crate::RoundKey;
 use crate::column::{Addr, Hash, Json, Num};
 use crate::stage::DONE_SQL;
 use crate::{
@@ -12,7 +13,7 @@ use crate::{
     RoundSummary, Rounds, SUMMARY_REASON_BYTES, Stage, StoreError, UpdatedBetween, decide, now,
     truncate,
 };
-use alloy_primitives::{Address, B256, Bytes, U256};
+use alloy_primitives::{B256, Bytes};
 use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
 
@@ -21,12 +22,12 @@ use tokio_postgres::Row;
 /// made. Two nodes may insert the same market at once: the loser sees it handled.
 async fn upsert_round(
     tx: &Transaction<'_>,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     workflow: &str,
     request: Option<(B256, u64)>,
     unresolved_on_chain: bool,
 ) -> Result<RequestDecision, StoreError> {
+    let (market, market_id) = (round.market, round.id.get());
     let (m, id) = (Addr(market), Num(market_id));
     let existing: Option<Stage> = tx
         .query_opt(
@@ -60,7 +61,7 @@ async fn upsert_round(
             }
         }
         RequestDecision::Reopened => {
-            archive_in(tx, market, market_id, t).await?;
+            archive_in(tx, round, t).await?;
             tx.execute(
                 &tx.prepare_cached(
                     "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = $3,
@@ -76,11 +77,11 @@ async fn upsert_round(
             .map_err(pg_err)?;
         }
         RequestDecision::Resubmit => {
-            reopen_submission_in(tx, market, market_id, RESUBMIT_REASON, None).await?;
+            reopen_submission_in(tx, round, RESUBMIT_REASON, None).await?;
         }
         RequestDecision::Renewed => {
             if let Some(from) = existing {
-                renew_in(tx, market, market_id, workflow, request, from).await?;
+                renew_in(tx, round, workflow, request, from).await?;
             }
         }
         RequestDecision::AlreadyHandled(_) | RequestDecision::DuplicateLog => {}
@@ -95,7 +96,7 @@ const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, reques
 fn read_round(r: &Row) -> Result<RoundRecord, StoreError> {
     Ok(RoundRecord {
         market: col::<Addr>(r, 0)?.0,
-        market_id: col::<Num>(r, 1)?.0,
+        market_id: col::<Num>(r, 1)?.into(),
         state: col(r, 2)?,
         attempt: col::<i32>(r, 3)? as u32,
         workflow: col(r, 4)?,
@@ -118,7 +119,7 @@ fn read_summary(r: &Row) -> Result<(i64, RoundSummary), StoreError> {
     let open = !state.is_final();
     let summary = RoundSummary {
         market: col::<Addr>(r, 1)?.0,
-        market_id: col::<Num>(r, 2)?.0,
+        market_id: col::<Num>(r, 2)?.into(),
         state,
         attempt: col::<i32>(r, 4)? as u32,
         workflow: col(r, 5)?,
@@ -141,12 +142,12 @@ fn read_summary(r: &Row) -> Result<(i64, RoundSummary), StoreError> {
 impl Requests for PgStore {
     async fn record_request_judged(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
         log: &LogRef,
         unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let mut client = self.client().await?;
         let (tx_hash, m, id) = (Hash(log.tx_hash), Addr(market), Num(market_id));
         let (index, block) = (log.log_index as i64, log.block_number as i64);
@@ -197,15 +198,7 @@ impl Requests for PgStore {
             return Ok(RequestDecision::DuplicateLog);
         }
         let request = Some((log.tx_hash, log.block_number));
-        let d = upsert_round(
-            &tx,
-            market,
-            market_id,
-            workflow,
-            request,
-            unresolved_on_chain,
-        )
-        .await?;
+        let d = upsert_round(&tx, round, workflow, request, unresolved_on_chain).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(d)
     }
@@ -227,14 +220,13 @@ impl Requests for PgStore {
 
     async fn manual_request_judged(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
         unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let d = upsert_round(&tx, market, market_id, workflow, None, unresolved_on_chain).await?;
+        let d = upsert_round(&tx, round, workflow, None, unresolved_on_chain).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(d)
     }
@@ -278,14 +270,13 @@ impl Checkpoints for PgStore {
 impl Rounds for PgStore {
     async fn set_state(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         self.fenced_execute(
-            market,
-            market_id,
+            round,
             "UPDATE rounds SET state = $3, reason = $4, updated_at = $5 WHERE market = $1 AND market_id = $2",
             &[
                 &Addr(market),
@@ -300,18 +291,17 @@ impl Rounds for PgStore {
 
     async fn save_progress(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         attempt: u32,
         state: Stage,
         progress: &serde_json::Value,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let (m, id, t) = (Addr(market), Num(market_id), now() as i64);
         // the state and the progress in one fenced statement (one round trip): the
         // progress is written only if the fenced update of the round touched it
         self.fenced_statement(
-            market,
-            market_id,
+            round,
             "WITH r AS (UPDATE rounds SET state = $3::text, updated_at = $4::bigint
                         WHERE market = $1::text AND market_id = $2::text
                           AND holder = $7::text AND term = $8::bigint
@@ -334,10 +324,10 @@ impl Rounds for PgStore {
 
     async fn progress(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         attempt: u32,
     ) -> Result<Option<serde_json::Value>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let client = self.client().await?;
         let row = client
             .query_opt(
@@ -349,15 +339,10 @@ impl Rounds for PgStore {
         row.map(|r| Ok(col::<Json>(&r, 0)?.0)).transpose()
     }
 
-    async fn set_request_block(
-        &self,
-        market: Address,
-        market_id: U256,
-        block: u64,
-    ) -> Result<(), StoreError> {
+    async fn set_request_block(&self, round: RoundKey, block: u64) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         self.fenced_execute(
-            market,
-            market_id,
+            round,
             "UPDATE rounds SET request_block = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
             &[
                 &Addr(market),
@@ -371,13 +356,12 @@ impl Rounds for PgStore {
 
     async fn set_outcome(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         outcome: &serde_json::Value,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         self.fenced_execute(
-            market,
-            market_id,
+            round,
             "UPDATE rounds SET outcome = $3, updated_at = $4 WHERE market = $1 AND market_id = $2",
             &[
                 &Addr(market),
@@ -391,15 +375,14 @@ impl Rounds for PgStore {
 
     async fn set_outcome_and_state(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         outcome: &serde_json::Value,
         state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         self.fenced_execute(
-            market,
-            market_id,
+            round,
             "UPDATE rounds SET outcome = $3, state = $4, reason = $5, updated_at = $6 WHERE market = $1 AND market_id = $2",
             &[
                 &Addr(market),
@@ -413,11 +396,8 @@ impl Rounds for PgStore {
         .await
     }
 
-    async fn get(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Option<RoundRecord>, StoreError> {
+    async fn get(&self, round: RoundKey) -> Result<Option<RoundRecord>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let client = self.client().await?;
         client
             .query_opt(

@@ -3,12 +3,13 @@
 //! write is fenced by the round's lease. [`PgStore`]'s [`Nonces`] and [`RoundTxs`].
 
 use super::{NONCE_ROUNDS_CAP, PgStore, col, pg_err, read_key, read_market};
+use crate::RoundKey;
 use crate::column::{Addr, Hash, Num, Wei};
 use crate::{
     AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, Nonces, RoundTxs, StoreError,
     TxPayload, now,
 };
-use alloy_primitives::{Address, Bytes, U256};
+use alloy_primitives::Bytes;
 use std::collections::HashMap;
 use tokio_postgres::Row;
 
@@ -32,7 +33,10 @@ const ATTEMPTS_SQL: &str =
 
 /// A nonce row (its first 13 columns).
 fn read_nonce(r: &Row) -> Result<NonceRecord, StoreError> {
-    let (market, market_id) = read_market(r, 2)?;
+    let RoundKey {
+        market,
+        id: market_id,
+    } = read_market(r, 2)?;
     Ok(NonceRecord {
         nonce: col::<i64>(r, 0)? as u64,
         state: col(r, 1)?,
@@ -74,7 +78,7 @@ fn key_params(key: &KeyRef) -> (Addr, i64) {
 
 impl PgStore {
     /// Runs `f` on the rounds of the nonces this node reserved.
-    fn reserved<T>(&self, f: impl FnOnce(&mut HashMap<(KeyRef, u64), (Address, U256)>) -> T) -> T {
+    fn reserved<T>(&self, f: impl FnOnce(&mut HashMap<(KeyRef, u64), RoundKey>) -> T) -> T {
         f(&mut self.nonce_rounds.lock())
     }
 
@@ -83,7 +87,7 @@ impl PgStore {
         &self,
         key: KeyRef,
         nonce: u64,
-    ) -> Result<(Address, U256), StoreError> {
+    ) -> Result<RoundKey, StoreError> {
         if let Some(round) = self.reserved(|m| m.get(&(key, nonce)).copied()) {
             return Ok(round);
         }
@@ -109,8 +113,9 @@ impl Nonces for PgStore {
         payload: &TxPayload,
     ) -> Result<u64, StoreError> {
         let (signer, chain) = key_params(&key);
-        let (market, market_id) = (payload.market, payload.market_id);
-        let term = self.held_term(market, market_id)?;
+        let round = payload.key();
+        let (market, market_id) = (round.market, round.id.get());
+        let term = self.held_term(round)?;
         let client = self.client().await?;
         // The key's row lock (the row made on first use): nodes sharing the key
         // reserve one at a time. An upsert that updates locks the row whether it was
@@ -180,14 +185,14 @@ impl Nonces for PgStore {
                     if m.len() >= NONCE_ROUNDS_CAP {
                         m.clear();
                     }
-                    m.insert((key, nonce), (market, market_id));
+                    m.insert((key, nonce), round);
                 });
                 Ok(nonce)
             }
             _ => {
                 // the connection back in the pool before the second look
                 drop(client);
-                Err(self.unfenced(market, market_id).await)
+                Err(self.unfenced(round).await)
             }
         }
     }
@@ -195,17 +200,16 @@ impl Nonces for PgStore {
     async fn add_attempt(
         &self,
         key: KeyRef,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         a: &AttemptRecord,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let (signer, chain) = key_params(&key);
         // the round's pointer to its newest attempt and the attempt in one fenced
         // statement (one round trip): the attempt is stored only if the fenced update of
         // the round touched it
         self.fenced_statement(
-            market,
-            market_id,
+            round,
             "WITH r AS (UPDATE rounds SET submit_tx = $3::text, updated_at = $4::bigint
                         WHERE market = $1::text AND market_id = $2::text
                           AND holder = $15::text AND term = $16::bigint
@@ -236,18 +240,17 @@ impl Nonces for PgStore {
     async fn mark_attempt_sent(
         &self,
         key: KeyRef,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         nonce: u64,
         seq: u32,
         block: u64,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let (signer, chain) = key_params(&key);
         // one fenced statement (one round trip): the round's row is share-locked, and
         // held by this node at its term, while the attempt is marked
         self.fenced_statement(
-            market,
-            market_id,
+            round,
             "WITH r AS (SELECT 1 FROM rounds
                         WHERE market = $6::text AND market_id = $7::text
                           AND holder = $8::text AND term = $9::bigint
@@ -276,14 +279,14 @@ impl Nonces for PgStore {
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
         let (signer, chain) = key_params(&key);
-        let (market, market_id) = self.nonce_round(key, nonce).await?;
+        let round = self.nonce_round(key, nonce).await?;
+        let (market, market_id) = (round.market, round.id.get());
         // the nonce's end and the round's pointer to the mined transaction in one fenced
         // statement (one round trip): the nonce is ended only if the fenced update of the
         // round touched it
         let ended = self
             .fenced_statement(
-                market,
-                market_id,
+                round,
                 "WITH r AS (UPDATE rounds SET submit_tx = COALESCE($5::text, submit_tx)
                         WHERE market = $10::text AND market_id = $11::text
                           AND holder = $12::text AND term = $13::bigint
@@ -315,9 +318,9 @@ impl Nonces for PgStore {
     async fn pending_nonce_of(
         &self,
         key: KeyRef,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
     ) -> Result<Option<NonceRecord>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let (signer, chain) = key_params(&key);
         let client = self.client().await?;
         client
@@ -431,9 +434,9 @@ impl Nonces for PgStore {
 impl RoundTxs for PgStore {
     async fn tx_history(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
     ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let (m, id) = (Addr(market), Num(market_id));
         let client = self.client().await?;
         let nonces = client
@@ -474,9 +477,9 @@ impl RoundTxs for PgStore {
 
     async fn pending_nonces_of_round(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let client = self.client().await?;
         let rows = client
             .query(

@@ -1,8 +1,9 @@
 //! The capability around done rounds ([`Finality`]: the finality watch and new
 //! attempts, no lease needed).
 
+use crate::RoundKey;
 use crate::{PastAttempt, Stage, StoreError, Watched};
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::B256;
 
 /// Done rounds: the finality watch over `confirmed` rounds, and new attempts of a done
 /// round the chain says is unresolved. No lease is needed: each change is conditional
@@ -15,8 +16,7 @@ pub trait Finality: Send + Sync {
     /// again with `request` (`None`: manual). `false` when the round left `from`.
     async fn renew_round(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
         request: Option<(B256, u64)>,
         from: Stage,
@@ -26,24 +26,18 @@ pub trait Finality: Send + Sync {
     /// `false` when the round is not `confirmed` any more.
     async fn reopen_submission(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         reason: &str,
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError>;
     /// `confirmed` → `finalized`; `false` when the round is not `confirmed` any more.
     async fn set_finalized(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError>;
     /// The `confirmed` rounds, with the nonce that resolved each.
     async fn awaiting_finality(&self, limit: usize) -> Result<Vec<Watched>, StoreError>;
     /// A round's earlier attempts, oldest first.
-    async fn past_attempts(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Vec<PastAttempt>, StoreError>;
+    async fn past_attempts(&self, round: RoundKey) -> Result<Vec<PastAttempt>, StoreError>;
 }

@@ -1,8 +1,9 @@
 //! The capabilities around leases: which node drives which round ([`Leases`]), and the
 //! check that this node still holds a round before it acts for it ([`Fence`]).
 
+use crate::RoundKey;
 use crate::{Lease, StoreError};
-use alloy_primitives::{Address, U256};
+use alloy_primitives::Address;
 use std::time::Duration;
 
 /// Which node drives which round: claims, renewals and releases of a round's lease,
@@ -26,18 +27,16 @@ pub trait Leases: Send + Sync {
     /// its term. `None`: another node holds it, or it is final or unknown.
     async fn claim(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         ignore_backoff: bool,
     ) -> Result<Option<Lease>, StoreError>;
     /// Extends this node's lease; `false` when it was lost.
-    async fn renew(&self, market: Address, market_id: U256) -> Result<bool, StoreError>;
+    async fn renew(&self, round: RoundKey) -> Result<bool, StoreError>;
     /// Gives the round up; with `retry_after`, no node claims it from the store before
     /// that (a round paused on a transient error keeps its back-off cluster-wide).
     async fn release(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         retry_after: Option<Duration>,
     ) -> Result<(), StoreError>;
     /// Unfinished rounds that a node may claim now, oldest first: unheld and past any
@@ -48,7 +47,7 @@ pub trait Leases: Send + Sync {
         &self,
         markets: &[Address],
         limit: usize,
-    ) -> Result<Vec<(Address, U256)>, StoreError>;
+    ) -> Result<Vec<RoundKey>, StoreError>;
     /// How many rounds this node holds.
     fn held(&self) -> usize;
 }
@@ -60,5 +59,5 @@ pub trait Leases: Send + Sync {
 pub trait Fence: Send + Sync {
     /// Whether this node still holds the round at the term it claimed (checked before
     /// every broadcast).
-    async fn fence_ok(&self, market: Address, market_id: U256) -> Result<bool, StoreError>;
+    async fn fence_ok(&self, round: RoundKey) -> Result<bool, StoreError>;
 }

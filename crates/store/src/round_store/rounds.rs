@@ -2,10 +2,11 @@
 //! watcher has read ([`Checkpoints`]), its state, progress and outcome as the engine
 //! drives it ([`Rounds`]), and what operators see of all rounds ([`Overview`]).
 
+use crate::RoundKey;
 use crate::{
     LogRef, RequestDecision, RoundRecord, RoundSummary, Stage, StoreError, UpdatedBetween,
 };
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::B256;
 
 /// How a round starts: the trigger logs the watcher reads (de-duplicated by transaction
 /// hash and log index) and the manual requests of the API and the CLI. Used by the
@@ -16,12 +17,11 @@ pub trait Requests: Send + Sync {
     /// round is `AlreadyHandled` (the chain was not consulted).
     async fn record_request(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
         log: &LogRef,
     ) -> Result<RequestDecision, StoreError> {
-        self.record_request_judged(market, market_id, workflow, log, false)
+        self.record_request_judged(round, workflow, log, false)
             .await
     }
     /// [`Self::record_request`]; with `unresolved_on_chain` (the caller read the chain
@@ -31,8 +31,7 @@ pub trait Requests: Send + Sync {
     /// attempt ([`RequestDecision::Renewed`]).
     async fn record_request_judged(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
         log: &LogRef,
         unresolved_on_chain: bool,
@@ -41,12 +40,10 @@ pub trait Requests: Send + Sync {
     /// whether it starts a round. A done round is `AlreadyHandled`.
     async fn manual_request(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
     ) -> Result<RequestDecision, StoreError> {
-        self.manual_request_judged(market, market_id, workflow, false)
-            .await
+        self.manual_request_judged(round, workflow, false).await
     }
     /// Whether this exact log was recorded before (a rescan after a rewind meets it
     /// again).
@@ -54,8 +51,7 @@ pub trait Requests: Send + Sync {
     /// [`Self::manual_request`] with the chain's word (see [`Self::record_request_judged`]).
     async fn manual_request_judged(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
         unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError>;
@@ -81,8 +77,7 @@ pub trait Rounds: Send + Sync {
     /// Moves a round to `state`, with an optional reason.
     async fn set_state(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError>;
@@ -90,8 +85,7 @@ pub trait Rounds: Send + Sync {
     /// round to `state`, in one transaction.
     async fn save_progress(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         attempt: u32,
         state: Stage,
         progress: &serde_json::Value,
@@ -100,40 +94,28 @@ pub trait Rounds: Send + Sync {
     /// an earlier attempt's).
     async fn progress(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         attempt: u32,
     ) -> Result<Option<serde_json::Value>, StoreError>;
     /// Records the block a round without a request log (a manual request) is judged at.
-    async fn set_request_block(
-        &self,
-        market: Address,
-        market_id: U256,
-        block: u64,
-    ) -> Result<(), StoreError>;
+    async fn set_request_block(&self, round: RoundKey, block: u64) -> Result<(), StoreError>;
     /// Stores the round's outcome (its transcript) as JSON.
     async fn set_outcome(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         outcome: &serde_json::Value,
     ) -> Result<(), StoreError>;
     /// [`Self::set_outcome`] and [`Self::set_state`] in one write: a round's last
     /// transcript and the state it ends in.
     async fn set_outcome_and_state(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         outcome: &serde_json::Value,
         state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError>;
     /// The round of a market, if there is one.
-    async fn get(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Option<RoundRecord>, StoreError>;
+    async fn get(&self, round: RoundKey) -> Result<Option<RoundRecord>, StoreError>;
     /// The rounds that are not final (to resume after a restart).
     async fn unfinished(&self) -> Result<Vec<RoundRecord>, StoreError>;
 }

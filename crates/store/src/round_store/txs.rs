@@ -2,8 +2,8 @@
 //! attempts, as the transaction manager keeps them ([`Nonces`]), and a round's
 //! transactions under any key ([`RoundTxs`]).
 
+use crate::RoundKey;
 use crate::{AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, StoreError, TxPayload};
-use alloy_primitives::{Address, U256};
 
 /// One signing key's nonces: a reservation per payload, its signed attempts (stored
 /// before each broadcast) and how it ended. Used by the transaction manager (through
@@ -23,8 +23,7 @@ pub trait Nonces: Send + Sync {
     async fn add_attempt(
         &self,
         key: KeyRef,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         a: &AttemptRecord,
     ) -> Result<(), StoreError>;
     /// Records the head at which an attempt (of `market`'s round `market_id`) was first
@@ -32,8 +31,7 @@ pub trait Nonces: Send + Sync {
     async fn mark_attempt_sent(
         &self,
         key: KeyRef,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         nonce: u64,
         seq: u32,
         block: u64,
@@ -52,8 +50,7 @@ pub trait Nonces: Send + Sync {
     async fn pending_nonce_of(
         &self,
         key: KeyRef,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
     ) -> Result<Option<NonceRecord>, StoreError>;
     /// One reservation of `key`.
     async fn nonce_record(
@@ -91,13 +88,11 @@ pub trait RoundTxs: Send + Sync {
     /// attempts, oldest first.
     async fn tx_history(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
     ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError>;
     /// The pending reservations of a round under any key.
     async fn pending_nonces_of_round(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError>;
 }

@@ -5,18 +5,15 @@
 //! the state it leaves. [`SqliteStore`]'s [`Finality`].
 
 use super::{SqliteStore, collect, opt_uint, uint};
+use crate::RoundKey;
 use crate::column::{Addr, Hash, Json, Num};
 use crate::{Finality, KeyRef, MinedAt, PastAttempt, Stage, StoreError, Watched, now};
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::B256;
 use rusqlite::{OptionalExtension, Transaction, params};
 
 /// Copies a round's current attempt into `round_attempts` before a new one replaces it.
-pub(super) fn archive_in(
-    tx: &Transaction<'_>,
-    market: Address,
-    market_id: U256,
-    at: i64,
-) -> Result<(), StoreError> {
+pub(super) fn archive_in(tx: &Transaction<'_>, round: RoundKey, at: i64) -> Result<(), StoreError> {
+    let (market, market_id) = (round.market, round.id.get());
     tx.prepare_cached(
         "INSERT INTO round_attempts (market, market_id, attempt, state, reason, request_tx, request_block, submit_tx, outcome, ended_at)
          SELECT market, market_id, attempt, state, reason, request_tx, request_block, submit_tx, outcome, ?3 FROM rounds
@@ -29,12 +26,12 @@ pub(super) fn archive_in(
 /// [`Finality::renew_round`] inside a transaction.
 pub(super) fn renew_in(
     tx: &Transaction<'_>,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     workflow: &str,
     request: Option<(B256, u64)>,
     from: Stage,
 ) -> Result<bool, StoreError> {
+    let (market, market_id) = (round.market, round.id.get());
     let (m, id, t) = (Addr(market), Num(market_id), now() as i64);
     let current: Option<Stage> = tx
         .prepare_cached("SELECT state FROM rounds WHERE market = ?1 AND market_id = ?2")?
@@ -43,7 +40,7 @@ pub(super) fn renew_in(
     if current != Some(from) {
         return Ok(false);
     }
-    archive_in(tx, market, market_id, t)?;
+    archive_in(tx, round, t)?;
     tx.prepare_cached(
         "UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = ?4,
          request_block = ?5, reason = NULL, submit_tx = NULL, raw_tx = NULL, outcome = NULL,
@@ -63,11 +60,11 @@ pub(super) fn renew_in(
 /// [`Finality::reopen_submission`] inside a transaction.
 pub(super) fn reopen_submission_in(
     tx: &Transaction<'_>,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     reason: &str,
     outcome: Option<&serde_json::Value>,
 ) -> Result<bool, StoreError> {
+    let (market, market_id) = (round.market, round.id.get());
     let (m, id, t) = (Addr(market), Num(market_id), now() as i64);
     let n = tx
         .prepare_cached(
@@ -129,7 +126,7 @@ fn read_watched(r: &rusqlite::Row<'_>) -> rusqlite::Result<Watched> {
     };
     Ok(Watched {
         market: r.get::<_, Addr>(0)?.0,
-        market_id: r.get::<_, Num>(1)?.0,
+        market_id: r.get::<_, Num>(1)?.into(),
         attempt: r.get(2)?,
         mined,
         mined_block: block,
@@ -154,37 +151,35 @@ fn read_past(r: &rusqlite::Row<'_>) -> rusqlite::Result<PastAttempt> {
 impl Finality for SqliteStore {
     async fn renew_round(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
         request: Option<(B256, u64)>,
         from: Stage,
     ) -> Result<bool, StoreError> {
         let workflow = workflow.to_string();
-        self.run(move |db| db.in_tx(|tx| renew_in(tx, market, market_id, &workflow, request, from)))
+        self.run(move |db| db.in_tx(|tx| renew_in(tx, round, &workflow, request, from)))
             .await
     }
 
     async fn reopen_submission(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         reason: &str,
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError> {
         let (reason, outcome) = (reason.to_string(), outcome.cloned());
         self.run(move |db| {
-            db.in_tx(|tx| reopen_submission_in(tx, market, market_id, &reason, outcome.as_ref()))
+            db.in_tx(|tx| reopen_submission_in(tx, round, &reason, outcome.as_ref()))
         })
         .await
     }
 
     async fn set_finalized(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         outcome: Option<&serde_json::Value>,
     ) -> Result<bool, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let outcome = outcome.cloned().map(Json);
         self.run(move |db| {
             let n = db
@@ -213,11 +208,8 @@ impl Finality for SqliteStore {
         .await
     }
 
-    async fn past_attempts(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Vec<PastAttempt>, StoreError> {
+    async fn past_attempts(&self, round: RoundKey) -> Result<Vec<PastAttempt>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         self.run(move |db| {
             let conn = db.conn();
             let mut stmt = conn.prepare_cached(

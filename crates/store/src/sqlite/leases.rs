@@ -4,10 +4,11 @@
 //! [`Leases`] and [`Fence`].
 
 use super::{SqliteStore, uint};
+use crate::RoundKey;
 use crate::column::{Addr, Num};
 use crate::stage::DONE_SQL;
 use crate::{Fence, Lease, Leases, Rounds, StoreError};
-use alloy_primitives::{Address, U256};
+use alloy_primitives::Address;
 use rusqlite::{OptionalExtension, params};
 use std::time::Duration;
 
@@ -22,10 +23,10 @@ impl Leases for SqliteStore {
 
     async fn claim(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         _ignore_backoff: bool,
     ) -> Result<Option<Lease>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         // `None`: no such round, or it is final
         let term: Option<u64> = self
             .run(move |db| {
@@ -40,7 +41,7 @@ impl Leases for SqliteStore {
             })
             .await?;
         if term.is_some() {
-            self.held_set().insert((market, market_id));
+            self.held_set().insert(round);
         }
         Ok(term.map(|term| Lease {
             term,
@@ -48,17 +49,17 @@ impl Leases for SqliteStore {
         }))
     }
 
-    async fn renew(&self, market: Address, market_id: U256) -> Result<bool, StoreError> {
-        Ok(self.held_set().contains(&(market, market_id)))
+    async fn renew(&self, round: RoundKey) -> Result<bool, StoreError> {
+        Ok(self.held_set().contains(&round))
     }
 
     async fn release(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         _retry_after: Option<Duration>,
     ) -> Result<(), StoreError> {
-        self.held_set().remove(&(market, market_id));
+        let (market, market_id) = (round.market, round.id.get());
+        self.held_set().remove(&round);
         self.run(move |db| {
             db.conn()
                 .prepare_cached(
@@ -74,13 +75,13 @@ impl Leases for SqliteStore {
         &self,
         markets: &[Address],
         limit: usize,
-    ) -> Result<Vec<(Address, U256)>, StoreError> {
+    ) -> Result<Vec<RoundKey>, StoreError> {
         let all = self.unfinished().await?;
         Ok(all
             .into_iter()
             .filter(|r| markets.contains(&r.market))
             .take(limit)
-            .map(|r| (r.market, r.market_id))
+            .map(|r| r.key())
             .collect())
     }
 
@@ -91,7 +92,7 @@ impl Leases for SqliteStore {
 
 #[async_trait::async_trait]
 impl Fence for SqliteStore {
-    async fn fence_ok(&self, _market: Address, _market_id: U256) -> Result<bool, StoreError> {
+    async fn fence_ok(&self, _round: RoundKey) -> Result<bool, StoreError> {
         Ok(true)
     }
 }

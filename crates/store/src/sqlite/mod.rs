@@ -4,9 +4,10 @@
 //! on tokio's blocking pool, so a write never stalls an async worker thread. One node
 //! holds every round: its leases are kept in memory and its fence always holds.
 
+use crate::RoundKey;
 use crate::column::{Addr, Hash, Json, Num};
 use crate::{RoundRecord, StoreError};
-use alloy_primitives::{Address, Bytes, U256};
+use alloy_primitives::Bytes;
 use parking_lot::{Mutex, MutexGuard};
 use rusqlite::Connection;
 use std::collections::HashSet;
@@ -129,7 +130,7 @@ impl Store {
 #[derive(Clone)]
 pub struct SqliteStore {
     db: Arc<Store>,
-    held: Arc<Mutex<HashSet<(Address, U256)>>>,
+    held: Arc<Mutex<HashSet<RoundKey>>>,
 }
 
 impl SqliteStore {
@@ -162,15 +163,15 @@ impl SqliteStore {
         }
     }
 
-    fn held_set(&self) -> MutexGuard<'_, HashSet<(Address, U256)>> {
+    fn held_set(&self) -> MutexGuard<'_, HashSet<RoundKey>> {
         self.held.lock()
     }
 }
 
 /// An `UPDATE` of one round: it must have found the round.
-fn touched(rows: usize, market: Address, market_id: U256) -> Result<(), StoreError> {
+fn touched(rows: usize, round: RoundKey) -> Result<(), StoreError> {
     if rows == 0 {
-        return Err(StoreError::NoRound(market, market_id));
+        return Err(StoreError::NoRound(round));
     }
     Ok(())
 }
@@ -182,7 +183,7 @@ const SELECT: &str = "SELECT market, market_id, state, attempt, workflow, reques
 fn read_round(r: &rusqlite::Row<'_>) -> rusqlite::Result<RoundRecord> {
     Ok(RoundRecord {
         market: r.get::<_, Addr>(0)?.0,
-        market_id: r.get::<_, Num>(1)?.0,
+        market_id: r.get::<_, Num>(1)?.into(),
         state: r.get(2)?,
         attempt: r.get(3)?,
         workflow: r.get(4)?,

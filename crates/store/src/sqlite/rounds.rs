@@ -5,6 +5,7 @@
 
 use super::finality::{archive_in, renew_in, reopen_submission_in};
 use super::{SELECT, SqliteStore, collect, opt_uint, read_round, touched, uint};
+use crate::RoundKey;
 use crate::column::{Addr, Hash, Json, Num};
 use crate::stage::DONE_SQL;
 use crate::{
@@ -12,7 +13,7 @@ use crate::{
     RoundSummary, Rounds, SUMMARY_REASON_BYTES, Stage, StoreError, UpdatedBetween, decide, now,
     truncate,
 };
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::B256;
 use rusqlite::{OptionalExtension, params};
 
 const SET_CHECKPOINT: &str = "INSERT INTO checkpoints (key, block_number, block_hash) VALUES (?1, ?2, ?3)
@@ -22,12 +23,12 @@ const SET_CHECKPOINT: &str = "INSERT INTO checkpoints (key, block_number, block_
 /// chain's word decide ([`decide`]), then the decision's writes are made.
 pub(crate) fn upsert_round(
     tx: &rusqlite::Transaction<'_>,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     workflow: &str,
     request: Option<(B256, u64)>,
     unresolved_on_chain: bool,
 ) -> Result<RequestDecision, StoreError> {
+    let (market, market_id) = (round.market, round.id.get());
     let (m, id) = (Addr(market), Num(market_id));
     let existing: Option<Stage> = tx
         .prepare_cached("SELECT state FROM rounds WHERE market = ?1 AND market_id = ?2")?
@@ -44,18 +45,18 @@ pub(crate) fn upsert_round(
                 .execute(params![m, id, workflow, req_tx, req_block, t])?;
         }
         RequestDecision::Reopened => {
-            archive_in(tx, market, market_id, t)?;
+            archive_in(tx, round, t)?;
             tx.prepare_cached("UPDATE rounds SET state = 'requested', attempt = attempt + 1, workflow = ?3, request_tx = COALESCE(?4, request_tx),
                  request_block = COALESCE(?5, request_block), reason = NULL, updated_at = ?6, holder = NULL, lease_until = NULL
                  WHERE market = ?1 AND market_id = ?2")?
                 .execute(params![m, id, workflow, req_tx, req_block, t])?;
         }
         RequestDecision::Resubmit => {
-            reopen_submission_in(tx, market, market_id, RESUBMIT_REASON, None)?;
+            reopen_submission_in(tx, round, RESUBMIT_REASON, None)?;
         }
         RequestDecision::Renewed => {
             if let Some(from) = existing {
-                renew_in(tx, market, market_id, workflow, request, from)?;
+                renew_in(tx, round, workflow, request, from)?;
             }
         }
         RequestDecision::AlreadyHandled(_) | RequestDecision::DuplicateLog => {}
@@ -67,12 +68,12 @@ pub(crate) fn upsert_round(
 impl Requests for SqliteStore {
     async fn record_request_judged(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
         log: &LogRef,
         unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let (workflow, log) = (workflow.to_string(), log.clone());
         self.run(move |db| {
             db.in_tx(|tx| {
@@ -89,7 +90,7 @@ impl Requests for SqliteStore {
                     return Ok(RequestDecision::DuplicateLog);
                 }
                 let request = Some((log.tx_hash, log.block_number));
-                upsert_round(tx, market, market_id, &workflow, request, unresolved_on_chain)
+                upsert_round(tx, round, &workflow, request, unresolved_on_chain)
             })
         })
         .await
@@ -108,17 +109,14 @@ impl Requests for SqliteStore {
 
     async fn manual_request_judged(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         workflow: &str,
         unresolved_on_chain: bool,
     ) -> Result<RequestDecision, StoreError> {
         let workflow = workflow.to_string();
         // the caller answers the operator that it is recorded
         self.run(move |db| {
-            db.in_durable_tx(|tx| {
-                upsert_round(tx, market, market_id, &workflow, None, unresolved_on_chain)
-            })
+            db.in_durable_tx(|tx| upsert_round(tx, round, &workflow, None, unresolved_on_chain))
         })
         .await
     }
@@ -156,35 +154,35 @@ impl Checkpoints for SqliteStore {
 impl Rounds for SqliteStore {
     async fn set_state(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let reason = reason.map(str::to_string);
         self.run(move |db| {
             let n = db.conn().prepare_cached("UPDATE rounds SET state = ?3, reason = ?4, updated_at = ?5 WHERE market = ?1 AND market_id = ?2")?
                 .execute(params![Addr(market), Num(market_id), state, reason, now() as i64])?;
-            touched(n, market, market_id)
+            touched(n, round)
         })
         .await
     }
 
     async fn save_progress(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         attempt: u32,
         state: Stage,
         progress: &serde_json::Value,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let progress = Json(progress.clone());
         self.run(move |db| {
             db.in_tx(|tx| {
                 let (m, id, t) = (Addr(market), Num(market_id), now() as i64);
                 let n = tx.prepare_cached("UPDATE rounds SET state = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2")?
                     .execute(params![m, id, state, t])?;
-                touched(n, market, market_id)?;
+                touched(n, round)?;
                 tx.prepare_cached("INSERT INTO round_progress (market, market_id, attempt, progress, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
                      ON CONFLICT (market, market_id) DO UPDATE SET attempt = ?3, progress = ?4, updated_at = ?5")?
                     .execute(params![m, id, attempt as i64, progress, t])?;
@@ -196,10 +194,10 @@ impl Rounds for SqliteStore {
 
     async fn progress(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         attempt: u32,
     ) -> Result<Option<serde_json::Value>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         self.run(move |db| {
             let progress: Option<Json> = db
                 .conn()
@@ -211,26 +209,22 @@ impl Rounds for SqliteStore {
         .await
     }
 
-    async fn set_request_block(
-        &self,
-        market: Address,
-        market_id: U256,
-        block: u64,
-    ) -> Result<(), StoreError> {
+    async fn set_request_block(&self, round: RoundKey, block: u64) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         self.run(move |db| {
             let n = db.conn().prepare_cached("UPDATE rounds SET request_block = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2")?
                 .execute(params![Addr(market), Num(market_id), block as i64, now() as i64])?;
-            touched(n, market, market_id)
+            touched(n, round)
         })
         .await
     }
 
     async fn set_outcome(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         outcome: &serde_json::Value,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let outcome = Json(outcome.clone());
         self.run(move |db| {
             db.conn().prepare_cached("UPDATE rounds SET outcome = ?3, updated_at = ?4 WHERE market = ?1 AND market_id = ?2")?
@@ -242,26 +236,23 @@ impl Rounds for SqliteStore {
 
     async fn set_outcome_and_state(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         outcome: &serde_json::Value,
         state: Stage,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let (outcome, reason) = (Json(outcome.clone()), reason.map(str::to_string));
         self.run(move |db| {
             let n = db.conn().prepare_cached("UPDATE rounds SET outcome = ?3, state = ?4, reason = ?5, updated_at = ?6 WHERE market = ?1 AND market_id = ?2")?
                 .execute(params![Addr(market), Num(market_id), outcome, state, reason, now() as i64])?;
-            touched(n, market, market_id)
+            touched(n, round)
         })
         .await
     }
 
-    async fn get(
-        &self,
-        market: Address,
-        market_id: U256,
-    ) -> Result<Option<RoundRecord>, StoreError> {
+    async fn get(&self, round: RoundKey) -> Result<Option<RoundRecord>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         self.run(move |db| {
             Ok(db
                 .conn()
@@ -290,7 +281,7 @@ fn read_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, RoundSummary)> 
     let open = !state.is_final();
     let summary = RoundSummary {
         market: r.get::<_, Addr>(1)?.0,
-        market_id: r.get::<_, Num>(2)?.0,
+        market_id: r.get::<_, Num>(2)?.into(),
         state,
         attempt: r.get(4)?,
         workflow: r.get(5)?,

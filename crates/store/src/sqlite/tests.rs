@@ -31,33 +31,33 @@ fn one_round_per_market_and_log_dedupe() {
     let m = Address::repeat_byte(1);
     let id = U256::from(7);
     assert_eq!(
-        block_on(s.record_request(m, id, "wf", &log(1))).unwrap(),
+        block_on(s.record_request(RoundKey::new(m, id), "wf", &log(1))).unwrap(),
         RequestDecision::New
     );
     assert_eq!(
-        block_on(s.record_request(m, id, "wf", &log(1))).unwrap(),
+        block_on(s.record_request(RoundKey::new(m, id), "wf", &log(1))).unwrap(),
         RequestDecision::DuplicateLog
     );
     assert_eq!(
-        block_on(s.record_request(m, id, "wf", &log(2))).unwrap(),
+        block_on(s.record_request(RoundKey::new(m, id), "wf", &log(2))).unwrap(),
         RequestDecision::AlreadyHandled(Stage::Requested)
     );
-    block_on(s.set_state(m, id, Stage::Failed, Some("quorum not met"))).unwrap();
+    block_on(s.set_state(RoundKey::new(m, id), Stage::Failed, Some("quorum not met"))).unwrap();
     assert_eq!(
-        block_on(s.record_request(m, id, "wf", &log(3))).unwrap(),
+        block_on(s.record_request(RoundKey::new(m, id), "wf", &log(3))).unwrap(),
         RequestDecision::Reopened
     );
-    let r = block_on(s.get(m, id)).unwrap().unwrap();
+    let r = block_on(s.get(RoundKey::new(m, id))).unwrap().unwrap();
     assert_eq!(
         (r.state, r.attempt, r.reason.clone()),
         (Stage::Requested, 2, None)
     );
     assert_eq!(r.request_tx, Some(B256::repeat_byte(3)));
     assert_eq!(block_on(s.unfinished()).unwrap().len(), 1);
-    block_on(s.set_state(m, id, Stage::Confirmed, None)).unwrap();
+    block_on(s.set_state(RoundKey::new(m, id), Stage::Confirmed, None)).unwrap();
     assert!(block_on(s.unfinished()).unwrap().is_empty());
     assert_eq!(
-        block_on(s.manual_request(m, id, "wf")).unwrap(),
+        block_on(s.manual_request(RoundKey::new(m, id), "wf")).unwrap(),
         RequestDecision::AlreadyHandled(Stage::Confirmed)
     );
     assert_eq!(
@@ -81,9 +81,9 @@ fn many_openers_of_a_new_file_migrate_it_once() {
         h.join().unwrap().unwrap();
     }
     let s = SqliteStore::open(&dir).unwrap();
-    block_on(s.manual_request(Address::ZERO, U256::from(1), "wf")).unwrap();
+    block_on(s.manual_request(RoundKey::new(Address::ZERO, U256::from(1)), "wf")).unwrap();
     assert_eq!(
-        block_on(s.claim(Address::ZERO, U256::from(1), false))
+        block_on(s.claim(RoundKey::new(Address::ZERO, U256::from(1)), false))
             .unwrap()
             .map(|l| l.term),
         Some(1)
@@ -98,7 +98,7 @@ fn persists_across_reopen() {
     {
         let s = SqliteStore::open(&dir).unwrap();
         block_on(s.set_checkpoint("k", 42, B256::repeat_byte(4))).unwrap();
-        block_on(s.manual_request(Address::ZERO, U256::from(1), "wf")).unwrap();
+        block_on(s.manual_request(RoundKey::new(Address::ZERO, U256::from(1)), "wf")).unwrap();
     }
     let s = SqliteStore::open(&dir).unwrap();
     assert_eq!(
@@ -139,15 +139,19 @@ fn only_the_writes_before_an_effect_are_synced() {
     // a failed durable write rolled back: nothing of it stays
     let m = Address::repeat_byte(3);
     let kept: Result<(), _> = s.db.in_durable_tx(|tx| {
-        super::upsert_round(tx, m, U256::from(1), "wf", None, false)?;
+        super::upsert_round(tx, RoundKey::new(m, U256::from(1)), "wf", None, false)?;
         Err(StoreError::Corrupt("after the write".into()))
     });
     assert!(kept.is_err());
-    assert!(block_on(s.get(m, U256::from(1))).unwrap().is_none());
+    assert!(
+        block_on(s.get(RoundKey::new(m, U256::from(1))))
+            .unwrap()
+            .is_none()
+    );
     // the synced writes: a manual request, a node setting, the readiness probe, a
     // signed attempt (before its broadcast); the others are not
     let before = synced();
-    block_on(s.manual_request(m, U256::from(1), "wf")).unwrap();
+    block_on(s.manual_request(RoundKey::new(m, U256::from(1)), "wf")).unwrap();
     assert_eq!(block_on(s.setting_or_init("k", "v")).unwrap(), "v");
     block_on(s.probe_write()).unwrap();
     assert_eq!(synced(), before + 3);
@@ -157,13 +161,13 @@ fn only_the_writes_before_an_effect_are_synced() {
     };
     let payload = TxPayload {
         market: m,
-        market_id: U256::from(1),
+        market_id: U256::from(1).into(),
         to: m,
         calldata: Default::default(),
         gas_limit: 1,
     };
-    block_on(s.claim(m, U256::from(1), false)).unwrap();
-    block_on(s.set_state(m, U256::from(1), Stage::Evaluated, None)).unwrap();
+    block_on(s.claim(RoundKey::new(m, U256::from(1)), false)).unwrap();
+    block_on(s.set_state(RoundKey::new(m, U256::from(1)), Stage::Evaluated, None)).unwrap();
     block_on(s.set_checkpoint("c", 1, B256::ZERO)).unwrap();
     let nonce = block_on(s.reserve_nonce(key, 0, &payload)).unwrap();
     assert_eq!(synced(), before + 3, "no sync before the attempt");
@@ -178,25 +182,29 @@ fn only_the_writes_before_an_effect_are_synced() {
         sent_block: None,
         created_at: 0,
     };
-    block_on(s.add_attempt(key, m, U256::from(1), &attempt)).unwrap();
+    block_on(s.add_attempt(key, RoundKey::new(m, U256::from(1)), &attempt)).unwrap();
     assert_eq!(
         synced(),
         before + 4,
         "the attempt is synced before its broadcast"
     );
-    block_on(s.mark_attempt_sent(key, m, U256::from(1), nonce, 0, 1)).unwrap();
+    block_on(s.mark_attempt_sent(key, RoundKey::new(m, U256::from(1)), nonce, 0, 1)).unwrap();
     assert_eq!(synced(), before + 4);
     assert_eq!(level(&s), 1);
     drop(s);
     let s = SqliteStore::open(&dir).unwrap();
-    assert!(block_on(s.get(m, U256::from(1))).unwrap().is_some());
+    assert!(
+        block_on(s.get(RoundKey::new(m, U256::from(1))))
+            .unwrap()
+            .is_some()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn payload(id: u64) -> TxPayload {
     TxPayload {
         market: Address::repeat_byte(1),
-        market_id: U256::from(id),
+        market_id: U256::from(id).into(),
         to: Address::repeat_byte(2),
         calldata: Bytes::from(vec![1, 2, 3]),
         gas_limit: 100_000,
@@ -211,7 +219,8 @@ fn nonces_are_never_handed_out_twice() {
         chain_id: 31337,
     };
     for id in 1..=3u64 {
-        block_on(s.manual_request(Address::repeat_byte(1), U256::from(id), "wf")).unwrap();
+        block_on(s.manual_request(RoundKey::new(Address::repeat_byte(1), U256::from(id)), "wf"))
+            .unwrap();
     }
     // the chain's pending count lags (a signed transaction not yet sent is invisible)
     assert_eq!(block_on(s.reserve_nonce(key, 5, &payload(1))).unwrap(), 5);
@@ -222,7 +231,7 @@ fn nonces_are_never_handed_out_twice() {
     let other = KeyRef { chain_id: 1, ..key };
     assert_eq!(block_on(s.reserve_nonce(other, 0, &payload(1))).unwrap(), 0);
     assert_eq!(
-        block_on(s.get(Address::repeat_byte(1), U256::from(2)))
+        block_on(s.get(RoundKey::new(Address::repeat_byte(1), U256::from(2))))
             .unwrap()
             .unwrap()
             .state,
@@ -235,7 +244,8 @@ fn nonces_are_never_handed_out_twice() {
     );
     block_on(s.finish_nonce(key, 6, NonceState::Lost, None, Some("used elsewhere"))).unwrap();
     assert_eq!(
-        block_on(s.pending_nonce_of(key, Address::repeat_byte(1), U256::from(2))).unwrap(),
+        block_on(s.pending_nonce_of(key, RoundKey::new(Address::repeat_byte(1), U256::from(2))))
+            .unwrap(),
         None
     );
     assert_eq!(block_on(s.highest_nonce(key)).unwrap(), Some(10));
@@ -248,13 +258,13 @@ fn attempts_are_kept_in_order_with_fees() {
         signer: Address::repeat_byte(9),
         chain_id: 31337,
     };
-    block_on(s.manual_request(Address::repeat_byte(1), U256::from(1), "wf")).unwrap();
+    block_on(s.manual_request(RoundKey::new(Address::repeat_byte(1), U256::from(1)), "wf"))
+        .unwrap();
     let n = block_on(s.reserve_nonce(key, 0, &payload(1))).unwrap();
     for seq in 0..3u32 {
         block_on(s.add_attempt(
             key,
-            Address::repeat_byte(1),
-            U256::from(1),
+            RoundKey::new(Address::repeat_byte(1), U256::from(1)),
             &AttemptRecord {
                 nonce: n,
                 seq,
@@ -269,13 +279,27 @@ fn attempts_are_kept_in_order_with_fees() {
         ))
         .unwrap();
     }
-    block_on(s.mark_attempt_sent(key, Address::repeat_byte(1), U256::from(1), n, 1, 42)).unwrap();
-    block_on(s.mark_attempt_sent(key, Address::repeat_byte(1), U256::from(1), n, 1, 50)).unwrap();
+    block_on(s.mark_attempt_sent(
+        key,
+        RoundKey::new(Address::repeat_byte(1), U256::from(1)),
+        n,
+        1,
+        42,
+    ))
+    .unwrap();
+    block_on(s.mark_attempt_sent(
+        key,
+        RoundKey::new(Address::repeat_byte(1), U256::from(1)),
+        n,
+        1,
+        50,
+    ))
+    .unwrap();
     let a = block_on(s.attempts(key, n)).unwrap();
     assert_eq!(a.len(), 3);
     assert_eq!(a[1].sent_block, Some(42), "first broadcast block is kept");
     assert_eq!(a[2].max_fee_per_gas, u128::MAX - 2);
-    let r = block_on(s.get(Address::repeat_byte(1), U256::from(1)))
+    let r = block_on(s.get(RoundKey::new(Address::repeat_byte(1), U256::from(1))))
         .unwrap()
         .unwrap();
     assert_eq!(r.submit_tx, Some(B256::repeat_byte(3)));
@@ -291,11 +315,11 @@ fn attempts_are_kept_in_order_with_fees() {
         None,
     ))
     .unwrap();
-    let h = block_on(s.tx_history(Address::repeat_byte(1), U256::from(1))).unwrap();
+    let h = block_on(s.tx_history(RoundKey::new(Address::repeat_byte(1), U256::from(1)))).unwrap();
     assert_eq!(h.len(), 1);
     assert_eq!(h[0].0.state, NonceState::Mined);
     assert_eq!(h[0].0.mined_block, Some(9));
-    let r = block_on(s.get(Address::repeat_byte(1), U256::from(1)))
+    let r = block_on(s.get(RoundKey::new(Address::repeat_byte(1), U256::from(1))))
         .unwrap()
         .unwrap();
     assert_eq!(r.submit_tx, Some(B256::repeat_byte(2)), "the mined attempt");

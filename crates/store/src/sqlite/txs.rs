@@ -7,12 +7,13 @@
 //! [`RoundTxs`].
 
 use super::{SqliteStore, collect, opt_uint, uint};
+use crate::RoundKey;
 use crate::column::{Addr, Hash, Num, Wei};
 use crate::{
     AttemptRecord, KeyRef, MinedAt, NonceRecord, NonceState, Nonces, RoundTxs, StoreError,
     TxPayload, now,
 };
-use alloy_primitives::{Address, Bytes, U256};
+use alloy_primitives::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// The `tx_nonces` columns [`read_nonce`] reads.
@@ -28,7 +29,7 @@ fn read_nonce(r: &rusqlite::Row<'_>) -> rusqlite::Result<NonceRecord> {
         state: r.get(1)?,
         payload: TxPayload {
             market: r.get::<_, Addr>(2)?.0,
-            market_id: r.get::<_, Num>(3)?.0,
+            market_id: r.get::<_, Num>(3)?.into(),
             to: r.get::<_, Addr>(4)?.0,
             calldata: Bytes::from(r.get::<_, Vec<u8>>(5)?),
             gas_limit: uint(r, 6)?,
@@ -88,10 +89,10 @@ fn attempts(c: &Connection, key: KeyRef, nonce: u64) -> Result<Vec<AttemptRecord
 /// oldest first.
 fn round_nonces(
     c: &Connection,
-    market: Address,
-    market_id: U256,
+    round: RoundKey,
     pending: bool,
 ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
+    let (market, market_id) = (round.market, round.id.get());
     let mut stmt = c.prepare_cached(
         "SELECT nonce, state, market, market_id, to_addr, calldata, gas_limit, mined_tx, mined_block, detail, created_at, updated_at, mined_hash,
                 signer, chain_id
@@ -138,16 +139,16 @@ impl Nonces for SqliteStore {
                         key.chain_id as i64,
                         nonce as i64,
                         Addr(p.market),
-                        Num(p.market_id),
+                        Num::from(p.market_id),
                         Addr(p.to),
                         p.calldata.as_ref(),
                         p.gas_limit as i64,
                         t
                     ])?;
                 let n = tx.prepare_cached("UPDATE rounds SET state = 'submitted', reason = NULL, updated_at = ?3 WHERE market = ?1 AND market_id = ?2")?
-                    .execute(params![Addr(p.market), Num(p.market_id), t])?;
+                    .execute(params![Addr(p.market), Num::from(p.market_id), t])?;
                 if n == 0 {
-                    return Err(StoreError::NoRound(p.market, p.market_id));
+                    return Err(StoreError::NoRound(p.key()));
                 }
                 Ok(nonce)
             })
@@ -158,10 +159,10 @@ impl Nonces for SqliteStore {
     async fn add_attempt(
         &self,
         key: KeyRef,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
         a: &AttemptRecord,
     ) -> Result<(), StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         let a = a.clone();
         // on disk (with the nonce's reservation before it) before the broadcast: a
         // power loss must not forget a transaction that may be on the chain
@@ -192,8 +193,7 @@ impl Nonces for SqliteStore {
     async fn mark_attempt_sent(
         &self,
         key: KeyRef,
-        _market: Address,
-        _market_id: U256,
+        _round: RoundKey,
         nonce: u64,
         seq: u32,
         block: u64,
@@ -253,9 +253,9 @@ impl Nonces for SqliteStore {
     async fn pending_nonce_of(
         &self,
         key: KeyRef,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
     ) -> Result<Option<NonceRecord>, StoreError> {
+        let (market, market_id) = (round.market, round.id.get());
         self.run(move |db| {
             Ok(db
                 .conn()
@@ -320,12 +320,11 @@ impl Nonces for SqliteStore {
 impl RoundTxs for SqliteStore {
     async fn tx_history(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
     ) -> Result<Vec<(NonceRecord, Vec<AttemptRecord>)>, StoreError> {
         self.run(move |db| {
             let conn = db.conn();
-            round_nonces(&conn, market, market_id, false)?
+            round_nonces(&conn, round, false)?
                 .into_iter()
                 .map(|(key, rec)| {
                     let attempts = attempts(&conn, key, rec.nonce)?;
@@ -338,10 +337,9 @@ impl RoundTxs for SqliteStore {
 
     async fn pending_nonces_of_round(
         &self,
-        market: Address,
-        market_id: U256,
+        round: RoundKey,
     ) -> Result<Vec<(KeyRef, NonceRecord)>, StoreError> {
-        self.run(move |db| round_nonces(&db.conn(), market, market_id, true))
+        self.run(move |db| round_nonces(&db.conn(), round, true))
             .await
     }
 }

@@ -5,9 +5,10 @@
 
 use super::fees::{self, Bump, BumpReason, Fees};
 use super::{Head, Sent, TxError, TxManager, TxOutcome, crash_point, gwei};
-use alloy::primitives::{B256, U256};
+use alloy::primitives::B256;
 use alloy::providers::Provider;
 use alloy::rpc::types::TransactionReceipt;
+use cresolver_core::MarketId;
 use cresolver_metrics::{TxAttemptKind, TxEventKind};
 use cresolver_store::{AttemptRecord, NonceRecord, NonceState};
 use std::time::{Duration, Instant};
@@ -178,7 +179,7 @@ impl<'a> Follow<'a> {
     /// and that held for a grace period. `None`: the nonce is still ours to send.
     async fn check_lost(
         &mut self,
-        market_id: U256,
+        market_id: MarketId,
         attempts: &[AttemptRecord],
         head: Head,
     ) -> Result<Option<Step>, TxError> {
@@ -290,7 +291,7 @@ impl<'a> Follow<'a> {
             Bump::Replace(f) => {
                 let a = txm.sign(nonce, newest.seq + 1, &rec.payload, f).await?;
                 txm.store
-                    .add_attempt(txm.key, rec.payload.market, rec.payload.market_id, &a)
+                    .add_attempt(txm.key, rec.payload.key(), &a)
                     .await?;
                 crash_point("replaced");
                 txm.metrics

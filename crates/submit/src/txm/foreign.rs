@@ -48,8 +48,8 @@ impl TxManager {
         }
         if let Some(newest) = attempts.last() {
             let p = &rec.payload;
-            if !self.store.fence_ok(p.market, p.market_id).await? {
-                return Err(TxError::Store(StoreError::LeaseLost(p.market, p.market_id)));
+            if !self.store.fence_ok(p.key()).await? {
+                return Err(TxError::Store(StoreError::LeaseLost(p.key())));
             }
             self.metrics
                 .tx_attempt(&key.signer.to_string(), TxAttemptKind::Rebroadcast);

@@ -416,7 +416,7 @@ impl TxManager {
             })?;
         let attempt = self.sign(nonce, 0, payload, fees).await?;
         self.store
-            .add_attempt(self.key, payload.market, payload.market_id, &attempt)
+            .add_attempt(self.key, payload.key(), &attempt)
             .await?;
         crash_point("signed");
         self.metrics
@@ -473,7 +473,7 @@ impl TxManager {
         if matches!(sent, Sent::Accepted | Sent::Known)
             && let Err(e) = self
                 .store
-                .mark_attempt_sent(self.key, p.market, p.market_id, a.nonce, a.seq, head)
+                .mark_attempt_sent(self.key, p.key(), a.nonce, a.seq, head)
                 .await
         {
             tracing::error!(error = %e, "cannot record the broadcast of an attempt");
@@ -483,8 +483,8 @@ impl TxManager {
     /// Sends an attempt's bytes, only while this node holds the round's lease; says
     /// how the node took it.
     async fn send_raw(&self, p: &TxPayload, a: &AttemptRecord) -> Result<Sent, TxError> {
-        if !self.store.fence_ok(p.market, p.market_id).await? {
-            return Err(TxError::Store(StoreError::LeaseLost(p.market, p.market_id)));
+        if !self.store.fence_ok(p.key()).await? {
+            return Err(TxError::Store(StoreError::LeaseLost(p.key())));
         }
         let sent = match self.provider.send_raw_transaction(&a.raw).await {
             Ok(_) => Sent::Accepted,
