@@ -240,14 +240,11 @@ pub enum Rejection {
     /// The replay cache has no room, so the id cannot be tracked.
     #[error("replay cache full: message ids cannot be tracked, message refused")]
     ReplayCacheFull,
-    /// A message the thread's state does not allow (see [`super::thread`]).
-    #[error("out-of-order message: {violation} (message {id})")]
-    OutOfState {
-        /// What the state does not allow.
-        violation: super::thread::Violation,
-        /// The message's id (clipped).
-        id: String,
-    },
+    /// A message the thread's state does not allow (see [`super::thread`]); holds the
+    /// `thread::Violation`'s text and the message id. (Text, not the violation itself:
+    /// `thread` imports this module's `MessageType`.)
+    #[error("out-of-order message: {0}")]
+    OutOfState(String),
     /// A message whose `payload.request_id` is not the id of the thread's REQUEST.
     #[error("request_id mismatch: {0}")]
     RequestId(String),
@@ -269,7 +266,7 @@ impl Rejection {
             Rejection::WrongThread(_) => "wrong_thread",
             Rejection::ReplayedId(_) => "replayed_id",
             Rejection::ReplayCacheFull => "replay_cache_full",
-            Rejection::OutOfState { .. } => "out_of_state",
+            Rejection::OutOfState(_) => "out_of_state",
             Rejection::RequestId(_) => "request_id",
         }
     }

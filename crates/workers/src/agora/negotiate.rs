@@ -344,7 +344,9 @@ impl<'a> Negotiation<'a> {
         let next = match self.state.on_received(kind) {
             Ok(next) => next,
             Err(violation) => {
-                return self.refuse(Rejection::OutOfState { violation, id }).await;
+                return self
+                    .refuse(Rejection::OutOfState(format!("{violation} (message {id})")))
+                    .await;
             }
         };
         self.act_on(verified.envelope, next, now).await
