@@ -400,7 +400,7 @@ pub fn parse_scores(content: &str, input: &EvalInput) -> Result<Vec<Dimensions>,
                 .filter(|x| x.is_finite())
                 .ok_or_else(|| ReplyError::Dimension {
                     id: id.to_string(),
-                    dimension: *name,
+                    dimension: name,
                 })?;
         }
         out[i] = Some(Dimensions::from_array(dims).normalized());
