@@ -245,9 +245,9 @@ async fn latency(n: usize) -> anyhow::Result<Measured> {
                     })
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?,
-            attempt_timeout_ms: 2_000,
-            observation_grace_ms: 200,
-            transmit_delay_ms: 2_000,
+            attempt_timeout: Duration::from_millis(2_000),
+            observation_grace: Duration::from_millis(200),
+            transmit_delay: Duration::from_millis(2_000),
             max_attempts: 12,
         };
         let forwarder = dev

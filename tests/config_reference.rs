@@ -444,9 +444,9 @@ fn full_node_config() -> cresolver_pipeline::config::NodeConfig {
             address: Address::repeat_byte(5),
             url: "http://a:1".parse().unwrap(),
         }],
-        attempt_timeout_ms: 1,
-        observation_grace_ms: 1,
-        transmit_delay_ms: 1,
+        attempt_timeout: std::time::Duration::from_millis(1),
+        observation_grace: std::time::Duration::from_millis(1),
+        transmit_delay: std::time::Duration::from_millis(1),
         max_attempts: 1,
     });
     cfg

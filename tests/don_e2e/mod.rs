@@ -82,9 +82,9 @@ impl Dn {
             f,
             listen: String::new(),
             members,
-            attempt_timeout_ms: 2_000,
-            observation_grace_ms: 200,
-            transmit_delay_ms: 2_000,
+            attempt_timeout: Duration::from_millis(2_000),
+            observation_grace: Duration::from_millis(200),
+            transmit_delay: Duration::from_millis(2_000),
             max_attempts: 12,
         };
         let signers = forwarder_signers.unwrap_or_else(|| cfg.addresses());
@@ -628,8 +628,8 @@ async fn a_member_whose_own_round_missed_quorum_still_observes() {
     // the leader waits for member 3's observation (which comes only after member 3 is
     // started, below): with the default 200 ms a loaded machine may start member 3
     // after the others agreed without it, and it then finds the market resolved
-    dn.cfg.observation_grace_ms = 4_000;
-    dn.cfg.attempt_timeout_ms = 5_000;
+    dn.cfg.observation_grace = Duration::from_millis(4_000);
+    dn.cfg.attempt_timeout = Duration::from_millis(5_000);
     dn.spawn(0, None);
     dn.spawn(1, None);
     dn.spawn(2, None);
@@ -673,7 +673,7 @@ async fn a_member_whose_own_round_missed_quorum_still_observes() {
 async fn members_whose_transmissions_lost_the_race_record_the_delivery() {
     let (s, _) = counted_market().await;
     let mut dn = Dn::new(s, 4, 1, None).await;
-    dn.cfg.transmit_delay_ms = 1;
+    dn.cfg.transmit_delay = Duration::from_millis(1);
     dn.spawn_all();
     let p = dn.s.dev.provider.clone();
     let pending = || async {

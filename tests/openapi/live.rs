@@ -245,9 +245,9 @@ fn member(dir: &std::path::Path) -> Arc<cresolver_don::Don> {
                 url: format!("http://127.0.0.1:{}", 1 + i).parse().unwrap(),
             })
             .collect(),
-        attempt_timeout_ms: 800,
-        observation_grace_ms: 300,
-        transmit_delay_ms: 1_000,
+        attempt_timeout: Duration::from_millis(800),
+        observation_grace: Duration::from_millis(300),
+        transmit_delay: Duration::from_millis(1_000),
         max_attempts: 10,
     };
     let persist = cresolver_don::persist::Persist::open(&dir.join("don.sqlite")).unwrap();

@@ -1,8 +1,11 @@
 //! JSON Schema stand-ins for the chain's fixed-size hex types, which the configuration
-//! files spell as strings: `#[schemars(with = "HexAddress")]` on an `Address` field.
+//! files spell as strings: `#[schemars(with = "HexAddress")]` on an `Address` field; and
+//! the schema of durations written as text ([`duration`]).
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use std::borrow::Cow;
+
+pub mod duration;
 
 /// The pattern of an address: `0x` and 40 hex digits.
 pub const ADDRESS_PATTERN: &str = "^0x[0-9a-fA-F]{40}$";

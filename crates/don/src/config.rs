@@ -3,8 +3,10 @@
 //! endpoint, and the consensus timers; with the checks start-up makes.
 
 use alloy::primitives::Address;
+use cresolver_core::schema::duration;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
+use std::time::Duration;
 use url::Url;
 
 /// One member of the DON: the address its key signs with, and where it listens.
@@ -19,9 +21,12 @@ pub struct MemberConfig {
     pub url: Url,
 }
 
-/// The `[don]` section.
+/// The `[don]` section. Its timers are durations as text (`"4s"`); the older keys
+/// holding whole milliseconds (`attempt_timeout_ms = 4000`) are still read (see
+/// [`cresolver_core::schema::duration`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = duration::legacy_keys)]
 pub struct DonConfig {
     /// The DON id, as in the forwarder's `setConfig`.
     pub don_id: u32,
@@ -33,34 +38,38 @@ pub struct DonConfig {
     pub listen: String,
     /// Every member, this one included, in the same order on every member.
     pub members: Vec<MemberConfig>,
-    /// The consensus timeout of round 0 (milliseconds): how long members wait for the
-    /// round's proposal; the prevote and precommit timeouts are half of it; each later
-    /// round's timeouts are 50 % longer than round 0's times the round number, up to 60 s.
-    #[serde(default = "default_attempt_timeout_ms")]
-    pub attempt_timeout_ms: u64,
-    /// How long the leader waits for more observations once it holds 2f+1 (ms).
-    #[serde(default = "default_observation_grace_ms")]
-    pub observation_grace_ms: u64,
+    /// The consensus timeout of round 0 (`"4s"`): how long members wait for the round's
+    /// proposal; the prevote and precommit timeouts are half of it; each later round's
+    /// timeouts are 50 % longer than round 0's times the round number, up to 60 s.
+    /// Whole milliseconds count.
+    #[serde(default = "default_attempt_timeout", with = "humantime_serde")]
+    #[schemars(with = "duration::Text", extend("x-legacy-unit" = "ms"))]
+    pub attempt_timeout: Duration,
+    /// How long the leader waits for more observations once it holds 2f+1 (`"300ms"`).
+    #[serde(default = "default_observation_grace", with = "humantime_serde")]
+    #[schemars(with = "duration::Text", extend("x-legacy-unit" = "ms"))]
+    pub observation_grace: Duration,
     /// A member that is not the transmitter waits its rank times this before it
-    /// transmits an agreed report the chain has not seen (ms). Set it above the time your
-    /// chain takes to include a transaction, or members pay for transmissions that revert
-    /// with `AlreadyAttempted`.
-    #[serde(default = "default_transmit_delay_ms")]
-    pub transmit_delay_ms: u64,
+    /// transmits an agreed report the chain has not seen (`"30s"`). Set it above the time
+    /// your chain takes to include a transaction, or members pay for transmissions that
+    /// revert with `AlreadyAttempted`.
+    #[serde(default = "default_transmit_delay", with = "humantime_serde")]
+    #[schemars(with = "duration::Text", extend("x-legacy-unit" = "ms"))]
+    pub transmit_delay: Duration,
     /// Consensus rounds (leaders) one agreement call runs before the round is retried
     /// later; the consensus then resumes at the round it reached, from its log.
     #[serde(default = "default_max_attempts")]
     pub max_attempts: u32,
 }
 
-fn default_attempt_timeout_ms() -> u64 {
-    4_000
+fn default_attempt_timeout() -> Duration {
+    Duration::from_secs(4)
 }
-fn default_observation_grace_ms() -> u64 {
-    300
+fn default_observation_grace() -> Duration {
+    Duration::from_millis(300)
 }
-fn default_transmit_delay_ms() -> u64 {
-    30_000
+fn default_transmit_delay() -> Duration {
+    Duration::from_secs(30)
 }
 fn default_max_attempts() -> u32 {
     12
@@ -115,9 +124,12 @@ pub enum DonConfigError {
     /// A member's URL is neither `http` nor `https`.
     #[error("[don] member url {0} is not http(s)")]
     Scheme(String),
-    /// A timer or the round limit (named) is 0 or above its maximum (given).
-    #[error("[don].{0} must be above 0 and at most {1}")]
-    Timer(&'static str, u64),
+    /// A timer (named) is under a millisecond or above its maximum (given).
+    #[error("[don].{0} must be at least 1ms and at most {max}", max = humantime::format_duration(*.1))]
+    Timer(&'static str, Duration),
+    /// `max_attempts` is 0 or above its maximum (given).
+    #[error("[don].max_attempts must be above 0 and at most {0}")]
+    Attempts(u32),
 }
 
 impl DonConfig {
@@ -155,19 +167,27 @@ impl DonConfig {
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(DonConfigError::Listen(self.listen.clone()));
         }
-        for (name, v, max) in [
-            ("attempt_timeout_ms", self.attempt_timeout_ms, 3_600_000),
+        const HOUR: Duration = Duration::from_secs(3_600);
+        for (name, v, min) in [
             (
-                "observation_grace_ms",
-                self.observation_grace_ms.max(1),
-                3_600_000,
+                "attempt_timeout",
+                self.attempt_timeout,
+                Duration::from_millis(1),
             ),
-            ("transmit_delay_ms", self.transmit_delay_ms, 3_600_000),
-            ("max_attempts", u64::from(self.max_attempts), 1_000),
+            // no grace at all is allowed: the leader proposes at 2f+1 observations
+            ("observation_grace", self.observation_grace, Duration::ZERO),
+            (
+                "transmit_delay",
+                self.transmit_delay,
+                Duration::from_millis(1),
+            ),
         ] {
-            if v == 0 || v > max {
-                return Err(DonConfigError::Timer(name, max));
+            if v < min || v > HOUR {
+                return Err(DonConfigError::Timer(name, HOUR));
             }
+        }
+        if self.max_attempts == 0 || self.max_attempts > 1_000 {
+            return Err(DonConfigError::Attempts(1_000));
         }
         Ok(())
     }
@@ -216,9 +236,9 @@ mod tests {
                     url: format!("http://127.0.0.1:{}", 9500 + i).parse().unwrap(),
                 })
                 .collect(),
-            attempt_timeout_ms: 1,
-            observation_grace_ms: 1,
-            transmit_delay_ms: 1,
+            attempt_timeout: Duration::from_millis(1),
+            observation_grace: Duration::from_millis(1),
+            transmit_delay: Duration::from_millis(1),
             max_attempts: 1,
         }
     }
@@ -253,6 +273,44 @@ mod tests {
             url.validate(me),
             Err(DonConfigError::DuplicateUrl(_))
         ));
+        let mut slow = cfg(4, 1);
+        slow.transmit_delay = Duration::from_secs(3_601);
+        let err = slow.validate(me).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "[don].transmit_delay must be at least 1ms and at most 1h"
+        );
+        let mut quick = cfg(4, 1);
+        quick.observation_grace = Duration::ZERO;
+        assert_eq!(quick.validate(me), Ok(()));
+        quick.attempt_timeout = Duration::from_micros(500);
+        assert!(matches!(
+            quick.validate(me),
+            Err(DonConfigError::Timer("attempt_timeout", _))
+        ));
+        quick.attempt_timeout = Duration::from_secs(1);
+        quick.max_attempts = 0;
+        assert_eq!(quick.validate(me), Err(DonConfigError::Attempts(1_000)));
+    }
+
+    #[test]
+    fn timers_read_as_text_and_serialize_as_text() {
+        let text = r#"{"don_id": 1, "config_version": 1, "f": 1, "listen": "127.0.0.1:9500",
+            "members": [], "attempt_timeout": "800ms", "transmit_delay": "1m"}"#;
+        let c: DonConfig = serde_json::from_str(text).unwrap();
+        assert_eq!(c.attempt_timeout, Duration::from_millis(800));
+        assert_eq!(c.observation_grace, Duration::from_millis(300));
+        assert_eq!(c.transmit_delay, Duration::from_secs(60));
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["attempt_timeout"], "800ms");
+        assert_eq!(v["transmit_delay"], "1m");
+        let schema = serde_json::to_value(schemars::schema_for!(DonConfig)).unwrap();
+        let props = &schema["properties"];
+        assert_eq!(
+            props["attempt_timeout_ms"]["x-legacy-of"],
+            "attempt_timeout"
+        );
+        assert_eq!(props["transmit_delay_ms"]["deprecated"], true);
     }
 
     #[test]

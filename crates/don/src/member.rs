@@ -76,8 +76,9 @@ impl Don {
             f: usize::from(cfg.f),
             members: members.clone(),
             context: context.clone(),
-            attempt_timeout_ms: cfg.attempt_timeout_ms,
-            observation_grace_ms: cfg.observation_grace_ms,
+            // (at most an hour: `DonConfig::validate`)
+            attempt_timeout_ms: cfg.attempt_timeout.as_millis() as u64,
+            observation_grace_ms: cfg.observation_grace.as_millis() as u64,
             max_attempts: cfg.max_attempts,
             #[cfg(feature = "mutations")]
             mutation: None,

@@ -127,8 +127,9 @@ impl LlmEvaluator {
                 }
                 _ => Attempt::Retry(f.to_string()),
             })?;
-        let content = completion_content(&reply.body).map_err(Attempt::Retry)?;
-        let scores = parse_scores(&content, input).map_err(Attempt::Retry)?;
+        let retry = |e: ReplyError| Attempt::Retry(e.to_string());
+        let content = completion_content(&reply.body).map_err(retry)?;
+        let scores = parse_scores(&content, input).map_err(retry)?;
         Ok((scores, content))
     }
 }
@@ -292,14 +293,60 @@ pub fn user_prompt(input: &EvalInput, max_chars: usize) -> (String, Vec<String>)
     )
 }
 
+/// Why the model's reply cannot be used: the chat completion around it
+/// ([`completion_content`]) or the scores in it ([`parse_scores`]). The `Display` text is
+/// what an evaluation's `attempts` record.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplyError {
+    /// The completion body is not JSON.
+    #[error("completion is not JSON: {0}")]
+    CompletionJson(#[source] serde_json::Error),
+    /// `choices[0].message.content` is blank.
+    #[error("completion content is empty")]
+    EmptyContent,
+    /// There is no `choices[0].message.content` string.
+    #[error("completion has no choices[0].message.content string")]
+    NoContent,
+    /// The content (fences stripped) is not JSON.
+    #[error("reply is not JSON: {0}")]
+    ReplyJson(#[source] serde_json::Error),
+    /// The content has no `workers` array.
+    #[error("reply has no `workers` array")]
+    NoWorkers,
+    /// An entry (its index) of `workers` has no `workerId` string.
+    #[error("workers[{0}] has no `workerId` string")]
+    NoWorkerId(usize),
+    /// An entry of `workers` names a worker the prompt did not.
+    #[error("workers[{index}]: unknown workerId {id:?}")]
+    UnknownWorker {
+        /// The entry's index.
+        index: usize,
+        /// The `workerId` it gives.
+        id: String,
+    },
+    /// Two entries score the same worker; holds its label.
+    #[error("worker {0} is scored twice")]
+    ScoredTwice(String),
+    /// A worker's dimension is missing, or not a finite number.
+    #[error("worker {id}: `{dimension}` is missing or not a number")]
+    Dimension {
+        /// The worker's label.
+        id: String,
+        /// The dimension's name.
+        dimension: &'static str,
+    },
+    /// A worker of the prompt has no scores; holds its label.
+    #[error("worker {0} was not scored")]
+    NotScored(String),
+}
+
 /// `choices[0].message.content` of a chat completion.
-pub fn completion_content(body: &[u8]) -> Result<String, String> {
-    let v: Value =
-        serde_json::from_slice(body).map_err(|e| format!("completion is not JSON: {e}"))?;
+pub fn completion_content(body: &[u8]) -> Result<String, ReplyError> {
+    let v: Value = serde_json::from_slice(body).map_err(ReplyError::CompletionJson)?;
     match v.pointer("/choices/0/message/content") {
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
-        Some(Value::String(_)) => Err("completion content is empty".into()),
-        _ => Err("completion has no choices[0].message.content string".into()),
+        Some(Value::String(_)) => Err(ReplyError::EmptyContent),
+        _ => Err(ReplyError::NoContent),
     }
 }
 
@@ -320,13 +367,12 @@ pub fn strip_fences(raw: &str) -> &str {
 }
 
 /// Parses and schema-checks the model's scores, returning them in input order.
-pub fn parse_scores(content: &str, input: &EvalInput) -> Result<Vec<Dimensions>, String> {
-    let v: Value = serde_json::from_str(strip_fences(content))
-        .map_err(|e| format!("reply is not JSON: {e}"))?;
+pub fn parse_scores(content: &str, input: &EvalInput) -> Result<Vec<Dimensions>, ReplyError> {
+    let v: Value = serde_json::from_str(strip_fences(content)).map_err(ReplyError::ReplyJson)?;
     let items = v
         .get("workers")
         .and_then(Value::as_array)
-        .ok_or("reply has no `workers` array")?;
+        .ok_or(ReplyError::NoWorkers)?;
     let index: HashMap<&str, usize> = input
         .workers
         .iter()
@@ -338,12 +384,13 @@ pub fn parse_scores(content: &str, input: &EvalInput) -> Result<Vec<Dimensions>,
         let id = item
             .get("workerId")
             .and_then(Value::as_str)
-            .ok_or(format!("workers[{k}] has no `workerId` string"))?;
-        let &i = index
-            .get(id)
-            .ok_or(format!("workers[{k}]: unknown workerId {id:?}"))?;
+            .ok_or(ReplyError::NoWorkerId(k))?;
+        let &i = index.get(id).ok_or_else(|| ReplyError::UnknownWorker {
+            index: k,
+            id: id.to_string(),
+        })?;
         if out[i].is_some() {
-            return Err(format!("worker {id} is scored twice"));
+            return Err(ReplyError::ScoredTwice(id.to_string()));
         }
         let mut dims = [0.0f64; 8];
         for (d, name) in Dimensions::NAMES.iter().enumerate() {
@@ -351,13 +398,16 @@ pub fn parse_scores(content: &str, input: &EvalInput) -> Result<Vec<Dimensions>,
                 .get(*name)
                 .and_then(Value::as_f64)
                 .filter(|x| x.is_finite())
-                .ok_or(format!("worker {id}: `{name}` is missing or not a number"))?;
+                .ok_or_else(|| ReplyError::Dimension {
+                    id: id.to_string(),
+                    dimension: name,
+                })?;
         }
         out[i] = Some(Dimensions::from_array(dims).normalized());
     }
     out.into_iter()
         .enumerate()
-        .map(|(i, d)| d.ok_or(format!("worker {} was not scored", input.workers[i].label)))
+        .map(|(i, d)| d.ok_or_else(|| ReplyError::NotScored(input.workers[i].label.clone())))
         .collect()
 }
 
@@ -370,5 +420,27 @@ mod tests {
         assert_eq!(strip_fences("```json\n{\"a\":1}\n```"), "{\"a\":1}");
         assert_eq!(strip_fences("```\n{}\n```"), "{}");
         assert_eq!(strip_fences("  {}  "), "{}");
+    }
+
+    #[test]
+    fn completion_errors_keep_their_text() {
+        let err = completion_content(b"{").unwrap_err();
+        assert!(matches!(err, ReplyError::CompletionJson(_)));
+        assert!(err.to_string().starts_with("completion is not JSON: "));
+        assert!(std::error::Error::source(&err).is_some());
+        assert_eq!(
+            completion_content(br#"{"choices":[{"message":{"content":" "}}]}"#)
+                .unwrap_err()
+                .to_string(),
+            "completion content is empty"
+        );
+        assert_eq!(
+            completion_content(b"{}").unwrap_err().to_string(),
+            "completion has no choices[0].message.content string"
+        );
+        assert_eq!(
+            completion_content(br#"{"choices":[{"message":{"content":"ok"}}]}"#).unwrap(),
+            "ok"
+        );
     }
 }

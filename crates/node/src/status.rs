@@ -381,12 +381,8 @@ async fn page(
     s: &ApiState,
     cursor: Option<i64>,
     cache: &mut ViewCache,
-) -> Result<RoundsPage, String> {
-    let (summaries, next) = s
-        .store
-        .list_summaries(PAGE_SIZE, cursor)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<RoundsPage, cresolver_store::StoreError> {
+    let (summaries, next) = s.store.list_summaries(PAGE_SIZE, cursor).await?;
     let mut rounds = Vec::with_capacity(summaries.len());
     let mut fresh = ViewCache::new();
     for sum in summaries {
@@ -394,14 +390,10 @@ async fn page(
         let mut view = match cache.remove(&key) {
             Some(v) => v,
             None => {
-                let Some(rec) = s.store.get(sum.key()).await.map_err(|e| e.to_string())? else {
+                let Some(rec) = s.store.get(sum.key()).await? else {
                     continue;
                 };
-                let txs = s
-                    .store
-                    .tx_history(sum.key())
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let txs = s.store.tx_history(sum.key()).await?;
                 round_view(&rec, &txs, false)
             }
         };
@@ -444,7 +436,7 @@ async fn list(
     };
     match page(&s, cursor, &mut ViewCache::new()).await {
         Ok(v) => axum::Json(v).into_response(),
-        Err(e) => super::http::error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => super::http::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

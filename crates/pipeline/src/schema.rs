@@ -15,8 +15,7 @@ use serde_json::{Map, Value};
 /// The extension keyword that marks a key holding a path.
 pub const PATH_KEYWORD: &str = "x-path";
 
-/// The extension keyword that marks a key holding a duration as text (`"2s"`).
-pub const DURATION_KEYWORD: &str = "x-duration";
+pub use cresolver_core::schema::duration::DURATION_KEYWORD;
 
 /// The JSON Schema (draft 2020-12) of `T`, as JSON.
 pub fn generate<T: schemars::JsonSchema>() -> Value {

@@ -127,7 +127,7 @@ fn agora_node(a: &AgoraSection) -> Result<cresolver_workers::agora::AgoraNode, C
     use cresolver_workers::agora::{AgoraConfig, AgoraNode};
     let settings = AgoraConfig {
         max_cost_usd: a.max_cost_usd,
-        poll_timeout_secs: a.poll_timeout_secs,
+        poll_timeout: a.poll_timeout,
         ..AgoraConfig::default()
     };
     let invalid = |message: String| ConfigError::Invalid {
@@ -150,7 +150,7 @@ fn agora_node(a: &AgoraSection) -> Result<cresolver_workers::agora::AgoraNode, C
         Some((hex, from)) => AgoraNode::from_secret_hex(&hex, settings)
             .map_err(|e| invalid(format!("identity from {from}: {e}"))),
         None => {
-            let node = AgoraNode::generate(settings).map_err(invalid)?;
+            let node = AgoraNode::generate(settings).map_err(|e| invalid(e.to_string()))?;
             // info, not a warning: nothing is wrong until an Agora worker is met, and
             // a newcomer who configured nothing of Agora should not be alarmed
             tracing::info!(

@@ -19,6 +19,11 @@
 //! ([`cresolver_workers::StageClient::default_http`] does not); a followed redirect is still
 //! detected and the fetch discarded.
 
+mod host;
+
+pub use host::HostRefused;
+use host::check_url;
+
 use crate::bindings::IIdentityRegistry;
 use crate::decode_revert;
 use crate::reader::WorkerInfo;
@@ -29,23 +34,12 @@ use alloy::rpc::types::TransactionRequest;
 use alloy::sol_types::SolCall;
 use base64::Engine as _;
 use cresolver_workers::fanout::{WorkerSlot, WorkerTarget};
-use cresolver_workers::ipclass::is_public_ip;
 use cresolver_workers::registry::{ProtocolKind, ProtocolSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use url::{Host, Url};
-
-/// Host names refused without resolving them (unless private endpoints are allowed).
-const REFUSED_HOSTS: &[&str] = &[
-    "localhost",
-    "metadata",
-    "metadata.google.internal",
-    "instance-data",
-    "instance-data.ec2.internal",
-];
+use url::Url;
 
 /// Discovery settings.
 #[derive(Debug, Clone)]
@@ -499,7 +493,7 @@ async fn fetch_http(
     }
     check_url(&url, &cfg.net_policy())
         .await
-        .map_err(|detail| fetch_failed(format!("metadata URL refused: {detail}")))?;
+        .map_err(|e| fetch_failed(format!("metadata URL refused: {e}")))?;
     let max = cfg.max_metadata_bytes;
     // (reqwest's errors are told without their URL: the IPFS gateway's URL is the
     // operator's, and may carry its access key; the round's transcript is public)
@@ -704,53 +698,10 @@ pub async fn validate_endpoint_with(
     if !url.username().is_empty() || url.password().is_some() {
         return Err(refused("credentials in the URL"));
     }
-    check_url(&url, policy).await.map_err(refused)?;
+    check_url(&url, policy)
+        .await
+        .map_err(|e| refused(e.to_string()))?;
     Ok(url)
-}
-
-/// The host rule shared by endpoints and metadata URLs.
-async fn check_url(
-    url: &Url,
-    policy: &cresolver_workers::netguard::NetPolicy,
-) -> Result<(), String> {
-    if policy.allow_private {
-        return Ok(());
-    }
-    match url.host() {
-        None => Err("no host".into()),
-        Some(Host::Ipv4(ip)) => check_ip(IpAddr::V4(ip)),
-        Some(Host::Ipv6(ip)) => check_ip(IpAddr::V6(ip)),
-        Some(Host::Domain(name)) => {
-            let name = name.trim_end_matches('.').to_ascii_lowercase();
-            if REFUSED_HOSTS.contains(&name.as_str())
-                || name.ends_with(".localhost")
-                || name.ends_with(".internal")
-            {
-                return Err(format!("host `{}` is local", shorten(&name)));
-            }
-            let port = url.port_or_known_default().unwrap_or(443);
-            policy
-                .resolve(&name, port)
-                .await
-                .map(|_| ())
-                .map_err(|e| match e {
-                    cresolver_workers::netguard::AddressRefused::NonPublic { ip, .. } => {
-                        format!("`{}` resolves to non-public address {ip}", shorten(&name))
-                    }
-                    cresolver_workers::netguard::AddressRefused::Unresolved { detail, .. } => {
-                        format!("cannot resolve `{}`: {detail}", shorten(&name))
-                    }
-                })
-        }
-    }
-}
-
-fn check_ip(ip: IpAddr) -> Result<(), String> {
-    if is_public_ip(ip) {
-        Ok(())
-    } else {
-        Err(format!("non-public address {ip}"))
-    }
 }
 
 #[cfg(test)]

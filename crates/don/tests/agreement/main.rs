@@ -110,9 +110,9 @@ impl Net {
             f: self.f,
             listen: format!("127.0.0.1:{}", self.members[i].url.port().expect("port")),
             members: self.members.clone(),
-            attempt_timeout_ms: 800,
-            observation_grace_ms: 300,
-            transmit_delay_ms: 1_000,
+            attempt_timeout: Duration::from_millis(800),
+            observation_grace: Duration::from_millis(300),
+            transmit_delay: Duration::from_millis(1_000),
             max_attempts: 10,
         }
     }

@@ -20,7 +20,7 @@ use cresolver_store::Stage;
 use cresolver_submit::forwarder::{Delivery, TransmissionState, TransmitError, Transmitted};
 use cresolver_submit::txm::TxManager;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A transmission error as a step: fatal ones fail the round, the others are retried.
 fn transmit_step(e: TransmitError) -> StepError {
@@ -149,7 +149,7 @@ impl Steps<'_> {
         let agreed = &agreed;
         let market_id = round.market_id;
         let rank = don.transmit_rank(agreed);
-        let wait = Duration::from_millis(don.config().transmit_delay_ms).saturating_mul(rank);
+        let wait = don.config().transmit_delay.saturating_mul(rank);
         if rank == 0 {
             tracing::debug!(market_id = %market_id, "agreed: this member transmits first");
         } else {

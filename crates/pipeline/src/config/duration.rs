@@ -7,53 +7,22 @@
 //! The section's schema transform [`legacy_keys`] adds the older key (`poll_interval_ms`,
 //! a whole number, marked `deprecated`) to the schema, so that the loader, the
 //! environment variables, the generated reference and editors all know both forms, and
-//! forbids giving both. The loader folds an older key into the duration before serde
+//! forbids giving both. Those are `cresolver_core::schema::duration`'s (re-exported
+//! here), so that the sections of crates below this one (`[don]`) declare their
+//! durations the same way. The loader folds an older key into the duration before serde
 //! reads the table ([`fold`]); giving both in one layer is an error, and a later layer
 //! (the environment) giving either form replaces what an earlier one gave.
 
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::{Map, Value};
-use std::borrow::Cow;
 
-pub use crate::schema::DURATION_KEYWORD;
-/// On a duration key: the unit of its older key (`ms` or `secs`), whose name is the
-/// key's with `_ms` or `_secs` after it.
-pub const LEGACY_UNIT_KEYWORD: &str = "x-legacy-unit";
-/// On an older key: the duration key it is the older form of.
-pub const LEGACY_OF_KEYWORD: &str = "x-legacy-of";
-
-/// What a duration's text looks like: numbers, each with its unit, optionally spaced.
-pub const PATTERN: &str = r"^\s*([0-9]+\s*[a-zA-Zµ]+\s*)+$";
-
-/// The schema of a duration given as text (`"2s"`, `"150ms"`, `"1m 30s"`).
-pub struct Text;
-
-impl JsonSchema for Text {
-    fn schema_name() -> Cow<'static, str> {
-        "Duration".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "pattern": PATTERN,
-            DURATION_KEYWORD: true,
-        })
-    }
-}
+pub use cresolver_core::schema::duration::{
+    DURATION_KEYWORD, LEGACY_OF_KEYWORD, LEGACY_UNIT_KEYWORD, PATTERN, Text, legacy_keys,
+    legacy_name,
+};
 
 /// Parses a duration's text (`"2s"`, `"150ms"`, `"1m 30s"`).
 pub fn parse(text: &str) -> Result<std::time::Duration, humantime::DurationError> {
     humantime::parse_duration(text.trim())
-}
-
-/// The older key of duration key `key` whose older unit is `unit`: `poll_interval_ms`.
-pub fn legacy_name(key: &str, unit: &str) -> String {
-    format!("{key}_{unit}")
 }
 
 /// The text of an older key's whole number as a duration: `2000` ms → `"2000ms"`.
@@ -62,54 +31,6 @@ fn as_text(n: u64, unit: &str) -> String {
         "secs" => format!("{n}s"),
         _ => format!("{n}{unit}"),
     }
-}
-
-/// A section's schema transform: each duration key that names an older unit gets its
-/// older key beside it (a whole number in that unit, `deprecated`), and the two are
-/// declared exclusive.
-pub fn legacy_keys(schema: &mut Schema) {
-    let Some(obj) = schema.as_object_mut() else {
-        return;
-    };
-    let Some(Value::Object(props)) = obj.get_mut("properties") else {
-        return;
-    };
-    let mut added = Vec::new();
-    for (key, s) in props.iter() {
-        let Some(unit) = s.get(LEGACY_UNIT_KEYWORD).and_then(Value::as_str) else {
-            continue;
-        };
-        let word = if unit == "ms" {
-            "milliseconds"
-        } else {
-            "seconds"
-        };
-        let old = legacy_name(key, unit);
-        let legacy = serde_json::json!({
-            "description": format!(
-                "The older form of `{key}`: a whole number of {word}. Still read; give one of the two."
-            ),
-            "type": if s.get("type").is_some_and(|t| t.is_array()) {
-                serde_json::json!(["integer", "null"])
-            } else {
-                Value::from("integer")
-            },
-            "format": "uint64",
-            "minimum": 0,
-            "deprecated": true,
-            LEGACY_OF_KEYWORD: key,
-        });
-        added.push((key.clone(), old, legacy));
-    }
-    if added.is_empty() {
-        return;
-    }
-    let mut pairs = Vec::new();
-    for (key, old, legacy) in added {
-        props.insert(old.clone(), legacy);
-        pairs.push(serde_json::json!({ "required": [key, old] }));
-    }
-    obj.insert("not".into(), serde_json::json!({ "anyOf": pairs }));
 }
 
 /// The other form of `key` in its table (schema `table`): the older key of a duration

@@ -1,9 +1,11 @@
 //! The `[protocols]` section of the node configuration: which agent protocols the node
 //! speaks besides A2A, and their settings (secrets named by env var, never written here).
 
+use super::duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// The agent protocols the node speaks besides A2A, and their settings. Every protocol
 /// is on by default: an agent built for another platform can serve as a worker as it is.
@@ -102,6 +104,7 @@ impl Default for ChorusSection {
 /// long-poll timeout.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
+#[schemars(transform = duration::legacy_keys)]
 pub struct AgoraSection {
     /// Speak Agora to the workers whose registration names it.
     pub enabled: bool,
@@ -113,8 +116,11 @@ pub struct AgoraSection {
     pub key_file: Option<PathBuf>,
     /// Largest offer price accepted (USD).
     pub max_cost_usd: f64,
-    /// Long-poll timeout per relay request (seconds, 1-60).
-    pub poll_timeout_secs: u64,
+    /// Long-poll timeout per relay request (`"30s"`; 1 s to 60 s, in whole seconds: the
+    /// relay is asked in seconds).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "duration::Text", extend("x-legacy-unit" = "secs"))]
+    pub poll_timeout: Duration,
 }
 
 impl Default for AgoraSection {
@@ -124,7 +130,7 @@ impl Default for AgoraSection {
             key_env: "CRESOLVER_AGORA_KEY".into(),
             key_file: None,
             max_cost_usd: 0.0,
-            poll_timeout_secs: 30,
+            poll_timeout: Duration::from_secs(30),
         }
     }
 }

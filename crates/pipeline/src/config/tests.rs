@@ -409,3 +409,51 @@ fn the_schema_describes_both_forms() {
         exclusive.contains(&serde_json::json!({"required": ["poll_interval", "poll_interval_ms"]}))
     );
 }
+
+#[test]
+fn the_don_timers_and_the_agora_poll_read_either_form() {
+    let don =
+        "[don]\ndon_id = 1\nconfig_version = 1\nf = 1\nlisten = \"127.0.0.1:9500\"\nmembers = []\n";
+    let load = |text: &str| {
+        let (_d, f) = file(text);
+        NodeConfig::load_from(Some(&f), env(&[]), &Overrides::default()).unwrap()
+    };
+    let old = load(&format!(
+        "{don}attempt_timeout_ms = 800\nobservation_grace_ms = 250\ntransmit_delay_ms = 1500\n[protocols.agora]\npoll_timeout_secs = 20\n"
+    ));
+    let new = load(&format!(
+        "{don}attempt_timeout = \"800ms\"\nobservation_grace = \"250ms\"\ntransmit_delay = \"1.5s\"\n[protocols.agora]\npoll_timeout = \"20s\"\n"
+    ));
+    for cfg in [&old, &new] {
+        let d = cfg.don.as_ref().unwrap();
+        assert_eq!(d.attempt_timeout, Duration::from_millis(800));
+        assert_eq!(d.observation_grace, Duration::from_millis(250));
+        assert_eq!(d.transmit_delay, Duration::from_millis(1_500));
+        assert_eq!(cfg.protocols.agora.poll_timeout, Duration::from_secs(20));
+    }
+    // the defaults are those of the older keys
+    let d = load(don).don.unwrap();
+    assert_eq!(d.attempt_timeout, Duration::from_millis(4_000));
+    assert_eq!(d.observation_grace, Duration::from_millis(300));
+    assert_eq!(d.transmit_delay, Duration::from_millis(30_000));
+    assert_eq!(
+        NodeConfig::default().protocols.agora.poll_timeout,
+        Duration::from_secs(30)
+    );
+    let e = load_err(
+        &format!("{don}transmit_delay = \"30s\"\ntransmit_delay_ms = 30000\n"),
+        &[],
+    );
+    assert!(
+        e.contains("`don.transmit_delay` (in FILE) and `don.transmit_delay_ms` (in FILE) are the same setting"),
+        "{e}"
+    );
+    let e = load_err(
+        "",
+        &[
+            ("CRESOLVER__PROTOCOLS__AGORA__POLL_TIMEOUT", "5s"),
+            ("CRESOLVER__PROTOCOLS__AGORA__POLL_TIMEOUT_SECS", "5"),
+        ],
+    );
+    assert!(e.contains("are the same setting"), "{e}");
+}

@@ -176,7 +176,7 @@ impl PgStore {
             url: shown.clone(),
             error,
         };
-        let (url, tls) = split_sslmode(url).map_err(|e| invalid(e.into()))?;
+        let (url, tls) = split_sslmode(url).map_err(|e| invalid(Box::new(e)))?;
         let mut cfg = tokio_postgres::Config::from_str(&url)
             .map_err(|e| invalid(format!("not a PostgreSQL connection URL: {e}").into()))?;
         cfg.ssl_mode(match tls {
@@ -198,7 +198,7 @@ impl PgStore {
             Tls::Off => Manager::from_config(cfg, NoTls, mc),
             Tls::Prefer | Tls::Require => Manager::from_config(
                 cfg,
-                tls_connector(settings.ca_file.as_deref()).map_err(|e| invalid(e.into()))?,
+                tls_connector(settings.ca_file.as_deref()).map_err(|e| invalid(Box::new(e)))?,
                 mc,
             ),
         };

@@ -13,8 +13,40 @@ pub(super) enum Tls {
     Require,
 }
 
+/// Why TLS to the server cannot be set up (the URL's `sslmode`, `store.ca_file`).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TlsSetupError {
+    /// The URL's `sslmode` is none PostgreSQL knows; holds it.
+    #[error("unknown sslmode {0:?}")]
+    SslMode(String),
+    /// `store.ca_file` cannot be read, or holds a PEM section that does not parse.
+    #[error("store.ca_file {}: {source}", .path.display())]
+    CaFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A certificate of `store.ca_file` is refused as a root.
+    #[error("store.ca_file {}: {source}", .path.display())]
+    CaCertificate {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: rustls::Error,
+    },
+    /// `store.ca_file` holds no PEM certificate.
+    #[error("store.ca_file {} holds no PEM certificate", .0.display())]
+    NoCertificate(std::path::PathBuf),
+    /// The TLS provider supports none of the safe default protocol versions.
+    #[error("{0}")]
+    Provider(#[source] rustls::Error),
+}
+
 /// Splits `sslmode` off a URL (tokio-postgres knows only disable/prefer/require).
-pub(super) fn split_sslmode(url: &str) -> Result<(String, Tls), String> {
+pub(super) fn split_sslmode(url: &str) -> Result<(String, Tls), TlsSetupError> {
     let Ok(mut u) = url::Url::parse(url) else {
         return Ok((url.to_string(), Tls::Off));
     };
@@ -26,7 +58,7 @@ pub(super) fn split_sslmode(url: &str) -> Result<(String, Tls), String> {
                 "disable" => Tls::Off,
                 "prefer" | "allow" => Tls::Prefer,
                 "require" | "verify-ca" | "verify-full" => Tls::Require,
-                other => return Err(format!("unknown sslmode {other:?}")),
+                other => return Err(TlsSetupError::SslMode(other.to_string())),
             };
         } else {
             kept.push((k.into_owned(), v.into_owned()));
@@ -43,34 +75,36 @@ pub(super) fn split_sslmode(url: &str) -> Result<(String, Tls), String> {
 /// A rustls client trusting the system's roots and `ca_file`.
 pub(super) fn tls_connector(
     ca_file: Option<&std::path::Path>,
-) -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+) -> Result<tokio_postgres_rustls::MakeRustlsConnect, TlsSetupError> {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_native_certs::load_native_certs().certs {
         let _ = roots.add(cert);
     }
     if let Some(path) = ca_file {
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
+        let pem = |source| TlsSetupError::CaFile {
+            path: path.to_path_buf(),
+            source,
+        };
+        let certs = CertificateDer::pem_file_iter(path).map_err(pem)?;
         let mut n = 0;
         for cert in certs {
-            let cert = cert.map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
             roots
-                .add(cert)
-                .map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
+                .add(cert.map_err(pem)?)
+                .map_err(|source| TlsSetupError::CaCertificate {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
             n += 1;
         }
         if n == 0 {
-            return Err(format!(
-                "store.ca_file {} holds no PEM certificate",
-                path.display()
-            ));
+            return Err(TlsSetupError::NoCertificate(path.to_path_buf()));
         }
     }
     let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(TlsSetupError::Provider)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))

@@ -142,9 +142,15 @@ pub struct Envelope {
 }
 
 /// A problem producing a signed envelope (never caused by received data).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot sign envelope: {0}")]
-pub struct SignError(pub String);
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    /// The envelope did not serialize to a JSON object.
+    #[error("cannot sign envelope: envelope is not an object")]
+    NotAnObject,
+    /// The envelope, or its canonical (JCS) form, could not be serialized.
+    #[error("cannot sign envelope: {0}")]
+    Json(#[source] serde_json::Error),
+}
 
 impl Envelope {
     /// Signs the envelope with `key` and returns the JSON to send (the envelope plus
@@ -153,8 +159,8 @@ impl Envelope {
     pub fn sign(&self, key: &SigningKey) -> Result<Value, SignError> {
         let mut obj = match serde_json::to_value(self) {
             Ok(Value::Object(o)) => o,
-            Ok(_) => return Err(SignError("envelope is not an object".into())),
-            Err(e) => return Err(SignError(e.to_string())),
+            Ok(_) => return Err(SignError::NotAnObject),
+            Err(e) => return Err(SignError::Json(e)),
         };
         let sig = sign_object(&obj, key)?;
         obj.insert("sig".into(), Value::String(sig));
@@ -164,7 +170,7 @@ impl Envelope {
 
 /// The base64url signature of a JSON object (which must not hold `sig`).
 pub fn sign_object(obj: &Map<String, Value>, key: &SigningKey) -> Result<String, SignError> {
-    let canonical = jcs(obj).map_err(|e| SignError(e.to_string()))?;
+    let canonical = jcs(obj).map_err(SignError::Json)?;
     Ok(URL_SAFE_NO_PAD.encode(key.sign(&canonical).to_bytes()))
 }
 
@@ -234,7 +240,9 @@ pub enum Rejection {
     /// The replay cache has no room, so the id cannot be tracked.
     #[error("replay cache full: message ids cannot be tracked, message refused")]
     ReplayCacheFull,
-    /// A message the thread's state does not allow (see [`super::thread`]).
+    /// A message the thread's state does not allow (see [`super::thread`]); holds the
+    /// `thread::Violation`'s text and the message id. (Text, not the violation itself:
+    /// `thread` imports this module's `MessageType`.)
     #[error("out-of-order message: {0}")]
     OutOfState(String),
     /// A message whose `payload.request_id` is not the id of the thread's REQUEST.

@@ -28,6 +28,7 @@
 pub mod didkey;
 pub mod envelope;
 pub mod negotiate;
+pub mod offer;
 pub mod relay;
 pub mod replay;
 pub mod thread;
@@ -45,6 +46,7 @@ use parking_lot::Mutex;
 use replay::{ReplayCache, ReplayVerdict};
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::time::Duration;
 use url::Url;
 
 /// Tunables of the Agora client.
@@ -57,8 +59,9 @@ pub struct AgoraConfig {
     /// Budget per request: offers above it are skipped (`constraints.max_cost_usd`).
     /// The default, 0, accepts free offers only.
     pub max_cost_usd: f64,
-    /// Long-poll `timeout` (seconds, 1..=60); shortened to fit the stage budget.
-    pub poll_timeout_secs: u64,
+    /// Long-poll `timeout` (1 s to 60 s; the relay is asked in whole seconds); shortened
+    /// to fit the stage budget.
+    pub poll_timeout: Duration,
     /// `meta.ttl` of the node's messages (seconds).
     pub ttl_secs: u64,
 }
@@ -69,15 +72,61 @@ impl Default for AgoraConfig {
             intent_resolve: "market.resolve".into(),
             intent_challenge: "market.challenge".into(),
             max_cost_usd: 0.0,
-            poll_timeout_secs: 30,
+            poll_timeout: Duration::from_secs(30),
             ttl_secs: envelope::DEFAULT_TTL_SECS,
         }
     }
 }
 
+/// An Agora setting outside its bounds (see [`AgoraConfig::validate`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SettingsError {
+    /// An intent (named) is empty, longer than 128 bytes or holds control characters.
+    #[error("agora `{0}` must be 1..=128 printable characters")]
+    Intent(&'static str),
+    /// `max_cost_usd` is negative or not finite; holds it.
+    #[error("agora `max_cost_usd` = {0} must be a finite amount >= 0")]
+    MaxCost(f64),
+    /// `poll_timeout` is outside 1 s to 60 s; holds it.
+    #[error("agora `poll_timeout` = {0:?} must be within 1s..=60s")]
+    PollTimeout(Duration),
+    /// `ttl_secs` is outside 1..=[`envelope::MAX_TTL_SECS`]; holds it.
+    #[error("agora `ttl_secs` = {0} must be within 1..={max}", max = envelope::MAX_TTL_SECS)]
+    Ttl(u64),
+}
+
+/// Why an [`AgoraNode`] cannot be made.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NodeError {
+    /// Its settings are outside their bounds.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// The secret key is not 64 hex digits. The decoder's error is not kept: it would
+    /// repeat part of the secret.
+    #[error("agora secret key must be 64 hex digits")]
+    SecretKey,
+}
+
+/// Why an [`AgoraProtocol`] cannot address an agent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    /// The agent's did is not an Ed25519 `did:key`.
+    #[error("agora agent {did:?}: {source}")]
+    Did {
+        /// The did as given (clipped).
+        did: String,
+        /// Why it is not one.
+        #[source]
+        source: didkey::DidKeyError,
+    },
+    /// The agent's did is this node's own.
+    #[error("agora agent did is this node's own did")]
+    OwnDid,
+}
+
 impl AgoraConfig {
     /// Checks every setting against its bounds; `Err` names the first one outside them.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SettingsError> {
         for (name, intent) in [
             ("intent_resolve", &self.intent_resolve),
             ("intent_challenge", &self.intent_challenge),
@@ -86,29 +135,17 @@ impl AgoraConfig {
                 || intent.len() > 128
                 || intent.chars().any(char::is_control)
             {
-                return Err(format!(
-                    "agora `{name}` must be 1..=128 printable characters"
-                ));
+                return Err(SettingsError::Intent(name));
             }
         }
         if !(self.max_cost_usd.is_finite() && self.max_cost_usd >= 0.0) {
-            return Err(format!(
-                "agora `max_cost_usd` = {} must be a finite amount >= 0",
-                self.max_cost_usd
-            ));
+            return Err(SettingsError::MaxCost(self.max_cost_usd));
         }
-        if !(1..=60).contains(&self.poll_timeout_secs) {
-            return Err(format!(
-                "agora `poll_timeout_secs` = {} must be within 1..=60",
-                self.poll_timeout_secs
-            ));
+        if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.poll_timeout) {
+            return Err(SettingsError::PollTimeout(self.poll_timeout));
         }
         if !(1..=envelope::MAX_TTL_SECS).contains(&self.ttl_secs) {
-            return Err(format!(
-                "agora `ttl_secs` = {} must be within 1..={}",
-                self.ttl_secs,
-                envelope::MAX_TTL_SECS
-            ));
+            return Err(SettingsError::Ttl(self.ttl_secs));
         }
         Ok(())
     }
@@ -150,7 +187,7 @@ impl std::fmt::Debug for AgoraNode {
 
 impl AgoraNode {
     /// A node from a 32-byte Ed25519 secret key (seed).
-    pub fn new(secret: [u8; 32], settings: AgoraConfig) -> Result<Self, String> {
+    pub fn new(secret: [u8; 32], settings: AgoraConfig) -> Result<Self, NodeError> {
         settings.validate()?;
         let key = SigningKey::from_bytes(&secret);
         let did = didkey::public_key_to_did(&key.verifying_key().to_bytes());
@@ -164,18 +201,18 @@ impl AgoraNode {
     }
 
     /// A node with a fresh random identity.
-    pub fn generate(settings: AgoraConfig) -> Result<Self, String> {
+    pub fn generate(settings: AgoraConfig) -> Result<Self, NodeError> {
         let key = SigningKey::generate(&mut rand::rngs::OsRng);
         Self::new(key.to_bytes(), settings)
     }
 
     /// A node from a hex secret key (64 hex digits, optional `0x`). The error never
     /// repeats the input.
-    pub fn from_secret_hex(hex: &str, settings: AgoraConfig) -> Result<Self, String> {
+    pub fn from_secret_hex(hex: &str, settings: AgoraConfig) -> Result<Self, NodeError> {
         let h = hex.trim();
         let h = h.strip_prefix("0x").unwrap_or(h);
-        let secret: [u8; 32] = alloy_primitives::hex::decode_to_array(h)
-            .map_err(|_| "agora secret key must be 64 hex digits".to_string())?;
+        let secret: [u8; 32] =
+            alloy_primitives::hex::decode_to_array(h).map_err(|_| NodeError::SecretKey)?;
         Self::new(secret, settings)
     }
 
@@ -241,11 +278,13 @@ pub struct AgoraProtocol {
 
 impl AgoraProtocol {
     /// A worker for the agent `agent_did` (an Ed25519 `did:key`), spoken to as `node`.
-    pub fn new(node: Arc<AgoraNode>, agent_did: &str) -> Result<Self, String> {
-        didkey::did_to_verifying_key(agent_did)
-            .map_err(|e| format!("agora agent {:?}: {e}", envelope::clip(agent_did, 64)))?;
+    pub fn new(node: Arc<AgoraNode>, agent_did: &str) -> Result<Self, AgentError> {
+        didkey::did_to_verifying_key(agent_did).map_err(|source| AgentError::Did {
+            did: envelope::clip(agent_did, 64),
+            source,
+        })?;
         if agent_did == node.did {
-            return Err("agora agent did is this node's own did".into());
+            return Err(AgentError::OwnDid);
         }
         Ok(Self {
             node,
@@ -262,7 +301,8 @@ impl AgoraProtocol {
             let did = did.ok_or_else(|| {
                 "the Agora service has no `did` (the agent's did:key)".to_string()
             })?;
-            let adapter: Arc<dyn WorkerProtocol> = Arc::new(AgoraProtocol::new(node.clone(), did)?);
+            let adapter = AgoraProtocol::new(node.clone(), did).map_err(|e| e.to_string())?;
+            let adapter: Arc<dyn WorkerProtocol> = Arc::new(adapter);
             Ok(adapter)
         })
     }
@@ -458,30 +498,52 @@ mod tests {
             "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp"
         );
         let err = AgoraNode::from_secret_hex("zz", AgoraConfig::default()).unwrap_err();
-        assert!(!err.contains("zz"));
+        assert_eq!(err, NodeError::SecretKey);
+        assert!(!err.to_string().contains("zz"));
         assert_ne!(
             AgoraNode::generate(AgoraConfig::default()).unwrap().did(),
             AgoraNode::generate(AgoraConfig::default()).unwrap().did()
         );
-        for bad in [
-            AgoraConfig {
-                poll_timeout_secs: 61,
-                ..Default::default()
-            },
-            AgoraConfig {
-                max_cost_usd: f64::NAN,
-                ..Default::default()
-            },
-            AgoraConfig {
-                intent_resolve: " ".into(),
-                ..Default::default()
-            },
-            AgoraConfig {
-                ttl_secs: 0,
-                ..Default::default()
-            },
+        for (bad, text) in [
+            (
+                AgoraConfig {
+                    poll_timeout: Duration::from_secs(61),
+                    ..Default::default()
+                },
+                "agora `poll_timeout` = 61s must be within 1s..=60s",
+            ),
+            (
+                AgoraConfig {
+                    poll_timeout: Duration::from_millis(500),
+                    ..Default::default()
+                },
+                "agora `poll_timeout` = 500ms must be within 1s..=60s",
+            ),
+            (
+                AgoraConfig {
+                    max_cost_usd: f64::NAN,
+                    ..Default::default()
+                },
+                "agora `max_cost_usd` = NaN must be a finite amount >= 0",
+            ),
+            (
+                AgoraConfig {
+                    intent_resolve: " ".into(),
+                    ..Default::default()
+                },
+                "agora `intent_resolve` must be 1..=128 printable characters",
+            ),
+            (
+                AgoraConfig {
+                    ttl_secs: 0,
+                    ..Default::default()
+                },
+                "agora `ttl_secs` = 0 must be within 1..=86400",
+            ),
         ] {
-            assert!(AgoraNode::new([1; 32], bad).is_err());
+            let err = AgoraNode::new([1; 32], bad).unwrap_err();
+            assert!(matches!(err, NodeError::Settings(_)));
+            assert_eq!(err.to_string(), text);
         }
     }
 
@@ -490,7 +552,16 @@ mod tests {
         let node = Arc::new(AgoraNode::new([1; 32], AgoraConfig::default()).unwrap());
         assert!(AgoraProtocol::new(node.clone(), "did:key:zTjsVPtY").is_err());
         assert!(AgoraProtocol::new(node.clone(), "https://agent.example").is_err());
-        assert!(AgoraProtocol::new(node.clone(), &node.did()).is_err());
+        assert_eq!(
+            AgoraProtocol::new(node.clone(), &node.did()).unwrap_err(),
+            AgentError::OwnDid
+        );
+        let err = AgoraProtocol::new(node.clone(), "https://agent.example").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "agora agent \"https://agent.example\": not a did:key with base58btc multibase (must start with `did:key:z`)"
+        );
+        assert!(std::error::Error::source(&err).is_some());
         let did = "did:key:z6MkjchhfUsD6mmvni8mCdXHw216Xrm9bQe2mBH1P5RDjVJG";
         let p = AgoraProtocol::new(node.clone(), did).unwrap();
         assert_eq!(p.name(), "agora");

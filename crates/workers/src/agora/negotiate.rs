@@ -237,7 +237,7 @@ impl<'a> Negotiation<'a> {
         self.since = (first_since, format_ts(first_since));
 
         let events_url = join_endpoint(self.ask.relay, "events")?;
-        let max_poll = self.ask.node.settings().poll_timeout_secs.clamp(1, 60);
+        let max_poll = self.ask.node.settings().poll_timeout.as_secs().clamp(1, 60);
         let mut backoff = BACKOFF_START;
         loop {
             // Whole seconds, at least 1: the last poll may be cut by the stage budget,
@@ -343,9 +343,9 @@ impl<'a> Negotiation<'a> {
         }
         let next = match self.state.on_received(kind) {
             Ok(next) => next,
-            Err(e) => {
+            Err(violation) => {
                 return self
-                    .refuse(Rejection::OutOfState(format!("{e} (message {id})")))
+                    .refuse(Rejection::OutOfState(format!("{violation} (message {id})")))
                     .await;
             }
         };
@@ -483,49 +483,7 @@ impl<'a> Negotiation<'a> {
     async fn consider_offer(&mut self, env: &Envelope, now: i64) -> Result<(), WorkerFailure> {
         let id = clip(&env.id, 64);
         let max = self.ask.node.settings().max_cost_usd;
-        let p = &env.payload;
-        let verdict: Result<f64, String> = (|| {
-            let amount = match p.pointer("/price/amount") {
-                Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
-                Some(v) => {
-                    return Err(format!(
-                        "`price.amount` must be a number, got {}",
-                        crate::protocol::type_name(v)
-                    ));
-                }
-                None => return Err("`price.amount` is missing".to_string()),
-            };
-            if !amount.is_finite() || amount < 0.0 {
-                return Err(format!("`price.amount` = {amount} is not a valid price"));
-            }
-            match p.pointer("/price/currency") {
-                None => {}
-                Some(Value::String(c)) if c.eq_ignore_ascii_case("USD") => {}
-                Some(c) => {
-                    return Err(format!("currency {} is not USD", clip(&c.to_string(), 16)));
-                }
-            }
-            if amount > max {
-                return Err(format!(
-                    "price {amount} USD exceeds the budget of {max} USD"
-                ));
-            }
-            match p.get("valid_until") {
-                None | Some(Value::Null) => {}
-                Some(Value::String(s)) => match envelope::parse_ts(s) {
-                    Some(until) if until > now => {}
-                    Some(_) => return Err(format!("expired at {}", clip(s, 40))),
-                    None => return Err("`valid_until` is not an RFC 3339 timestamp".to_string()),
-                },
-                Some(v) => {
-                    return Err(format!(
-                        "`valid_until` must be a string, got {}",
-                        crate::protocol::type_name(v)
-                    ));
-                }
-            }
-            Ok(amount)
-        })();
+        let verdict = super::offer::check(&env.payload, max, now);
         let amount = match verdict {
             Ok(a) => a,
             Err(why) => {
@@ -608,7 +566,9 @@ impl<'a> Negotiation<'a> {
         let next = self
             .state
             .on_sent(kind)
-            .map_err(|detail| WorkerFailure::Request { detail })?;
+            .map_err(|v| WorkerFailure::Request {
+                detail: v.to_string(),
+            })?;
         // Strictly increasing within the thread: an agent polling with an exclusive
         // `since` (the REQUEST's ts) would never see an ACCEPT stamped in the same ms.
         let now = self

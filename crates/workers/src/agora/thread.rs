@@ -42,7 +42,7 @@ impl ThreadState {
     }
 
     /// The state after the client (this node) sends `kind`.
-    pub fn on_sent(self, kind: MessageType) -> Result<ThreadState, String> {
+    pub fn on_sent(self, kind: MessageType) -> Result<ThreadState, Violation> {
         use MessageType as M;
         use ThreadState as S;
         match (self, kind) {
@@ -50,27 +50,56 @@ impl ThreadState {
             (S::Pending, M::Accept) => Ok(S::Active),
             (S::Pending | S::Active, M::Cancel) => Ok(S::Error),
             (S::Pending | S::Active, M::Error) => Ok(S::Error),
-            (s, k) => Err(format!(
-                "the client may not send {k} in state {}",
-                s.as_str()
-            )),
+            (state, kind) => Err(Violation::ClientMayNotSend { kind, state }),
         }
     }
 
     /// The state after the agent's `kind` arrives; `Err` names the violation.
-    pub fn on_received(self, kind: MessageType) -> Result<ThreadState, String> {
+    pub fn on_received(self, kind: MessageType) -> Result<ThreadState, Violation> {
         use MessageType as M;
         use ThreadState as S;
         match (self, kind) {
             (S::Pending, M::Offer) => Ok(S::Pending),
             (S::Active, M::Result) => Ok(S::Completed),
             (S::Pending | S::Active, M::Error) => Ok(S::Error),
-            (_, M::Request | M::Accept | M::Cancel) => Err(format!(
-                "{kind} is a client message; the agent may not send it"
-            )),
-            (s, k) => Err(format!("{k} is not allowed in thread state {}", s.as_str())),
+            (_, M::Request | M::Accept | M::Cancel) => Err(Violation::ClientMessage { kind }),
+            (state, kind) => Err(Violation::NotAllowed { kind, state }),
         }
     }
+}
+
+impl std::fmt::Display for ThreadState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A message the thread's state does not allow. The `Display` text is what the agent is
+/// told in the refusing ERROR and what the failure and the notes record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    /// This node was about to send a message its side may not send in this state.
+    #[error("the client may not send {kind} in state {state}")]
+    ClientMayNotSend {
+        /// The message.
+        kind: MessageType,
+        /// The thread's state.
+        state: ThreadState,
+    },
+    /// The agent sent a message only the client sends.
+    #[error("{kind} is a client message; the agent may not send it")]
+    ClientMessage {
+        /// The message.
+        kind: MessageType,
+    },
+    /// The agent sent a message its side may send, but not in this state.
+    #[error("{kind} is not allowed in thread state {state}")]
+    NotAllowed {
+        /// The message.
+        kind: MessageType,
+        /// The thread's state.
+        state: ThreadState,
+    },
 }
 
 #[cfg(test)]
@@ -93,25 +122,26 @@ mod tests {
 
     #[test]
     fn violations_are_named() {
-        assert!(
-            S::Pending
-                .on_received(M::Result)
-                .unwrap_err()
-                .contains("PENDING")
+        assert_eq!(
+            S::Pending.on_received(M::Result).unwrap_err().to_string(),
+            "RESULT is not allowed in thread state PENDING"
         );
-        assert!(
-            S::Active
-                .on_received(M::Offer)
-                .unwrap_err()
-                .contains("ACTIVE")
+        assert_eq!(
+            S::Active.on_received(M::Offer).unwrap_err(),
+            Violation::NotAllowed {
+                kind: M::Offer,
+                state: S::Active
+            }
+        );
+        assert_eq!(
+            S::Completed.on_sent(M::Cancel).unwrap_err().to_string(),
+            "the client may not send CANCEL in state COMPLETED"
         );
         assert!(S::Completed.on_received(M::Result).is_err());
         assert!(S::Error.on_received(M::Error).is_err());
-        assert!(
-            S::Pending
-                .on_received(M::Accept)
-                .unwrap_err()
-                .contains("client message")
+        assert_eq!(
+            S::Pending.on_received(M::Accept).unwrap_err().to_string(),
+            "ACCEPT is a client message; the agent may not send it"
         );
         assert!(S::Open.on_received(M::Offer).is_err());
         assert!(S::Active.on_sent(M::Accept).is_err());
