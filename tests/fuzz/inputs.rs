@@ -98,9 +98,24 @@ fn text() -> impl Strategy<Value = String> {
     prop_oneof![
         any::<String>(),
         select(vec![
-            "", "W1", "W2", "W3", "YES", "NO", "SUCCESS", "FAILURE", "PENDING", "job-1",
-            "A2A", "1.0", "REQUEST", "RESULT", "https://a.example/x", "data:,x",
-            "2026-05-01T00:00:00Z", "```json\n{}\n```",
+            "",
+            "W1",
+            "W2",
+            "W3",
+            "YES",
+            "NO",
+            "SUCCESS",
+            "FAILURE",
+            "PENDING",
+            "job-1",
+            "A2A",
+            "1.0",
+            "REQUEST",
+            "RESULT",
+            "https://a.example/x",
+            "data:,x",
+            "2026-05-01T00:00:00Z",
+            "```json\n{}\n```",
         ])
         .prop_map(String::from),
     ]
@@ -261,7 +276,10 @@ pub fn inputs(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = Input> {
     prop_oneof![
         prop::collection::vec(any::<u8>(), 0..256),
         json_value().prop_map(|v| v.to_string().into_bytes()),
-        (select(seeds.clone()), prop::collection::vec(byte_edit(), 1..=8))
+        (
+            select(seeds.clone()),
+            prop::collection::vec(byte_edit(), 1..=8)
+        )
             .prop_map(|(s, e)| apply_bytes(&s, &e)),
         (
             select(seeds),

@@ -77,9 +77,7 @@ pub fn all() -> Vec<Target> {
         },
         Target {
             name: "agora_poll",
-            run: |b| {
-                Ok(agora::relay::parse_poll_reply(b).is_ok())
-            },
+            run: |b| Ok(agora::relay::parse_poll_reply(b).is_ok()),
             seeds: || {
                 json_seeds(vec![
                     json!({"ok": true, "events": [{"type": "OFFER", "id": "x"}], "next": 3}),
