@@ -88,11 +88,6 @@ enum Command {
     /// Workflow definition files.
     #[command(subcommand)]
     Workflow(WorkflowCmd),
-    /// Fuzz every parser of untrusted bytes (worker replies of each protocol, Agora
-    /// envelopes and polls, registration files and data: URIs, LLM replies, chain logs)
-    /// with random and mutated inputs; reports cases and panics per target. Exit 1 when
-    /// any input made a parser panic (the first ones are printed, hex-encoded).
-    Fuzz(FuzzArgs),
     /// Re-run historical markets and compare with what happened on chain (never sends).
     ///
     /// Pick the markets with --transcript FILE, --market N, or --from-block A [--to-block B]
@@ -245,20 +240,6 @@ impl ManArgs {
     }
 }
 
-/// `cresolver fuzz`.
-#[derive(Debug, clap::Args)]
-struct FuzzArgs {
-    /// Cases per target.
-    #[arg(long, default_value_t = 1_000_000)]
-    cases: u64,
-    /// Only this target (see the list printed by a run).
-    #[arg(long)]
-    target: Option<String>,
-    /// Seed of the generator (a run is reproducible from it).
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
-}
-
 /// `cresolver tally`.
 #[derive(Debug, clap::Args)]
 struct TallyArgs {
@@ -327,7 +308,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "devnet")]
         Command::Devnet(cmd) => cmd.run().await,
         Command::Market(cmd) => cmd.run().await,
-        Command::Fuzz(a) => a.run(),
         Command::Tally(a) => a.run(),
         Command::Replay(a) => a.run().await,
         Command::DryRun(a) => a.run().await,
@@ -339,55 +319,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Workflow(WorkflowCmd::Check(a)) => a.run(),
-    }
-}
-
-impl FuzzArgs {
-    /// Runs `cases` random and mutated inputs through each fuzz target (or the one
-    /// named `target`) and prints its cases and panics; fails when any input made a
-    /// parser panic.
-    fn run(self) -> anyhow::Result<ExitCode> {
-        let FuzzArgs {
-            cases,
-            target,
-            seed,
-        } = self;
-        let targets: Vec<_> = cresolver_pipeline::fuzz::targets()
-            .into_iter()
-            .filter(|t| target.as_deref().is_none_or(|n| n == t.name))
-            .collect();
-        anyhow::ensure!(
-            !targets.is_empty(),
-            "no fuzz target named {:?}; targets: {}",
-            target.unwrap_or_default(),
-            cresolver_pipeline::fuzz::targets()
-                .iter()
-                .map(|t| t.name)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let mut failed = false;
-        for t in &targets {
-            let started = std::time::Instant::now();
-            let r = cresolver_pipeline::fuzz::run(t, cases, seed);
-            println!(
-                "{:<18} {:>10} cases  {:>4} panics  {:.1} s",
-                r.target,
-                r.cases,
-                r.panic_count,
-                started.elapsed().as_secs_f64()
-            );
-            for (input, msg) in &r.panics {
-                failed = true;
-                let msg: String = msg.chars().take(200).collect();
-                println!("  panic: {msg}\n  input: {}", alloy::hex::encode(input));
-            }
-        }
-        Ok(if failed {
-            ExitCode::FAILURE
-        } else {
-            ExitCode::SUCCESS
-        })
     }
 }
 

@@ -200,7 +200,11 @@ fn words_for_type(ty: &str) -> &'static str {
     let ty = ty.trim();
     if ty.contains("Address") {
         "address"
-    } else if ty.contains("U256") || ty.starts_with('u') || ty.starts_with('i') {
+    } else if ty.contains("U256")
+        || ty.contains("MarketId")
+        || ty.starts_with('u')
+        || ty.starts_with('i')
+    {
         "number"
     } else if ty.contains("PathBuf") || ty.contains("Path") {
         "path"

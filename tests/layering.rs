@@ -254,6 +254,36 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// `tests/` has no automatic test targets (`autotests = false`): a file there runs only
+/// as a module of `tests/suite.rs`, so one left out of it would never run.
+#[test]
+fn every_test_file_is_a_module_of_the_suite() {
+    let tests = root().join("tests");
+    let suite = std::fs::read_to_string(tests.join("suite.rs")).unwrap();
+    let declared: BTreeSet<String> = suite
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("mod ")?.strip_suffix(';'))
+        .map(str::to_string)
+        .collect();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&tests).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let is_test = if path.is_dir() {
+            path.join("mod.rs").exists() || path.join("main.rs").exists()
+        } else {
+            path.extension().is_some_and(|e| e == "rs") && name != "suite" && name != "rpc_outage"
+        };
+        if is_test && !declared.contains(&name) {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "tests/ files that tests/suite.rs does not declare (they would never run): {missing:?}"
+    );
+}
+
 #[test]
 fn no_source_file_passes_800_lines() {
     let mut files = Vec::new();

@@ -23,7 +23,7 @@ mod don_e2e;
 mod evaluator_labels;
 mod finality;
 mod first_run;
-mod fuzz_smoke;
+mod fuzz;
 mod keystone_forwarder;
 mod keystore;
 mod layering;

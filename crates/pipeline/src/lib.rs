@@ -6,13 +6,11 @@
 //! recorded), `stages` (the stages' settings from a node configuration), and the paths
 //! that are not the long-running node (`cresolver-node`): `replay` (recorded or live
 //! rounds compared with the chain) and `dryrun` (the submission simulated). `workflow`
-//! and `config` read the files; `wallet` reads the signing key `[signer]` names; `fuzz`
-//! runs every parser of untrusted bytes.
+//! and `config` read the files; `wallet` reads the signing key `[signer]` names.
 
 pub mod config;
 pub mod dispatch;
 pub mod dryrun;
-pub mod fuzz;
 pub mod live;
 pub mod replay;
 pub mod round;

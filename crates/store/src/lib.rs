@@ -212,7 +212,7 @@ pub enum StoreError {
     #[error("cannot encode a value for the store: {0}")]
     Encode(#[source] serde_json::Error),
     /// A write for a round that the store does not hold.
-    #[error("no round for market {0}")]
+    #[error("no round for market {} / {}", .0.market, .0.id)]
     NoRound(RoundKey),
     /// The blocking task that ran a SQLite call panicked or was cancelled.
     #[error("store task failed: {0}")]
@@ -233,7 +233,7 @@ pub enum StoreError {
         error: Box<dyn std::error::Error + Send + Sync>,
     },
     /// This node no longer holds the round (another node claimed it): nothing was written.
-    #[error("the lease of market {0} was lost to another node: this node stops the round")]
+    #[error("the lease of market {} / {} was lost to another node: this node stops the round", .0.market, .0.id)]
     LeaseLost(RoundKey),
 }
 

@@ -313,7 +313,6 @@ fn push_segment(path: &mut String, segment: &str) {
 }
 
 mod reply;
-pub use reply::parse_every_reply;
 use reply::*;
 
 impl RoundTableProtocol {
@@ -503,5 +502,7 @@ impl WorkerProtocol for RoundTableProtocol {
     }
 }
 
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

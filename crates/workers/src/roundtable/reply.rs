@@ -162,13 +162,6 @@ pub(super) struct Analysis {
     pub(super) confidence: Option<f64>,
 }
 
-/// Runs every round-table reply parser on `v`, for the fuzz harness (the `fuzz` module of cresolver-pipeline).
-pub fn parse_every_reply(v: &Value) {
-    let _ = parse_analysis(v);
-    let _ = parse_vote(v);
-    let _ = parse_challenge(v, &["W1", "W2", "W3"]);
-}
-
 pub(super) fn parse_analysis(v: &Value) -> Result<Analysis, WorkerFailure> {
     let m = as_object(v, "")?;
     let agent_name = req_str(m, "", "agent_name", true)?;
