@@ -409,7 +409,7 @@ async fn unknown_market_and_wrong_address() {
         .await
         .unwrap_err();
         assert!(
-            matches!(err, ReadError::MarketDoesNotExist(id) if id == u(7)),
+            matches!(err, ReadError::MarketDoesNotExist(id) if id == u(7).into()),
             "{err:?}"
         );
         // An address without a market contract is invalid chain data, not a panic.

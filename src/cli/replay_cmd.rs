@@ -277,7 +277,7 @@ impl RequestScan<'_> {
         let found = replay::scan_requests(
             self.provider,
             market,
-            Some(id),
+            Some(id.into()),
             from,
             to,
             self.cfg.chain.max_block_range,

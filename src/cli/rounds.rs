@@ -1,7 +1,7 @@
 //! `cresolver rounds`: the node's stored rounds — list, show, export, retry.
 
 use super::*;
-use cresolver_store::RoundKey;
+use cresolver_store::{MarketId, RoundKey};
 
 /// A round's state as `--state` takes it: every stage of the store's [`Stage`], by the
 /// name the store, the API and the metrics use.
@@ -140,7 +140,7 @@ pub struct ShowArgs {
     #[command(flatten)]
     pub config: BaseConfigArgs,
     /// Market id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// Print the exported transcript document (JSON) instead of a summary.
     #[arg(long)]
     pub json: bool,
@@ -162,7 +162,7 @@ pub struct RetryArgs {
     #[command(flatten)]
     pub config: BaseConfigArgs,
     /// Market id.
-    pub market_id: U256,
+    pub market_id: MarketId,
     /// Base URL of the node's API (default: http://<api.listen>).
     #[arg(long, value_name = "URL")]
     pub api: Option<String>,
@@ -173,7 +173,7 @@ pub struct RetryArgs {
 /// says the market is unresolved.
 async fn rounds_retry(
     config: &BaseConfigArgs,
-    id: U256,
+    id: MarketId,
     api: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
@@ -281,7 +281,11 @@ async fn node_answers(base: &str) -> bool {
 }
 
 /// `cresolver rounds show`: one stored round, as a summary or as its exported document.
-async fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::Result<ExitCode> {
+async fn rounds_show(
+    config: &BaseConfigArgs,
+    id: MarketId,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let cfg = config.load()?;
     let store = open_store(&cfg).await?;
     let rec = find_round(&cfg, store.as_ref(), id).await?;
@@ -307,7 +311,7 @@ async fn rounds_show(config: &BaseConfigArgs, id: U256, json: bool) -> anyhow::R
 async fn find_round(
     cfg: &NodeConfig,
     store: &dyn RoundStore,
-    id: U256,
+    id: MarketId,
 ) -> anyhow::Result<cresolver_store::RoundRecord> {
     Ok(match cfg.chain.market_address {
         Some(m) => store
@@ -318,7 +322,7 @@ async fn find_round(
             let mut all: Vec<_> = all_rounds(store)
                 .await?
                 .into_iter()
-                .filter(|r| r.market_id == id.into())
+                .filter(|r| r.market_id == id)
                 .collect();
             match all.len() {
                 0 => anyhow::bail!("no round for market {id} in the store"),

@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Input {
-    market_id: u64,
+    #[serde(with = "cresolver_core::round_key::as_number")]
+    market_id: MarketId,
     #[serde(default)]
     tie: Option<TieRule>,
     workers: Vec<InputWorker>,
@@ -118,11 +119,7 @@ pub fn run(text: &str) -> Result<Value, TallyInputError> {
             reputation,
         });
     }
-    let outcome = tally(
-        MarketId::from(input.market_id),
-        &workers,
-        input.tie.unwrap_or_default(),
-    )?;
+    let outcome = tally(input.market_id, &workers, input.tie.unwrap_or_default())?;
     Ok(json!({
         "resolution": outcome.resolution,
         "workers": outcome.addresses().iter().map(|a| a.to_string()).collect::<Vec<_>>(),

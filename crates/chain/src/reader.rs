@@ -75,7 +75,7 @@ pub struct MarketSnapshot {
 pub enum ReadError {
     /// The market contract has no market of that id.
     #[error("market {0} does not exist")]
-    MarketDoesNotExist(U256),
+    MarketDoesNotExist(MarketId),
     /// The node could not answer (transport error, missing state, …).
     #[error("RPC error: {0}")]
     Rpc(RpcFailure),
@@ -115,13 +115,13 @@ pub async fn resolved_at(
         None => call,
     };
     match call.call().await {
-        Ok(t) if t.deadline.is_zero() => Err(ReadError::MarketDoesNotExist(market_id)),
+        Ok(t) if t.deadline.is_zero() => Err(ReadError::MarketDoesNotExist(round.id)),
         Ok(t) => Ok(t.resolved),
         Err(e) => match crate::revert_data(&e) {
             Some(data) => match crate::decode_revert(&data) {
                 RevertReason::Market(
                     ICREsolverMarket::ICREsolverMarketErrors::MarketDoesNotExist(_),
-                ) => Err(ReadError::MarketDoesNotExist(market_id)),
+                ) => Err(ReadError::MarketDoesNotExist(round.id)),
                 other => Err(ReadError::Invalid(format!(
                     "getMarket reverted at {}: {}",
                     at_block(block),
@@ -179,11 +179,11 @@ pub async fn resolved_many(
         .map(|(out, k)| match out {
             Err(CallFailure::Reverted(RevertReason::Market(
                 ICREsolverMarket::ICREsolverMarketErrors::MarketDoesNotExist(_),
-            ))) => Err(ReadError::MarketDoesNotExist(k.id.get())),
+            ))) => Err(ReadError::MarketDoesNotExist(k.id)),
             other => {
                 let t = required::<ICREsolverMarket::getMarketCall>("getMarket", other)?;
                 if t.deadline.is_zero() {
-                    Err(ReadError::MarketDoesNotExist(k.id.get()))
+                    Err(ReadError::MarketDoesNotExist(k.id))
                 } else {
                     Ok(t.resolved)
                 }
@@ -251,7 +251,7 @@ struct MarketTerms {
 }
 
 /// Refuses a worker list longer than [`MAX_WORKERS`] or naming a worker twice.
-fn check_worker_list(market_id: U256, addresses: &[Address]) -> Result<(), ReadError> {
+fn check_worker_list(market_id: MarketId, addresses: &[Address]) -> Result<(), ReadError> {
     if addresses.len() > MAX_WORKERS {
         return Err(ReadError::Invalid(format!(
             "market {market_id} lists {} workers (at most {MAX_WORKERS})",
@@ -399,17 +399,17 @@ impl Reader<'_> {
         let terms = match r_market {
             Err(CallFailure::Reverted(RevertReason::Market(
                 ICREsolverMarket::ICREsolverMarketErrors::MarketDoesNotExist(_),
-            ))) => return Err(ReadError::MarketDoesNotExist(market_id)),
+            ))) => return Err(ReadError::MarketDoesNotExist(round.id)),
             other => required::<ICREsolverMarket::getMarketCall>("getMarket", other)?,
         };
         if terms.deadline.is_zero() {
-            return Err(ReadError::MarketDoesNotExist(market_id));
+            return Err(ReadError::MarketDoesNotExist(round.id));
         }
         let addresses =
             required::<ICREsolverMarket::getMarketWorkersCall>("getMarketWorkers", r_workers)?;
         let identity_registry =
             required::<ICREsolverMarket::identityRegistryCall>("identityRegistry", r_identity)?;
-        check_worker_list(market_id, &addresses)?;
+        check_worker_list(round.id, &addresses)?;
         Ok(MarketTerms {
             market: terms,
             workers: addresses,

@@ -120,7 +120,7 @@ pub struct RequestRef {
 pub async fn scan_requests(
     provider: &DynProvider,
     market: Address,
-    market_id: Option<U256>,
+    market_id: Option<MarketId>,
     from: u64,
     to: u64,
     max_range: u64,
@@ -130,7 +130,7 @@ pub async fn scan_requests(
         .address(market)
         .event_signature(ICREsolverMarket::ResolutionRequested::SIGNATURE_HASH);
     if let Some(id) = market_id {
-        filter = filter.topic1(B256::from(id));
+        filter = filter.topic1(B256::from(id.get()));
     }
     let logs = scan_logs(provider, &filter, from, to, max_range, on_progress).await?;
     let mut out: Vec<RequestRef> = Vec::new();
