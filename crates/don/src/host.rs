@@ -181,8 +181,18 @@ async fn perform(
             }
             Effect::Schedule { at, timer } => timers.add(at, timer),
             Effect::Event(event) => s.metrics.don_event(event),
+            Effect::Proposed { report, .. } => {
+                if let Some(tell) = core.decided_hook() {
+                    tell(&report, core.address());
+                }
+            }
             Effect::Decided { round, set } => {
                 tracing::info!(execution_id = %exec, round, %set, "set decided");
+                if let (Some(tell), Some((report, leader))) =
+                    (core.decided_hook(), core.decided_report())
+                {
+                    tell(report, leader);
+                }
             }
             Effect::Agreed(a) => end = Some(Ending::Agreed(a)),
             Effect::Stalled { rounds } => end = Some(Ending::Stalled(rounds)),

@@ -19,6 +19,14 @@ pub type ReportRefusal = Box<dyn std::error::Error + Send + Sync>;
 /// why the aggregate makes no report.
 pub type BuildReport = Arc<dyn Fn(&Aggregate) -> Result<Bytes, ReportRefusal> + Send + Sync>;
 
+/// Told of a report this member may transmit, with the leader of its round (who
+/// transmits first): when this member proposes a set as its round's leader (the set's
+/// report: nothing is signed, and the set may still not be decided), and when it
+/// decides a set (the decided report), never when a restart replays either. Work that
+/// needs only the report can start while the consensus and the report signatures run
+/// (the transmitter's gas estimate of the receiver's call). It must not block.
+pub type OnDecided = Arc<dyn Fn(&Bytes, Address) + Send + Sync>;
+
 /// Why a set of observations makes no report on this member.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -43,6 +51,9 @@ pub struct Job {
     pub workers: Vec<Address>,
     /// Builds the report of an aggregate.
     pub build: BuildReport,
+    /// Told of the proposed and the decided report ([`OnDecided`]); `None`: nobody to
+    /// tell.
+    pub on_decided: Option<OnDecided>,
 }
 
 /// Why an agreement did not end with a report.

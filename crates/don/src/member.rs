@@ -83,7 +83,7 @@ impl Don {
             #[cfg(feature = "mutations")]
             mutation: None,
         });
-        let keys = Arc::new(Secp256k1Keys(signer.clone()));
+        let keys = Arc::new(Secp256k1Keys::new(signer.clone()));
         let http = reqwest::Client::builder()
             .timeout(SEND_TIMEOUT)
             .connect_timeout(SEND_TIMEOUT)
@@ -120,6 +120,10 @@ impl Don {
     /// This member's signer address.
     pub fn address(&self) -> Address {
         self.s.address()
+    }
+    /// This member's keys (its recoveries remembered).
+    pub(crate) fn keys(&self) -> &Arc<dyn crate::consensus::Keys> {
+        &self.s.keys
     }
     /// Every member's address, in configuration order.
     pub fn members(&self) -> &[Address] {

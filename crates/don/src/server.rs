@@ -279,7 +279,8 @@ async fn message(
         don_refused_label(don, cresolver_metrics::RefuseReason::MemberRate);
         return (StatusCode::TOO_MANY_REQUESTS, "rate limited");
     }
-    if let Err(e) = wire::authenticate(&env, &body, sig, members) {
+    let keys = don.keys();
+    if let Err(e) = wire::authenticate(&env, &body, sig, members, |d, sig| keys.recover(d, sig)) {
         don_refused(don, &e);
         tracing::debug!(%peer, error = %e, "DON message refused");
         return (StatusCode::FORBIDDEN, "refused");

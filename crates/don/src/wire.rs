@@ -395,7 +395,7 @@ pub fn open(
     config_version: u32,
 ) -> Result<Envelope, WireError> {
     let env = precheck(body, members, don_id, config_version)?;
-    authenticate(&env, body, signature_header, members)?;
+    authenticate(&env, body, signature_header, members, recover)?;
     Ok(env)
 }
 
@@ -502,12 +502,14 @@ pub fn check_shape(
 }
 
 /// The signature recoveries: the message's own (its sender's), then each carried
-/// observation's (its observer's) and its ranges.
+/// observation's (its observer's) and its ranges, through `carried` (a member's
+/// remembered recoveries: a signature carried again is recovered once).
 pub fn authenticate(
     env: &Envelope,
     body: &[u8],
     signature_header: Option<&str>,
     members: &[Address],
+    carried: impl Fn(&B256, &[u8]) -> Result<Address, WireError>,
 ) -> Result<(), WireError> {
     let sig = signature_header
         .and_then(|h| alloy::primitives::hex::decode(h.trim()).ok())
@@ -522,7 +524,7 @@ pub fn authenticate(
             named: env.sender,
         });
     }
-    check_carried(env, members, recover)
+    check_carried(env, members, carried)
 }
 
 /// Each carried observation: bound to the message, from a member, signed by its observer

@@ -12,6 +12,7 @@
 //! `ReportProcessed.result`), not the receipt status alone.
 
 pub mod forwarder;
+pub mod gas;
 pub mod txm;
 
 use alloy::network::TransactionBuilder;
@@ -214,6 +215,33 @@ pub struct Submitter {
     provider: DynProvider,
     from: Address,
     cfg: SubmitterConfig,
+    /// The receiver's gas estimates started ahead of a DON's signatures.
+    ahead: std::sync::Arc<gas::Ahead>,
+}
+
+/// A submission to pre-flight: the transaction, the call that executes the resolution
+/// (`sim`), and what the gas limit needs beside its estimate.
+struct Call {
+    to: Address,
+    calldata: Bytes,
+    sim: TransactionRequest,
+    /// The report signatures the transaction carries (report mode).
+    signatures: usize,
+    /// The executing call's gas, estimated ahead (`None`: estimate it now).
+    inner: Option<u64>,
+}
+
+/// The receiver's `onReport(raw[45:109], raw[109:])` from the forwarder.
+fn on_report(forwarder: Address, receiver: Address, raw: &[u8]) -> TransactionRequest {
+    let (metadata, report) = match cresolver_core::report::split_raw_report(raw) {
+        Ok((m, r)) => (Bytes::copy_from_slice(m), Bytes::copy_from_slice(r)),
+        Err(_) => (Bytes::new(), Bytes::new()),
+    };
+    let call = IReceiver::onReportCall { metadata, report };
+    TransactionRequest::default()
+        .with_from(forwarder)
+        .with_to(receiver)
+        .with_input(Bytes::from(call.abi_encode()))
 }
 
 fn revert_of(e: &alloy::transports::TransportError) -> Option<RevertReason> {
@@ -238,6 +266,7 @@ impl Submitter {
             provider,
             from,
             cfg,
+            ahead: std::sync::Arc::default(),
         })
     }
 
@@ -306,13 +335,22 @@ impl Submitter {
     ) -> Result<Prepared, SubmitError> {
         let (to, calldata) = self.calldata(tally);
         let sim = self.execution(tally, &calldata);
-        self.prepare_call(snapshot, tally.market_id, to, calldata, sim)
-            .await
+        let call = Call {
+            to,
+            calldata,
+            sim,
+            signatures: 0,
+            inner: None,
+        };
+        self.prepare_call(snapshot, tally.market_id, call).await
     }
 
     /// Like [`Submitter::prepare`], for a report a DON agreed on and signed (report mode
     /// only): the forwarder's `report(receiver, raw, context, signatures)` is checked,
     /// simulated from this node's address and estimated exactly as it will be sent.
+    /// The receiver's estimate started ahead for this report
+    /// ([`Submitter::estimate_ahead`]) is taken, and the forwarder checked at the gas
+    /// limit it gives.
     pub async fn prepare_signed(
         &self,
         snapshot: &MarketSnapshot,
@@ -324,16 +362,14 @@ impl Submitter {
                 "a DON's signed report needs [submit] mode = \"report\"".into(),
             ));
         }
-        let calldata = self.signed_calldata(signed);
-        let sim = self.execution_of_raw(&signed.raw);
-        self.prepare_call(
-            snapshot,
-            market_id,
-            self.cfg.forwarder.unwrap_or_default(),
-            calldata,
-            sim,
-        )
-        .await
+        let call = Call {
+            to: self.cfg.forwarder.unwrap_or_default(),
+            calldata: self.signed_calldata(signed),
+            sim: self.execution_of_raw(&signed.raw),
+            signatures: signed.signatures.len(),
+            inner: self.estimated_ahead(&signed.raw).await,
+        };
+        self.prepare_call(snapshot, market_id, call).await
     }
 
     /// The forwarder call that transmits a signed report.
@@ -361,31 +397,50 @@ impl Submitter {
         &self,
         snapshot: &MarketSnapshot,
         market_id: MarketId,
-        to: Address,
-        calldata: Bytes,
-        sim: TransactionRequest,
+        call: Call,
     ) -> Result<Prepared, SubmitError> {
-        // The usual case first: the executing call's gas (and, in report mode, the
-        // forwarder's) estimates without a revert. An estimate succeeds only when the call
-        // succeeds, and the call reverts on a resolved market (`AlreadyResolved`), so
-        // that is the whole pre-flight: two executions instead of five reads.
+        // The usual case first: the executing call's gas estimates and, in report mode,
+        // the forwarder's `report(...)` runs, without a revert. An estimate succeeds only
+        // when the call succeeds, and the call reverts on a resolved market
+        // (`AlreadyResolved`), so that is the whole pre-flight: one estimate and one
+        // call instead of five reads. With the estimate made ahead, only the forwarder
+        // runs, at the gas limit the transaction will carry.
         let operator = snapshot
             .workers
             .iter()
             .any(|w| w.market_is_operator && w.agent_id != U256::ZERO);
+        let envelope = gas::Envelope {
+            calldata: call.calldata.len(),
+            signatures: call.signatures,
+        };
         if !operator {
-            let forwarder = async {
-                match self.forwarder_call(to, &calldata) {
-                    Some(call) => self.provider.estimate_gas(call).await.map(Some),
-                    None => Ok(None),
+            let calldata_ref = &call.calldata;
+            let forwarder = |gas: Option<u64>| async move {
+                match self.forwarder_call(call.to, calldata_ref) {
+                    Some(c) => {
+                        let c = match gas {
+                            Some(g) => c.with_gas_limit(g),
+                            None => c,
+                        };
+                        self.provider.call(c).await.map(drop)
+                    }
+                    None => Ok(()),
                 }
             };
             let started = std::time::Instant::now();
-            let (forwarder_gas, inner) =
-                tokio::join!(forwarder, self.provider.estimate_gas(sim.clone()));
-            tracing::debug!(%market_id, ms = started.elapsed().as_secs_f64() * 1e3, "pre-flight: gas estimated");
-            if let (Ok(forwarder_gas), Ok(inner)) = (forwarder_gas, inner) {
-                return Ok(self.prepared(to, calldata, inner, forwarder_gas));
+            let (checked, inner) = match call.inner {
+                Some(inner) => {
+                    let (_, limit) = self.gas(inner, envelope);
+                    (forwarder(Some(limit)).await, Ok(inner))
+                }
+                None => tokio::join!(
+                    forwarder(None),
+                    self.provider.estimate_gas(call.sim.clone())
+                ),
+            };
+            tracing::debug!(%market_id, ahead = call.inner.is_some(), ms = started.elapsed().as_secs_f64() * 1e3, "pre-flight: forwarder run and gas estimated");
+            if let (Ok(()), Ok(inner)) = (checked, inner) {
+                return Ok(self.prepared(call.to, call.calldata, inner, envelope));
             }
         }
         // Something failed: the full pre-flight says what, its reads together (one round
@@ -401,11 +456,11 @@ impl Submitter {
                 .map(|m| m.resolved)
                 .map_err(|e| SubmitError::Rpc(RpcFailure::new("getMarket", e)))
         };
-        let (resolved, forwarder_gas, simulated, inner) = tokio::join!(
+        let (resolved, forwarder, simulated, inner) = tokio::join!(
             resolved,
-            self.preflight_forwarder(market_id, to, &calldata),
-            self.provider.call(sim.clone()),
-            self.provider.estimate_gas(sim),
+            self.preflight_forwarder(market_id, call.to, &call.calldata),
+            self.provider.call(call.sim.clone()),
+            self.provider.estimate_gas(call.sim),
         );
         if resolved? {
             return Err(SubmitError::AlreadyResolved { market_id });
@@ -420,7 +475,7 @@ impl Submitter {
                 agent_id: w.agent_id,
             });
         }
-        let forwarder_gas = forwarder_gas?;
+        forwarder?;
         if let Err(e) = simulated {
             return Err(match revert_of(&e) {
                 Some(r) => {
@@ -434,33 +489,17 @@ impl Submitter {
             });
         }
         let inner = inner.map_err(|e| SubmitError::Rpc(RpcFailure::new("eth_estimateGas", e)))?;
-        Ok(self.prepared(to, calldata, inner, forwarder_gas))
+        Ok(self.prepared(call.to, call.calldata, inner, envelope))
     }
 
-    /// The transaction to send, with its gas from the executing call's estimate `inner`
-    /// and, in report mode, the forwarder's.
-    fn prepared(
-        &self,
-        to: Address,
-        calldata: Bytes,
-        inner: u64,
-        forwarder_gas: Option<u64>,
-    ) -> Prepared {
-        let (estimate, gas_limit) = self.gas(inner);
-        // the forwarder's own estimate can be lower than what the receiver needs (it
-        // swallows an out-of-gas onReport): take the larger
-        let (estimate, gas_limit) = match forwarder_gas {
-            Some(f) if f > estimate => (
-                f,
-                f.saturating_add(f.saturating_mul(self.cfg.gas_margin_percent) / 100),
-            ),
-            _ => (estimate, gas_limit),
-        };
+    /// The transaction to send, with its gas from the executing call's estimate `inner`.
+    fn prepared(&self, to: Address, calldata: Bytes, inner: u64, e: gas::Envelope) -> Prepared {
+        let (gas_estimate, gas_limit) = self.gas(inner, e);
         Prepared {
             from: self.from,
             to,
             calldata,
-            gas_estimate: estimate,
+            gas_estimate,
             gas_limit,
             mode: self.cfg.mode,
         }
@@ -477,42 +516,37 @@ impl Submitter {
         })
     }
 
-    /// Report mode: `eth_call` and `eth_estimateGas` of the forwarder's `report(...)` from
-    /// our address, exactly as it will be sent. A revert of the forwarder (config,
-    /// signatures, a transmission already attempted) is decoded by name. Direct mode: `None`.
+    /// Report mode: `eth_call` of the forwarder's `report(...)` from our address, exactly
+    /// as it will be sent. A revert of the forwarder (config, signatures, a transmission
+    /// already attempted) is decoded by name. Direct mode: nothing to run.
     async fn preflight_forwarder(
         &self,
         market_id: MarketId,
         to: Address,
         calldata: &Bytes,
-    ) -> Result<Option<u64>, SubmitError> {
+    ) -> Result<(), SubmitError> {
         let Some(call) = self.forwarder_call(to, calldata) else {
-            return Ok(None);
+            return Ok(());
         };
-        let (called, gas) = tokio::join!(
-            self.provider.call(call.clone()),
-            self.provider.estimate_gas(call)
-        );
-        if let Err(e) = called {
-            return Err(match revert_of(&e) {
-                Some(r) => {
-                    if r.is_already_attempted() {
-                        // the same report was delivered, or is in the pending block (a
-                        // DON member's transmission): the caller decides what it means
-                        tracing::debug!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
-                    } else {
-                        tracing::warn!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
-                    }
-                    SubmitError::Reverted {
-                        reason: r,
-                        during: "forwarder report(): ",
-                    }
+        let Err(e) = self.provider.call(call).await else {
+            return Ok(());
+        };
+        Err(match revert_of(&e) {
+            Some(r) => {
+                if r.is_already_attempted() {
+                    // the same report was delivered, or is in the pending block (a
+                    // DON member's transmission): the caller decides what it means
+                    tracing::debug!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
+                } else {
+                    tracing::warn!(%market_id, reason = %r, "pre-flight: the forwarder's report() reverted");
                 }
-                None => SubmitError::Rpc(RpcFailure::new("eth_call (forwarder report)", e)),
-            });
-        }
-        gas.map(Some)
-            .map_err(|e| SubmitError::Rpc(RpcFailure::new("eth_estimateGas (forwarder report)", e)))
+                SubmitError::Reverted {
+                    reason: r,
+                    during: "forwarder report(): ",
+                }
+            }
+            None => SubmitError::Rpc(RpcFailure::new("eth_call (forwarder report)", e)),
+        })
     }
 
     /// The call that actually executes the resolution: `resolveMarket` from us (direct),
@@ -530,28 +564,11 @@ impl Submitter {
 
     /// The receiver's `onReport(raw[45:109], raw[109:])` from the forwarder.
     fn execution_of_raw(&self, raw: &[u8]) -> TransactionRequest {
-        let (metadata, report) = match cresolver_core::report::split_raw_report(raw) {
-            Ok((m, r)) => (Bytes::copy_from_slice(m), Bytes::copy_from_slice(r)),
-            Err(_) => (Bytes::new(), Bytes::new()),
-        };
-        let call = IReceiver::onReportCall { metadata, report };
-        TransactionRequest::default()
-            .with_from(self.cfg.forwarder.unwrap_or_default())
-            .with_to(self.cfg.receiver.unwrap_or_default())
-            .with_input(Bytes::from(call.abi_encode()))
-    }
-
-    /// `(estimate, limit)` from the executing call's gas.
-    fn gas(&self, inner: u64) -> (u64, u64) {
-        // Report mode: the forwarder forwards with a gas check and swallows failures, so the
-        // limit must cover the inner call (63/64 rule) plus the forwarder's own work.
-        let estimate = match self.cfg.mode {
-            SubmitMode::Direct => inner,
-            SubmitMode::Report => inner.saturating_mul(64) / 63 + 150_000,
-        };
-        let gas_limit =
-            estimate.saturating_add(estimate.saturating_mul(self.cfg.gas_margin_percent) / 100);
-        (estimate, gas_limit)
+        on_report(
+            self.cfg.forwarder.unwrap_or_default(),
+            self.cfg.receiver.unwrap_or_default(),
+            raw,
+        )
     }
 
     /// The address the market checks as `msg.sender` of `resolveMarket`: our `from` in
@@ -640,7 +657,11 @@ impl Submitter {
             .await
         {
             Ok(inner) => {
-                let (estimate, limit) = self.gas(inner);
+                let envelope = gas::Envelope {
+                    calldata: calldata.len(),
+                    signatures: 0,
+                };
+                let (estimate, limit) = self.gas(inner, envelope);
                 sim.gas_estimate = Some(estimate);
                 sim.gas_limit = Some(limit);
             }

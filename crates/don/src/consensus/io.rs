@@ -5,7 +5,7 @@ use super::{LogEntry, StepKind};
 use crate::agreed::Agreed;
 use crate::persist::Lock;
 use crate::wire::Envelope;
-use alloy::primitives::{Address, B256};
+use alloy::primitives::{Address, B256, Bytes};
 use cresolver_metrics::DonEvent;
 use std::time::Duration;
 
@@ -64,6 +64,15 @@ pub enum Effect {
         at: Duration,
         /// Which.
         timer: Timer,
+    },
+    /// This member proposed a set as its round's leader (only when the job listens:
+    /// [`crate::job::Job::on_decided`]). Nothing is signed: the report is what the
+    /// leader, the first transmitter, will transmit if the set is decided.
+    Proposed {
+        /// The round.
+        round: u32,
+        /// The proposed set's report.
+        report: Bytes,
     },
     /// A set is decided (its report built and about to be signed).
     Decided {

@@ -221,6 +221,16 @@ impl Core {
         self.decided.as_ref().map(|d| (d.round, d.value.id))
     }
 
+    /// The decided report and the leader of the deciding round, once decided.
+    pub fn decided_report(&self) -> Option<(&Bytes, Address)> {
+        self.decided.as_ref().map(|d| (&d.report, d.leader))
+    }
+
+    /// The job's [`crate::job::OnDecided`], if it has one.
+    pub fn decided_hook(&self) -> Option<&crate::job::OnDecided> {
+        self.job.on_decided.as_ref()
+    }
+
     /// Whether the instance ended (agreed or stalled).
     pub fn finished(&self) -> bool {
         self.finished
@@ -486,6 +496,11 @@ impl Core {
                 self.send(polka);
             }
             self.send(env.clone());
+            if self.job.on_decided.is_some()
+                && let Ok(report) = self.build(&p.value.observations)
+            {
+                self.out.push(Effect::Proposed { round, report });
+            }
         }
         self.own_proposals.insert(round, env);
         self.queue.push_back(DriverInput::Proposal(

@@ -93,11 +93,12 @@ impl Fixture {
             observation: self.observation(i).observation,
             workers: self.workers.clone(),
             build: Arc::new(|agg| Ok(Bytes::from(serde_json::to_vec(agg)?))),
+            on_decided: None,
         }
     }
 
     fn core(&self, i: usize) -> Core {
-        let keys: Arc<dyn Keys> = Arc::new(Secp256k1Keys(self.keys[i].clone()));
+        let keys: Arc<dyn Keys> = Arc::new(Secp256k1Keys::new(self.keys[i].clone()));
         Core::new(self.params.clone(), keys, self.job(i), self.observation(i))
     }
 

@@ -249,6 +249,7 @@ impl Net {
             observation,
             workers: self.workers.clone(),
             build: self.build(),
+            on_decided: None,
         }
     }
 
@@ -429,6 +430,44 @@ async fn four_members_all_up_agree_on_one_report() {
         agg.workers[1].answer.expect("answered").position,
         Position::No
     );
+}
+
+/// Each member is told its decided report and the deciding round's leader, and the leader
+/// also its proposed set's report, before the agreement (the first transmitter starts its
+/// gas estimate there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_member_is_told_the_decided_report_and_the_leader_its_proposed_one() {
+    let mut net = Net::new(4, 1).await;
+    let told: Arc<std::sync::Mutex<Vec<(usize, Bytes, Address)>>> = Arc::default();
+    let jobs: Vec<Job> = (0..4)
+        .map(|i| {
+            let mut job = net.job(net.observation(i, 0));
+            let told = told.clone();
+            job.on_decided = Some(Arc::new(move |report: &Bytes, leader| {
+                told.lock()
+                    .expect("not poisoned")
+                    .push((i, report.clone(), leader));
+            }));
+            job
+        })
+        .collect();
+    let dons: Vec<Arc<Don>> = (0..4)
+        .map(|i| net.start(i, Persist::in_memory().expect("db")))
+        .collect();
+    let agreed = agree_all(dons.into_iter().zip(jobs).collect()).await;
+    let told = told.lock().expect("not poisoned").clone();
+    let addresses = net.addresses();
+    for (i, a) in agreed.iter().enumerate() {
+        let mine: Vec<_> = told.iter().filter(|(j, ..)| *j == i).collect();
+        // the leader at its proposal and at its decision (all up: the set it proposed
+        // is the one decided), every other member at its decision
+        let times = if addresses[i] == a.leader { 2 } else { 1 };
+        assert_eq!(mine.len(), times, "member {i} is told {times} time(s)");
+        for (_, report, leader) in mine {
+            assert_eq!(*report, a.report, "member {i} is told the agreed report");
+            assert_eq!(*leader, a.leader, "member {i} is told the leader");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -296,6 +296,7 @@ impl Scenario {
             observation: self.observations[i].observation.clone(),
             workers: self.workers.clone(),
             build: Arc::new(move |agg| Ok(build_report(&spec, agg)?)),
+            on_decided: None,
         }
     }
 

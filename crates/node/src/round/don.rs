@@ -120,6 +120,16 @@ impl Steps<'_> {
         let build = move |agg: &Aggregate| -> Result<Bytes, ReportRefusal> {
             Ok(build_report(&spec, agg)?)
         };
+        // the first transmitter (the deciding round's leader) estimates the receiver's
+        // gas of the decided report while the report signatures are collected
+        let on_decided = round.p.submitter.estimates_ahead().map(|ahead| {
+            let tell: cresolver_don::job::OnDecided = Arc::new(move |report: &Bytes, leader| {
+                if leader == member {
+                    ahead.start(report);
+                }
+            });
+            tell
+        });
         Some(Job {
             execution_id: exec,
             round: key,
@@ -131,6 +141,7 @@ impl Steps<'_> {
                 .map(|w| w.address)
                 .collect(),
             build: Arc::new(build),
+            on_decided,
         })
     }
 
@@ -215,8 +226,9 @@ impl Steps<'_> {
                 }
                 don.transmitted(&agreed.execution_id, don.address());
                 transcript.submission = Some(SubmissionRecord::from(&*prepared));
-                self.save_transcript(round, &transcript).await?;
-                // the ending completes it with the confirmation
+                // as a single node's submission: the transaction manager persists the
+                // call before it signs, and the ending stores the transcript with it and
+                // the confirmation (after a restart, from the reservation)
                 round.transcript = Some(transcript);
                 tracing::info!(market_id = %market_id, rank, "transmitting the DON's report");
                 self.metrics

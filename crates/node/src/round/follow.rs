@@ -247,6 +247,13 @@ impl Steps<'_> {
                 mode: round.p.submitter.mode(),
             });
         }
+        if let Some(d) = t.don.as_mut() {
+            // a DON member's own transmission (its member key signs its transactions):
+            // after a restart, the stored transcript predates the send
+            if d.transmitter.is_none() && confirmation.tx_hash.is_some() {
+                d.transmitter = Some(from);
+            }
+        }
         t.confirmation = Some(confirmation);
         t.transactions = Some(TransactionRecord::of_history(&history));
         let v = serde_json::to_value(&t)
