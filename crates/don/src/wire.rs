@@ -6,7 +6,6 @@
 //! leader can forward them and every member can check them.
 
 use alloy::primitives::{Address, B256, Bytes, Signature, keccak256};
-use alloy::signers::SignerSync;
 use alloy::signers::local::PrivateKeySigner;
 use cresolver_core::MarketId;
 use cresolver_core::don::Observation;
@@ -345,14 +344,18 @@ impl WireError {
 
 /// Signs `digest` as the forwarder and every member check it: 65 bytes `r ‖ s ‖ v`
 /// with v = 0 or 1 (the forwarder adds 27 itself), no EIP-191 prefix.
+/// Signed through libsecp256k1 (RFC 6979 nonces and low-s, as alloy's signer: the same
+/// bytes).
 pub fn sign_digest(signer: &PrivateKeySigner, digest: &B256) -> Result<Bytes, WireError> {
-    let sig = signer
-        .sign_hash_sync(digest)
+    let key = secp256k1::SecretKey::from_byte_array(signer.to_bytes().0)
         .map_err(|e| WireError::Sign(e.to_string()))?;
+    let (id, rs) = secp256k1::SECP256K1
+        .sign_ecdsa_recoverable(secp256k1::Message::from_digest(digest.0), &key)
+        .serialize_compact();
+    let v = u8::try_from(i32::from(id)).map_err(|e| WireError::Sign(e.to_string()))?;
     let mut out = Vec::with_capacity(65);
-    out.extend_from_slice(&sig.r().to_be_bytes::<32>());
-    out.extend_from_slice(&sig.s().to_be_bytes::<32>());
-    out.push(u8::from(sig.v()));
+    out.extend_from_slice(&rs);
+    out.push(v);
     Ok(Bytes::from(out))
 }
 

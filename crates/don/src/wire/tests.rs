@@ -39,6 +39,20 @@ fn env(sender: Address, body: Body) -> Envelope {
 }
 
 #[test]
+fn signing_gives_the_bytes_alloys_signer_gives() {
+    use alloy::signers::SignerSync;
+    for i in 0u8..16 {
+        let k = PrivateKeySigner::random();
+        let d = keccak256([i]);
+        let ours = sign_digest(&k, &d).unwrap();
+        let theirs = k.sign_hash_sync(&d).unwrap();
+        assert_eq!(&ours[..32], &theirs.r().to_be_bytes::<32>()[..]);
+        assert_eq!(&ours[32..64], &theirs.s().to_be_bytes::<32>()[..]);
+        assert_eq!(ours[64], u8::from(theirs.v()));
+    }
+}
+
+#[test]
 fn signatures_use_v_0_or_1_and_recover() {
     let k = PrivateKeySigner::random();
     let d = B256::repeat_byte(1);
