@@ -15,21 +15,12 @@ echo "== contract artifacts are current"
 node scripts/compile-contracts.mjs --check
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-# Clippy lints as the code builds: its driver compiles the workspace's own crates (with
-# `-D warnings`, as `cargo clippy -- -D warnings` runs it), so the dependencies are
-# compiled once, for the tests, instead of once more for a separate `cargo clippy` check
-# (a third of CI's time). The same lints, on the same targets; a warm tree's next plain
-# `cargo test` recompiles the workspace's crates (not the dependencies) once.
-driver="$(dirname "$(rustup which cargo 2>/dev/null || command -v cargo)")/clippy-driver"
-[ -x "$driver" ] || driver="$(command -v clippy-driver || true)"
-[ -n "$driver" ] && [ -x "$driver" ] || { echo "test: clippy-driver not found: rustup component add clippy" >&2; exit 1; }
-export RUSTC_WORKSPACE_WRAPPER="$driver"
-export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-echo "== cargo clippy --all-targets, linted as the tests build"
-cargo test --locked --workspace --all-targets --no-run
-echo "== cargo clippy --no-default-features (the production build, without the dev harness), linted as it builds"
-cargo build --locked --workspace --exclude cresolver-devnet --no-default-features --lib --bins
+echo "== cargo clippy"
+cargo clippy --locked --workspace --all-targets -- -D warnings
+echo "== cargo clippy --no-default-features (the production build, without the dev harness)"
+cargo clippy --locked --workspace --exclude cresolver-devnet --no-default-features --lib --bins -- -D warnings
 echo "== cargo test"
+cargo test --locked --workspace --no-run
 # tests/rpc_outage.rs mostly waits out 60-90 s outages (its tests are #[ignore]d for a
 # plain `cargo test`): it runs beside the other binaries, which run one after another.
 outage_bin=$(cargo test --locked --test rpc_outage --no-run --message-format=json 2>/dev/null \
