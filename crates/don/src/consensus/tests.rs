@@ -294,6 +294,63 @@ fn a_leader_holding_every_observation_proposes_at_once() {
 }
 
 #[test]
+fn a_leader_says_what_it_proposed_only_to_a_job_that_listens() {
+    let fx = Fixture::new();
+    let l = fx.leader(0);
+    for listens in [false, true] {
+        let keys: Arc<dyn Keys> = Arc::new(Secp256k1Keys::new(fx.keys[l].clone()));
+        let mut job = fx.job(l);
+        if listens {
+            job.on_decided = Some(Arc::new(|_: &Bytes, _| {}));
+        }
+        let mut c = Core::new(fx.params.clone(), keys, job, fx.observation(l));
+        c.handle(
+            Input::Start {
+                log: Vec::new(),
+                lock: None,
+            },
+            Duration::ZERO,
+        );
+        let mut effects = Vec::new();
+        for i in (0..4).filter(|i| *i != l) {
+            effects.extend(c.handle(fx.observation_msg(i), at(10)));
+        }
+        let proposed: Vec<&Bytes> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Proposed { round: 0, report } => Some(report),
+                _ => None,
+            })
+            .collect();
+        if !listens {
+            assert!(proposed.is_empty(), "nobody listens: no report built");
+            continue;
+        }
+        assert_eq!(proposed.len(), 1, "one proposal, one report");
+        // the proposed set's report, as the decision would build it; nothing signed
+        let set = effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::Send { env, .. } => match &env.body {
+                    Body::Proposal { observations, .. } => Some(observations.clone()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("a proposal was sent"));
+        let built = c
+            .build(&set)
+            .unwrap_or_else(|e| panic!("the proposed set builds: {e}"));
+        assert_eq!(*proposed[0], built, "the proposed set's report");
+        assert!(c.decided().is_none(), "proposing decides nothing");
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Lock(_))),
+            "proposing locks and signs no report"
+        );
+    }
+}
+
+#[test]
 fn a_valid_proposal_is_logged_before_the_prevote_it_causes() {
     let fx = Fixture::new();
     let me = fx.follower(0);
