@@ -1,7 +1,7 @@
 //! The gas of a submission: the limit that covers the executing call's estimate (and, in
 //! report mode, everything the KeystoneForwarder spends around the receiver's call), and
-//! the receiver's estimates a DON's transmitter starts ahead, at the decided set, while
-//! the report signatures are still being collected.
+//! the receiver's estimates a DON's leader starts ahead, at its proposal and at the
+//! decided set, while the consensus and the report signatures run.
 
 use crate::{SubmitMode, Submitter};
 use alloy::primitives::{Address, B256, Bytes, keccak256};
@@ -31,18 +31,19 @@ const AHEAD_KEPT: usize = 16;
 pub(crate) struct Ahead(parking_lot::Mutex<VecDeque<(B256, JoinHandle<Option<u64>>)>>);
 
 impl Ahead {
-    fn push(&self, key: B256, task: JoinHandle<Option<u64>>) {
+    /// Holds the task `start` makes for `key`, unless one is held already (one lock: a
+    /// report proposed and then decided is estimated once).
+    fn start_once(&self, key: B256, start: impl FnOnce() -> JoinHandle<Option<u64>>) {
         let mut held = self.0.lock();
+        if held.iter().any(|(k, _)| *k == key) {
+            return;
+        }
         if held.len() >= AHEAD_KEPT
             && let Some((_, old)) = held.pop_front()
         {
             old.abort();
         }
-        held.push_back((key, task));
-    }
-
-    fn holds(&self, key: &B256) -> bool {
-        self.0.lock().iter().any(|(k, _)| k == key)
+        held.push_back((key, start()));
     }
 
     fn take(&self, key: &B256) -> Option<JoinHandle<Option<u64>>> {
@@ -73,30 +74,27 @@ pub struct EstimatesAhead {
 
 impl EstimatesAhead {
     /// Starts the estimate of the raw report `raw` (a DON's leader calls it at its
-    /// proposal and at the decided set; a report already started is not started again). A failed estimate is only one not made ahead. Needs a tokio runtime
-    /// (without one, nothing starts).
+    /// proposal and at the decided set; a report already started is not started again).
+    /// A failed estimate is only one not made ahead. Needs a tokio runtime (without one,
+    /// nothing starts).
     pub fn start(&self, raw: &Bytes) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let key = keccak256(raw);
-        if self.held.holds(&key) {
-            // (proposed, then decided: the same report)
-            return;
-        }
-        let sim = crate::on_report(self.forwarder, self.receiver, raw);
-        let provider = self.provider.clone();
-        let task = runtime.spawn(async move {
-            let started = std::time::Instant::now();
-            let gas = provider.estimate_gas(sim).await.ok();
-            tracing::debug!(
-                ms = started.elapsed().as_secs_f64() * 1e3,
-                ok = gas.is_some(),
-                "the receiver's gas estimated ahead"
-            );
-            gas
+        self.held.start_once(keccak256(raw), || {
+            let sim = crate::on_report(self.forwarder, self.receiver, raw);
+            let provider = self.provider.clone();
+            runtime.spawn(async move {
+                let started = std::time::Instant::now();
+                let gas = provider.estimate_gas(sim).await.ok();
+                tracing::debug!(
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    ok = gas.is_some(),
+                    "the receiver's gas estimated ahead"
+                );
+                gas
+            })
         });
-        self.held.push(key, task);
     }
 }
 
@@ -174,8 +172,14 @@ mod tests {
             let ahead = Ahead::default();
             for i in 0..=AHEAD_KEPT {
                 let key = B256::with_last_byte(i as u8);
-                ahead.push(key, tokio::spawn(async move { Some(i as u64) }));
+                ahead.start_once(key, || tokio::spawn(async move { Some(i as u64) }));
             }
+            let mut again = false;
+            ahead.start_once(B256::with_last_byte(2), || {
+                again = true;
+                tokio::spawn(async { None })
+            });
+            assert!(!again, "a report held is not started again");
             assert!(ahead.take(&B256::with_last_byte(0)).is_none());
             let last = ahead.take(&B256::with_last_byte(AHEAD_KEPT as u8));
             assert!(last.is_some());

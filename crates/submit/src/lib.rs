@@ -349,7 +349,7 @@ impl Submitter {
     /// only): the forwarder's `report(receiver, raw, context, signatures)` is checked,
     /// simulated from this node's address and estimated exactly as it will be sent.
     /// The receiver's estimate started ahead for this report
-    /// ([`Submitter::estimate_ahead`]) is taken, and the forwarder checked at the gas
+    /// ([`gas::EstimatesAhead::start`]) is taken, and the forwarder checked at the gas
     /// limit it gives.
     pub async fn prepare_signed(
         &self,
@@ -443,9 +443,11 @@ impl Submitter {
                 return Ok(self.prepared(call.to, call.calldata, inner, envelope));
             }
         }
-        // Something failed: the full pre-flight says what, its reads together (one round
-        // trip, not up to five), their verdicts taken in the order a sequential
-        // pre-flight would: resolved, an operator worker, the forwarder, the
+        // Something failed: the full pre-flight says what, its reads together (two round
+        // trips, not up to five: the forwarder runs at the gas limit the executing
+        // call's estimate gives, so a limit too low for the forwarder is an error here,
+        // not a transaction that runs out of gas), their verdicts taken in the order a
+        // sequential pre-flight would: resolved, an operator worker, the forwarder, the
         // simulation, then its gas.
         let market = ICREsolverMarket::new(self.cfg.market, self.provider.clone());
         let resolved = async {
@@ -456,12 +458,18 @@ impl Submitter {
                 .map(|m| m.resolved)
                 .map_err(|e| SubmitError::Rpc(RpcFailure::new("getMarket", e)))
         };
-        let (resolved, forwarder, simulated, inner) = tokio::join!(
+        let (resolved, simulated, inner) = tokio::join!(
             resolved,
-            self.preflight_forwarder(market_id, call.to, &call.calldata),
             self.provider.call(call.sim.clone()),
             self.provider.estimate_gas(call.sim),
         );
+        let limit = match &inner {
+            Ok(inner) => Some(self.gas(*inner, envelope).1),
+            Err(_) => call.inner.map(|inner| self.gas(inner, envelope).1),
+        };
+        let forwarder = self
+            .preflight_forwarder(market_id, call.to, &call.calldata, limit)
+            .await;
         if resolved? {
             return Err(SubmitError::AlreadyResolved { market_id });
         }
@@ -517,17 +525,22 @@ impl Submitter {
     }
 
     /// Report mode: `eth_call` of the forwarder's `report(...)` from our address, exactly
-    /// as it will be sent. A revert of the forwarder (config, signatures, a transmission
-    /// already attempted) is decoded by name. Direct mode: nothing to run.
+    /// as it will be sent (at `gas`, the transaction's limit, when known). A revert of the
+    /// forwarder (config, signatures, a transmission already attempted) is decoded by
+    /// name. Direct mode: nothing to run.
     async fn preflight_forwarder(
         &self,
         market_id: MarketId,
         to: Address,
         calldata: &Bytes,
+        gas: Option<u64>,
     ) -> Result<(), SubmitError> {
-        let Some(call) = self.forwarder_call(to, calldata) else {
+        let Some(mut call) = self.forwarder_call(to, calldata) else {
             return Ok(());
         };
+        if let Some(g) = gas {
+            call = call.with_gas_limit(g);
+        }
         let Err(e) = self.provider.call(call).await else {
             return Ok(());
         };
