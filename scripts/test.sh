@@ -9,17 +9,20 @@ command -v cargo >/dev/null 2>&1 || { echo "test: cargo not found: install Rust 
 # compilation only costs there. A developer's warm tree keeps it.
 [ -d target/debug ] || export CARGO_INCREMENTAL=0
 
-echo "== tools (anvil and solc-js from npm; Debian's postgresql, chromium and prometheus via apt-get when missing: root or sudo)"
+# Each phase prints the seconds since the start, so a slow phase shows in CI's log.
+phase() { echo "== [${SECONDS}s] $*"; }
+
+phase "tools (anvil and solc-js from npm; Debian's postgresql, chromium and prometheus via apt-get when missing: root or sudo)"
 scripts/install-tools.sh >/dev/null
-echo "== contract artifacts are current"
+phase "contract artifacts are current"
 node scripts/compile-contracts.mjs --check
-echo "== cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+phase "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
-echo "== cargo clippy --no-default-features (the production build, without the dev harness)"
+phase "cargo clippy --no-default-features (the production build, without the dev harness)"
 cargo clippy --locked --workspace --exclude cresolver-devnet --no-default-features --lib --bins -- -D warnings
-echo "== cargo test"
+phase "cargo test"
 cargo test --locked --workspace --no-run
 # tests/rpc_outage.rs mostly waits out 60-90 s outages (its tests are #[ignore]d for a
 # plain `cargo test`): it runs beside the other binaries, which run one after another.
@@ -33,9 +36,10 @@ setsid "$outage_bin" --ignored --test-threads=8 >"$outage_log" 2>&1 &
 outage_pid=$!
 trap 'kill -- -"$outage_pid" 2>/dev/null || kill "$outage_pid" 2>/dev/null || true' EXIT
 cargo test --locked --workspace
-echo "== tests/rpc_outage.rs (run beside the others)"
+phase "tests/rpc_outage.rs (run beside the others)"
 outage_rc=0
 wait "$outage_pid" || outage_rc=$?
 trap - EXIT
 cat "$outage_log"
 [ "$outage_rc" -eq 0 ] || { echo "test: tests/rpc_outage.rs failed (exit $outage_rc)" >&2; exit "$outage_rc"; }
+phase "done"

@@ -207,3 +207,31 @@ pub fn with_llm_evaluator(t: String, url: &str, key_env: &str) -> String {
         "{t}\n[evaluator.llm]\nbase_url = \"{url}\"\nmodel = \"m\"\nretries = 0\napi_key_env = \"{key_env}\"\n"
     )
 }
+
+/// The errors of `instance` against the JSON Schema `schema` (draft 2020-12 unless the
+/// schema names its own draft), each with the instance path it is at; empty when valid.
+/// Panics when the schema itself does not compile: that is the test's failure.
+pub fn schema_errors(schema: &serde_json::Value, instance: &serde_json::Value) -> Vec<String> {
+    const URL: &str = "urn:cresolver:test-schema";
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    compiler.set_default_draft(boon::Draft::V2020_12);
+    compiler
+        .add_resource(URL, schema.clone())
+        .unwrap_or_else(|e| panic!("the schema does not load: {e}"));
+    let index = compiler
+        .compile(URL, &mut schemas)
+        .unwrap_or_else(|e| panic!("the schema does not compile: {e:#}"));
+    match schemas.validate(instance, index) {
+        Ok(()) => Vec::new(),
+        Err(e) => leaf_errors(&e),
+    }
+}
+
+/// The innermost causes of a validation error, as "message at /instance/path".
+fn leaf_errors(e: &boon::ValidationError) -> Vec<String> {
+    if e.causes.is_empty() {
+        return vec![format!("{} at {}", e.kind, e.instance_location)];
+    }
+    e.causes.iter().flat_map(leaf_errors).collect()
+}

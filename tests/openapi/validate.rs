@@ -105,12 +105,7 @@ impl Described {
             other => return Err(format!("not a schema: {other}")),
         };
         root.insert("components".into(), self.strict_components.clone());
-        let validator = jsonschema::draft202012::new(&Value::Object(root))
-            .map_err(|e| format!("the schema does not compile: {e}"))?;
-        let errors: Vec<String> = validator
-            .iter_errors(instance)
-            .map(|e| format!("{} at {}", e, e.instance_path()))
-            .collect();
+        let errors = crate::common::schema_errors(&Value::Object(root), instance);
         if errors.is_empty() {
             Ok(())
         } else {
