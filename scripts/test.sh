@@ -22,7 +22,7 @@ phase "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 phase "cargo clippy --no-default-features (the production build, without the dev harness)"
 cargo clippy --locked --workspace --exclude cresolver-devnet --no-default-features --lib --bins -- -D warnings
-phase "cargo test"
+phase "cargo test: building"
 cargo test --locked --workspace --no-run
 # tests/rpc_outage.rs mostly waits out 60-90 s outages (its tests are #[ignore]d for a
 # plain `cargo test`): it runs beside the other binaries, which run one after another.
@@ -35,6 +35,7 @@ outage_log=target/rpc_outage.log
 setsid "$outage_bin" --ignored --test-threads=8 >"$outage_log" 2>&1 &
 outage_pid=$!
 trap 'kill -- -"$outage_pid" 2>/dev/null || kill "$outage_pid" 2>/dev/null || true' EXIT
+phase "cargo test: running (the rpc_outage tests beside)"
 cargo test --locked --workspace
 phase "tests/rpc_outage.rs (run beside the others)"
 outage_rc=0
