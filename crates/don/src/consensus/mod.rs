@@ -265,6 +265,25 @@ impl Core {
         self.out.push(Effect::Send { to: None, env });
     }
 
+    /// Sends this member's observation to the current round's leader, the one member that
+    /// uses it: a proposal carries the observations it puts forward, each signed by its
+    /// observer, so the others check it without having held them. (OCR3 sends observations
+    /// to the leader alone too.) A new round's leader is sent it when the member enters
+    /// that round; the rebroadcast sends it again to the leader of the moment.
+    fn send_observation(&mut self) {
+        let leader = self.p.leader(&self.exec(), self.round);
+        if leader == self.me() {
+            return;
+        }
+        let env = self.envelope(Body::Observation {
+            observation: self.own.clone(),
+        });
+        self.out.push(Effect::Send {
+            to: Some(leader),
+            env,
+        });
+    }
+
     fn schedule(&mut self, at: Duration, timer: Timer) {
         if self.replaying {
             self.replay_timers.push((at, timer));
@@ -447,6 +466,10 @@ impl Core {
                     self.round = r;
                     self.quorum_since = None;
                     self.enqueue_new_round(r);
+                    // the new round's leader needs this member's observation to propose
+                    if !self.replaying && self.decided.is_none() {
+                        self.send_observation();
+                    }
                 }
             }
             Output::Propose(p) => self.send_proposal(p),
@@ -602,7 +625,7 @@ impl Core {
     }
 
     /// Sends again what other members may have missed: the decision once decided, else
-    /// this member's observation, its proposal of the current round, its votes of the
+    /// this member's observation (to the round's leader), its proposal of the current round, its votes of the
     /// current and the previous round, every vote it cast for a set (a member that
     /// missed a polka needs those prevotes to follow a leader that carries its set), and
     /// the polkas of its valid and locked values ([`polka`]).
@@ -614,10 +637,7 @@ impl Core {
             }
             return;
         }
-        let obs = self.envelope(Body::Observation {
-            observation: self.own.clone(),
-        });
-        self.send(obs);
+        self.send_observation();
         if let Some(p) = self.own_proposals.get(&self.round).cloned() {
             self.send(p);
         }

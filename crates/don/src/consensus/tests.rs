@@ -212,8 +212,19 @@ fn refused(effects: &[Effect], why: RefuseReason) -> bool {
         .any(|e| matches!(e, Effect::Event(DonEvent::MessageRefused(w)) if *w == why))
 }
 
+/// The recipients of each observation among the effects (`None`: every other member).
+fn observations_sent(effects: &[Effect]) -> Vec<Option<Address>> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send { to, env } if matches!(env.body, Body::Observation { .. }) => Some(*to),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
-fn start_sends_the_own_observation_and_schedules_the_rebroadcast() {
+fn start_sends_the_own_observation_to_the_leader_alone_and_schedules_the_rebroadcast() {
     let fx = Fixture::new();
     let mut c = fx.core(fx.follower(0));
     let effects = c.handle(
@@ -223,10 +234,9 @@ fn start_sends_the_own_observation_and_schedules_the_rebroadcast() {
         },
         at(5),
     );
-    assert!(
-        sent(&effects)
-            .iter()
-            .any(|(_, e)| matches!(e.body, Body::Observation { .. }))
+    assert_eq!(
+        observations_sent(&effects),
+        vec![Some(fx.addr(fx.leader(0)))]
     );
     let every = fx.params.rebroadcast_every();
     assert!(effects.iter().any(|e| matches!(
@@ -520,6 +530,32 @@ fn a_certificate_with_duplicated_signers_is_refused() {
     let e = c.handle(Input::Message(msg), at(10));
     assert!(refused(&e, RefuseReason::BadCommitCertificate));
     assert_eq!(c.decided(), None);
+}
+
+#[test]
+fn the_leader_sends_its_observation_to_nobody_and_a_new_round_s_leader_is_sent_it() {
+    let fx = Fixture::new();
+    let leader = fx.leader(0);
+    let mut c = fx.core(leader);
+    let effects = c.handle(
+        Input::Start {
+            log: Vec::new(),
+            lock: None,
+        },
+        at(5),
+    );
+    assert_eq!(observations_sent(&effects), Vec::<Option<Address>>::new());
+    // f+1 prevotes of round 1 move it there: it sends its observation to round 1's
+    // leader (the next member of the rotation)
+    let others: Vec<usize> = (0..4).filter(|i| *i != leader).collect();
+    c.handle(fx.vote(others[0], VoteKind::Prevote, 1, None), at(10));
+    let effects = c.handle(fx.vote(others[1], VoteKind::Prevote, 1, None), at(11));
+    assert_eq!(c.round(), 1);
+    assert_ne!(fx.leader(1), leader);
+    assert_eq!(
+        observations_sent(&effects),
+        vec![Some(fx.addr(fx.leader(1)))]
+    );
 }
 
 #[test]
