@@ -125,11 +125,8 @@ impl Persist {
     ) -> Result<Option<T>, PersistError> {
         let body: Option<String> = self
             .read_conn()
-            .query_row(
-                &format!("SELECT body FROM {table} WHERE execution_id = ?1"),
-                params![exec.to_string()],
-                |r| r.get(0),
-            )
+            .prepare_cached(&format!("SELECT body FROM {table} WHERE execution_id = ?1"))?
+            .query_row(params![exec.to_string()], |r| r.get(0))
             .optional()?;
         Ok(body.map(|b| serde_json::from_str(&b)).transpose()?)
     }
@@ -143,15 +140,13 @@ impl Persist {
     ) -> Result<T, PersistError> {
         let body = serde_json::to_string(value)?;
         let conn = self.conn();
-        conn.execute(
-            &format!("INSERT OR IGNORE INTO {table} (execution_id, body) VALUES (?1, ?2)"),
-            params![exec.to_string(), body],
-        )?;
-        let stored: String = conn.query_row(
-            &format!("SELECT body FROM {table} WHERE execution_id = ?1"),
-            params![exec.to_string()],
-            |r| r.get(0),
-        )?;
+        conn.prepare_cached(&format!(
+            "INSERT OR IGNORE INTO {table} (execution_id, body) VALUES (?1, ?2)"
+        ))?
+        .execute(params![exec.to_string(), body])?;
+        let stored: String = conn
+            .prepare_cached(&format!("SELECT body FROM {table} WHERE execution_id = ?1"))?
+            .query_row(params![exec.to_string()], |r| r.get(0))?;
         Ok(serde_json::from_str(&stored)?)
     }
 
@@ -198,7 +193,8 @@ impl Persist {
     pub fn commit(&self, writes: &[&Write], durable: bool) -> Result<(), PersistError> {
         let conn = self.conn();
         let _restore = if durable {
-            conn.execute_batch("PRAGMA synchronous = FULL")?;
+            conn.prepare_cached("PRAGMA synchronous = FULL")?
+                .execute([])?;
             Some(Restore(&conn))
         } else {
             None
@@ -246,7 +242,11 @@ struct Restore<'c>(&'c Connection);
 
 impl Drop for Restore<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.0.execute_batch("PRAGMA synchronous = NORMAL") {
+        let normal = self
+            .0
+            .prepare_cached("PRAGMA synchronous = NORMAL")
+            .and_then(|mut s| s.execute([]));
+        if let Err(e) = normal {
             tracing::warn!(error = %e, "cannot set the DON state file back to synchronous = NORMAL");
         }
     }
@@ -259,11 +259,11 @@ fn append_log(
     entries: &[String],
 ) -> Result<(), PersistError> {
     let key = exec.to_string();
-    let next: i64 = tx.query_row(
-        "SELECT COALESCE(MAX(seq), -1) + 1 FROM don_consensus_log WHERE execution_id = ?1",
-        params![key],
-        |r| r.get(0),
-    )?;
+    let next: i64 = tx
+        .prepare_cached(
+            "SELECT COALESCE(MAX(seq), -1) + 1 FROM don_consensus_log WHERE execution_id = ?1",
+        )?
+        .query_row(params![key], |r| r.get(0))?;
     let mut stmt = tx.prepare_cached(
         "INSERT INTO don_consensus_log (execution_id, seq, body) VALUES (?1, ?2, ?3)",
     )?;
@@ -281,9 +281,9 @@ fn insert_once<T: serde::Serialize>(
     value: &T,
 ) -> Result<(), PersistError> {
     let body = serde_json::to_string(value)?;
-    tx.execute(
-        &format!("INSERT OR IGNORE INTO {table} (execution_id, body) VALUES (?1, ?2)"),
-        params![exec.to_string(), body],
-    )?;
+    tx.prepare_cached(&format!(
+        "INSERT OR IGNORE INTO {table} (execution_id, body) VALUES (?1, ?2)"
+    ))?
+    .execute(params![exec.to_string(), body])?;
     Ok(())
 }
