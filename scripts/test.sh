@@ -36,12 +36,11 @@ setsid "$outage_bin" --ignored --test-threads=8 >"$outage_log" 2>&1 &
 outage_pid=$!
 trap 'kill -- -"$outage_pid" 2>/dev/null || kill "$outage_pid" 2>/dev/null || true' EXIT
 phase "cargo test: running (the rpc_outage tests beside)"
-# The suite's tests mostly wait (on anvil, nodes, lease and round timeouts): three at a
-# time use the 2 cores better than two (measured: 163 s against 209 s; four: 151 s, at
-# the price of more CPU contention for the timing-bound ones). The crates' own tests (the
-# DON's simulator is CPU-bound) run as cargo runs them.
-cargo test --locked -p cresolver --tests -- --test-threads=3
-cargo test --locked --workspace --exclude cresolver
+# The tests mostly wait (on anvil, nodes, lease and round timeouts): three at a time use
+# the 2 cores better than two (the suite: 163 s against 209 s; four: 151 s, at the price
+# of more CPU contention for the timing-bound ones). One workspace-wide command: a
+# package selected on its own resolves other features and rebuilds ~50 crates.
+cargo test --locked --workspace -- --test-threads=3
 phase "tests/rpc_outage.rs (run beside the others)"
 outage_rc=0
 wait "$outage_pid" || outage_rc=$?
