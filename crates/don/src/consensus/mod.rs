@@ -625,10 +625,10 @@ impl Core {
     }
 
     /// Sends again what other members may have missed: the decision once decided, else
-    /// this member's observation (to the round's leader), its proposal of the current round, its votes of the
-    /// current and the previous round, every vote it cast for a set (a member that
-    /// missed a polka needs those prevotes to follow a leader that carries its set), and
-    /// the polkas of its valid and locked values ([`polka`]).
+    /// this member's observation (to the round's leader), its proposal of the current
+    /// round, its votes of the current and the previous round, every vote it cast for a
+    /// set (a member that missed a polka needs those prevotes to follow a leader that
+    /// carries its set), and the polkas of its valid and locked values ([`polka`]).
     fn rebroadcast(&mut self) {
         if self.decided.is_some() {
             if self.sigs.contains_key(&self.me()) {
