@@ -3,6 +3,7 @@
 //! code block from the README (so a change there is tested), checks what each step did,
 //! stops it with SIGINT, starts it again and checks the chain and the rounds are the same.
 
+use crate::common::ports::{free_port, free_ports};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -60,28 +61,6 @@ fn http_get(addr: &str, path: &str) -> (String, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A base port with `n` free ports after it.
-fn free_ports(n: u16) -> u16 {
-    for _ in 0..200 {
-        let base = 20_000 + (rand::random::<u16>() % 30_000);
-        let held: Vec<_> = (0..n)
-            .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
-            .collect();
-        if held.len() == usize::from(n) {
-            return base;
-        }
-    }
-    panic!("no {n} free ports in a row");
 }
 
 struct Up {

@@ -4,6 +4,7 @@
 //! anvil, the keys are anvil's dev keys. The reference worker's port is replaced by a free
 //! one, and the node is allowed to reach a worker on 127.0.0.1.
 
+use crate::common::node::free_port;
 use alloy::signers::local::PrivateKeySigner;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -20,14 +21,6 @@ const KEYS: [&str; 3] = [
     "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
     "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
 ];
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The chapter's shell blocks, in order, as one script (the lines holding `…` left out).
 fn script(chapter: &str) -> String {

@@ -11,6 +11,7 @@ pub mod generated;
 pub mod node;
 pub mod pg;
 pub mod proxy;
+pub use pg::ports;
 pub mod roundtable_peer;
 
 use alloy::primitives::Address;

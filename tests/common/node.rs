@@ -192,23 +192,4 @@ pub fn node_process_with(
     c.spawn().unwrap()
 }
 
-/// A port nothing listens on now (for a node's API), picked below Linux's ephemeral
-/// range (32768–60999), so no outgoing connection of a test can take it between this
-/// pick and the bind of the process it is meant for (a port from `bind(0)`
-/// can be, and once was: "Address already in use"). A counter keeps the picks of the
-/// concurrent tests of one binary apart; test binaries run one after another.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    const LOW: u32 = 20_000;
-    const SPAN: u32 = 12_000;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let base = std::process::id() % SPAN;
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        assert!(n < SPAN, "no free port left below the ephemeral range");
-        let port = (LOW + (base + n) % SPAN) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
+pub use super::ports::free_port;

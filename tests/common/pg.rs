@@ -4,8 +4,14 @@
 //! The API is blocking; from an async test it is fine to call directly (it blocks only briefly).
 #![allow(dead_code)]
 
+// Declared here rather than in `common/mod.rs` because benches/cluster.rs includes this
+// file on its own; the suite re-exports it as `common::ports`, so one counter serves all.
+#[path = "ports.rs"]
+pub mod ports;
+
+use ports::free_port;
 use std::fs::{self, OpenOptions};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -571,13 +577,6 @@ fn find_program(name: &str) -> Option<PathBuf> {
         .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("cannot find a free port on 127.0.0.1: {e}"))
 }
 
 /// `kill -s SIG PID` (shell builtin); never panics.
