@@ -200,7 +200,10 @@ impl Persist {
             None
         };
         // (dropped before `_restore`: a transaction that did not commit rolls back first)
-        let tx = conn.unchecked_transaction()?;
+        // IMMEDIATE: a reader of the file in another process (the CLI) makes this wait
+        // (the busy timeout) instead of failing at its first write after a read
+        let tx =
+            rusqlite::Transaction::new_unchecked(&conn, rusqlite::TransactionBehavior::Immediate)?;
         for w in writes {
             match w {
                 Write::Log(exec, entries) => append_log(&tx, exec, entries)?,

@@ -75,13 +75,19 @@ impl Store {
         })
     }
 
-    /// Runs `f` in one transaction, committed when it returns `Ok`.
+    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`), committed when it returns
+    /// `Ok`.
     pub(crate) fn in_tx<T>(
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        // IMMEDIATE: the write lock is taken (waiting out another process's, the busy
+        // timeout) before the first read. A deferred transaction that read and then
+        // writes while another connection holds the lock is refused at once, without
+        // the wait ("database is locked"): a CLI or `sqlite3` on the file would fail the
+        // node's writes.
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let out = f(&tx)?;
         tx.commit()?;
         Ok(out)
@@ -111,7 +117,8 @@ impl Store {
         #[cfg(test)]
         tests::SYNCED.with(|n| n.set(n.get() + 1));
         // (dropped before `_restore`: a transaction that did not commit rolls back first)
-        let tx = conn.unchecked_transaction()?;
+        let tx =
+            rusqlite::Transaction::new_unchecked(&conn, rusqlite::TransactionBehavior::Immediate)?;
         let out = f(&tx)?;
         tx.commit()?;
         Ok(out)

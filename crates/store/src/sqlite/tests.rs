@@ -324,3 +324,34 @@ fn attempts_are_kept_in_order_with_fees() {
         .unwrap();
     assert_eq!(r.submit_tx, Some(B256::repeat_byte(2)), "the mined attempt");
 }
+
+/// Another process (the CLI, an operator's `sqlite3`) holding the file's write lock for a
+/// moment makes a write of the node's wait for it (the busy timeout), also one that reads
+/// first: a deferred transaction that read would be refused at once ("database is
+/// locked") when it turns to write, and a manual request or a round's step lost with it.
+#[test]
+fn a_write_waits_for_another_connection_s_write_lock() {
+    let dir = std::env::temp_dir().join(format!("cresolver-store-lock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = SqliteStore::new(Store::open(&dir).unwrap());
+    let key = RoundKey::new(Address::repeat_byte(1), U256::from(7));
+    block_on(s.manual_request(key, "wf")).unwrap();
+    block_on(s.set_state(key, Stage::Failed, Some("failed earlier"))).unwrap();
+
+    let other = rusqlite::Connection::open(dir.join("cresolver.sqlite3")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        other.execute_batch("COMMIT").unwrap();
+    });
+    // reads the round's state, then reopens it (a write)
+    let decision = block_on(s.manual_request(key, "wf"));
+    release.join().unwrap();
+    assert_eq!(decision.unwrap(), RequestDecision::Reopened);
+    block_on(s.set_state(key, Stage::Discovered, None)).unwrap();
+    assert_eq!(
+        block_on(s.get(key)).unwrap().unwrap().state,
+        Stage::Discovered
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
