@@ -5,6 +5,7 @@
 //! forwarder), over the same instant reference workers, websocket heads; and the messages
 //! members send per execution. Markets are requested one after another.
 //! Run: `cargo bench --bench don` (`CRESOLVER_BENCH_MEMBERS=0,4` runs some sizes only;
+//! `CRESOLVER_BENCH_GRACE_MS` sets the members' `observation_grace`, 200 ms unless set;
 //! `RUST_LOG=info,cresolver_don=debug` traces the members to stderr).
 
 /// The binary's allocator, so the figures are the binary's.
@@ -246,7 +247,12 @@ async fn latency(n: usize) -> anyhow::Result<Measured> {
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?,
             attempt_timeout: Duration::from_millis(2_000),
-            observation_grace: Duration::from_millis(200),
+            observation_grace: Duration::from_millis(
+                std::env::var("CRESOLVER_BENCH_GRACE_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(200),
+            ),
             transmit_delay: Duration::from_millis(2_000),
             max_attempts: 12,
         };
