@@ -345,8 +345,12 @@ impl FinalityWatch {
         Ok(moved)
     }
 
-    /// Passes at every new head (`wake`), at least every `every`, until `stop`; the
-    /// rounds it reopens are sent on `reopened` to be driven again.
+    /// Passes at a new head (`wake`), at least every `every` and at most once per
+    /// `every`, until `stop`; the rounds it reopens are sent on `reopened` to be driven
+    /// again. Heads that come faster than `every` (an L2's, or a devnet's one block per
+    /// transaction) are looked at together: a pass reads every confirmed round's block,
+    /// and once per head it was most of a node's JSON-RPC calls, taken from the requests'
+    /// reads at the moment a request's block arrived.
     pub async fn run(
         self,
         reopened: tokio::sync::mpsc::Sender<RoundKey>,
@@ -355,15 +359,23 @@ impl FinalityWatch {
         every: Duration,
     ) {
         let mut failing = false;
+        let mut last: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 changed = wake.changed() => if changed.is_err() { return },
                 _ = stop.cancelled() => return,
             }
+            if let Some(at) = last {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at + every) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
             if stop.is_cancelled() {
                 return;
             }
+            last = Some(tokio::time::Instant::now());
             match self.check_once().await {
                 Ok(pass) => {
                     if failing {

@@ -50,7 +50,8 @@ pub struct ChainSection {
     /// `chain::finality::default_finality_depth`). A confirmed resolution is watched
     /// until its block is final, and re-sent if a reorg removes it before then.
     pub finality_depth: Option<u64>,
-    /// How often the watcher polls for new logs and the endpoints are probed (`"2s"`).
+    /// How often the watcher polls for new logs and the endpoints are probed (`"2s"`);
+    /// the finality watch looks at confirmed rounds at a new head, at most this often.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "duration::Text", extend("x-legacy-unit" = "ms"))]
     #[validate(custom(function = "at_least_1ms"))]
