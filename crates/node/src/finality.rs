@@ -400,3 +400,75 @@ impl FinalityWatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy::primitives::U256;
+    use alloy::providers::{Provider, ProviderBuilder};
+    use cresolver_store::{Requests, Rounds, SqliteStore, Stage, Store};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A JSON-RPC endpoint on 127.0.0.1 that counts `eth_blockNumber` (one per pass:
+    /// `finalized` asks it first) and serves no block and no call (the rounds stay
+    /// watched).
+    async fn endpoint(passes: Arc<AtomicUsize>) -> String {
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(move |body: axum::Json<serde_json::Value>| {
+                let passes = passes.clone();
+                async move {
+                    let id = body.get("id").cloned().unwrap_or_default();
+                    let result = match body.get("method").and_then(|m| m.as_str()) {
+                        Some("eth_blockNumber") => {
+                            passes.fetch_add(1, Ordering::SeqCst);
+                            serde_json::json!("0x10")
+                        }
+                        _ => serde_json::Value::Null,
+                    };
+                    axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let url = format!("http://{}/", listener.local_addr().expect("has an address"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn heads_faster_than_the_interval_share_a_pass() {
+        let passes = Arc::new(AtomicUsize::new(0));
+        let url = endpoint(passes.clone()).await;
+        let provider = ProviderBuilder::new()
+            .connect_http(url.parse().expect("a URL"))
+            .erased();
+        let store = SqliteStore::new(Store::in_memory().expect("opens"));
+        let key = RoundKey::new(Address::repeat_byte(1), U256::from(7));
+        store.manual_request(key, "wf").await.expect("recorded");
+        store
+            .set_state(key, Stage::Confirmed, None)
+            .await
+            .expect("confirmed");
+        let watch =
+            FinalityWatch::new(provider, Arc::new(store), Arc::new(Metrics::new()), 2, None);
+        let (heads, wake) = watch::channel(0u64);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (reopen, _reopened) = tokio::sync::mpsc::channel(8);
+        let every = Duration::from_millis(500);
+        let task = tokio::spawn(watch.run(reopen, stop.clone(), wake, every));
+        // 30 heads in 1.2 s (a devnet's block per transaction, an L2's quick heads)
+        for n in 1..=30u64 {
+            heads.send_replace(n);
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        stop.cancel();
+        task.await.expect("the watch ends");
+        let n = passes.load(Ordering::SeqCst);
+        // a pass at the first head, then at most one per interval: 3 in 1.2 s (one
+        // more of slack for a slow machine); one per head would be about 30
+        assert!((1..=4).contains(&n), "{n} passes for 30 heads");
+    }
+}
