@@ -12,14 +12,26 @@ command -v cargo >/dev/null 2>&1 || { echo "test: cargo not found: install Rust 
 # Each phase prints the seconds since the start, so a slow phase shows in CI's log.
 phase() { echo "== [${SECONDS}s] $*"; }
 
+# clippy needs none of the tools: it checks the code while they install (apt-get and npm
+# mostly wait on the network), and its output is shown after them
+mkdir -p target
+clippy_log=target/clippy.log
+phase "cargo clippy, beside the next three phases (its output follows them)"
+setsid cargo clippy --locked --workspace --all-targets -- -D warnings >"$clippy_log" 2>&1 &
+clippy_pid=$!
+trap 'kill -- -"$clippy_pid" 2>/dev/null || true' EXIT
 phase "tools (anvil and solc-js from npm; Debian's postgresql, chromium and prometheus via apt-get when missing: root or sudo)"
 scripts/install-tools.sh >/dev/null
 phase "contract artifacts are current"
 node scripts/compile-contracts.mjs --check
 phase "cargo fmt --check"
 cargo fmt --all -- --check
-phase "cargo clippy"
-cargo clippy --locked --workspace --all-targets -- -D warnings
+phase "cargo clippy: its end"
+clippy_rc=0
+wait "$clippy_pid" || clippy_rc=$?
+trap - EXIT
+cat "$clippy_log"
+[ "$clippy_rc" -eq 0 ] || { echo "test: cargo clippy failed (exit $clippy_rc)" >&2; exit "$clippy_rc"; }
 phase "cargo clippy --no-default-features (the production build, without the dev harness)"
 cargo clippy --locked --workspace --exclude cresolver-devnet --no-default-features --lib --bins -- -D warnings
 phase "cargo test: building"
