@@ -4,7 +4,8 @@
 /// range (32768–60999), so no outgoing connection of a test can take it between this
 /// pick and the bind of the process it is meant for (a port from `bind(0)`
 /// can be, and once was: "Address already in use"). A counter keeps the picks of the
-/// concurrent tests of one binary apart; test binaries run one after another.
+/// concurrent tests of one binary apart; a binary run beside it (`rpc_outage`) counts
+/// from another start (its process id), and every pick is checked free when made.
 pub fn free_port() -> u16 {
     free_ports(1)
 }

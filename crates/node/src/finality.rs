@@ -349,8 +349,8 @@ impl FinalityWatch {
     /// `every`, until `stop`; the rounds it reopens are sent on `reopened` to be driven
     /// again. Heads that come faster than `every` (an L2's, or a devnet's one block per
     /// transaction) are looked at together: a pass reads every confirmed round's block,
-    /// and once per head it was most of a node's JSON-RPC calls, taken from the requests'
-    /// reads at the moment a request's block arrived.
+    /// and once per head it was a large share of a node's JSON-RPC calls, made just when
+    /// a request's block arrived.
     pub async fn run(
         self,
         reopened: tokio::sync::mpsc::Sender<RoundKey>,
