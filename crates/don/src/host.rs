@@ -1,9 +1,10 @@
 //! The thin async host of one execution's consensus core ([`crate::consensus::Core`]):
 //! it reads what was persisted (on the blocking pool), feeds the core the messages of the
 //! execution's book and the timers it asked for, and performs the effects in order: the
-//! log appends and the report lock through the journal's group commit (durable before
-//! anything sent with them), then the sends, the timers, the metrics, and at the end the
-//! agreement (stored before it is returned).
+//! log appends and the report lock through the journal's group commit (committed before
+//! anything sent with them, and synced first before a vote or a proposal), then the
+//! sends, the timers, the metrics, and at the end the agreement (stored before it is
+//! returned).
 
 use crate::agreed::Agreed;
 use crate::book::Slot;
@@ -136,10 +137,8 @@ async fn perform(
     let exec = core.execution_id();
     let mut writes = Vec::new();
     let mut signed = false;
-    // synced to disk only when something leaves after it (see `journal`)
-    let durable = effects
-        .iter()
-        .any(|e| matches!(e, Effect::Send { .. } | Effect::Lock(_)));
+    // synced to disk only before a vote or a proposal leaves (see `must_sync`)
+    let durable = core.must_sync(&effects);
     for e in &effects {
         match e {
             Effect::Append(entries) => {

@@ -2,13 +2,13 @@
 //! own observations and agreements go to one writer thread, which takes every write
 //! waiting, commits them in one SQLite transaction and only then answers each writer.
 //! The transaction is synced to disk (`synchronous = FULL`, one fsync for all the
-//! executions that wrote meanwhile) when any of its writes is durable: one that a vote,
-//! a proposal or a report signature sent next rests on (an honest member must never
-//! sign two different votes of one round, or two reports). The others (an input that
-//! caused nothing to be sent; this member's observation, which it would make again after
-//! a power cut, as honestly; an agreement it rebuilds from its lock and its peers)
-//! survive the process's crash at once and a power loss from the next synced commit on,
-//! as the round store's writes do. The async threads never wait on the
+//! executions that wrote meanwhile) when any of its writes is durable: one that a vote
+//! or a proposal sent next rests on (an honest member must never sign two different
+//! votes of one round; see [`crate::consensus::must_sync`]). The others (an input that
+//! caused no vote; the report lock, whose report the decision's certificate fixes; this
+//! member's observation, which it would make again after a power cut, as honestly; an
+//! agreement it rebuilds from its peers) survive the process's crash at once and a power
+//! loss from the next synced commit on, as the round store's writes do. The async threads never wait on the
 //! disk; an instance waits for its own writes before it sends what they caused.
 
 pub use crate::persist::Write;

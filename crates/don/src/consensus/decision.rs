@@ -65,7 +65,7 @@ impl Core {
         }
     }
 
-    /// Signs the decided report (once: the lock is returned as an effect, durable before
+    /// Signs the decided report (once: the lock is returned as an effect, committed before
     /// the signature leaves) and sends the decision.
     pub(super) fn sign_decided(&mut self) -> Result<(), crate::wire::WireError> {
         let Some(d) = &self.decided else {

@@ -4,7 +4,7 @@
 use super::{LogEntry, StepKind};
 use crate::agreed::Agreed;
 use crate::persist::Lock;
-use crate::wire::Envelope;
+use crate::wire::{Body, Envelope};
 use alloy::primitives::{Address, B256, Bytes};
 use cresolver_metrics::DonEvent;
 use std::time::Duration;
@@ -43,8 +43,9 @@ pub enum Input {
     Timeout(Timer),
 }
 
-/// What the core asks the host to do, in order. `Append` and `Lock` must be durable
-/// before any `Send` returned with them is performed.
+/// What the core asks the host to do, in order. `Append` and `Lock` must be committed
+/// before any `Send` returned with them is performed, and synced to disk first when the
+/// batch [`must_sync`].
 #[derive(Debug, Clone)]
 pub enum Effect {
     /// Append these inputs to the execution's consensus log.
@@ -115,4 +116,25 @@ pub struct Held {
     pub relayed_prevotes: usize,
     /// Consensus log entries of the execution: at most [`crate::persist::MAX_LOG_ENTRIES`].
     pub log_entries: usize,
+}
+
+/// Whether a batch's writes must be synced to disk before its sends: when it sends a
+/// proposal or a vote, which this member must never sign twice differently for one round
+/// (a restarted member replays its log to the state that sent them).
+///
+/// Nothing else needs the sync. A report signature rests on a decision, and a decision on
+/// 2f+1 precommits that the `Decided` message carries: no other set can be decided, and
+/// the report is a function of the set, so a member that loses its lock to a power cut
+/// signs the same report again (RFC 6979: the same bytes). Its own observation, an
+/// observation sent to a new leader, a relayed polka and an input that sent nothing are
+/// made again, or sent again, as honestly. Committed writes survive a crash of the
+/// process at once, and a power cut from the next synced commit on.
+pub fn must_sync(batch: &[Effect]) -> bool {
+    batch.iter().any(|e| {
+        matches!(
+            e,
+            Effect::Send { env, .. }
+                if matches!(env.body, Body::Proposal { .. } | Body::Vote { .. })
+        )
+    })
 }

@@ -18,10 +18,11 @@
 //! - f+1 votes of a later round move a member to it; 2f+1 votes of a round start its
 //!   timeouts; timeouts grow with the round.
 //! - Every input is returned as an [`Effect::Append`] to the consensus log *before* the
-//!   sends it causes: the host makes it durable before it sends, so a restarted member
-//!   replays to the same state and never votes twice in a round.
+//!   sends it causes: the host makes it durable before it sends a vote or a proposal
+//!   ([`must_sync`]), so a restarted member replays to the same state and never votes
+//!   twice in a round.
 //! - Only once a set is decided does the member build its report, sign the forwarder
-//!   digest ([`Effect::Lock`], durable before the signature leaves) and send a `Decided`
+//!   digest ([`Effect::Lock`], committed before the signature leaves) and send a `Decided`
 //!   message: the set, the 2f+1 precommits and its report signature. A member that missed
 //!   the decision takes it from that message.
 
@@ -55,7 +56,7 @@ mod polka;
 #[cfg(test)]
 mod tests;
 
-pub use io::{Effect, Held, Input, Timer};
+pub use io::{Effect, Held, Input, Timer, must_sync};
 pub use keys::{Keys, Secp256k1Keys};
 pub use log::{LogEntry, StepKind};
 #[cfg(feature = "mutations")]
@@ -199,6 +200,16 @@ impl Core {
         }
         self.settle();
         self.take_effects()
+    }
+
+    /// Whether the writes of `batch`, effects this core returned, must be synced to disk
+    /// before its sends ([`must_sync`]).
+    pub fn must_sync(&self, batch: &[Effect]) -> bool {
+        #[cfg(feature = "mutations")]
+        if self.p.mutated(Mutation::NoSyncBeforeVote) {
+            return false;
+        }
+        must_sync(batch)
     }
 
     /// The execution.

@@ -21,6 +21,8 @@ pub enum Mutation {
     AcceptNonLeaderProposal,
     /// Count a certificate's precommits without checking that the signers differ.
     DuplicateSigners,
+    /// Send votes and proposals without syncing the log first (a power cut forgets them).
+    NoSyncBeforeVote,
 }
 
 /// What every execution's core of one member shares: the DON's configuration.

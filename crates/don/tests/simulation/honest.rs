@@ -3,7 +3,9 @@
 //! batch the appends and the lock are made durable first, then the sends, the timers and
 //! the ending are performed in order. A crash (before GST only) can hit any batch: in the
 //! middle of its append (a prefix of the entries kept, the lock kept or not, nothing
-//! sent), or after its writes with only some of its sends out. The member comes back
+//! sent), or after its writes with only some of its sends out. Half the crashes are power
+//! cuts: every write since the last batch the host syncs (`Core::must_sync`) is lost too,
+//! whatever was sent after it. The member comes back
 //! later with a fresh core given what was durable; the timers of the old incarnation are
 //! dropped. Once agreed, it answers a member that writes about the execution with its
 //! decision (at most once a second per sender), as the member server does.
@@ -38,9 +40,12 @@ pub struct Honest {
     /// Messages that arrived before the first start (the execution's book), per sender
     /// at most [`SENDER_MESSAGES`].
     book: Vec<(usize, Rc<Sent>)>,
-    /// The durable consensus log and lock.
+    /// The committed consensus log and lock (a crash of the process keeps them).
     log: Vec<LogEntry>,
     lock: Option<Lock>,
+    /// How much of them a power cut keeps: the log's length and the lock at the last
+    /// synced batch.
+    synced: (usize, bool),
     /// The stored agreement and this member's answer to late members.
     pub done: Option<(Agreed, Envelope)>,
     replied: BTreeMap<usize, u64>,
@@ -70,6 +75,7 @@ impl Honest {
             book: Vec::new(),
             log: Vec::new(),
             lock: None,
+            synced: (0, false),
             done: None,
             replied: BTreeMap::new(),
             ended: None,
@@ -251,6 +257,7 @@ impl Sim {
             _ => (usize::MAX, true),
         };
         let h = self.h(i);
+        let sync = h.core.as_ref().is_some_and(|c| c.must_sync(effects));
         for e in effects {
             match e {
                 Effect::Append(entries) => {
@@ -261,6 +268,10 @@ impl Sim {
                 Effect::Lock(l) if keep_lock && h.lock.is_none() => h.lock = Some(l.clone()),
                 _ => {}
             }
+        }
+        // a crash in the middle of the append comes before its sync
+        if sync && !matches!(crash, Some(Crash::Torn { .. })) {
+            h.synced = (h.log.len(), h.lock.is_some());
         }
     }
 
@@ -358,9 +369,20 @@ impl Sim {
         let gst = self.sc.gst;
         let down = self.rng.gen_range(10 * MS..=3_000 * MS);
         let back = (self.now + down).min(gst).max(self.now + 1);
+        let power = self.rng.gen_bool(0.5);
         self.out.crashes += 1;
-        self.note(|| format!("{i} CRASHES ({c:?}), back at {:.3}ms", back as f64 / 1e3));
+        self.note(|| {
+            let what = if power { "POWER CUT" } else { "CRASHES" };
+            format!("{i} {what} ({c:?}), back at {:.3}ms", back as f64 / 1e3)
+        });
         let h = self.h(i);
+        if power {
+            let (log, lock) = h.synced;
+            h.log.truncate(log);
+            if !lock {
+                h.lock = None;
+            }
+        }
         h.core = None;
         h.inc += 1;
         self.at(back, Event::Start(i));

@@ -8,13 +8,15 @@ use cresolver_don::consensus::Mutation;
 
 /// Every mutation, with the most seeds its hunt may take.
 /// Measured (seeds to the first violation, with each hunt's bias): SkipLockCheck 1,009,
-/// FVotesQuorum 1, SignBeforeDecision 1, AcceptNonLeaderProposal 1, DuplicateSigners 1.
-pub const ALL: [(Mutation, u64); 5] = [
+/// FVotesQuorum 1, SignBeforeDecision 1, AcceptNonLeaderProposal 1, DuplicateSigners 1,
+/// NoSyncBeforeVote 3.
+pub const ALL: [(Mutation, u64); 6] = [
     (Mutation::SkipLockCheck, 5_000),
     (Mutation::FVotesQuorum, 50),
     (Mutation::SignBeforeDecision, 50),
     (Mutation::AcceptNonLeaderProposal, 200),
     (Mutation::DuplicateSigners, 200),
+    (Mutation::NoSyncBeforeVote, 200),
 ];
 
 /// The draw a mutation's hunt uses: towards the Byzantine behaviour that exposes it.
@@ -35,6 +37,11 @@ pub fn bias(m: Mutation) -> Bias {
         Mutation::AcceptNonLeaderProposal => byzantine(Strategy::Usurper),
         Mutation::DuplicateSigners => byzantine(Strategy::Forger),
         Mutation::FVotesQuorum | Mutation::SignBeforeDecision => Bias::default(),
+        // a vote forgotten in a power cut is voted again, maybe differently
+        Mutation::NoSyncBeforeVote => Bias {
+            crashes: true,
+            ..Bias::default()
+        },
     }
 }
 
@@ -89,4 +96,9 @@ fn accept_non_leader_proposal_is_caught() {
 #[test]
 fn duplicate_signers_is_caught() {
     caught(Mutation::DuplicateSigners);
+}
+
+#[test]
+fn no_sync_before_vote_is_caught() {
+    caught(Mutation::NoSyncBeforeVote);
 }
