@@ -210,8 +210,8 @@ async fn perform(
 /// Stores the agreement (the first stored stays) and remembers it to answer late members.
 async fn agreed(s: &Shared, core: &Core, a: Agreed) -> Result<Agreed, AgreeError> {
     let exec = a.execution_id;
-    // not synced: a member that loses it to a power cut rebuilds it from its lock and
-    // its peers' decisions
+    // not synced: a member that loses it to a power cut decides again from its log and
+    // its peers' decisions (which carry their certificates)
     s.journal
         .commit(vec![Write::Agreed(exec, Box::new(a.clone()))], false)
         .await?;
