@@ -8,8 +8,9 @@
 //! caused no vote; the report lock, whose report the decision's certificate fixes; this
 //! member's observation, which it would make again after a power cut, as honestly; an
 //! agreement it rebuilds from its peers) survive the process's crash at once and a power
-//! loss from the next synced commit on, as the round store's writes do. The async threads never wait on the
-//! disk; an instance waits for its own writes before it sends what they caused.
+//! loss from the next synced commit on, as the round store's writes do. The async threads
+//! never wait on the disk; an instance waits for its own writes before it sends what they
+//! caused.
 
 pub use crate::persist::Write;
 use crate::persist::{Persist, PersistError};
