@@ -1,6 +1,7 @@
 //! The chain watcher against anvil: confirmations, checkpoint and restart, duplicate
-//! logs, a rewind when the checkpoint's block hash changed, and range halving behind a
-//! JSON-RPC proxy that refuses large eth_getLogs ranges like hosted providers do.
+//! logs, a rewind when the checkpoint's block hash changed, range halving behind a
+//! JSON-RPC proxy that refuses large eth_getLogs ranges like hosted providers do, and
+//! pushed heads scanned by their hash alone until a reorg sends the watcher the full way.
 
 use crate::common;
 
@@ -113,6 +114,9 @@ struct Proxy {
     rate_limited: Option<Arc<AtomicUsize>>,
     /// eth_getLogs and eth_call requests seen by the rate-limit mode.
     limited_calls: Arc<AtomicUsize>,
+    /// Every method called, in order (an eth_getLogs by block hash as
+    /// `eth_getLogs(blockHash)`).
+    methods: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// Serves the proxy on a free port; returns its URL.
@@ -144,6 +148,12 @@ fn hex_block(v: &Value) -> Option<u64> {
 
 async fn rpc(State(p): State<Proxy>, Json(body): Json<Value>) -> axum::response::Response {
     use axum::response::IntoResponse;
+    let by_hash = body["params"][0]["blockHash"].is_string();
+    p.methods.lock().unwrap().push(format!(
+        "{}{}",
+        body["method"].as_str().unwrap_or("?"),
+        if by_hash { "(blockHash)" } else { "" }
+    ));
     if let Some(limited) = &p.rate_limited
         && (body["method"] == "eth_getLogs" || body["method"] == "eth_call")
     {
@@ -197,6 +207,7 @@ async fn range_is_halved_when_the_provider_refuses_it() {
         refused: Default::default(),
         rate_limited: None,
         limited_calls: Default::default(),
+        methods: Default::default(),
     };
     let url = serve(proxy.clone()).await;
 
@@ -239,6 +250,7 @@ async fn rate_limits_are_retried_and_never_shrink_the_range() {
         refused: Default::default(),
         rate_limited: Some(limited.clone()),
         limited_calls: Default::default(),
+        methods: Default::default(),
     };
     let url = serve(proxy.clone()).await;
 
@@ -431,4 +443,158 @@ async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     let rec = store.get(k).await.unwrap().unwrap();
     assert_eq!((rec.state, rec.attempt), (Stage::Skipped, 2));
     assert!(drain(&mut rx).is_empty());
+}
+
+/// Waits for the watcher's next pass that satisfies `want`.
+async fn pass_where(
+    scans: &mut mpsc::UnboundedReceiver<cresolver_chain::watcher::ScanReport>,
+    want: impl Fn(&cresolver_chain::watcher::ScanReport) -> bool,
+) -> cresolver_chain::watcher::ScanReport {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let r = scans.recv().await.expect("the watcher runs");
+            if want(&r) {
+                return r;
+            }
+        }
+    })
+    .await
+    .expect("such a pass within 20 s")
+}
+
+/// A watcher running with the head feed of a `newHeads` subscription on anvil's
+/// websocket, its calls through a counting proxy, and no poll tick (every pass after the
+/// first is woken by a head): the proxy, the stop, the triggers and the passes.
+async fn watch_pushed(
+    s: &MarketSetup,
+) -> (
+    Proxy,
+    tokio_util::sync::CancellationToken,
+    mpsc::Receiver<Trigger>,
+    mpsc::UnboundedReceiver<cresolver_chain::watcher::ScanReport>,
+) {
+    let proxy = Proxy {
+        upstream: s.dev.rpc_url(),
+        max_range: 1_000,
+        get_logs: Default::default(),
+        refused: Default::default(),
+        rate_limited: None,
+        limited_calls: Default::default(),
+        methods: Default::default(),
+    };
+    let url = serve(proxy.clone()).await;
+    let provider = cresolver_chain::connect(&url).await.unwrap();
+    let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
+    // the subscription on anvil's websocket; the watcher's calls through the proxy
+    let feed = cresolver_chain::heads::HeadFeed::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let push = cresolver_chain::heads::PushConfig {
+        pool: cresolver_chain::pool::PoolConfig::default(),
+        max_backoff: Duration::from_secs(1),
+        stall_after: Duration::from_secs(30),
+    };
+    tokio::spawn(cresolver_chain::heads::run_push(
+        s.dev.ws_endpoint(),
+        push,
+        feed.clone(),
+        stop.clone(),
+    ));
+    let mut c = cfg(s, 0, 1000);
+    // no poll tick: every pass after the first is woken by a head
+    c.poll_interval = Duration::from_secs(600);
+    c.max_backoff = Duration::from_secs(600);
+    let w = Watcher::new(provider, StoreSink::shared(store), c).with_heads(feed.clone());
+    let (tx, rx) = mpsc::channel(16);
+    let (scan_tx, scans) = mpsc::unbounded_channel();
+    tokio::spawn(w.run(tx, stop.clone(), Some(feed.subscribe()), move |r| {
+        let _ = scan_tx.send(r.clone());
+    }));
+    (proxy, stop, rx, scans)
+}
+
+#[tokio::test]
+async fn pushed_heads_are_scanned_by_hash_until_a_reorg_takes_the_full_pass() {
+    let s = market_with_n_workers(1).await;
+    let others = more_markets(&s, 1).await;
+    let (proxy, stop, mut rx, mut scans) = watch_pushed(&s).await;
+    let first = pass_where(&mut scans, |_| true).await;
+    assert!(!first.pushed, "the first pass is a full one: {first:?}");
+    // a pass reaches the next block once the subscription is up (woken by its push, or by
+    // the subscription's start)
+    s.dev.advance(Duration::from_secs(1)).await.unwrap();
+    let n = s.dev.provider.get_block_number().await.unwrap();
+    pass_where(&mut scans, |r| r.to == Some(n)).await;
+
+    // a request: its block is pushed, and scanned by its hash alone
+    proxy.methods.lock().unwrap().clear();
+    let block = s
+        .dev
+        .request_resolution(s.market_id)
+        .await
+        .unwrap()
+        .block_number
+        .unwrap();
+    let r = pass_where(&mut scans, |r| r.to == Some(block)).await;
+    assert!(r.pushed, "{r:?}");
+    assert_eq!((r.from, r.logs, r.triggers), (block, 1, 1));
+    let t = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.round.id, s.market_id.into());
+    assert_eq!(
+        proxy.methods.lock().unwrap().clone(),
+        vec!["eth_getLogs(blockHash)".to_string()],
+        "one call for the pushed block"
+    );
+
+    // a reorg: the block after the checkpoint is replaced (an empty block, so that the
+    // test's accounts keep their nonces); the pushed chain no longer links the
+    // checkpoint, so the full pass rewinds
+    let snapshot: U256 = s
+        .dev
+        .provider
+        .raw_request("evm_snapshot".into(), ())
+        .await
+        .unwrap();
+    s.dev.advance(Duration::from_secs(1)).await.unwrap();
+    let replaced = s.dev.provider.get_block_number().await.unwrap();
+    let r = pass_where(&mut scans, |r| r.to == Some(replaced)).await;
+    assert!(r.pushed, "{r:?}");
+    let reverted: bool = s
+        .dev
+        .provider
+        .raw_request("evm_revert".into(), (snapshot,))
+        .await
+        .unwrap();
+    assert!(reverted);
+    s.dev
+        .provider
+        .raw_request::<_, Value>("anvil_mine".into(), (U256::from(2),))
+        .await
+        .unwrap();
+    let r = pass_where(&mut scans, |r| r.rewound_to.is_some()).await;
+    assert!(!r.pushed, "a reorg takes the full pass: {r:?}");
+    assert_eq!(r.to, Some(replaced + 1), "{r:?}");
+    assert_eq!(
+        r.triggers, 0,
+        "the request seen before is not served again: {r:?}"
+    );
+
+    // after it, pushed heads link again: the next request is scanned by hash
+    let block = s
+        .dev
+        .request_resolution(others[0])
+        .await
+        .unwrap()
+        .block_number
+        .unwrap();
+    let r = pass_where(&mut scans, |r| r.to == Some(block)).await;
+    assert!(r.pushed && r.triggers == 1, "{r:?}");
+    let t = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.round.id, others[0].into());
+    stop.cancel();
 }

@@ -23,6 +23,9 @@ pub enum RpcCause {
     /// The node answered, without what was asked for (a block it does not have).
     #[error("not found")]
     NotFound,
+    /// The node answered something other than what was asked for (logs of another block).
+    #[error("an answer that does not match the request")]
+    Mismatch,
 }
 
 /// A call to the chain that failed: what was called, and why.

@@ -11,12 +11,21 @@
 //! whenever the head feed (`chain::heads`) reports a new head, which on a websocket
 //! endpoint is pushed by a `newHeads` subscription.
 //!
+//! A pass woken by a pushed head first tries the short way ([`Watcher::scan_pushed`]):
+//! when the pushed headers link the new blocks to the checkpoint by parent hash, each
+//! block is scanned by its hash (`eth_getLogs` with `blockHash`, which an endpoint that
+//! does not have the block answers with an error, EIP-234), one call per block instead
+//! of four (the head, the checkpoint's block, the logs, the scanned block). Anything
+//! else (no link, a reorg, a subscription behind the probe, many blocks at once, any
+//! error) takes the full pass, and so does every poll tick.
+//!
 //! The watcher persists nothing itself: what it saw goes to a [`WatchSink`] (the
 //! ack-height pattern of reth's ExEx): the sink records each request durably and
 //! acknowledges the block the scan reached, and the watcher resumes from the sink's
 //! last acknowledged block. The node's sink is its round store.
 
 use crate::bindings::ICREsolverMarket;
+use crate::heads::{HeadFeed, PushedHead};
 use crate::reader::{ReadError, resolved_at};
 use crate::rpc_failure::{RpcCause, RpcFailure};
 use crate::scan::LogScanner;
@@ -140,6 +149,8 @@ pub struct ScanReport {
     pub rewound_to: Option<u64>,
     /// The range size in use at the end (after any halving).
     pub range: u64,
+    /// The pass scanned pushed blocks by hash ([`Watcher::scan_pushed`]).
+    pub pushed: bool,
 }
 
 /// Scans a market's `ResolutionRequested` logs into a [`WatchSink`] (see the module
@@ -149,7 +160,12 @@ pub struct Watcher {
     sink: Arc<dyn WatchSink>,
     cfg: WatcherConfig,
     scanner: LogScanner,
+    /// The pushed headers, for passes by block hash.
+    heads: Option<HeadFeed>,
 }
+
+/// The most blocks a pass by hash scans (one call each); more take a ranged pass.
+const PUSHED_BLOCKS: usize = 8;
 
 /// What the chain says of a new request for a market whose round is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,7 +213,16 @@ impl Watcher {
             sink,
             cfg,
             scanner,
+            heads: None,
         }
+    }
+
+    /// Scans blocks the head feed's subscription pushed by their hash when it can (see
+    /// the module documentation); [`Watcher::run`] then tries that first when the feed
+    /// wakes it.
+    pub fn with_heads(mut self, heads: HeadFeed) -> Self {
+        self.heads = Some(heads);
+        self
     }
 
     fn checkpoint_key(&self) -> String {
@@ -303,6 +328,94 @@ impl Watcher {
         Ok(report)
     }
 
+    /// A pass over the blocks the subscription pushed since the checkpoint, each scanned
+    /// by its hash, when the pushed headers link them to the checkpoint's block and hash
+    /// and there are at most [`PUSHED_BLOCKS`] to scan; `None` (nothing done) otherwise,
+    /// and the caller makes a full pass. Triggers go out as in [`Watcher::scan_once`].
+    pub async fn scan_pushed(
+        &mut self,
+        out: &mpsc::Sender<Trigger>,
+    ) -> Result<Option<ScanReport>, WatchError> {
+        let Some(feed) = &self.heads else {
+            return Ok(None);
+        };
+        let key = self.checkpoint_key();
+        let Some((n, hash)) = self.sink.checkpoint(&key).await? else {
+            return Ok(None);
+        };
+        // a start block raised above the checkpoint: the full pass moves to it
+        if n.saturating_add(1) < self.cfg.start_block {
+            return Ok(None);
+        }
+        let Some(above) = feed.pushed_after(n, hash) else {
+            return Ok(None);
+        };
+        let head = above.last().map_or(n, |h| h.number);
+        let safe = head.saturating_sub(self.cfg.confirmations);
+        let blocks: Vec<PushedHead> = above.into_iter().filter(|h| h.number <= safe).collect();
+        if blocks.len() > PUSHED_BLOCKS {
+            return Ok(None);
+        }
+        let mut report = ScanReport {
+            from: n.saturating_add(1),
+            head,
+            range: self.scanner.range(),
+            pushed: true,
+            ..Default::default()
+        };
+        for block in blocks {
+            let logs = self
+                .logs_of(block)
+                .instrument(tracing::debug_span!(target: "cresolver::step", "step", step = "logs"))
+                .await?;
+            report.logs += logs.len();
+            for log in &logs {
+                if let Some(t) = self
+                    .record(log)
+                    .instrument(
+                        tracing::debug_span!(target: "cresolver::step", "step", step = "record"),
+                    )
+                    .await?
+                {
+                    report.triggers += 1;
+                    // The request is durable; a closed channel only means shutdown.
+                    let _ = out.send(t).await;
+                }
+            }
+            self.sink
+                .set_checkpoint(&key, block.number, block.hash)
+                .await?;
+            report.to = Some(block.number);
+        }
+        Ok(Some(report))
+    }
+
+    /// The market's `ResolutionRequested` logs of one pushed block, asked for by its
+    /// hash. A log that names another block is the endpoint's error: the pass fails and
+    /// the next one is a full pass.
+    async fn logs_of(&self, block: PushedHead) -> Result<Vec<Log>, WatchError> {
+        let filter = self.filter().at_block_hash(block.hash);
+        let logs = self.provider.get_logs(&filter).await.map_err(|e| {
+            RpcFailure::new(
+                format!("eth_getLogs(blockHash of block {})", block.number),
+                e,
+            )
+        })?;
+        if let Some(bad) = logs
+            .iter()
+            .find(|l| l.block_hash != Some(block.hash) || l.block_number != Some(block.number))
+        {
+            return Err(WatchError::Rpc(RpcFailure::new(
+                format!(
+                    "eth_getLogs(blockHash of block {}) returned a log of block {:?} ({:?})",
+                    block.number, bad.block_number, bad.block_hash
+                ),
+                RpcCause::Mismatch,
+            )));
+        }
+        Ok(logs)
+    }
+
     async fn record(&self, log: &Log) -> Result<Option<Trigger>, WatchError> {
         let (Some(tx_hash), Some(log_index), Some(block_number), Some(block_hash)) = (
             log.transaction_hash,
@@ -391,24 +504,45 @@ impl Watcher {
         on_scan: impl Fn(&ScanReport) + Send,
     ) {
         let mut backoff = self.cfg.poll_interval;
+        // woken by a new head after a pass that went well: the short way is tried first
+        let mut woken = false;
         loop {
-            match self.scan_once(&out).await {
+            let pushed = match woken {
+                true => match self.scan_pushed(&out).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "scan by block hash failed: a full pass follows");
+                        None
+                    }
+                },
+                false => None,
+            };
+            let scanned = match pushed {
+                Some(r) => Ok(r),
+                None => self.scan_once(&out).await,
+            };
+            let ok = match scanned {
                 Ok(r) => {
                     on_scan(&r);
                     backoff = self.cfg.poll_interval;
+                    true
                 }
                 Err(e) => {
                     backoff = (backoff * 2).min(self.cfg.max_backoff.max(self.cfg.poll_interval));
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "scan failed; retrying");
+                    false
                 }
-            }
+            };
             let tick = tokio::time::sleep(backoff);
+            woken = false;
             tokio::select! {
                 _ = tick => {}
                 _ = shutdown.cancelled() => return,
                 got = async { match wake.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
                     if got.is_err() {
                         wake = None;
+                    } else {
+                        woken = ok;
                     }
                 }
             }

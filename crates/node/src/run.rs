@@ -219,7 +219,8 @@ impl Node {
                 self.provider.clone(),
                 StoreSink::shared(self.store.clone()),
                 wcfg,
-            );
+            )
+            .with_heads(self.heads.clone());
             let (tx, rx, m, h, ch, wake) = (
                 tx.clone(),
                 self.schedule.cancel.clone(),

@@ -358,6 +358,8 @@ impl DryRunner {
         })?;
         let store: Arc<dyn cresolver_store::RoundStore> =
             Arc::new(SqliteStore::new(Store::in_memory()?));
+        // on a websocket endpoint new heads wake the scan, as in the node
+        let heads = cresolver_chain::heads::HeadFeed::new();
         let watcher = Watcher::new(
             self.provider.clone(),
             StoreSink::shared(store),
@@ -367,11 +369,10 @@ impl DryRunner {
                 chain_id,
                 start_block.unwrap_or(head),
             ),
-        );
+        )
+        .with_heads(heads.clone());
         let (tx, rx) = mpsc::channel::<Trigger>(256);
         let stop = shutdown.clone();
-        // on a websocket endpoint new heads wake the scan, as in the node
-        let heads = cresolver_chain::heads::HeadFeed::new();
         let push = cfg
             .rpc_urls()
             .into_iter()
