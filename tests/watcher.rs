@@ -119,6 +119,21 @@ struct Proxy {
     methods: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
+impl Proxy {
+    /// A proxy to `upstream` that refuses eth_getLogs ranges over `max_range` blocks.
+    fn new(upstream: String, max_range: u64) -> Self {
+        Self {
+            upstream,
+            max_range,
+            get_logs: Default::default(),
+            refused: Default::default(),
+            rate_limited: None,
+            limited_calls: Default::default(),
+            methods: Default::default(),
+        }
+    }
+}
+
 /// Serves the proxy on a free port; returns its URL.
 async fn serve(proxy: Proxy) -> String {
     let app = axum::Router::new()
@@ -200,15 +215,7 @@ async fn rpc(State(p): State<Proxy>, Json(body): Json<Value>) -> axum::response:
 #[tokio::test]
 async fn range_is_halved_when_the_provider_refuses_it() {
     let s = spread_out_request().await;
-    let proxy = Proxy {
-        upstream: s.dev.rpc_url(),
-        max_range: 10,
-        get_logs: Default::default(),
-        refused: Default::default(),
-        rate_limited: None,
-        limited_calls: Default::default(),
-        methods: Default::default(),
-    };
+    let proxy = Proxy::new(s.dev.rpc_url(), 10);
     let url = serve(proxy.clone()).await;
 
     let provider = cresolver_chain::connect(&url).await.unwrap();
@@ -244,13 +251,8 @@ async fn rate_limits_are_retried_and_never_shrink_the_range() {
     let s = spread_out_request().await;
     let limited = Arc::new(AtomicUsize::new(0));
     let proxy = Proxy {
-        upstream: s.dev.rpc_url(),
-        max_range: 1_000,
-        get_logs: Default::default(),
-        refused: Default::default(),
         rate_limited: Some(limited.clone()),
-        limited_calls: Default::default(),
-        methods: Default::default(),
+        ..Proxy::new(s.dev.rpc_url(), 1_000)
     };
     let url = serve(proxy.clone()).await;
 
@@ -286,13 +288,7 @@ async fn a_rewind_never_goes_below_the_start_block() {
     let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
     let (tx, mut rx) = mpsc::channel(16);
     // a request the operator chose not to serve (below the start block), then one above
-    let below = s
-        .dev
-        .request_resolution(s.market_id)
-        .await
-        .unwrap()
-        .block_number
-        .unwrap();
+    let below = requested_in(&s, s.market_id).await;
     let start = below + 1;
     s.dev.advance(Duration::from_secs(1)).await.unwrap();
     s.dev.request_resolution(other).await.unwrap();
@@ -445,6 +441,16 @@ async fn a_request_for_a_done_round_follows_what_the_chain_says() {
     assert!(drain(&mut rx).is_empty());
 }
 
+/// Requests `market`'s resolution; the block the request is in.
+async fn requested_in(s: &MarketSetup, market: U256) -> u64 {
+    s.dev
+        .request_resolution(market)
+        .await
+        .unwrap()
+        .block_number
+        .unwrap()
+}
+
 /// Waits for the watcher's next pass that satisfies `want`.
 async fn pass_where(
     scans: &mut mpsc::UnboundedReceiver<cresolver_chain::watcher::ScanReport>,
@@ -473,15 +479,7 @@ async fn watch_pushed(
     mpsc::Receiver<Trigger>,
     mpsc::UnboundedReceiver<cresolver_chain::watcher::ScanReport>,
 ) {
-    let proxy = Proxy {
-        upstream: s.dev.rpc_url(),
-        max_range: 1_000,
-        get_logs: Default::default(),
-        refused: Default::default(),
-        rate_limited: None,
-        limited_calls: Default::default(),
-        methods: Default::default(),
-    };
+    let proxy = Proxy::new(s.dev.rpc_url(), 1_000);
     let url = serve(proxy.clone()).await;
     let provider = cresolver_chain::connect(&url).await.unwrap();
     let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
@@ -527,13 +525,7 @@ async fn pushed_heads_are_scanned_by_hash_until_a_reorg_takes_the_full_pass() {
 
     // a request: its block is pushed, and scanned by its hash alone
     proxy.methods.lock().unwrap().clear();
-    let block = s
-        .dev
-        .request_resolution(s.market_id)
-        .await
-        .unwrap()
-        .block_number
-        .unwrap();
+    let block = requested_in(&s, s.market_id).await;
     let r = pass_where(&mut scans, |r| r.to == Some(block)).await;
     assert!(r.pushed, "{r:?}");
     assert_eq!((r.from, r.logs, r.triggers), (block, 1, 1));
@@ -582,13 +574,7 @@ async fn pushed_heads_are_scanned_by_hash_until_a_reorg_takes_the_full_pass() {
     );
 
     // after it, pushed heads link again: the next request is scanned by hash
-    let block = s
-        .dev
-        .request_resolution(others[0])
-        .await
-        .unwrap()
-        .block_number
-        .unwrap();
+    let block = requested_in(&s, others[0]).await;
     let r = pass_where(&mut scans, |r| r.to == Some(block)).await;
     assert!(r.pushed && r.triggers == 1, "{r:?}");
     let t = tokio::time::timeout(Duration::from_secs(5), rx.recv())

@@ -296,20 +296,7 @@ impl Watcher {
                 .instrument(tracing::debug_span!(target: "cresolver::step", "step", step = "logs"))
                 .await
                 .map_err(WatchError::Rpc)?;
-            report.logs += logs.len();
-            for log in &logs {
-                if let Some(t) = self
-                    .record(log)
-                    .instrument(
-                        tracing::debug_span!(target: "cresolver::step", "step", step = "record"),
-                    )
-                    .await?
-                {
-                    report.triggers += 1;
-                    // The request is durable; a closed channel only means shutdown.
-                    let _ = out.send(t).await;
-                }
-            }
+            self.record_all(&logs, out, &mut report).await?;
             // An endpoint that does not have `to` yet (another endpoint answered the head)
             // may have returned only part of the logs: scan the range again later.
             let hash = self.block_hash(to).await?.ok_or_else(|| {
@@ -368,20 +355,7 @@ impl Watcher {
                 .logs_of(block)
                 .instrument(tracing::debug_span!(target: "cresolver::step", "step", step = "logs"))
                 .await?;
-            report.logs += logs.len();
-            for log in &logs {
-                if let Some(t) = self
-                    .record(log)
-                    .instrument(
-                        tracing::debug_span!(target: "cresolver::step", "step", step = "record"),
-                    )
-                    .await?
-                {
-                    report.triggers += 1;
-                    // The request is durable; a closed channel only means shutdown.
-                    let _ = out.send(t).await;
-                }
-            }
+            self.record_all(&logs, out, &mut report).await?;
             self.sink
                 .set_checkpoint(&key, block.number, block.hash)
                 .await?;
@@ -414,6 +388,31 @@ impl Watcher {
             )));
         }
         Ok(logs)
+    }
+
+    /// Records each log of a chunk and sends the triggers of the rounds they start (once
+    /// each is durable), counting both in `report`.
+    async fn record_all(
+        &self,
+        logs: &[Log],
+        out: &mpsc::Sender<Trigger>,
+        report: &mut ScanReport,
+    ) -> Result<(), WatchError> {
+        report.logs += logs.len();
+        for log in logs {
+            if let Some(t) = self
+                .record(log)
+                .instrument(
+                    tracing::debug_span!(target: "cresolver::step", "step", step = "record"),
+                )
+                .await?
+            {
+                report.triggers += 1;
+                // The request is durable; a closed channel only means shutdown.
+                let _ = out.send(t).await;
+            }
+        }
+        Ok(())
     }
 
     async fn record(&self, log: &Log) -> Result<Option<Trigger>, WatchError> {
