@@ -130,10 +130,21 @@ impl HeadFeed {
     /// subscription that lags the probe cannot say what lies between.
     pub fn pushed_after(&self, number: u64, hash: B256) -> Option<Vec<PushedHead>> {
         let chain = self.pushed.lock();
-        if chain.tip()?.number < self.latest() {
+        if !self.is_current(&chain) {
             return None;
         }
         chain.after(number, hash)
+    }
+
+    /// Whether the subscription pushed a header as new as the newest head known by any
+    /// means (without it, [`HeadFeed::pushed_after`] answers nothing): a cheap look
+    /// before the checkpoint is read.
+    pub fn pushed_is_current(&self) -> bool {
+        self.is_current(&self.pushed.lock())
+    }
+
+    fn is_current(&self, chain: &PushedChain) -> bool {
+        chain.tip().is_some_and(|t| t.number >= self.latest())
     }
 
     /// An endpoint serves again after none did: wakes what waits on [`HeadFeed::on_restore`].
@@ -370,6 +381,8 @@ mod tests {
     #[test]
     fn the_feed_answers_only_when_the_push_is_as_new_as_the_probe() {
         let feed = HeadFeed::new();
+        // nothing pushed yet (an http-only node's feed): nothing to say
+        assert!(!feed.pushed_is_current());
         feed.push_header(head(10, 10, 9));
         feed.push_header(head(11, 11, 10));
         assert_eq!(feed.latest(), 11);
@@ -378,8 +391,10 @@ mod tests {
                 .map(|v| v.len()),
             Some(1)
         );
+        assert!(feed.pushed_is_current());
         // the probe saw block 12 before the subscription pushed it
         feed.publish(12);
+        assert!(!feed.pushed_is_current());
         assert_eq!(feed.pushed_after(10, B256::repeat_byte(10)), None);
         feed.push_header(head(12, 12, 11));
         assert_eq!(

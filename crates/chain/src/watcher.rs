@@ -323,7 +323,8 @@ impl Watcher {
         &mut self,
         out: &mpsc::Sender<Trigger>,
     ) -> Result<Option<ScanReport>, WatchError> {
-        let Some(feed) = &self.heads else {
+        // (an http-only node's feed has no pushed headers: no checkpoint read for nothing)
+        let Some(feed) = self.heads.as_ref().filter(|f| f.pushed_is_current()) else {
             return Ok(None);
         };
         let key = self.checkpoint_key();
