@@ -117,6 +117,8 @@ struct Proxy {
     /// Every method called, in order (an eth_getLogs by block hash as
     /// `eth_getLogs(blockHash)`).
     methods: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Every log eth_getLogs returns is said to come from this contract.
+    forged_address: Option<String>,
 }
 
 impl Proxy {
@@ -130,6 +132,7 @@ impl Proxy {
             rate_limited: None,
             limited_calls: Default::default(),
             methods: Default::default(),
+            forged_address: None,
         }
     }
 }
@@ -200,7 +203,7 @@ async fn rpc(State(p): State<Proxy>, Json(body): Json<Value>) -> axum::response:
             .into_response();
         }
     }
-    let reply: Value = reqwest::Client::new()
+    let mut reply: Value = reqwest::Client::new()
         .post(&p.upstream)
         .json(&body)
         .send()
@@ -209,7 +212,36 @@ async fn rpc(State(p): State<Proxy>, Json(body): Json<Value>) -> axum::response:
         .json()
         .await
         .unwrap();
+    if let Some(forged) = &p.forged_address
+        && body["method"] == "eth_getLogs"
+        && let Some(logs) = reply["result"].as_array_mut()
+    {
+        for log in logs {
+            log["address"] = json!(forged);
+        }
+    }
     Json(reply).into_response()
+}
+
+#[tokio::test]
+async fn a_log_said_to_come_from_another_contract_is_refused() {
+    let s = market_with_n_workers(1).await;
+    requested_in(&s, s.market_id).await;
+    let proxy = Proxy {
+        forged_address: Some(format!("{}", alloy::primitives::Address::repeat_byte(0x42))),
+        ..Proxy::new(s.dev.rpc_url(), 1_000)
+    };
+    let url = serve(proxy).await;
+    let provider = cresolver_chain::connect(&url).await.unwrap();
+    let store = Arc::new(SqliteStore::new(Store::in_memory().unwrap()));
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut w = Watcher::new(provider, StoreSink::shared(store), cfg(&s, 0, 1000));
+    let err = w.scan_once(&tx).await.unwrap_err();
+    assert!(
+        matches!(&err, cresolver_chain::watcher::WatchError::Rpc(f) if matches!(*f.cause, cresolver_chain::RpcCause::Mismatch)),
+        "{err}"
+    );
+    assert!(drain(&mut rx).is_empty(), "nothing recorded from it");
 }
 
 #[tokio::test]

@@ -1,10 +1,35 @@
 //! Chunked `eth_getLogs`, the one scanner behind the watcher and replay: chunks of at
 //! most the current range, halved when the provider refuses a range (too many blocks,
 //! results or bytes; never for a rate limit, which the transport retries) and doubled
-//! back towards the configured maximum after a run of good chunks.
+//! back towards the configured maximum after a run of good chunks. Every answer is held
+//! to its request ([`matching`]).
 
 use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::{Filter, Log};
+
+/// An `eth_getLogs` answer held to its request: every log must be one `filter` asks for
+/// (its block range or block hash, its address and its topics, as alloy's
+/// `Filter::rpc_matches` says); the first that is not makes the answer an error
+/// ([`crate::RpcCause::Mismatch`]), so that an endpoint's log of another contract or
+/// block is never taken for the market's.
+pub fn matching(
+    call: &str,
+    filter: &Filter,
+    logs: Vec<Log>,
+) -> Result<Vec<Log>, crate::RpcFailure> {
+    match logs.iter().find(|l| !filter.rpc_matches(l)) {
+        None => Ok(logs),
+        Some(bad) => Err(crate::RpcFailure::new(
+            format!(
+                "{call} returned a log it did not ask for (contract {}, block {:?} {:?})",
+                bad.address(),
+                bad.block_number,
+                bad.block_hash
+            ),
+            crate::RpcCause::Mismatch,
+        )),
+    }
+}
 
 /// Whether an RPC error says the queried block range (or result set) is too large: it
 /// must speak of the range, the results or the response size. A rate-limit answer
@@ -81,11 +106,10 @@ impl LogScanner {
     ) -> Result<(u64, Vec<Log>), crate::RpcFailure> {
         loop {
             let end = from.saturating_add(self.range - 1).min(to);
-            match provider
-                .get_logs(&filter.clone().from_block(from).to_block(end))
-                .await
-            {
+            let chunk = filter.clone().from_block(from).to_block(end);
+            match provider.get_logs(&chunk).await {
                 Ok(logs) => {
+                    let logs = matching(&format!("eth_getLogs {from}..{end}"), &chunk, logs)?;
                     if self.range < self.max_range {
                         self.good_chunks += 1;
                         if self.good_chunks >= GROW_AFTER_CHUNKS {

@@ -366,29 +366,17 @@ impl Watcher {
     }
 
     /// The market's `ResolutionRequested` logs of one pushed block, asked for by its
-    /// hash. A log that names another block is the endpoint's error: the pass fails and
-    /// the next one is a full pass.
+    /// hash and held to that request ([`crate::scan::matching`]: a log of another block
+    /// or contract fails the pass, and the next one is a full pass).
     async fn logs_of(&self, block: PushedHead) -> Result<Vec<Log>, WatchError> {
+        let call = format!("eth_getLogs(blockHash of block {})", block.number);
         let filter = self.filter().at_block_hash(block.hash);
-        let logs = self.provider.get_logs(&filter).await.map_err(|e| {
-            RpcFailure::new(
-                format!("eth_getLogs(blockHash of block {})", block.number),
-                e,
-            )
-        })?;
-        if let Some(bad) = logs
-            .iter()
-            .find(|l| l.block_hash != Some(block.hash) || l.block_number != Some(block.number))
-        {
-            return Err(WatchError::Rpc(RpcFailure::new(
-                format!(
-                    "eth_getLogs(blockHash of block {}) returned a log of block {:?} ({:?})",
-                    block.number, bad.block_number, bad.block_hash
-                ),
-                RpcCause::Mismatch,
-            )));
-        }
-        Ok(logs)
+        let logs = self
+            .provider
+            .get_logs(&filter)
+            .await
+            .map_err(|e| RpcFailure::new(call.clone(), e))?;
+        Ok(crate::scan::matching(&call, &filter, logs)?)
     }
 
     /// Records each log of a chunk and sends the triggers of the rounds they start (once
