@@ -1,16 +1,17 @@
 //! The thin async host of one execution's consensus core ([`crate::consensus::Core`]):
 //! it reads what was persisted (on the blocking pool), feeds the core the messages of the
 //! execution's book and the timers it asked for, and performs the effects in order: the
-//! log appends and the report lock through the journal's group commit (committed before
-//! anything sent with them, and synced first before a vote or a proposal), then the
-//! sends, the timers, the metrics, and at the end the agreement (stored before it is
-//! returned).
+//! log appends and the report lock through the journal's group commit (committed and
+//! synced before a vote or a proposal they caused leaves; otherwise queued, and checked
+//! at the next such commit and at the end), then the sends, the timers, the metrics, and
+//! at the end the agreement (stored before it is returned).
 
 use crate::agreed::Agreed;
 use crate::book::Slot;
 use crate::consensus::{Core, Effect, Input, Timer};
 use crate::job::{AgreeError, Job, PHASES_KEPT, Phases};
-use crate::journal::Write;
+use crate::journal::{Queued, Write};
+use crate::persist::PersistError;
 use crate::shared::{Shared, crash_point};
 use crate::wire::{Body, SignedObservation, VoteKind};
 use std::collections::BTreeMap;
@@ -41,6 +42,42 @@ impl Timers {
     }
 }
 
+/// Writes queued without waiting: an input that caused no vote or proposal, the report
+/// lock (see [`crate::journal`]). The journal answers in order, so once a later commit
+/// is answered, so are these; a failed one fails the execution before anything that
+/// follows it is sent with a log that lacks it.
+#[derive(Default)]
+struct Pending(Vec<Queued>);
+
+impl Pending {
+    /// The answers already in: the first failure, if any.
+    fn check(&mut self) -> Result<(), PersistError> {
+        let mut first = Ok(());
+        self.0.retain_mut(|rx| match rx.try_recv() {
+            Ok(r) => {
+                if first.is_ok() {
+                    first = r;
+                }
+                false
+            }
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => true,
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                first = Err(PersistError::Closed);
+                false
+            }
+        });
+        first
+    }
+
+    /// Waits for every answer (after a later commit's answer they are all in).
+    async fn settle(&mut self) -> Result<(), PersistError> {
+        for rx in self.0.drain(..) {
+            rx.await.map_err(|_| PersistError::Closed)??;
+        }
+        Ok(())
+    }
+}
+
 /// How an execution ended, as the host sees the core's terminal effects.
 enum Ending {
     Agreed(Box<Agreed>),
@@ -48,18 +85,22 @@ enum Ending {
     SignedAnother,
 }
 
-/// Runs the core of `job` to an agreement, a stall, or shutdown.
+/// What a member persisted of one execution before its host starts: the consensus log's
+/// entries (as stored) and the report lock.
+pub(crate) struct Persisted {
+    pub log: Vec<String>,
+    pub lock: Option<crate::persist::Lock>,
+}
+
+/// Runs the core of `job` to an agreement, a stall, or shutdown, from what was persisted.
 pub(crate) async fn run(
     s: &Shared,
-    job: Job,
-    own: SignedObservation,
+    (job, own): (Job, SignedObservation),
+    persisted: Persisted,
     slot: Arc<Slot>,
 ) -> Result<Agreed, AgreeError> {
     let exec = job.execution_id;
-    let (log, lock) = s
-        .journal
-        .read(move |p| Ok((p.log(&exec)?, p.lock(&exec)?)))
-        .await?;
+    let Persisted { log, lock } = persisted;
     let log = log
         .iter()
         .filter_map(|e| match serde_json::from_str(e) {
@@ -76,6 +117,7 @@ pub(crate) async fn run(
     let clock = Instant::now();
     let mut timers = Timers::default();
     let mut marks = Marks::new(clock);
+    let mut pending = Pending::default();
     let mut effects = core.handle(Input::Start { log, lock }, clock.elapsed());
     marks.step(core.step());
     loop {
@@ -87,12 +129,16 @@ pub(crate) async fn run(
             effects.extend(core.handle(Input::Message(env), now));
             marks.step(core.step());
         }
-        if let Some(end) = perform(s, &core, &mut timers, effects).await? {
+        let performed = perform(s, &core, (&mut timers, &mut pending), effects).await;
+        if let Some(end) = performed? {
             clear_status(s, &exec);
             return match end {
                 Ending::Agreed(a) => {
                     marks.agreed(s);
-                    agreed(s, &core, *a).await
+                    // the agreement is committed after every write queued before it
+                    let stored = agreed(s, &core, *a).await;
+                    pending.settle().await?;
+                    stored
                 }
                 Ending::Stalled(rounds) => Err(AgreeError::Stalled { rounds }),
                 Ending::SignedAnother => Err(AgreeError::SignedAnother),
@@ -126,12 +172,13 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Performs effects: every durable write first (one group commit), then the rest in
-/// order. Returns how the execution ended, if it did.
+/// Performs effects: the writes first (one group commit, waited for when a vote or a
+/// proposal sent now rests on it, else queued), then the rest in order. Returns how the
+/// execution ended, if it did.
 async fn perform(
     s: &Shared,
     core: &Core,
-    timers: &mut Timers,
+    (timers, pending): (&mut Timers, &mut Pending),
     effects: Vec<Effect>,
 ) -> Result<Option<Ending>, AgreeError> {
     let exec = core.execution_id();
@@ -158,9 +205,17 @@ async fn perform(
         }
     }
     let (count, began) = (writes.len(), Instant::now());
-    s.journal.commit(writes, durable).await?;
-    if count > 0 {
-        tracing::debug!(execution_id = %exec, writes = count, micros = began.elapsed().as_micros() as u64, "journal commit");
+    if durable {
+        s.journal.commit(writes, true).await?;
+        pending.settle().await?;
+        if count > 0 {
+            tracing::debug!(execution_id = %exec, writes = count, micros = began.elapsed().as_micros() as u64, "journal commit, synced");
+        }
+    } else {
+        if count > 0 {
+            pending.0.push(s.journal.queue(writes)?);
+        }
+        pending.check()?;
     }
     let mut end = None;
     let mut voted = false;
@@ -211,11 +266,14 @@ async fn perform(
 async fn agreed(s: &Shared, core: &Core, a: Agreed) -> Result<Agreed, AgreeError> {
     let exec = a.execution_id;
     // not synced: a member that loses it to a power cut decides again from its log and
-    // its peers' decisions (which carry their certificates)
-    s.journal
-        .commit(vec![Write::Agreed(exec, Box::new(a.clone()))], false)
-        .await?;
-    let stored = s.journal.read(move |p| p.agreed(&exec)).await?.unwrap_or(a);
+    // its peers' decisions (which carry their certificates); the first stored stays
+    let stored = s
+        .journal
+        .commit_then(vec![Write::Agreed(exec, Box::new(a.clone()))], move |p| {
+            p.agreed(&exec)
+        })
+        .await?
+        .unwrap_or(a);
     // keep every signature seen, for a transmitter whose f+1 hold one the forwarder refuses
     s.remember_done(&stored, core.signatures());
     s.decided
@@ -289,5 +347,37 @@ impl Marks {
         while kept.len() > PHASES_KEPT {
             kept.pop_front();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::oneshot;
+
+    #[tokio::test]
+    async fn a_queued_write_that_failed_fails_the_execution_at_the_next_check() {
+        let (ok, ok_rx) = oneshot::channel();
+        let (late, late_rx) = oneshot::channel();
+        let (bad, bad_rx) = oneshot::channel();
+        let mut pending = Pending(vec![ok_rx, late_rx, bad_rx]);
+        ok.send(Ok(())).expect("sent");
+        assert!(pending.check().is_ok());
+        assert_eq!(
+            pending.0.len(),
+            2,
+            "the answered one is dropped, the others kept"
+        );
+        bad.send(Err(PersistError::Closed)).expect("sent");
+        assert!(matches!(pending.check(), Err(PersistError::Closed)));
+        late.send(Ok(())).expect("sent");
+        assert!(pending.settle().await.is_ok());
+        let (gone, gone_rx) = oneshot::channel::<Result<(), PersistError>>();
+        drop(gone);
+        let mut pending = Pending(vec![gone_rx]);
+        assert!(
+            pending.settle().await.is_err(),
+            "a writer gone is a failure"
+        );
     }
 }

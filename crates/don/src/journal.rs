@@ -9,8 +9,12 @@
 //! member's observation, which it would make again after a power cut, as honestly; an
 //! agreement it rebuilds from its peers) survive the process's crash at once and a power
 //! loss from the next synced commit on, as the round store's writes do. The async threads
-//! never wait on the disk; an instance waits for its own writes before it sends what they
-//! caused.
+//! never wait on the disk. An instance waits for its durable writes before it sends what
+//! they caused; the others it queues ([`Journal::queue`]) and checks at its next durable
+//! commit, which the writer answers only after every write queued before it (one queue,
+//! in order). A write read back at once (the first stored observation or agreement stays)
+//! is read by the writer right after its commit ([`Journal::commit_then`]): one hop, not
+//! two.
 
 pub use crate::persist::Write;
 use crate::persist::{Persist, PersistError};
@@ -19,11 +23,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use tokio::sync::oneshot;
 
+/// What the writer does once a request's transaction ended: answer it (and read).
+type Answer = Box<dyn FnOnce(&Persist, Result<(), PersistError>) + Send>;
+
 struct Request {
     writes: Vec<Write>,
     durable: bool,
-    done: oneshot::Sender<Result<(), PersistError>>,
+    done: Answer,
 }
+
+/// A write queued without waiting ([`Journal::queue`]): its answer, to check later.
+pub type Queued = oneshot::Receiver<Result<(), PersistError>>;
 
 /// The writer thread's handle; cheap to clone.
 #[derive(Clone)]
@@ -76,15 +86,55 @@ impl Journal {
         if writes.is_empty() {
             return Ok(());
         }
-        let (done, rx) = oneshot::channel();
+        self.queue_with(writes, durable)?
+            .await
+            .map_err(|_| PersistError::Closed)?
+    }
+
+    /// Queues `writes` (not synced) without waiting for them; the answer comes before the
+    /// answer of any write queued after them.
+    pub fn queue(&self, writes: Vec<Write>) -> Result<Queued, PersistError> {
+        self.queue_with(writes, false)
+    }
+
+    fn queue_with(&self, writes: Vec<Write>, durable: bool) -> Result<Queued, PersistError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(
+            writes,
+            durable,
+            Box::new(move |_, r| {
+                let _ = tx.send(r);
+            }),
+        )?;
+        Ok(rx)
+    }
+
+    /// Commits `writes` (not synced) and then, on the writer's connection, reads `then`:
+    /// what a write that keeps the first stored value left there.
+    pub async fn commit_then<T: Send + 'static>(
+        &self,
+        writes: Vec<Write>,
+        then: impl FnOnce(&Persist) -> Result<T, PersistError> + Send + 'static,
+    ) -> Result<T, PersistError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(
+            writes,
+            false,
+            Box::new(move |p, r| {
+                let _ = tx.send(r.and_then(|()| then(p)));
+            }),
+        )?;
+        rx.await.map_err(|_| PersistError::Closed)?
+    }
+
+    fn send(&self, writes: Vec<Write>, durable: bool, done: Answer) -> Result<(), PersistError> {
         self.tx
             .send(Request {
                 writes,
                 durable,
                 done,
             })
-            .map_err(|_| PersistError::Closed)?;
-        rx.await.map_err(|_| PersistError::Closed)?
+            .map_err(|_| PersistError::Closed)
     }
 
     /// Runs a read of the state file on the blocking pool.
@@ -117,7 +167,7 @@ fn writer(
             fsyncs.fetch_add(1, Ordering::Relaxed);
         }
         for r in batch {
-            let _ = r.done.send(result.clone().map_err(PersistError::Batch));
+            (r.done)(persist, result.clone().map_err(PersistError::Batch));
         }
     }
 }
@@ -126,6 +176,35 @@ fn writer(
 mod tests {
     use super::*;
     use alloy::primitives::B256;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_writes_are_answered_before_a_later_commit_which_reads_after_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = Journal::start(Arc::new(
+            Persist::open(&dir.path().join("don.sqlite")).expect("opens"),
+        ));
+        let exec = B256::repeat_byte(7);
+        let mut queued = Vec::new();
+        {
+            // the state file is busy: the queued writes wait behind it
+            let _busy = journal.persist.conn();
+            for i in 0..5 {
+                let w = vec![Write::Log(exec, vec![format!("{i}")])];
+                queued.push(journal.queue(w).expect("the writer runs"));
+            }
+        }
+        let log = journal
+            .commit_then(vec![Write::Log(exec, vec!["last".into()])], move |p| {
+                p.log(&exec)
+            })
+            .await
+            .expect("commits and reads");
+        assert_eq!(log, ["0", "1", "2", "3", "4", "last"]);
+        // answered in order: every write queued before is answered by now
+        for mut rx in queued {
+            assert!(matches!(rx.try_recv(), Ok(Ok(()))));
+        }
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_waiting_together_share_one_commit_and_are_durable_in_order() {
@@ -138,15 +217,9 @@ mod tests {
             // the state file is busy: every write queues behind it
             let _busy = journal.persist.conn();
             for (i, exec) in execs.iter().enumerate() {
-                let (done, rx) = oneshot::channel();
                 let lines = vec![format!("{i}-a"), format!("{i}-b")];
-                journal
-                    .tx
-                    .send(Request {
-                        writes: vec![Write::Log(*exec, lines)],
-                        durable: true,
-                        done,
-                    })
+                let rx = journal
+                    .queue_with(vec![Write::Log(*exec, lines)], true)
                     .expect("the writer runs");
                 waiting.push(rx);
             }

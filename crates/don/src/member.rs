@@ -9,6 +9,7 @@ use crate::book::{Books, Full};
 use crate::config::DonConfig;
 use crate::consensus::{Params, Secp256k1Keys};
 pub use crate::decided::DecidedExecution;
+use crate::host::Persisted;
 use crate::job::Phases;
 pub use crate::job::{AgreeError, BuildError, BuildReport, InstanceStatus, Job, ReportRefusal};
 use crate::journal::{Journal, Write};
@@ -332,10 +333,20 @@ impl Don {
     /// previous run persisted (the observation, the consensus log, the signed report).
     pub async fn agree(&self, job: Job) -> Result<Agreed, AgreeError> {
         let exec = job.execution_id;
-        let (agreed, stored) = self
+        // one read (one hop to the blocking pool) for all a previous run left
+        let (agreed, stored, persisted) = self
             .s
             .journal
-            .read(move |p| Ok((p.agreed(&exec)?, p.own_observation(&exec)?)))
+            .read(move |p| {
+                Ok((
+                    p.agreed(&exec)?,
+                    p.own_observation(&exec)?,
+                    Persisted {
+                        log: p.log(&exec)?,
+                        lock: p.lock(&exec)?,
+                    },
+                ))
+            })
             .await?;
         if let Some(a) = agreed {
             self.s.remember_done(&a, []);
@@ -349,19 +360,19 @@ impl Don {
             Some(o) => o,
             None => {
                 let signed = wire::sign_observation(job.observation.clone(), &self.s.signer)?;
-                self.s
+                let own = self
+                    .s
                     .journal
                     // not synced: after a power cut a member observes again (another
-                    // timestamp), and both observations are honest; no vote rests on it
-                    .commit(vec![Write::Observation(exec, Box::new(signed))], false)
-                    .await?;
-                crate::shared::crash_point("don_observed");
-                // the first stored stays (a concurrent call may have stored its own)
-                self.s
-                    .journal
-                    .read(move |p| p.own_observation(&exec))
+                    // timestamp), and both observations are honest; no vote rests on it.
+                    // The first stored stays (a concurrent call may have stored its own).
+                    .commit_then(vec![Write::Observation(exec, Box::new(signed))], move |p| {
+                        p.own_observation(&exec)
+                    })
                     .await?
-                    .ok_or(PersistError::Closed)?
+                    .ok_or(PersistError::Closed)?;
+                crate::shared::crash_point("don_observed");
+                own
             }
         };
         self.s
@@ -369,7 +380,7 @@ impl Don {
             .don_event(DonEvent::ObservationReceived(ObservationSource::Own));
         tracing::info!(execution_id = %exec, leader = %self.s.leader(&exec, 0), "consensus started for the execution");
         let slot = self.s.books.own(exec);
-        let result = crate::host::run(&self.s, job, own, slot).await;
+        let result = crate::host::run(&self.s, (job, own), persisted, slot).await;
         // the host remembered its agreement (with every signature it saw)
         if result.is_ok() {
             self.s.books.close(&exec);

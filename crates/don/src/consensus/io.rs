@@ -43,9 +43,11 @@ pub enum Input {
     Timeout(Timer),
 }
 
-/// What the core asks the host to do, in order. `Append` and `Lock` must be committed
-/// before any `Send` returned with them is performed, and synced to disk first when the
-/// batch [`must_sync`].
+/// What the core asks the host to do, in order. `Append` and `Lock` are committed in
+/// order; when the batch [`must_sync`] they are committed and synced to disk before any
+/// `Send` returned with them is performed. Otherwise the host may send first: a crash
+/// may then lose them, as a power cut loses every write since the last sync, and no vote
+/// or proposal rests on them.
 #[derive(Debug, Clone)]
 pub enum Effect {
     /// Append these inputs to the execution's consensus log.

@@ -22,7 +22,8 @@
 //!   ([`must_sync`]), so a restarted member replays to the same state and never votes
 //!   twice in a round.
 //! - Only once a set is decided does the member build its report, sign the forwarder
-//!   digest ([`Effect::Lock`], committed before the signature leaves) and send a `Decided`
+//!   digest ([`Effect::Lock`], stored with no sync and without waiting: the certificate
+//!   fixes the report, so a member that lost it signs the same bytes) and send a `Decided`
 //!   message: the set, the 2f+1 precommits and its report signature. A member that missed
 //!   the decision takes it from that message.
 

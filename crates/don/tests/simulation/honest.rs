@@ -5,7 +5,9 @@
 //! middle of its append (a prefix of the entries kept, the lock kept or not, nothing
 //! sent), or after its writes with only some of its sends out. Half the crashes are power
 //! cuts: every write since the last batch the host syncs (`Core::must_sync`) is lost too,
-//! whatever was sent after it. The member comes back
+//! whatever was sent after it. (A batch that need not be synced is only queued by the
+//! host, and its sends may leave before its writes are committed; a process crash that
+//! loses those writes leaves the state a power cut leaves.) The member comes back
 //! later with a fresh core given what was durable; the timers of the old incarnation are
 //! dropped. Once agreed, it answers a member that writes about the execution with its
 //! decision (at most once a second per sender), as the member server does.
