@@ -69,8 +69,10 @@ impl Steps<'_> {
         let exec = job.execution_id;
         let started = Instant::now();
         // the transcript with the member's own outcome is stored while the consensus runs
-        let (saved, agreed) =
-            tokio::join!(self.save_transcript(round, &transcript), don.agree(job));
+        // (the consensus polled first: the observation it sends is what the others wait
+        // for, the transcript's encoding is not)
+        let (agreed, saved) =
+            tokio::join!(don.agree(job), self.save_transcript(round, &transcript));
         saved?;
         let agreed = agreed.map_err(StepError::retry_with)?;
         self.metrics
@@ -190,7 +192,8 @@ impl Steps<'_> {
             signatures: &signatures,
         };
         // the leader reads the chain for its transaction ahead, and the transcript with
-        // the agreement is stored, while the forwarder is looked at
+        // the agreement is stored, while the forwarder is looked at (polled first: the
+        // transmission is what the market waits for)
         let view = async {
             match rank {
                 // a failed read is only a read not made ahead: the submission makes it
@@ -199,13 +202,13 @@ impl Steps<'_> {
             }
         };
         let looked = Instant::now();
-        let (saved, transmitted, view) = tokio::join!(
-            self.save_transcript(round, &transcript),
+        let (transmitted, view, saved) = tokio::join!(
             round
                 .p
                 .submitter
                 .transmit(&transcript.market, market_id, &delivery, self.metrics),
             view,
+            self.save_transcript(round, &transcript),
         );
         saved?;
         tracing::debug!(market_id = %market_id, rank, ms = looked.elapsed().as_secs_f64() * 1e3, "transmission: the forwarder looked at and the report pre-flighted");
