@@ -192,8 +192,7 @@ impl Steps<'_> {
             signatures: &signatures,
         };
         // the leader reads the chain for its transaction ahead, and the transcript with
-        // the agreement is stored, while the forwarder is looked at (polled first: the
-        // transmission is what the market waits for)
+        // the agreement is stored, while the forwarder is looked at
         let view = async {
             match rank {
                 // a failed read is only a read not made ahead: the submission makes it
@@ -202,13 +201,13 @@ impl Steps<'_> {
             }
         };
         let looked = Instant::now();
-        let (transmitted, view, saved) = tokio::join!(
+        let (saved, transmitted, view) = tokio::join!(
+            self.save_transcript(round, &transcript),
             round
                 .p
                 .submitter
                 .transmit(&transcript.market, market_id, &delivery, self.metrics),
             view,
-            self.save_transcript(round, &transcript),
         );
         saved?;
         tracing::debug!(market_id = %market_id, rank, ms = looked.elapsed().as_secs_f64() * 1e3, "transmission: the forwarder looked at and the report pre-flighted");
