@@ -87,6 +87,7 @@ enum Ending {
 
 /// What a member persisted of one execution before its host starts: the consensus log's
 /// entries (as stored) and the report lock.
+#[derive(Default)]
 pub(crate) struct Persisted {
     pub log: Vec<String>,
     pub lock: Option<crate::persist::Lock>,

@@ -333,19 +333,21 @@ impl Don {
     /// previous run persisted (the observation, the consensus log, the signed report).
     pub async fn agree(&self, job: Job) -> Result<Agreed, AgreeError> {
         let exec = job.execution_id;
-        // one read (one hop to the blocking pool) for all a previous run left
+        // one read (one hop to the blocking pool) for all a previous run left; the log
+        // and the lock only when the execution is not agreed (they are not used then)
         let (agreed, stored, persisted) = self
             .s
             .journal
             .read(move |p| {
-                Ok((
-                    p.agreed(&exec)?,
-                    p.own_observation(&exec)?,
-                    Persisted {
+                let agreed = p.agreed(&exec)?;
+                let persisted = match agreed {
+                    Some(_) => None,
+                    None => Some(Persisted {
                         log: p.log(&exec)?,
                         lock: p.lock(&exec)?,
-                    },
-                ))
+                    }),
+                };
+                Ok((agreed, p.own_observation(&exec)?, persisted))
             })
             .await?;
         if let Some(a) = agreed {
@@ -380,6 +382,8 @@ impl Don {
             .don_event(DonEvent::ObservationReceived(ObservationSource::Own));
         tracing::info!(execution_id = %exec, leader = %self.s.leader(&exec, 0), "consensus started for the execution");
         let slot = self.s.books.own(exec);
+        // (`None` only beside an agreement, which returned above)
+        let persisted = persisted.unwrap_or_default();
         let result = crate::host::run(&self.s, (job, own), persisted, slot).await;
         // the host remembered its agreement (with every signature it saw)
         if result.is_ok() {
