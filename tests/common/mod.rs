@@ -13,6 +13,7 @@ pub mod pg;
 pub mod proxy;
 pub use pg::ports;
 pub mod roundtable_peer;
+pub mod send_gate;
 
 use alloy::primitives::Address;
 use axum::Json;

@@ -50,6 +50,8 @@ pub struct Dn {
     /// Where each member listens, when that is not its configured URL's port (a proxy in
     /// front of it holds that port).
     pub listen: Vec<Option<u16>>,
+    /// The members' RPC URL, when it is not anvil's own (a gate in front of it).
+    pub rpc_url: Option<String>,
     wf: PathBuf,
 }
 
@@ -107,6 +109,7 @@ impl Dn {
             cfg,
             procs: (0..n).map(|_| None).collect(),
             listen: vec![None; n],
+            rpc_url: None,
             wf,
         }
     }
@@ -114,6 +117,9 @@ impl Dn {
     /// Member `i`'s node config file.
     fn config_file(&self, i: usize) -> PathBuf {
         let mut cfg = node_config(&self.s, &self.dirs[i], self.wf.clone());
+        if let Some(url) = &self.rpc_url {
+            cfg.chain.rpc_url = url.clone();
+        }
         cfg.submit.forwarder = Some(self.forwarder);
         cfg.submit.receiver = Some(self.receiver);
         cfg.api.listen = format!("127.0.0.1:{}", self.api[i]);
@@ -669,11 +675,18 @@ async fn a_member_whose_own_round_missed_quorum_still_observes() {
 /// four) land in one block: the forwarder delivers the first, and the others are mined
 /// and revert. Each member records the round confirmed, delivered by the member whose
 /// transmission landed first, not skipped as if someone else had resolved the market.
+/// The members reach anvil through a gate that holds their `eth_sendRawTransaction`s
+/// until all four wait (at most 10 s): without it, the race into the pool depended on
+/// timing (a member whose pre-flight runs once another transmission is pooled rightly
+/// holds its own back), and once only the leader's was pooled.
 #[tokio::test]
 async fn members_whose_transmissions_lost_the_race_record_the_delivery() {
     let (s, _) = counted_market().await;
     let mut dn = Dn::new(s, 4, 1, None).await;
     dn.cfg.transmit_delay = Duration::from_millis(1);
+    let gate =
+        crate::common::send_gate::start(&dn.s.dev.rpc_url(), 4, Duration::from_secs(10)).await;
+    dn.rpc_url = Some(gate.url.clone());
     dn.spawn_all();
     let p = dn.s.dev.provider.clone();
     let pending = || async {
@@ -702,8 +715,10 @@ async fn members_whose_transmissions_lost_the_race_record_the_delivery() {
     // The transmissions wait in the pool together, then go into one block. A member
     // whose pre-flight runs once another member's transmission is in the pool sees the
     // report delivered there (its pre-flight's `eth_call` runs against the pending
-    // block, alloy's default: `AlreadyAttempted`) and holds its own back, which is right: so the test takes all
-    // four, or at least two once the pool has not grown for 2 s.
+    // block, alloy's default: `AlreadyAttempted`) and holds its own back, which is
+    // right; the gate lets none into the pool before all four were sent. The test takes
+    // all four, or at least two once the pool has not grown for 2 s (a member slower
+    // than the gate's 10 s).
     let started = Instant::now();
     let mut seen = (0, Instant::now());
     let pooled = loop {
