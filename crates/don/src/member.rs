@@ -332,13 +332,32 @@ impl Don {
     /// to a decided set and f+1 signatures over the report built from it. Resumes what a
     /// previous run persisted (the observation, the consensus log, the signed report).
     pub async fn agree(&self, job: Job) -> Result<Agreed, AgreeError> {
+        self.agree_observed(job).await.map(|(agreed, _)| agreed)
+    }
+
+    /// [`Don::agree`], with this member's own signed observation of the execution (the
+    /// one stored, which a previous run may have made): no second read of the state file
+    /// after the agreement.
+    pub async fn agree_observed(
+        &self,
+        job: Job,
+    ) -> Result<(Agreed, SignedObservation), AgreeError> {
         let exec = job.execution_id;
-        // one read (one hop to the blocking pool) for all a previous run left; the log
-        // and the lock only when the execution is not agreed (they are not used then)
-        let (agreed, stored, persisted) = self
+        if *self.s.stop.borrow() {
+            return Err(AgreeError::ShuttingDown);
+        }
+        // One hop to the journal's writer for everything a previous run left and the own
+        // observation: stored unless one is (insert once, so a previous run's or a
+        // concurrent call's stays), not synced (after a power cut a member observes again,
+        // with another timestamp, and both observations are honest; no vote rests on it),
+        // and read back with the agreement, and with the log and the lock when the
+        // execution is not agreed (they are not used then).
+        let signed = wire::sign_observation(job.observation.clone(), &self.s.signer)?;
+        let mine = signed.signature.clone();
+        let (agreed, own, persisted) = self
             .s
             .journal
-            .read(move |p| {
+            .commit_then(vec![Write::Observation(exec, Box::new(signed))], move |p| {
                 let agreed = p.agreed(&exec)?;
                 let persisted = match agreed {
                     Some(_) => None,
@@ -350,33 +369,15 @@ impl Don {
                 Ok((agreed, p.own_observation(&exec)?, persisted))
             })
             .await?;
+        let own = own.ok_or(PersistError::Closed)?;
         if let Some(a) = agreed {
             self.s.remember_done(&a, []);
             self.s.decided.lock().record(DecidedExecution::of(&a, None));
-            return Ok(a);
+            return Ok((a, own));
         }
-        if *self.s.stop.borrow() {
-            return Err(AgreeError::ShuttingDown);
+        if own.signature == mine && persisted.as_ref().is_some_and(|p| p.log.is_empty()) {
+            crate::shared::crash_point("don_observed");
         }
-        let own = match stored {
-            Some(o) => o,
-            None => {
-                let signed = wire::sign_observation(job.observation.clone(), &self.s.signer)?;
-                let own = self
-                    .s
-                    .journal
-                    // not synced: after a power cut a member observes again (another
-                    // timestamp), and both observations are honest; no vote rests on it.
-                    // The first stored stays (a concurrent call may have stored its own).
-                    .commit_then(vec![Write::Observation(exec, Box::new(signed))], move |p| {
-                        p.own_observation(&exec)
-                    })
-                    .await?
-                    .ok_or(PersistError::Closed)?;
-                crate::shared::crash_point("don_observed");
-                own
-            }
-        };
         self.s
             .metrics
             .don_event(DonEvent::ObservationReceived(ObservationSource::Own));
@@ -384,11 +385,11 @@ impl Don {
         let slot = self.s.books.own(exec);
         // (`None` only beside an agreement, which returned above)
         let persisted = persisted.unwrap_or_default();
-        let result = crate::host::run(&self.s, (job, own), persisted, slot).await;
+        let result = crate::host::run(&self.s, (job, own.clone()), persisted, slot).await;
         // the host remembered its agreement (with every signature it saw)
         if result.is_ok() {
             self.s.books.close(&exec);
         }
-        result
+        result.map(|agreed| (agreed, own))
     }
 }

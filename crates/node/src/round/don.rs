@@ -66,20 +66,19 @@ impl Steps<'_> {
             self.save_transcript(round, &transcript).await?;
             return Ok(Next::End(Ending::Untouched));
         };
-        let exec = job.execution_id;
         let started = Instant::now();
         // the transcript with the member's own outcome is stored while the consensus runs
         // (the consensus polled first: the observation it sends is what the others wait
         // for, the transcript's encoding is not)
-        let (agreed, saved) =
-            tokio::join!(don.agree(job), self.save_transcript(round, &transcript));
+        let (agreed, saved) = tokio::join!(
+            don.agree_observed(job),
+            self.save_transcript(round, &transcript)
+        );
         saved?;
-        let agreed = agreed.map_err(StepError::retry_with)?;
+        let (agreed, own) = agreed.map_err(StepError::retry_with)?;
         self.metrics
             .observe_stage(TimedStage::DonAgreement, started.elapsed().as_secs_f64());
-        if let Some(own) = don.own_observation(&exec).await.ok().flatten() {
-            transcript.don = Some(don_record(don, &own.observation, &agreed));
-        }
+        transcript.don = Some(don_record(don, &own.observation, &agreed));
         // (the agreement goes into the stored transcript with the transmission's first
         // look: it is in the DON's journal already)
         Ok(Next::Transmit(Carried::next(agreed, transcript)))
