@@ -110,6 +110,7 @@ impl Don {
                 decided: Mutex::new(crate::decided::DecidedLog::default()),
                 stop: watch::channel(false).0,
                 sent: std::sync::atomic::AtomicU64::new(0),
+                told: crate::shared::told(),
             },
         })
     }
@@ -285,7 +286,9 @@ impl Don {
     /// For a message taken before and sent again (the server keeps what it needs of it):
     /// `true` when its execution is decided here, and its sender then gets this member's
     /// decision, at most once per second, unless it said it holds f+1 signatures itself
-    /// (`agreed`: two members answering each other's answers would never stop).
+    /// (`agreed`: two members answering each other's answers would never stop) or it
+    /// accepted this member's decision within that second (a message it sent before the
+    /// decision reached it).
     pub async fn answer_replay(&self, exec: &B256, sender: Address, agreed: bool) -> bool {
         if !self.knows_decided(exec).await {
             return false;
@@ -295,7 +298,16 @@ impl Don {
             let Some(d) = done.peek_mut(exec) else {
                 return false;
             };
-            let last = d.replied.get(&sender).copied();
+            // answered lately, or it accepted this member's decision lately (sent when it
+            // decided: a message the sender sent before that arrived is not answered with
+            // what it holds already)
+            let told = self
+                .s
+                .told
+                .lock()
+                .peek(exec)
+                .and_then(|t| t.get(&sender).copied());
+            let last = d.replied.get(&sender).copied().max(told);
             if agreed || last.is_some_and(|t| t.elapsed() < REPLY_EVERY) {
                 None
             } else {

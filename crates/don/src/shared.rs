@@ -83,6 +83,19 @@ pub(crate) struct Shared {
     pub(crate) stop: watch::Sender<bool>,
     /// Messages sent to other members (one per recipient).
     pub(crate) sent: std::sync::atomic::AtomicU64,
+    /// When each member accepted this member's decision of an execution (its `Decided`,
+    /// sent when it decided, or as an answer), for the executions decided lately.
+    pub(crate) told: Told,
+}
+
+/// When each member accepted this member's `Decided` of an execution (the answer to its
+/// `POST` was 2xx): a member that holds it is not answered with it again within
+/// [`REPLY_EVERY`]. Bounded as [`Shared::done`].
+pub(crate) type Told = Arc<Mutex<LruCache<B256, HashMap<Address, Instant>>>>;
+
+/// An empty [`Told`].
+pub(crate) fn told() -> Told {
+    Arc::new(Mutex::new(LruCache::new(DONE_KEPT)))
 }
 
 impl Shared {
@@ -190,6 +203,8 @@ impl Shared {
                 m.address,
                 env.kind(),
             );
+            let decision = matches!(env.body, Body::Decided { .. })
+                .then(|| (self.told.clone(), env.execution_id));
             tokio::spawn(async move {
                 let sent = http
                     .post(url)
@@ -199,7 +214,13 @@ impl Shared {
                     .send()
                     .await;
                 match sent {
-                    Ok(r) if r.status().is_success() => {}
+                    Ok(r) if r.status().is_success() => {
+                        if let Some((told, exec)) = decision {
+                            told.lock()
+                                .get_or_insert_mut(exec, HashMap::new)
+                                .insert(member, Instant::now());
+                        }
+                    }
                     Ok(r) => {
                         tracing::debug!(%member, kind, status = %r.status(), "a member refused a DON message")
                     }

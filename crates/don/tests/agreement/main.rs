@@ -533,6 +533,41 @@ async fn seven_members_two_down_the_other_five_agree() {
     }
 }
 
+/// A member that accepted another's decision (posted when that one decided) is not
+/// answered with it again within a second: the late messages it sent before the decision
+/// reached it cost no answer. Past that second it is answered, as a member that lost the
+/// decision must be. Member 3's endpoint takes messages but it runs no agreement, so
+/// nothing else answered it before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_that_accepted_the_decision_is_not_answered_with_it_again_at_once() {
+    let mut net = Net::new(4, 1).await;
+    let dons: Vec<Arc<Don>> = (0..4)
+        .map(|i| net.start(i, Persist::in_memory().expect("db")))
+        .collect();
+    let jobs: Vec<Job> = (0..3).map(|i| net.job(net.observation(i, 0))).collect();
+    agree_all(dons[..3].iter().cloned().zip(jobs).collect()).await;
+    // member 3's answer to member 0's decision has come back
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let late = |shift| {
+        let o = wire::sign_observation(net.observation(3, shift), &net.keys[3]).expect("signs");
+        net.envelope(net.addr(3), Body::Observation { observation: o })
+    };
+    let sent = dons[0].messages_sent();
+    assert_eq!(send(&net, 0, &late(1), &net.keys[3]).await, 200);
+    assert_eq!(
+        dons[0].messages_sent(),
+        sent,
+        "no answer to a member that accepted the decision"
+    );
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(send(&net, 0, &late(2), &net.keys[3]).await, 200);
+    assert_eq!(
+        dons[0].messages_sent(),
+        sent + 1,
+        "a second later the member is answered"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restarted_member_keeps_its_observation_and_its_agreement() {
     let dir = tempfile::tempdir().expect("tempdir");
