@@ -200,14 +200,26 @@ impl Steps<'_> {
             }
         };
         let looked = Instant::now();
-        let (saved, transmitted, view) = tokio::join!(
-            self.save_transcript(round, &transcript),
+        let transmit =
             round
                 .p
                 .submitter
-                .transmit(&transcript.market, market_id, &delivery, self.metrics),
-            view,
-        );
+                .transmit(&transcript.market, market_id, &delivery, self.metrics);
+        let (saved, transmitted, view) = if rank == 0 {
+            tokio::join!(self.save_transcript(round, &transcript), transmit, view)
+        } else {
+            // a later transmitter stores it once it has looked (after a pause, as the
+            // first transmitter's pre-flight and transaction run): nothing it does before
+            // rests on the stored transcript (a round that restarts reads again, and the
+            // agreement is in the DON's journal), and the first transmitter's path is the
+            // one the market waits for
+            let transmitted = transmit.await;
+            (
+                self.save_transcript(round, &transcript).await,
+                transmitted,
+                None,
+            )
+        };
         saved?;
         tracing::debug!(market_id = %market_id, rank, ms = looked.elapsed().as_secs_f64() * 1e3, "transmission: the forwarder looked at and the report pre-flighted");
         match transmitted {
