@@ -546,8 +546,9 @@ async fn a_member_that_accepted_the_decision_is_not_answered_with_it_again_at_on
         .collect();
     let jobs: Vec<Job> = (0..3).map(|i| net.job(net.observation(i, 0))).collect();
     agree_all(dons[..3].iter().cloned().zip(jobs).collect()).await;
-    // member 3's answer to member 0's decision has come back
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // member 3's answer to member 0's decision (posted before member 0 agreed) has come
+    // back; the decision is still well within its second
+    tokio::time::sleep(Duration::from_millis(250)).await;
     let late = |shift| {
         let o = wire::sign_observation(net.observation(3, shift), &net.keys[3]).expect("signs");
         net.envelope(net.addr(3), Body::Observation { observation: o })
