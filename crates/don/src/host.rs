@@ -1,6 +1,7 @@
 //! The thin async host of one execution's consensus core ([`crate::consensus::Core`]):
-//! it reads what was persisted (on the blocking pool), feeds the core the messages of the
-//! execution's book and the timers it asked for, and performs the effects in order: the
+//! it starts from what was persisted (read by the member with its own observation, on
+//! the journal's writer), feeds the core the messages of the execution's book and the
+//! timers it asked for, and performs the effects in order: the
 //! log appends and the report lock through the journal's group commit (committed and
 //! synced before a vote or a proposal they caused leaves; otherwise queued, and checked
 //! at the next such commit and at the end), then the sends, the timers, the metrics, and

@@ -178,16 +178,6 @@ impl Don {
         }
     }
 
-    /// This member's own observation of an execution, as stored (read on the blocking
-    /// pool).
-    pub async fn own_observation(
-        &self,
-        exec: &B256,
-    ) -> Result<Option<SignedObservation>, PersistError> {
-        let exec = *exec;
-        self.s.journal.read(move |p| p.own_observation(&exec)).await
-    }
-
     /// What the operator sees of the executions in consensus now (an agreed one leaves
     /// it: see [`Don::decided`]).
     pub fn status(&self) -> Vec<InstanceStatus> {

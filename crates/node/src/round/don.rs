@@ -190,15 +190,6 @@ impl Steps<'_> {
             turn: Instant::now() + wait,
             signatures: &signatures,
         };
-        // the leader reads the chain for its transaction ahead, and the transcript with
-        // the agreement is stored, while the forwarder is looked at
-        let view = async {
-            match rank {
-                // a failed read is only a read not made ahead: the submission makes it
-                0 => txm.chain_view().await.ok(),
-                _ => None,
-            }
-        };
         let looked = Instant::now();
         let transmit =
             round
@@ -206,6 +197,10 @@ impl Steps<'_> {
                 .submitter
                 .transmit(&transcript.market, market_id, &delivery, self.metrics);
         let (saved, transmitted, view) = if rank == 0 {
+            // the leader reads the chain for its transaction ahead, and stores the
+            // transcript with the agreement, while the forwarder is looked at (a failed
+            // read is only a read not made ahead: the submission makes it)
+            let view = async { txm.chain_view().await.ok() };
             tokio::join!(self.save_transcript(round, &transcript), transmit, view)
         } else {
             // a later transmitter stores it once it has looked (after a pause, as the
